@@ -1,0 +1,90 @@
+"""Where the stores live.
+
+Resolution order for each store (first match wins):
+
+1. an explicit URL or path handed to the API / CLI (``--url``);
+2. an environment override: ``HERMES_DATA_TELEMETRY_URL`` / ``HERMES_DATA_SESSIONS_URL``
+   (any SQLAlchemy URL, e.g. ``sqlite:////var/lib/hermes/telemetry.db`` or
+   ``postgresql+psycopg://host/db``);
+3. the upstream default location (spec telemetry §1.1 and sessions §1):
+
+   * telemetry: ``$HERMES_TELEMETRY_HOME/telemetry/telemetry.db`` if that variable is
+     non-empty, else ``$HERMES_HOME/telemetry/telemetry.db``, else
+     ``~/.hermes/telemetry/telemetry.db``;
+   * sessions: ``$HERMES_HOME/state.db``, else ``~/.hermes/state.db``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from sqlalchemy.engine import URL, make_url
+
+from .errors import ConfigurationError
+
+STORES = ("telemetry", "sessions")
+
+_URL_ENV = {
+    "telemetry": "HERMES_DATA_TELEMETRY_URL",
+    "sessions": "HERMES_DATA_SESSIONS_URL",
+}
+
+
+def hermes_home() -> Path:
+    """Return ``$HERMES_HOME`` (non-empty) or ``~/.hermes``."""
+    home = os.environ.get("HERMES_HOME", "").strip()
+    return Path(home).expanduser() if home else Path.home() / ".hermes"
+
+
+def telemetry_home() -> Path:
+    """Directory holding ``telemetry.db``, ``budget.yaml`` and ``pricing.yaml``."""
+    override = os.environ.get("HERMES_TELEMETRY_HOME", "").strip()
+    base = Path(override).expanduser() if override else hermes_home()
+    return base / "telemetry"
+
+
+def default_path(store: str) -> Path:
+    """Default SQLite file of ``store`` (``"telemetry"`` or ``"sessions"``)."""
+    check_store(store)
+    if store == "telemetry":
+        return telemetry_home() / "telemetry.db"
+    return hermes_home() / "state.db"
+
+
+def check_store(store: str) -> str:
+    """Return ``store`` if it names a known store, else raise :class:`ConfigurationError`."""
+    if store not in STORES:
+        raise ConfigurationError(f"unknown store {store!r}; expected one of {', '.join(STORES)}")
+    return store
+
+
+def resolve_url(store: str, url: str | os.PathLike | URL | None = None) -> URL:
+    """Resolve the database URL of ``store``.
+
+    ``url`` may be a SQLAlchemy URL (string or :class:`URL`) or a plain filesystem path,
+    which is taken as a SQLite file.
+    """
+    check_store(store)
+    if url is None:
+        url = os.environ.get(_URL_ENV[store], "").strip() or None
+    if url is None:
+        return URL.create("sqlite", database=str(default_path(store)))
+    if isinstance(url, URL):
+        return url
+    text = os.fspath(url)
+    if "://" not in text:
+        return URL.create("sqlite", database=str(Path(text).expanduser()))
+    try:
+        return make_url(text)
+    except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
+        raise ConfigurationError(f"not a database URL: {text!r} ({exc})") from exc
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file behind a SQLite URL, or ``None`` for other backends and in-memory URLs."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
+        return None
+    return Path(url.database)

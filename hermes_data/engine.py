@@ -1,0 +1,341 @@
+"""Engine factory: the SQLite connection and transaction policy shared by both stores.
+
+Every setting below exists because its absence caused a production failure upstream; the
+comment beside each one names that failure.
+
+Transactions
+    The pysqlite driver's own transaction handling is switched off (``isolation_level=None``
+    on every DBAPI connection) and we emit ``BEGIN`` ourselves from SQLAlchemy's ``begin``
+    event. The legacy driver mode never began a transaction before DDL, so a failing
+    migration left half its DDL behind; with our own ``BEGIN`` DDL is transactional.
+    A connection whose execution options carry ``hermes_begin="IMMEDIATE"`` (see
+    :func:`write_transaction`) starts with ``BEGIN IMMEDIATE``: a deferred transaction that
+    later writes gets ``SQLITE_BUSY`` at once, without the busy handler, after the caller's
+    work already ran.
+
+Journal mode
+    WAL is what we want (one writer beside many readers), but SQLite builds
+    ``3.7.0 <= v < 3.51.3`` (except the 3.44.6 and 3.50.7 back-ports) carry the WAL-reset
+    corruption bug. On such a build a *fresh* or non-WAL file is kept in (or created in)
+    DELETE mode, an *existing* WAL file stays WAL with a warning (a live downgrade would
+    break other processes holding it), and ``HERMES_DATA_JOURNAL_MODE=wal|delete`` overrides
+    the default. See :func:`decide_journal_mode`.
+
+Checkpoints
+    Only ``PASSIVE`` checkpoints are ever issued (:func:`passive_checkpoint`): a
+    ``TRUNCATE`` checkpoint from a short-lived process raced a live writer and tore pages.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import URL, Connection, Engine
+
+from .config import resolve_url, sqlite_path
+from .errors import ConfigurationError
+
+log = logging.getLogger("hermes_data.engine")
+
+#: busy_timeout of the telemetry store (seed 000: covers slow CI / network filesystems).
+TELEMETRY_BUSY_TIMEOUT_MS = 30_000
+#: journal_size_limit: SQLite's default (-1) kept a 3 GB WAL beside a 3 GB database forever.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
+
+JOURNAL_MODE_ENV = "HERMES_DATA_JOURNAL_MODE"
+_VALID_MODES = ("wal", "delete")
+
+VersionTuple = tuple[int, int, int]
+
+
+def linked_sqlite_version() -> VersionTuple:
+    """Version of the SQLite library this interpreter links."""
+    return tuple(int(p) for p in sqlite3.sqlite_version.split(".")[:3])  # type: ignore[return-value]
+
+
+def is_wal_reset_vulnerable(version: VersionTuple) -> bool:
+    """True when ``version`` has the WAL-reset corruption bug (fixed in 3.51.3,
+    back-ported to 3.50.7 and 3.44.6)."""
+    if not ((3, 7, 0) <= version < (3, 51, 3)):
+        return False
+    if (3, 50, 7) <= version < (3, 51, 0):
+        return False
+    if (3, 44, 6) <= version < (3, 45, 0):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class JournalDecision:
+    """What the journal-mode policy decided for one file, and why."""
+
+    target: str | None  # mode to switch to, or None to leave the file as it is
+    reason: str
+    warn: bool = False
+
+
+def decide_journal_mode(
+    current: str, *, has_pages: bool, vulnerable: bool, configured: str | None
+) -> JournalDecision:
+    """Pure journal-mode policy (no I/O), shared by both stores.
+
+    ``current`` is the mode read from the file, ``has_pages`` whether the file holds any
+    page yet, ``configured`` an explicit ``"wal"``/``"delete"`` or ``None`` for the default.
+    """
+    current = current.lower()
+    if configured not in (None, *_VALID_MODES):
+        raise ConfigurationError(
+            f"journal mode {configured!r} is not supported; use one of {', '.join(_VALID_MODES)}"
+        )
+    if current == "wal":
+        if configured == "delete":
+            return JournalDecision(
+                None,
+                "file is in WAL mode and other processes may hold it; a live downgrade is refused "
+                "(run PRAGMA journal_mode=DELETE offline, with no open connections)",
+                warn=True,
+            )
+        if vulnerable and configured is None:
+            return JournalDecision(
+                None,
+                "existing WAL file kept in WAL although this SQLite build has the WAL-reset bug",
+                warn=True,
+            )
+        return JournalDecision(None, "already WAL")
+    if configured == "delete":
+        return JournalDecision("delete" if current != "delete" else None, "configured delete")
+    if configured == "wal":
+        return JournalDecision(
+            "wal",
+            "configured wal" + (" despite the WAL-reset bug of this SQLite build" if vulnerable else ""),
+            warn=vulnerable,
+        )
+    if vulnerable:
+        why = "fresh file" if not has_pages else f"{current} file"
+        return JournalDecision(
+            "delete" if current != "delete" else None,
+            f"{why}: using DELETE instead of WAL because this SQLite build has the WAL-reset bug "
+            f"(set {JOURNAL_MODE_ENV}=wal to override)",
+        )
+    return JournalDecision("wal", "default WAL")
+
+
+@dataclass
+class SqliteSettings:
+    """Per-engine SQLite settings.
+
+    ``journal_mode`` ``None`` reads ``HERMES_DATA_JOURNAL_MODE`` and otherwise applies the
+    default policy. ``sqlite_version`` injects the version used for the WAL-reset check
+    (tests exercise both policies on any build).
+    """
+
+    busy_timeout_ms: int = TELEMETRY_BUSY_TIMEOUT_MS
+    journal_mode: str | None = None
+    synchronous: str = "NORMAL"
+    journal_size_limit: int = JOURNAL_SIZE_LIMIT
+    sqlite_version: VersionTuple | None = None
+    pool_size: int = 8
+    max_overflow: int = 56
+    extra_pragmas: dict[str, int | str] = field(default_factory=dict)
+
+    def configured_mode(self) -> str | None:
+        mode = self.journal_mode or os.environ.get(JOURNAL_MODE_ENV, "").strip().lower() or None
+        if mode is not None and mode not in _VALID_MODES:
+            raise ConfigurationError(
+                f"{JOURNAL_MODE_ENV}={mode!r} is not supported; use one of {', '.join(_VALID_MODES)}"
+            )
+        return mode
+
+    def vulnerable(self) -> bool:
+        return is_wal_reset_vulnerable(self.sqlite_version or linked_sqlite_version())
+
+
+@dataclass
+class JournalState:
+    """Journal mode in effect for an engine's file, and the policy's reason (for status/doctor)."""
+
+    mode: str = "unknown"
+    reason: str = ""
+
+
+_journal_states: dict[int, JournalState] = {}
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def journal_state(engine: Engine) -> JournalState:
+    """The journal mode the policy settled on for ``engine`` (``unknown`` before a connect)."""
+    return _journal_states.setdefault(id(engine), JournalState())
+
+
+def _warn_once(path: str, message: str) -> None:
+    with _warned_lock:
+        if (path, message) in _warned:
+            return
+        _warned.add((path, message))
+    log.warning("%s: %s", path, message)
+
+
+def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: SqliteSettings,
+                          state: JournalState) -> None:
+    cur = dbapi_conn.cursor()
+    try:
+        current = cur.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
+        decision = decide_journal_mode(
+            current, has_pages=has_pages, vulnerable=settings.vulnerable(),
+            configured=settings.configured_mode(),
+        )
+        mode = current
+        if decision.target is not None and decision.target != current:
+            if decision.target == "delete":
+                # A non-WAL switch must never sneak in between another writer's transactions:
+                # run it without waiting, and on contention leave the mode alone.
+                cur.execute("PRAGMA busy_timeout=0")
+                try:
+                    mode = cur.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower()
+                except sqlite3.OperationalError as exc:
+                    _warn_once(path, f"could not switch to DELETE ({exc}); left in {current}")
+                finally:
+                    cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+            else:
+                mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
+                if mode != "wal":
+                    # e.g. network filesystems: the switch "succeeds" but returns another mode.
+                    log.error("%s: WAL refused by the filesystem, running in %s mode "
+                              "(concurrent readers will block on the writer)", path, mode)
+        if decision.warn:
+            _warn_once(path, decision.reason)
+        state.mode, state.reason = mode, decision.reason
+    finally:
+        cur.close()
+
+
+def _install_sqlite_events(engine: Engine, path: str, settings: SqliteSettings) -> None:
+    state = journal_state(engine)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: sqlite3.Connection, _record) -> None:
+        # Our own BEGIN (below) instead of the driver's: DDL becomes transactional.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        try:
+            # First, before anything that may need a lock: a contested fresh file switching
+            # journal mode otherwise fails at once with "database is locked".
+            cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+        finally:
+            cur.close()
+        # Read the mode first; switch only when the policy says so (a settled file sees no write).
+        _apply_journal_policy(dbapi_conn, path, settings, state)
+        cur = dbapi_conn.cursor()
+        try:
+            # NORMAL is durable at checkpoint level under WAL and much faster than FULL.
+            cur.execute(f"PRAGMA synchronous={settings.synchronous}")
+            # Bound the WAL: the default (-1) let it grow to the size of the database.
+            cur.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
+            for name, value in settings.extra_pragmas.items():
+                cur.execute(f"PRAGMA {name}={value}")
+        finally:
+            cur.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        # Writers take the write lock at BEGIN so contention surfaces before any work runs.
+        mode = conn.get_execution_options().get("hermes_begin", "DEFERRED")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | None = None,
+                         *, echo: bool = False) -> Engine:
+    """Create an Engine for the SQLite file at ``path`` with the policy of this module.
+
+    The parent directory is created; the file itself is created by SQLite on first write.
+    Connections come from a ``QueuePool`` sized for many threads: each thread checks out
+    its own connection (never one connection shared behind a lock).
+    """
+    settings = settings or SqliteSettings()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(
+        URL.create("sqlite", database=str(path)),
+        echo=echo,
+        poolclass=sa.pool.QueuePool,
+        pool_size=settings.pool_size,
+        max_overflow=settings.max_overflow,
+        pool_timeout=60,
+        connect_args={"check_same_thread": False, "timeout": settings.busy_timeout_ms / 1000},
+    )
+    _install_sqlite_events(engine, str(path), settings)
+    return engine
+
+
+def create_engine_for(store: str, url: str | os.PathLike | URL | None = None,
+                      settings: SqliteSettings | None = None, **kwargs) -> Engine:
+    """Engine for ``store`` at ``url`` (default: the store's configured location)."""
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    if resolved.get_backend_name() == "sqlite":
+        if path is None:
+            raise ConfigurationError(
+                f"{resolved!s}: in-memory SQLite hides WAL, locking and multi-process behaviour; "
+                "use a file path"
+            )
+        return create_sqlite_engine(path, settings, **kwargs)
+    return sa.create_engine(resolved, pool_pre_ping=True, **kwargs)
+
+
+@contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """A connection inside a write transaction (``BEGIN IMMEDIATE`` on SQLite).
+
+    Commits when the block ends normally, rolls back and re-raises otherwise.
+    """
+    with engine.connect() as conn:
+        conn.execution_options(hermes_begin="IMMEDIATE")
+        with conn.begin():
+            yield conn
+
+
+def is_sqlite(bind: Engine | Connection) -> bool:
+    """True when ``bind`` talks to SQLite."""
+    return bind.dialect.name == "sqlite"
+
+
+def passive_checkpoint(conn: Connection) -> tuple[int, int, int] | None:
+    """Run ``PRAGMA wal_checkpoint(PASSIVE)`` (the only checkpoint mode we issue).
+
+    Returns ``(busy, log_frames, checkpointed_frames)`` or ``None`` off SQLite.
+    """
+    if not is_sqlite(conn):
+        return None
+    row = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return tuple(row) if row else None  # type: ignore[return-value]
+
+
+#: Statement kinds that change a database (used by tests and diagnostics to trace writes).
+WRITE_PREFIXES = ("INSERT", "UPDATE", "DELETE", "REPLACE", "CREATE", "ALTER", "DROP")
+
+
+def trace_writes(engine: Engine) -> tuple[list[str], Callable[[], None]]:
+    """Record every write statement ``engine`` sends from now on.
+
+    Returns the list that fills up and a function that stops tracing.
+    """
+    seen: list[str] = []
+
+    def _before(conn, cursor, statement, parameters, context, executemany):
+        head = statement.lstrip().split(None, 1)[0].upper() if statement.strip() else ""
+        if head in WRITE_PREFIXES or statement.lstrip().upper().startswith("BEGIN IMMEDIATE"):
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", _before)
+    return seen, lambda: event.remove(engine, "before_cursor_execute", _before)

@@ -1,0 +1,34 @@
+"""Exception hierarchy of hermes-data.
+
+Every message names the offending object or value and, where there is one, the way out.
+"""
+
+from __future__ import annotations
+
+
+class HermesDataError(Exception):
+    """Base class of every error raised by hermes-data."""
+
+
+class ConfigurationError(HermesDataError):
+    """A setting, URL or argument is not usable."""
+
+
+class ForwardOnlyError(HermesDataError):
+    """A downgrade was requested; the schema history only moves forward."""
+
+
+class SchemaDriftError(HermesDataError):
+    """The live schema differs from the head metadata."""
+
+
+class NotAHermesDatabaseError(HermesDataError):
+    """The file exists but is not a database of the expected store (or is corrupt)."""
+
+
+class AdoptionError(HermesDataError):
+    """A legacy database cannot be adopted safely; it was left unchanged."""
+
+
+class DatabaseBusyError(HermesDataError):
+    """Another process held the write lock for longer than the patience budget."""

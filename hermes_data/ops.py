@@ -1,0 +1,62 @@
+"""Helpers for hand-written revisions: idempotent, add-only, loud on real errors.
+
+The legacy migrator wrapped ``ALTER TABLE`` in ``except OperationalError: pass`` and then
+marked the version applied, which wedged databases for good (the v7 incident). These
+helpers look before they act and let every error propagate, so a failing revision rolls
+back with its ledger row.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import sqlalchemy as sa
+from alembic import op
+
+log = logging.getLogger("hermes_data.ops")
+
+
+def utcnow_iso() -> str:
+    """Current UTC time in the telemetry store's canonical text form (``datetime.isoformat``)."""
+    return datetime.now(timezone.utc).isoformat()
+
+
+def column_names(table: str) -> list[str]:
+    """Column names of ``table`` on the migration connection (empty if the table is missing)."""
+    insp = sa.inspect(op.get_bind())
+    if not insp.has_table(table):
+        return []
+    return [c["name"] for c in insp.get_columns(table)]
+
+
+def has_table(table: str) -> bool:
+    """True when ``table`` exists on the migration connection."""
+    return sa.inspect(op.get_bind()).has_table(table)
+
+
+def add_column_if_missing(table: str, column: sa.Column) -> bool:
+    """``ALTER TABLE table ADD COLUMN column`` unless it is already there.
+
+    Returns True when the column was added. Errors (locks, I/O) propagate.
+    """
+    if column.name in column_names(table):
+        return False
+    op.add_column(table, column)
+    log.info("added column %s.%s", table, column.name)
+    return True
+
+
+def record_ledger_version(version: int) -> None:
+    """Write the upstream ``schema_version`` row for ``version`` (no-op when present).
+
+    Runs in the revision's transaction, so the row and the change commit together and an
+    upstream plugin build opening the same file never re-runs the step.
+    """
+    bind = op.get_bind()
+    ledger = sa.table("schema_version", sa.column("version"), sa.column("applied_at"))
+    exists = bind.execute(
+        sa.select(sa.literal(1)).select_from(ledger).where(ledger.c.version == version)
+    ).first()
+    if exists is None:
+        bind.execute(ledger.insert().values(version=version, applied_at=utcnow_iso()))
