@@ -1,0 +1,413 @@
+"""Upgrade, adopt and check the stores.
+
+One path serves the CLI (``hermes-data upgrade``), ``alembic upgrade head`` (each store's
+``env.py`` calls :func:`run_env`) and the tests:
+
+1. **Fast path, read-only.** When the database is already at the requested revision (and
+   is not a legacy file awaiting adoption) nothing is locked and nothing is written.
+2. **Lock before Alembic reads its version table.** On SQLite one ``BEGIN IMMEDIATE``
+   transaction wraps everything (a concurrent upgrader waits in ``busy_timeout`` and then
+   finds the head); on PostgreSQL a session-level ``pg_advisory_lock`` on the very
+   connection handed to Alembic; in-process a ``threading.Lock`` (Alembic's context is
+   module-global).
+3. **Adopt** (store hook): a legacy file is inspected and stamped at the revision its real
+   shape proves.
+4. **Run the revisions** inside that one transaction (``transactional_ddl=True``,
+   ``transaction_per_migration=False``): a failing step rolls back everything, including
+   the ledger rows and the Alembic version.
+5. **Reconcile** (store hook): add-only repair towards the head metadata, then verify.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import logging.config
+import os
+import sqlite3
+import threading
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import URL, Connection
+
+from .config import check_store, resolve_url, sqlite_path
+from .engine import SqliteSettings, create_engine_for, journal_state
+from .errors import ConfigurationError, HermesDataError, NotAHermesDatabaseError
+from .shape import INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape
+
+log = logging.getLogger("hermes_data.migrate")
+
+MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+#: Alembic's migration context is module-global: one upgrade per process at a time.
+_process_lock = threading.Lock()
+
+
+@dataclass
+class UpgradeReport:
+    """What an upgrade found and did; printed by the CLI (``--json`` gives :meth:`to_dict`)."""
+
+    store: str
+    url: str
+    before_revision: str | None = None
+    after_revision: str | None = None
+    adopted_from: str | None = None
+    applied: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    extra_objects: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    journal_mode: str = "unknown"
+    up_to_date: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How one store migrates: its metadata, its Alembic scripts and its hooks."""
+
+    name: str
+    metadata: sa.MetaData
+    busy_timeout_ms: int
+    #: Runs under the upgrade lock before Alembic reads its version (adoption).
+    before_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
+    #: Runs under the same lock after the revisions (add-only reconciliation).
+    after_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
+    #: Read-only: True when a file without ``alembic_version`` still needs adoption.
+    needs_adoption: Callable[[Connection], bool] | None = None
+    #: Names of live tables that belong to the store but not to the metadata (e.g. FTS shadows).
+    ignore_table: Callable[[str], bool] = lambda name: False
+    #: The head shape (defaults to what ``metadata.create_all()`` produces).
+    expected_shape: Callable[[], Shape] | None = None
+    #: Read-only identification on a plain ``mode=ro`` sqlite3 connection, run before the
+    #: engine touches an existing file; raises for a file that is not this store's.
+    identify: Callable[[sqlite3.Connection], object] | None = None
+
+    @property
+    def script_location(self) -> Path:
+        return MIGRATIONS_DIR / self.name
+
+    def head_shape(self) -> Shape:
+        return self.expected_shape() if self.expected_shape else metadata_shape(self.metadata)
+
+    def include_name(self, name, type_, parent_names) -> bool:
+        """Alembic autogenerate filter: compare everything but internal and ignored tables."""
+        if type_ == "table":
+            return name not in INTERNAL_TABLES and not self.ignore_table(name)
+        return True
+
+
+_SPEC_MODULES = {
+    "telemetry": "hermes_data.telemetry.migration",
+    "sessions": "hermes_data.sessions.migration",
+}
+
+
+def store_spec(store: str) -> StoreSpec:
+    """The :class:`StoreSpec` of ``store`` (each store module defines ``SPEC``)."""
+    check_store(store)
+    return importlib.import_module(_SPEC_MODULES[store]).SPEC
+
+
+def alembic_config(store: str, url: str | os.PathLike | URL | None = None) -> Config:
+    """An Alembic :class:`Config` for ``store`` that works from an installed wheel."""
+    spec = store_spec(store)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(spec.script_location))
+    cfg.attributes["hermes_store"] = store
+    if url is not None:
+        cfg.attributes["hermes_url"] = url
+    return cfg
+
+
+def head_revision(store: str) -> str:
+    """The head revision id of ``store``'s history."""
+    script = ScriptDirectory(str(store_spec(store).script_location))
+    return script.get_current_head()
+
+
+def current_revision(conn: Connection) -> str | None:
+    """The Alembic revision recorded in the database (``None`` when unversioned)."""
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+    if len(rows) > 1:
+        raise HermesDataError(f"alembic_version holds several heads: {[r[0] for r in rows]}")
+    return rows[0][0] if rows else None
+
+
+def _settings_for(spec: StoreSpec) -> SqliteSettings:
+    return SqliteSettings(busy_timeout_ms=spec.busy_timeout_ms)
+
+
+def upgrade(store: str, url: str | os.PathLike | URL | None = None,
+            revision: str = "head") -> UpgradeReport:
+    """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
+
+    Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
+    leaving the database as it was.
+    """
+    cfg = alembic_config(store, url)
+    report = UpgradeReport(store=store, url=_display_url(resolve_url(store, url)))
+    cfg.attributes["hermes_report"] = report
+    command.upgrade(cfg, revision)
+    return report
+
+
+def _display_url(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def _pg_lock_key(store: str) -> int:
+    # A stable signed 63-bit key per store for pg_advisory_lock.
+    return zlib.crc32(f"hermes-data:{store}".encode()) & 0x7FFFFFFF
+
+
+def run_env(store: str) -> None:
+    """Body of each store's Alembic ``env.py``.
+
+    The URL comes from the caller (``Config.attributes``), ``-x url=…`` or the store's
+    environment variable / default location (see :mod:`hermes_data.config`).
+    """
+    from alembic import context
+
+    spec = store_spec(store)
+    cfg = context.config
+    if context.is_offline_mode():
+        raise ConfigurationError(
+            "offline (--sql) mode is not supported: adoption inspects the live database"
+        )
+    if cfg.config_file_name and not cfg.attributes.get("hermes_report") and not logging.getLogger().handlers:
+        # Invoked by the alembic command line: use alembic.ini's logging section.
+        logging.config.fileConfig(cfg.config_file_name, disable_existing_loggers=False)
+    external = cfg.attributes.get("connection")
+    if isinstance(external, Connection):
+        # A caller owns the connection, its transaction and its locking.
+        _run_on(external, spec, context, on_apply=None)
+        return
+    if not _is_migration_command(context):
+        # Not an upgrade/downgrade (e.g. autogenerate or `alembic check`): compare only,
+        # no adoption, no reconciliation, no write lock.
+        engine = external if isinstance(external, sa.engine.Engine) else create_engine_for(
+            store, cfg.attributes.get("hermes_url")
+            or context.get_x_argument(as_dictionary=True).get("url"), _settings_for(spec))
+        with engine.connect() as conn, conn.begin():
+            _run_on(conn, spec, context, on_apply=None)
+        return
+    if isinstance(external, sa.engine.Engine):
+        # A caller (e.g. pytest-alembic) hands an Engine: same locked path as ours.
+        report = UpgradeReport(store=store, url=_display_url(external.url))
+        with external.connect() as conn:
+            _run_locked(conn, spec, context, context.script, context.get_revision_argument(), report)
+        return
+    url = cfg.attributes.get("hermes_url") or context.get_x_argument(as_dictionary=True).get("url")
+    resolved = resolve_url(store, url)
+    report = cfg.attributes.get("hermes_report") or UpgradeReport(
+        store=store, url=_display_url(resolved)
+    )
+    started = time.perf_counter()
+    _preflight(spec, resolved)
+    engine = create_engine_for(store, resolved, _settings_for(spec))
+    script = context.script
+    destination = context.get_revision_argument()
+    try:
+        with engine.connect() as conn:
+            _run_locked(conn, spec, context, script, destination, report)
+        report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
+    finally:
+        engine.dispose()
+        report.seconds = time.perf_counter() - started
+
+
+def _is_migration_command(context) -> bool:
+    """True for upgrade/downgrade/stamp; False for autogenerate and ``alembic check``."""
+    try:
+        context.get_revision_argument()
+    except KeyError:
+        return False
+    return True
+
+
+def _preflight(spec: StoreSpec, url: URL) -> None:
+    """Identify an existing SQLite file read-only before any connection policy touches it,
+    so a foreign or corrupt file is refused byte-for-byte unchanged."""
+    path = sqlite_path(url)
+    if path is None or spec.identify is None or not path.exists() or path.stat().st_size == 0:
+        return
+    try:
+        ro = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+    except sqlite3.Error as exc:
+        raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc})") from exc
+    try:
+        spec.identify(ro)
+    except sqlite3.DatabaseError as exc:
+        raise NotAHermesDatabaseError(
+            f"{path}: not a usable SQLite database ({exc}); the file was left unchanged"
+        ) from exc
+    finally:
+        ro.close()
+
+
+def _resolve_destination(script: ScriptDirectory, destination) -> str | None:
+    if isinstance(destination, (tuple, list)):
+        destination = destination[0] if len(destination) == 1 else None
+    if destination in (None, "base"):
+        return None
+    if destination == "heads":
+        destination = "head"
+    try:
+        rev = script.get_revision(destination)
+    except Exception:
+        return None
+    return rev.revision if rev is not None else None
+
+
+def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
+    """Read-only: is the database already at ``target`` with nothing to adopt?"""
+    with conn.begin():
+        if target is None:
+            return False
+        rev = current_revision(conn)
+        if rev is None:
+            return False
+        return rev == target and not (spec.needs_adoption and spec.needs_adoption(conn))
+
+
+def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirectory,
+                destination, report: UpgradeReport) -> None:
+    target = _resolve_destination(script, destination)
+    if _is_current(conn, spec, target):
+        report.before_revision = report.after_revision = target
+        report.up_to_date = True
+        log.info("%s store already at %s; nothing to do", spec.name, target)
+        return
+    pg = conn.dialect.name == "postgresql"
+    with _process_lock:
+        if pg:
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({_pg_lock_key(spec.name)})")
+            conn.commit()
+        try:
+            conn.execution_options(hermes_begin="IMMEDIATE")
+            with conn.begin():
+                report.before_revision = current_revision(conn)
+                if spec.before_upgrade:
+                    t0 = time.perf_counter()
+                    spec.before_upgrade(conn, report)
+                    report.step_seconds["adopt"] = time.perf_counter() - t0
+                marks = [time.perf_counter()]
+
+                def _on_apply(*, ctx, step, heads, run_args) -> None:
+                    now = time.perf_counter()
+                    rev = step.up_revision_id if step.is_upgrade else step.down_revision_ids
+                    report.applied.append(str(rev))
+                    report.step_seconds[str(rev)] = now - marks[-1]
+                    marks.append(now)
+
+                _run_on(conn, spec, context, on_apply=_on_apply)
+                # Reconcile towards the head metadata only when the head was the target.
+                if spec.after_upgrade and current_revision(conn) == script.get_current_head():
+                    t0 = time.perf_counter()
+                    spec.after_upgrade(conn, report)
+                    report.step_seconds["reconcile"] = time.perf_counter() - t0
+                report.after_revision = current_revision(conn)
+        finally:
+            conn.execution_options(hermes_begin="DEFERRED")
+            if pg:
+                if conn.in_transaction():
+                    conn.rollback()
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_pg_lock_key(spec.name)})")
+                conn.commit()
+    log.info("%s store upgraded %s -> %s (%s)", spec.name, report.before_revision,
+             report.after_revision, ", ".join(report.applied) or "no revisions")
+
+
+def _run_on(conn: Connection, spec: StoreSpec, context, on_apply) -> None:
+    context.configure(
+        connection=conn,
+        target_metadata=spec.metadata,
+        transactional_ddl=True,
+        transaction_per_migration=False,
+        include_name=spec.include_name,
+        on_version_apply=on_apply,
+        compare_type=True,
+        compare_server_default=False,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Difference]:
+    """Compare the live schema of ``store`` with its head; read-only.
+
+    Returns every :class:`~hermes_data.shape.Difference`; ``extra_*`` entries are
+    informational (foreign objects are left alone), the others are drift.
+    """
+    spec = store_spec(store)
+    engine = create_engine_for(store, url, _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            return store_differences(conn, spec)
+    finally:
+        engine.dispose()
+
+
+def store_differences(conn: Connection, spec: StoreSpec) -> list[Difference]:
+    """Differences between the live database behind ``conn`` and ``spec``'s head shape."""
+    actual = live_shape(conn)
+    for name in [t for t in actual.tables if spec.ignore_table(t)]:
+        del actual.tables[name]
+    return diff_shapes(spec.head_shape(), actual)
+
+
+@dataclass
+class StoreStatus:
+    """Where a store lives and what state it is in (``hermes-data status``)."""
+
+    store: str
+    url: str
+    exists: bool
+    revision: str | None = None
+    head: str | None = None
+    journal_mode: str | None = None
+    journal_reason: str | None = None
+    size_bytes: int | None = None
+    legacy: bool = False
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatus:
+    """Read-only status of ``store``; never creates the database."""
+    spec = store_spec(store)
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    st = StoreStatus(store=store, url=_display_url(resolved), exists=True, head=head_revision(store))
+    if path is not None:
+        st.exists = path.exists()
+        if not st.exists:
+            return st
+        st.size_bytes = sum(
+            p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists()
+        )
+    engine = create_engine_for(store, resolved, _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            st.revision = current_revision(conn)
+            st.legacy = bool(spec.needs_adoption and spec.needs_adoption(conn))
+        if engine.dialect.name == "sqlite":
+            js = journal_state(engine)
+            st.journal_mode, st.journal_reason = js.mode, js.reason
+    finally:
+        engine.dispose()
+    return st

@@ -1,0 +1,51 @@
+"""Shared test support: locations of the legacy fixtures and small helpers."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+#: CI lays shared/ beside the checkout; locally it is ../shared as well.
+SHARED = Path(os.environ.get("HERMES_DATA_SHARED", REPO.parent / "shared"))
+FIXTURES = SHARED / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory, monkeypatch):
+    """Never touch the user's real stores: every test gets its own HERMES_HOME."""
+    home = tmp_path_factory.mktemp("hermes-home")
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("HERMES_TELEMETRY_HOME", raising=False)
+    monkeypatch.delenv("HERMES_DATA_TELEMETRY_URL", raising=False)
+    monkeypatch.delenv("HERMES_DATA_SESSIONS_URL", raising=False)
+    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+    yield home
+
+
+def copy_fixture(relpath: str, dest_dir: Path) -> Path:
+    """Copy a shared fixture (and any sidecars) into ``dest_dir``; never open the original."""
+    src = FIXTURES / relpath
+    if not src.exists():
+        pytest.fail(f"fixture {src} is missing (shared/ must sit beside the checkout)")
+    dest = dest_dir / src.name
+    shutil.copyfile(src, dest)
+    for suffix in ("-wal", "-shm"):
+        side = Path(f"{src}{suffix}")
+        if side.exists():
+            shutil.copyfile(side, Path(f"{dest}{suffix}"))
+    return dest
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``hermes-data`` in a fresh interpreter (real process, real imports)."""
+    return subprocess.run(
+        [sys.executable, "-m", "hermes_data.cli", *args],
+        capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
+        cwd=str(REPO),
+    )
