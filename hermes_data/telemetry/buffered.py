@@ -1,0 +1,236 @@
+"""Opt-in buffered writer: group commit of recorded calls for high-rate producers.
+
+Producers on any thread hand their call to :meth:`BufferedWriter.record_llm_call` /
+:meth:`BufferedWriter.record_tool_call`, which only builds the row tuples and appends them
+to an in-memory queue. One writer thread drains the queue and writes everything it found in
+**one** ``BEGIN IMMEDIATE … COMMIT`` with ``executemany`` — per call it runs exactly the
+statements of the synchronous path (so the final rows are identical, float sums included),
+but it pays one transaction per batch instead of one per call.
+
+Guarantees and limits
+
+* **Order**: calls are written in the order they were queued (per producer thread, and
+  globally in queue order); consecutive calls of one kind share an ``executemany``.
+* **Back-pressure**: the queue is bounded (``max_pending``). A producer that finds it full
+  waits for the writer; after ``put_timeout`` seconds it gets :class:`BufferFullError`.
+* **Durability**: a call is durable once :meth:`flush` returns (or :meth:`close`). The
+  writer commits at least every ``max_delay`` seconds. Pending calls are flushed at
+  interpreter exit (``atexit``) and on :meth:`close`.
+* **Loss window**: on SIGKILL, power loss or ``os._exit`` the calls still queued — at most
+  ``max_pending``, typically the last ``max_delay`` seconds — are lost; committed batches
+  are not. Use the synchronous API where a single call must never be lost.
+* **Failures**: if a batch fails, it is rolled back and retried call by call so one bad
+  call cannot sink its neighbours; calls that still fail are logged and counted in
+  :attr:`BufferedWriter.failed`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import time
+import weakref
+from collections import deque
+from datetime import datetime
+from itertools import groupby
+from operator import itemgetter
+
+from ..errors import HermesDataError
+from .store import TelemetryStore
+from .writes import (
+    BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL, to_iso,
+)
+
+log = logging.getLogger("hermes_data.telemetry.buffered")
+
+_LLM, _TOOL, _FLUSH = 0, 1, 2
+_SQL = {
+    _LLM: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL.sql),
+    _TOOL: (INSERT_TOOL_CALL.sql, BUMP_RUN_TOOL_CALLS.sql),
+}
+
+
+class BufferFullError(HermesDataError):
+    """The buffered writer's queue stayed full for longer than ``put_timeout``."""
+
+
+class BufferedWriter:
+    """Group-commit writer bound to a :class:`TelemetryStore` (see the module docstring).
+
+    Use as a context manager or call :meth:`close`; :meth:`flush` waits until everything
+    queued so far is committed.
+    """
+
+    def __init__(self, store: TelemetryStore, *, max_pending: int = 50_000,
+                 max_batch: int = 5_000, max_delay: float = 0.05,
+                 put_timeout: float | None = 30.0) -> None:
+        self.store = store
+        self.max_pending = max_pending
+        self.max_batch = max_batch
+        self.max_delay = max_delay
+        self.put_timeout = put_timeout
+        self.written = 0
+        self.failed = 0
+        self.batches = 0
+        self._queue: deque = deque()
+        self._wake = threading.Event()
+        self._room = threading.Condition(threading.Lock())
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="hermes-telemetry-writer",
+                                        daemon=True)
+        self._thread.start()
+        ref = weakref.ref(self)
+        self._atexit = lambda: (w := ref()) is not None and w.close()
+        atexit.register(self._atexit)
+
+    # -- producers ---------------------------------------------------------------------
+    def _put(self, item: tuple) -> None:
+        if self._closed:
+            raise HermesDataError("the buffered telemetry writer is closed")
+        if len(self._queue) >= self.max_pending:
+            deadline = None if self.put_timeout is None else time.monotonic() + self.put_timeout
+            with self._room:
+                while len(self._queue) >= self.max_pending:
+                    self._wake.set()
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise BufferFullError(
+                            f"{self.store.path}: {len(self._queue)} telemetry writes pending for "
+                            f"more than {self.put_timeout}s; the writer cannot keep up")
+                    self._room.wait(left if left is None else min(left, 0.1))
+        self._queue.append(item)
+        if not self._wake.is_set():
+            self._wake.set()
+
+    def record_llm_call(self, session_id: str, ts: str | datetime | None, model: str | None,
+                        provider: str | None, tokens_in: int = 0, tokens_out: int = 0,
+                        cost_usd: float = 0.0, latency_ms: int | None = None,
+                        cache_read_tokens: int = 0, cache_write_tokens: int = 0,
+                        reasoning_tokens: int = 0, estimated: bool = False,
+                        provider_assumed: bool = False, moa_preset: str | None = None, *,
+                        turn_id: str | None = None, task_id: str | None = None,
+                        api_request_id: str | None = None, sender_id: str | None = None,
+                        profile: str | None = None) -> None:
+        """Queue a call; same arguments and final effect as
+        :func:`hermes_data.telemetry.writes.record_llm_call`."""
+        ts = ts if type(ts) is str else to_iso(ts)
+        tokens_in = tokens_in or 0
+        tokens_out = tokens_out or 0
+        cost_usd = cost_usd or 0.0
+        cache_read_tokens = cache_read_tokens or 0
+        cache_write_tokens = cache_write_tokens or 0
+        est = 1 if estimated else 0
+        assumed = 1 if provider_assumed else 0
+        moa_preset = moa_preset or None
+        self._put((_LLM,
+                   (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd, latency_ms,
+                    cache_read_tokens, cache_write_tokens, reasoning_tokens or 0, est, assumed,
+                    moa_preset, turn_id or None, task_id or None, api_request_id or None),
+                   (session_id, model, provider, ts, tokens_in, tokens_out, cost_usd, est,
+                    sender_id or None, cache_read_tokens, cache_write_tokens, assumed,
+                    1 if moa_preset else 0, profile or None)))
+
+    def record_tool_call(self, session_id: str, ts: str | datetime | None, tool_name: str,
+                         ok: bool = True, latency_ms: int | None = None, *,
+                         turn_id: str | None = None, tool_call_id: str | None = None) -> None:
+        """Queue a tool call; same effect as :func:`hermes_data.telemetry.writes.record_tool_call`."""
+        ts = ts if type(ts) is str else to_iso(ts)
+        self._put((_TOOL, (session_id, ts, tool_name, 1 if ok else 0, latency_ms,
+                           turn_id or None, tool_call_id or None), (session_id,)))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every call queued before this one is committed; False on timeout."""
+        if not self._thread.is_alive():
+            return not self._queue
+        done = threading.Event()
+        self._queue.append((_FLUSH, done, None))
+        self._wake.set()
+        return done.wait(timeout)
+
+    @property
+    def pending(self) -> int:
+        """Calls queued and not yet committed (approximate)."""
+        return len(self._queue)
+
+    def close(self) -> None:
+        """Flush, stop the writer thread and release its connection (idempotent)."""
+        if self._closed:
+            return
+        self.flush()
+        self._closed = True
+        self._wake.set()
+        self._thread.join()
+        atexit.unregister(self._atexit)
+
+    def __enter__(self) -> "BufferedWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writer thread -----------------------------------------------------------------
+    def _run(self) -> None:
+        conn = self.store.connection()
+        queue, wake = self._queue, self._wake
+        try:
+            while True:
+                wake.wait(self.max_delay)
+                wake.clear()
+                while queue:
+                    batch = []
+                    pop = queue.popleft
+                    while queue and len(batch) < self.max_batch:
+                        batch.append(pop())
+                    with self._room:
+                        self._room.notify_all()
+                    self._write(conn, batch)
+                if self._closed and not queue:
+                    return
+        finally:
+            self.store.release_thread_connection()
+
+    def _write(self, conn, batch: list) -> None:
+        flushes = [item[1] for item in batch if item[0] == _FLUSH]
+        items = [item for item in batch if item[0] != _FLUSH]
+        if items:
+            try:
+                with self.store._write_lock:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        for kind, group in groupby(items, key=itemgetter(0)):
+                            group = list(group)
+                            first, second = _SQL[kind]
+                            conn.executemany(first, [g[1] for g in group])
+                            conn.executemany(second, [g[2] for g in group])
+                    except BaseException:
+                        conn.rollback()
+                        raise
+                    conn.commit()
+                self.written += len(items)
+                self.batches += 1
+            except Exception:
+                log.exception("%s: group commit of %d telemetry writes failed; retrying one by one",
+                              self.store.path, len(items))
+                self._write_one_by_one(conn, items)
+        for done in flushes:
+            done.set()
+
+    def _write_one_by_one(self, conn, items: list) -> None:
+        for kind, first_args, second_args in items:
+            first, second = _SQL[kind]
+            try:
+                with self.store._write_lock:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        conn.execute(first, first_args)
+                        conn.execute(second, second_args)
+                    except BaseException:
+                        conn.rollback()
+                        raise
+                    conn.commit()
+                self.written += 1
+            except Exception:
+                self.failed += 1
+                log.exception("%s: telemetry write for session %r dropped", self.store.path,
+                              first_args[0])

@@ -1,0 +1,301 @@
+"""The telemetry store object: an Engine plus one held DBAPI connection per thread.
+
+Why not ``engine.begin()`` per call: with SQLAlchemy 2.1 a pool checkout, the ``begin``
+event and statement compilation cost more than the two SQLite statements of a recorded call
+(the issue measured ``engine.begin()`` + Core at ≈ 0.3× the raw upstream sequence). The store
+therefore
+
+* checks one connection out of the engine's pool **per thread, once**, and keeps it (the
+  connect event has applied busy_timeout, the journal policy, ``synchronous`` …);
+* runs statements that were **compiled once** from the Core constructs of
+  :mod:`hermes_data.telemetry.schema` (:class:`Prepared`) straight on the DBAPI cursor, so
+  the schema stays the single authority and no SQL is written twice;
+* serialises writers *of this process* on a per-file lock before ``BEGIN IMMEDIATE``:
+  SQLite admits one writer at a time anyway, and a lock hand-off is far cheaper than the
+  busy handler's sleep-and-retry. Other processes still meet in ``busy_timeout``.
+
+Readers never take the lock. The functions of :mod:`.writes` / :mod:`.reads` also accept a
+SQLAlchemy ``Connection`` or ``Engine``; they then run the same Core constructs through
+SQLAlchemy (slower, but inside the caller's transaction when there is one).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+import threading
+import weakref
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Iterator, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import URL, Connection, Engine
+
+from ..config import resolve_url, sqlite_path
+from ..engine import SqliteSettings, create_sqlite_engine
+from ..errors import ConfigurationError
+
+log = logging.getLogger("hermes_data.telemetry.store")
+
+_DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
+
+
+class Prepared:
+    """A Core statement compiled once for SQLite: SQL text plus positional parameter order.
+
+    ``args(params)`` turns a mapping into the positional tuple the DBAPI wants; bind
+    parameters with a value baked into the construct (``.values(status="running")``) fall
+    back to that value.
+    """
+
+    __slots__ = ("name", "stmt", "sql", "order", "defaults")
+
+    def __init__(self, name: str, stmt: Any) -> None:
+        compiled = stmt.compile(dialect=_DIALECT)
+        self.name = name
+        self.stmt = stmt
+        self.sql: str = compiled.string
+        self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self.defaults: dict[str, Any] = dict(compiled.params)
+
+    def args(self, params: Mapping[str, Any]) -> tuple:
+        d = self.defaults
+        return tuple(params[n] if n in params else d[n] for n in self.order)
+
+    def sa_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {n: (params[n] if n in params else self.defaults[n]) for n in set(self.order)}
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return f"Prepared({self.name!r}, {self.sql!r})"
+
+
+class _Held:
+    """This thread's checked-out connection; returned to the pool when the thread ends."""
+
+    __slots__ = ("fairy", "dbapi", "__weakref__")
+
+    def __init__(self, fairy: Any) -> None:
+        self.fairy = fairy
+        self.dbapi: sqlite3.Connection = fairy.driver_connection
+
+    def close(self) -> None:
+        fairy, self.fairy = self.fairy, None
+        if fairy is not None:
+            try:
+                fairy.close()
+            except Exception:  # pragma: no cover - interpreter shutdown
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+_locks_guard = threading.Lock()
+_write_locks: dict[str, threading.RLock] = {}
+
+
+def _write_lock_for(path: str) -> threading.RLock:
+    with _locks_guard:
+        return _write_locks.setdefault(path, threading.RLock())
+
+
+class _DbapiTx:
+    """Executes :class:`Prepared` statements on a DBAPI connection inside a transaction."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def run(self, p: Prepared, params: Mapping[str, Any] = {}) -> sqlite3.Cursor:
+        return self.conn.execute(p.sql, p.args(params))
+
+    def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
+        self.conn.executemany(p.sql, [p.args(r) for r in rows])
+
+
+class _SaTx:
+    """Executes :class:`Prepared` statements through a SQLAlchemy ``Connection``."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def run(self, p: Prepared, params: Mapping[str, Any] = {}):
+        return self.conn.execute(p.stmt, p.sa_params(params))
+
+    def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            self.conn.execute(p.stmt, [p.sa_params(r) for r in rows])
+
+
+class TelemetryStore:
+    """The telemetry database: use as ``with TelemetryStore(path) as store: ...``.
+
+    ``url`` is a path or SQLAlchemy URL (default: the configured telemetry location, see
+    :mod:`hermes_data.config`); ``engine`` reuses an existing engine instead (the store then
+    does not dispose it). The schema must already be at head (``hermes-data upgrade``, or
+    ``metadata.create_all`` in tests) — the store never creates or alters tables.
+    """
+
+    def __init__(self, url: str | os.PathLike | URL | None = None, *,
+                 settings: SqliteSettings | None = None, engine: Engine | None = None) -> None:
+        if engine is None:
+            resolved = resolve_url("telemetry", url)
+            path = sqlite_path(resolved)
+            if resolved.get_backend_name() != "sqlite" or path is None:
+                raise ConfigurationError(
+                    f"{resolved!s}: TelemetryStore drives SQLite files; for another backend pass "
+                    "a SQLAlchemy Connection to the query functions instead"
+                )
+            # Generous pool: each thread holds one connection for its lifetime.
+            settings = settings or SqliteSettings()
+            settings = replace(settings, pool_size=max(settings.pool_size, 16),
+                               max_overflow=max(settings.max_overflow, 240))
+            engine = create_sqlite_engine(path, settings)
+            self._owns_engine = True
+        else:
+            if engine.dialect.name != "sqlite":
+                raise ConfigurationError(
+                    f"engine dialect {engine.dialect.name!r}: TelemetryStore drives SQLite only")
+            self._owns_engine = False
+        self.engine: Engine = engine
+        self.path: str = str(engine.url.database)
+        self._local = threading.local()
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._held_guard = threading.Lock()
+        self._write_lock = _write_lock_for(os.path.realpath(self.path))
+        self._closed = False
+
+    # -- connections -------------------------------------------------------------------
+    def connection(self) -> sqlite3.Connection:
+        """This thread's DBAPI connection (checked out once, then held)."""
+        held = getattr(self._local, "held", None)
+        if held is None or held.fairy is None:
+            if self._closed:
+                raise ConfigurationError(f"{self.path}: the telemetry store is closed")
+            held = _Held(self.engine.raw_connection())
+            self._local.held = held
+            with self._held_guard:
+                self._held.add(held)
+        return held.dbapi
+
+    def release_thread_connection(self) -> None:
+        """Return this thread's held connection to the pool (upstream ``close_thread_conn``)."""
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.close()
+            self._local.held = None
+
+    def close(self) -> None:
+        """Release every held connection and dispose the engine if the store created it."""
+        self._closed = True
+        with self._held_guard:
+            helds = list(self._held)
+        for held in helds:
+            held.close()
+        self._local = threading.local()
+        if self._owns_engine:
+            self.engine.dispose()
+
+    def __enter__(self) -> "TelemetryStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transactions ------------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator[_DbapiTx]:
+        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection (rolled back on error)."""
+        conn = self.connection()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield _DbapiTx(conn)
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+
+    @contextmanager
+    def read(self, snapshot: bool = True) -> Iterator[_DbapiTx]:
+        """Reads on this thread's connection; with ``snapshot`` inside a deferred
+        ``BEGIN … COMMIT`` so several SELECTs see one state of the database."""
+        conn = self.connection()
+        if not snapshot or conn.in_transaction:  # one statement, or nested in a transaction
+            yield _DbapiTx(conn)
+            return
+        conn.execute("BEGIN")
+        try:
+            yield _DbapiTx(conn)
+        finally:
+            conn.commit()
+
+    def execute_pair(self, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
+        """Hot path: two statements in one ``BEGIN IMMEDIATE`` transaction; returns the first
+        statement's ``lastrowid``."""
+        conn = self.connection()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                rowid = conn.execute(sql1, args1).lastrowid
+                conn.execute(sql2, args2)
+            except BaseException:
+                conn.rollback()
+                raise
+            conn.commit()
+        return rowid
+
+
+#: What the query functions accept as their first argument.
+Target = TelemetryStore | Connection | Engine
+
+
+@contextmanager
+def write_tx(target: Target) -> Iterator[_DbapiTx | _SaTx]:
+    """A write transaction on any :data:`Target` (``BEGIN IMMEDIATE`` on SQLite).
+
+    A ``Connection`` already inside a transaction is used as is (the caller commits).
+    """
+    if isinstance(target, TelemetryStore):
+        with target.write() as tx:
+            yield tx
+    elif isinstance(target, Connection):
+        if target.in_transaction():
+            yield _SaTx(target)
+        else:
+            target.execution_options(hermes_begin="IMMEDIATE")
+            with target.begin():
+                yield _SaTx(target)
+    elif isinstance(target, Engine):
+        with target.connect() as conn:
+            conn.execution_options(hermes_begin="IMMEDIATE")
+            with conn.begin():
+                yield _SaTx(conn)
+    else:
+        raise TypeError(f"expected TelemetryStore, Connection or Engine, got {type(target).__name__}")
+
+
+@contextmanager
+def read_tx(target: Target, snapshot: bool = False) -> Iterator[_DbapiTx | _SaTx]:
+    """Reads on any :data:`Target` (``snapshot``: one transaction for several SELECTs)."""
+    if isinstance(target, TelemetryStore):
+        with target.read(snapshot) as tx:
+            yield tx
+    elif isinstance(target, Connection):
+        yield _SaTx(target)
+    elif isinstance(target, Engine):
+        with target.connect() as conn:
+            yield _SaTx(conn)
+    else:
+        raise TypeError(f"expected TelemetryStore, Connection or Engine, got {type(target).__name__}")
+
+
+def compiled_sql(stmt: Any) -> str:
+    """The SQLite SQL a Core construct compiles to (for tests, docs and ``EXPLAIN``)."""
+    return str(stmt.compile(dialect=_DIALECT))

@@ -1,0 +1,30 @@
+"""Fixtures of the telemetry query-API tests: a real SQLite file per test, schema at head."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from hermes_data.telemetry.schema import metadata
+from hermes_data.telemetry.store import TelemetryStore
+
+#: A fixed "now" so window tests are exact and independent of the wall clock.
+NOW = datetime(2026, 7, 20, 15, 30, 0, tzinfo=timezone.utc)
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return tmp_path / "telemetry.db"
+
+
+@pytest.fixture
+def store(db_path):
+    with TelemetryStore(db_path) as s:
+        metadata.create_all(s.engine)
+        yield s
+
+
+def iso(*args: int) -> str:
+    """Canonical stored form of a UTC datetime given as (y, m, d, H, M, S[, us])."""
+    return datetime(*args, tzinfo=timezone.utc).isoformat()
