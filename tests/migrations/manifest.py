@@ -53,6 +53,11 @@ MUTABLE_BY_RULE = {"schema_version", "known_free_models", "free_paid_transitions
 def v17_survivors(con: sqlite3.Connection) -> tuple[set, set]:
     """(known_free_models keys, free_paid_transitions keys) that the v17 rule keeps, computed
     in Python over an *unadopted* file — independent of the SQL in the revision."""
+    def exists(table: str) -> bool:
+        return con.execute("SELECT 1 FROM sqlite_master WHERE name = ?", (table,)).fetchone() is not None
+
+    if not exists("known_free_models"):
+        return set(), set()
     free = [tuple(r) for r in con.execute("SELECT model, provider FROM known_free_models")]
     evidence = {
         (m, p) for m, p, cost, tin, tout in con.execute(
@@ -62,7 +67,7 @@ def v17_survivors(con: sqlite3.Connection) -> tuple[set, set]:
     doomed = {(m, p) for m, p in free if p != "" and (m, p) not in evidence}
     kept_free = set(free) - doomed
     transitions = {tuple(r) for r in con.execute("SELECT model, provider FROM free_paid_transitions")} \
-        if con.execute("SELECT 1 FROM sqlite_master WHERE name='free_paid_transitions'").fetchone() else set()
+        if exists("free_paid_transitions") else set()
     return kept_free, transitions - doomed
 
 
