@@ -1,0 +1,5 @@
+"""Alembic environment of the session store: everything lives in hermes_data.migrate."""
+
+from hermes_data.migrate import run_env
+
+run_env("sessions")

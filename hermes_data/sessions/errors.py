@@ -1,0 +1,67 @@
+"""Exceptions of the session store (spec sessions.md §8.13, the ones that exist at this level)."""
+
+from __future__ import annotations
+
+from ..errors import HermesDataError
+
+
+class SessionStoreError(HermesDataError):
+    """Base class of the session store's errors."""
+
+
+class SessionNotFoundError(SessionStoreError, LookupError):
+    """A write targeted a session id that does not exist."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r} does not exist; create it with create_session() first")
+
+
+class CompressionSessionClosedError(SessionStoreError):
+    """A write targeted a session that already continued in a compression child."""
+
+    def __init__(self, session_id: str, child_id: str | None = None) -> None:
+        self.session_id = session_id
+        self.child_id = child_id
+        hint = f" (its continuation is {child_id!r})" if child_id else ""
+        super().__init__(
+            f"session {session_id!r} ended with 'compression'{hint}; append to the compression "
+            "tip instead (get_compression_tip()). The store is healthy.")
+
+
+class CompressionSessionBusyError(SessionStoreError):
+    """``publish_compression_child`` was given a lease holder that does not own a live lease."""
+
+
+class CompressionPublishError(SessionStoreError, ValueError):
+    """``publish_compression_child`` refused: missing/ended parent, empty handoff, or a race."""
+
+
+class SessionResumeTooLargeError(SessionStoreError):
+    """A resume would materialise more messages than ``sessions.max_resume_messages`` allows."""
+
+    def __init__(self, count: int, limit: int, scope: str) -> None:
+        self.count, self.limit, self.scope = count, limit, scope
+        super().__init__(
+            f"session has more than {limit} messages {scope} (counted {count}); raise "
+            "sessions.max_resume_messages (0 disables the guard) or resume the tip only")
+
+
+class SessionExportTooLargeError(SessionStoreError):
+    """An export of one session would exceed ``sessions.max_export_messages``."""
+
+    def __init__(self, session_id: str, count: int, limit: int) -> None:
+        self.session_id, self.count, self.limit = session_id, count, limit
+        super().__init__(
+            f"session {session_id!r} has more than {limit} active messages (counted {count}); "
+            "raise sessions.max_export_messages (0 disables the guard)")
+
+
+class SchemaBehindError(SessionStoreError):
+    """A read-only open found the database behind the head shape (no DDL was run)."""
+
+    def __init__(self, missing: str) -> None:
+        self.missing = missing
+        super().__init__(
+            f"state.db is behind the session-store schema: {missing} is missing; open it once "
+            "writable (or run `hermes-data upgrade --store sessions`)")

@@ -1,0 +1,176 @@
+"""Migration hooks of the session store (``store_spec("sessions")``).
+
+The baseline revision ``s01_baseline`` is idempotent on an upstream ``state.db``; these hooks
+inspect the file before it runs (adoption is never a blind stamp), and afterwards reconcile
+add-only towards the head metadata, run the FTS checks of spec sessions.md §4.7 and report
+foreign objects, all inside the upgrade's one ``BEGIN IMMEDIATE`` transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from ..errors import AdoptionError
+from ..migrate import StoreSpec, UpgradeReport, current_revision
+from ..shape import INTERNAL_TABLES, Shape, metadata_shape
+from . import opening, sql
+from .schema import metadata
+
+log = logging.getLogger("hermes_data.sessions.migration")
+
+#: Session-store busy timeout: contention is handled by jittered retries (spec §8.5).
+BUSY_TIMEOUT_MS = 1000
+
+
+def is_fts_table(name: str) -> bool:
+    """FTS5 virtual tables of the store and their shadow tables (not part of the metadata)."""
+    if name in sql.FTS_VIRTUAL_TABLES:
+        return True
+    return any(name == base + sfx for base in sql.FTS_VIRTUAL_TABLES
+               for sfx in sql.FTS_SHADOW_SUFFIXES)
+
+
+def _tables(conn: Connection) -> set[str]:
+    return {r[0] for r in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+
+
+def _columns(conn: Connection, table: str) -> list[str]:
+    return [r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")').fetchall()]
+
+
+def missing_core(conn: Connection) -> list[str]:
+    """Core tables/columns/indexes absent from the live database (read-only)."""
+    out: list[str] = []
+    tables = _tables(conn)
+    indexes = {r[0] for r in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+    for table in metadata.sorted_tables:
+        if table.name not in tables:
+            out.append(table.name)
+            continue
+        have = set(_columns(conn, table.name))
+        out.extend(f"{table.name}.{c.name}" for c in table.columns if c.name not in have)
+        out.extend(ix.name for ix in table.indexes if ix.name not in indexes)
+    return out
+
+
+def needs_adoption(conn: Connection) -> bool:
+    """Read-only: a versioned file that still lacks core objects is upgraded again."""
+    return bool(missing_core(conn))
+
+
+def before_upgrade(conn: Connection, report: UpgradeReport) -> None:
+    """Inspect an unversioned upstream ``state.db`` before the baseline adopts it."""
+    if current_revision(conn) is not None:
+        return
+    tables = _tables(conn)
+    if "sessions" not in tables:
+        return  # fresh file: the baseline creates everything
+    required = {"sessions": ("id", "source", "started_at"),
+                "messages": ("id", "session_id", "role", "timestamp")}
+    for table, cols in required.items():
+        if table not in tables:
+            continue
+        lacking = [c for c in cols if c not in _columns(conn, table)]
+        if lacking:
+            raise AdoptionError(f"{table} lacks {', '.join(lacking)}: not an adoptable state.db; "
+                                "it was left unchanged")
+    version = None
+    if "schema_version" in tables:
+        row = conn.exec_driver_sql("SELECT MAX(version) FROM schema_version").first()
+        version = row[0] if row else None
+    layout = opening.read_fts_state(conn).layout if "messages" in tables else "absent"
+    report.adopted_from = (f"upstream state.db (schema_version {version}, {layout} FTS layout)")
+    log.info("adopting %s in place", report.adopted_from)
+
+
+def _canonical_column_ddl(conn: Connection, col: sa.Column) -> str:
+    ddl = str(sa.schema.CreateColumn(col).compile(dialect=conn.dialect)).strip()
+    for fk in col.foreign_keys:
+        ddl += f" REFERENCES {fk.column.table.name}({fk.column.name})"
+    return ddl
+
+
+def reconcile(conn: Connection, report: UpgradeReport) -> None:
+    """Add-only reconciliation towards the head metadata (missing tables, columns, indexes)."""
+    tables = _tables(conn)
+    for table in metadata.sorted_tables:
+        if table.name not in tables:
+            table.create(conn)
+            report.repairs.append(f"created table {table.name}")
+            continue
+        have = set(_columns(conn, table.name))
+        for col in table.columns:
+            if col.name in have:
+                continue
+            try:
+                with conn.begin_nested():
+                    conn.exec_driver_sql(
+                        f'ALTER TABLE "{table.name}" ADD COLUMN {_canonical_column_ddl(conn, col)}')
+                report.repairs.append(f"added column {table.name}.{col.name}")
+            except sa.exc.OperationalError as exc:
+                msg = str(exc).lower()
+                if "duplicate column" in msg:
+                    log.debug("column %s.%s added by a sibling", table.name, col.name)
+                elif "locked" in msg or "busy" in msg:
+                    raise
+                else:
+                    log.warning("could not add column %s.%s: %s", table.name, col.name, exc)
+    indexes = {r[0] for r in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+    for table in metadata.sorted_tables:
+        for ix in table.indexes:
+            if ix.name not in indexes:
+                ix.create(conn, checkfirst=True)
+                report.repairs.append(f"created index {ix.name}")
+
+
+def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
+    """Reconcile, heal NULL ``active``, run the FTS checks and report foreign objects."""
+    reconcile(conn, report)
+    if opening.needs_null_active_heal(conn):
+        n = opening.heal_null_active(conn)
+        report.repairs.append(f"set active = 1 on {n} message(s) with NULL active")
+    opening.apply_fts_checks(conn, report.repairs)
+    core = {t.name for t in metadata.sorted_tables}
+    for name in sorted(_tables(conn)):
+        if name in core or name in INTERNAL_TABLES or name.startswith("sqlite_") or is_fts_table(name):
+            continue
+        report.extra_objects.append(f"table {name} (not part of the core; left untouched)")
+    for table in metadata.sorted_tables:
+        declared = {c.name for c in table.columns}
+        extra = [c for c in _columns(conn, table.name) if c not in declared]
+        if extra:
+            report.extra_objects.append(
+                f"{table.name}: {len(extra)} upstream column(s) kept: {', '.join(extra)}")
+
+
+def ignore_table(name: str) -> bool:
+    """FTS5 virtual and shadow tables are created by fragments, not by the metadata."""
+    return is_fts_table(name)
+
+
+def expected_shape() -> Shape:
+    """Head shape: the metadata plus the FTS views and triggers of the current layout."""
+    base = metadata_shape(metadata)
+    others = dict(base.other_objects)
+    others.update({name: "view" for name in sql.FTS_VIEWS})
+    others.update({name: "trigger" for name in sql.FTS_TRIGGERS})
+    return replace(base, other_objects=others)
+
+
+SPEC = StoreSpec(
+    name="sessions",
+    metadata=metadata,
+    busy_timeout_ms=BUSY_TIMEOUT_MS,
+    before_upgrade=before_upgrade,
+    after_upgrade=after_upgrade,
+    needs_adoption=needs_adoption,
+    ignore_table=ignore_table,
+    expected_shape=expected_shape,
+)

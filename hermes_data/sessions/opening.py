@@ -1,0 +1,464 @@
+"""Open-time checks of the session store, read-gated (spec sessions.md §2.7, §4.7, §8.4).
+
+Every step first *reads* whether it has work to do; only then does it write, inside the
+caller's ``BEGIN IMMEDIATE`` transaction. A settled database therefore opens with zero
+write statements (§8.4).
+
+* FTS capability probes (FTS5 module, trigram tokenizer) with degradation.
+* FTS layout detection (current external-content vs legacy inline) and the trigger-set
+  check per half, narrowing of broad update triggers, missing-trigger repair with a
+  rebuild/repopulation under the cross-process admission lock ``<db>.fts_rebuild.lock``.
+* ``fts_stale`` honouring and recovery (only when no other process holds the file).
+* NULL-``active`` heal, the ``db_file_generation`` token and ``application_id``.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import re
+import secrets
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import sql
+
+log = logging.getLogger("hermes_data.sessions.opening")
+
+#: Admission-lock patience for FTS rebuilds (two concurrent rebuilds corrupted databases).
+REBUILD_LOCK_WAIT_S = 120.0
+REBUILD_LOCK_POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class FtsCapabilities:
+    """What this SQLite build can do for full-text search."""
+
+    fts5: bool
+    trigram: bool
+
+
+_forced_capabilities: FtsCapabilities | None = None
+_probed: FtsCapabilities | None = None
+
+
+def force_capabilities(caps: FtsCapabilities | None) -> None:
+    """Pretend the SQLite build has ``caps`` (tests exercise degraded hosts); ``None`` resets."""
+    global _forced_capabilities
+    _forced_capabilities = caps
+
+
+def capabilities(conn: Connection) -> FtsCapabilities:
+    """Probe FTS5 and the trigram tokenizer with TEMP virtual tables (never touches main)."""
+    global _probed
+    if _forced_capabilities is not None:
+        return _forced_capabilities
+    if _probed is not None:
+        return _probed
+    fts5 = _probe(conn, "CREATE VIRTUAL TABLE temp.hermes_fts5_probe USING fts5(x)",
+                  "hermes_fts5_probe")
+    trigram = fts5 and _probe(
+        conn, "CREATE VIRTUAL TABLE temp.hermes_trigram_probe USING fts5(x, tokenize='trigram')",
+        "hermes_trigram_probe")
+    _probed = FtsCapabilities(fts5, trigram)
+    return _probed
+
+
+def _probe(conn: Connection, ddl: str, name: str) -> bool:
+    try:
+        with conn.begin_nested():
+            conn.exec_driver_sql(ddl)
+            conn.exec_driver_sql(f"DROP TABLE temp.{name}")
+        return True
+    except sa.exc.OperationalError as exc:
+        msg = str(exc).lower()
+        if "no such module" in msg or "no such tokenizer" in msg or "parse error" in msg:
+            return False
+        raise
+
+
+# ---------------------------------------------------------------------------------------
+# Reading the FTS state
+# ---------------------------------------------------------------------------------------
+
+
+def _collapse(s: str | None) -> str:
+    return re.sub(r"\s+", " ", s or "").strip().lower()
+
+
+def is_broad_update_trigger(ddl: str | None) -> bool:
+    """True for an ``AFTER UPDATE ON`` trigger lacking the ``AFTER UPDATE OF`` narrowing."""
+    d = _collapse(ddl)
+    return "after update on" in d and "after update of" not in d
+
+
+@dataclass
+class FtsState:
+    """What ``sqlite_master`` and ``state_meta`` say about the FTS objects (read-only)."""
+
+    layout: str  # "current" | "legacy" | "absent"
+    objects: dict[str, str] = field(default_factory=dict)  # name -> sql
+    stale: bool = False
+    messages_nonempty: bool = False
+    caps: FtsCapabilities = FtsCapabilities(True, True)
+
+    @property
+    def trigram_layout(self) -> str:
+        ddl = self.objects.get("messages_fts_trigram")
+        if ddl is None:
+            return "absent"
+        return "legacy" if "tool_name" not in _collapse(ddl) else "current"
+
+    def missing(self, names: tuple[str, ...]) -> list[str]:
+        return [n for n in names if n not in self.objects]
+
+    @property
+    def base_missing(self) -> bool:
+        return bool(self.missing(sql.BASE_TRIGGERS))
+
+    @property
+    def trigram_expected(self) -> bool:
+        if not self.caps.trigram:
+            return False
+        # A legacy file without a trigram table never gets one (no new DDL on legacy).
+        return not (self.layout == "legacy" and "messages_fts_trigram" not in self.objects)
+
+    @property
+    def trigram_missing(self) -> bool:
+        return self.trigram_expected and bool(self.missing(sql.TRIGRAM_TRIGGERS)
+                                              or "messages_fts_trigram" not in self.objects)
+
+    @property
+    def broad_updates(self) -> list[str]:
+        return [n for n in ("messages_fts_update", "messages_fts_trigram_update")
+                if n in self.objects and is_broad_update_trigger(self.objects[n])]
+
+    def needs_work(self) -> bool:
+        if not self.caps.fts5:
+            return any(t in self.objects for t in sql.FTS_TRIGGERS)
+        if self.stale:
+            return True  # recovery is attempted; it writes only when it can recover
+        if self.layout == "absent":
+            return True
+        return self.base_missing or self.trigram_missing or bool(self.broad_updates)
+
+
+def read_fts_state(conn: Connection) -> FtsState:
+    """Read-only snapshot of the FTS objects of the database behind ``conn``."""
+    rows = conn.exec_driver_sql(
+        "SELECT name, sql FROM sqlite_master WHERE name IN ("
+        + ", ".join("'" + n + "'" for n in (*sql.FTS_VIRTUAL_TABLES, *sql.FTS_VIEWS, *sql.FTS_TRIGGERS))
+        + ")").fetchall()
+    objects = {r[0]: r[1] or "" for r in rows}
+    base = objects.get("messages_fts")
+    layout = "absent" if base is None else ("current" if "tool_name" in _collapse(base) else "legacy")
+    stale = conn.exec_driver_sql(
+        "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").first() is not None
+    nonempty = conn.exec_driver_sql("SELECT 1 FROM messages LIMIT 1").first() is not None
+    return FtsState(layout, objects, stale, nonempty, capabilities(conn))
+
+
+# ---------------------------------------------------------------------------------------
+# Admission lock and holders
+# ---------------------------------------------------------------------------------------
+
+
+def database_path(conn: Connection) -> Path | None:
+    """The file behind ``conn`` (None for non-file databases)."""
+    db = conn.engine.url.database
+    return Path(db) if db and db != ":memory:" and not db.startswith("file:") else None
+
+
+@contextmanager
+def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S) -> Iterator[bool]:
+    """Hold ``<db>.fts_rebuild.lock`` (flock on a sidecar, never on the database file).
+
+    Yields True when admitted, False after ``wait_s`` without the lock (fail closed).
+    """
+    if db_path is None:
+        yield True
+        return
+    lock_path = f"{db_path}.fts_rebuild.lock"
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    deadline = time.monotonic() + wait_s
+    admitted = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                admitted = True
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    raise
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(REBUILD_LOCK_POLL_S)
+        yield admitted
+    finally:
+        if admitted:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def foreign_holders(db_path: Path | None) -> int | None:
+    """Number of *other* processes holding the database or its sidecars (psutil; lower bound).
+
+    ``None`` when it cannot be determined.
+    """
+    if db_path is None:
+        return None
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover - psutil is a required dependency
+        return None
+    targets = {str(db_path.resolve()) + suffix for suffix in ("", "-wal", "-shm")}
+    me = os.getpid()
+    count = 0
+    for proc in psutil.process_iter(["pid"]):
+        if proc.info["pid"] == me:
+            continue
+        try:
+            paths = {f.path.removesuffix(" (deleted)") for f in proc.open_files()}
+        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if paths & targets:
+            count += 1
+    return count
+
+
+# ---------------------------------------------------------------------------------------
+# Applying the FTS checks (inside the caller's write transaction)
+# ---------------------------------------------------------------------------------------
+
+
+def _drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
+    dropped = []
+    for name in sql.FTS_TRIGGERS:
+        if name in state.objects:
+            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+            dropped.append(name)
+    return dropped
+
+
+def _mark_stale(conn: Connection) -> None:
+    conn.exec_driver_sql("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                         (str(time.time()),))
+
+
+def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None:
+    keys = "'fts_rebuild_high_water', 'fts_rebuild_progress'" + (", 'fts_stale'" if stale_too else "")
+    conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key IN ({keys})")
+
+
+def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
+    """Create the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
+    created = []
+    objs = sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if trigram else ())
+    existing = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master").fetchall()}
+    for name, ddl in objs:
+        if name not in existing:
+            conn.exec_driver_sql(ddl)
+            created.append(name)
+    return created
+
+
+def _rebuild_current(conn: Connection, trigram: bool) -> None:
+    conn.execute(sql.FTS_REBUILD)
+    if trigram:
+        conn.execute(sql.FTS_TRIGRAM_REBUILD)
+    _clear_rebuild_markers(conn)
+
+
+def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list[str]:
+    """Bring the FTS objects to the expected state for their layout; returns what it did.
+
+    Runs inside the caller's write transaction; writes nothing when :func:`read_fts_state`
+    shows nothing to do.
+    """
+    done: list[str] = [] if repairs is None else repairs
+    state = read_fts_state(conn)
+    if not state.needs_work():
+        return done
+    db_path = database_path(conn)
+    if not state.caps.fts5:
+        dropped = _drop_fts_triggers(conn, state)
+        if dropped:
+            done.append(f"FTS5 unavailable: dropped triggers {', '.join(dropped)}; search uses LIKE")
+        return done
+    if state.stale:
+        return _handle_stale(conn, state, db_path, done)
+
+    trigram_ok = state.caps.trigram
+    if state.layout == "absent":
+        created = create_current_layout(conn, trigram=trigram_ok)
+        done.append(f"created FTS objects: {', '.join(created)}")
+        if state.messages_nonempty:
+            _guarded_rebuild(conn, state, db_path, done, lambda: _rebuild_current(conn, trigram_ok))
+        return done
+
+    for name in state.broad_updates:
+        table = "messages_fts" if name == "messages_fts_update" else "messages_fts_trigram"
+        layout = state.layout if table == "messages_fts" else state.trigram_layout
+        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        if layout == "legacy":
+            conn.exec_driver_sql(sql.legacy_trigger_ddl(table, "update"))
+        else:
+            ddl = dict(sql.FTS_OBJECTS_V3)[name]
+            conn.exec_driver_sql(ddl)
+        state.objects[name] = "narrowed"
+        done.append(f"narrowed broad update trigger {name} ({layout} layout)")
+
+    if state.base_missing or state.trigram_missing:
+        if state.layout == "legacy":
+            _repair_legacy(conn, state, db_path, done)
+        else:
+            missing_base, missing_tri = state.base_missing, state.trigram_missing
+            created = create_current_layout(conn, trigram=trigram_ok)
+            done.append(f"recreated FTS objects: {', '.join(created)}")
+            if state.messages_nonempty and (missing_base or missing_tri):
+                _guarded_rebuild(conn, state, db_path, done,
+                                 lambda: _rebuild_current(conn, trigram_ok))
+    return done
+
+
+def _repair_legacy(conn: Connection, state: FtsState, db_path: Path | None, done: list[str]) -> None:
+    halves = []
+    if state.base_missing:
+        halves.append("messages_fts")
+    if state.trigram_missing and "messages_fts_trigram" in state.objects:
+        halves.append("messages_fts_trigram")
+
+    def work() -> None:
+        for table in halves:
+            for kind in ("insert", "delete", "update"):
+                conn.exec_driver_sql(sql.legacy_trigger_ddl(table, kind))
+            if state.messages_nonempty:
+                for stmt in sql.legacy_repopulate(table):
+                    conn.execute(stmt)
+            done.append(f"recreated legacy triggers of {table} and repopulated it")
+
+    if state.messages_nonempty:
+        _guarded_rebuild(conn, state, db_path, done, work)
+    else:
+        work()
+
+
+def _guarded_rebuild(conn, state: FtsState, db_path, done: list[str], work) -> None:
+    with rebuild_admission(db_path) as admitted:
+        if admitted:
+            work()
+            done.append("FTS index rebuilt under the admission lock")
+            return
+    # Fail closed: detach the indexes, search falls back to LIKE, retry at a later open.
+    _mark_stale(conn)
+    _drop_fts_triggers(conn, read_fts_state(conn))
+    log.warning("FTS rebuild admission lock busy: marked fts_stale; search uses LIKE until a "
+                "later open rebuilds")
+    done.append("FTS rebuild deferred (admission lock busy): fts_stale set")
+
+
+def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
+    holders = foreign_holders(db_path)
+    if holders == 0:
+        with rebuild_admission(db_path, wait_s=0.0) as admitted:
+            if admitted:
+                for name in sql.FTS_TRIGGERS:
+                    conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+                if state.layout == "legacy":
+                    tables = [t for t in sql.FTS_VIRTUAL_TABLES if t in state.objects]
+                    for table in tables:
+                        for kind in ("insert", "delete", "update"):
+                            conn.exec_driver_sql(sql.legacy_trigger_ddl(table, kind))
+                        for stmt in sql.legacy_repopulate(table):
+                            conn.execute(stmt)
+                else:
+                    for name in ("messages_fts_trigram", "messages_fts"):
+                        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+                    for name in sql.FTS_VIEWS:
+                        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
+                    create_current_layout(conn, trigram=state.caps.trigram)
+                    conn.execute(sql.FTS_REBUILD)
+                    if state.caps.trigram:
+                        conn.execute(sql.FTS_TRIGRAM_REBUILD)
+                _clear_rebuild_markers(conn, stale_too=True)
+                done.append("recovered stale FTS indexes (rebuilt, fts_stale cleared)")
+                return done
+    dropped = _drop_fts_triggers(conn, state)
+    if dropped:
+        done.append(f"fts_stale present: kept FTS triggers absent ({', '.join(dropped)})")
+    log.info("fts_stale present and the database is shared (holders=%s): recovery deferred", holders)
+    return done
+
+
+def stale_recovery_pending(state: FtsState) -> bool:
+    """True when an open should attempt stale recovery (it writes only if it can recover)."""
+    return state.stale
+
+
+# ---------------------------------------------------------------------------------------
+# Other gated heals (§8.4)
+# ---------------------------------------------------------------------------------------
+
+
+def needs_null_active_heal(conn: Connection) -> bool:
+    """Read probe: any message with NULL ``active`` (served by idx_messages_active_null)."""
+    return conn.exec_driver_sql(
+        "SELECT 1 FROM messages WHERE active IS NULL LIMIT 1").first() is not None
+
+
+def heal_null_active(conn: Connection) -> int:
+    """Set NULL ``active`` to 1 (write; call only after :func:`needs_null_active_heal`)."""
+    return conn.exec_driver_sql("UPDATE messages SET active = 1 WHERE active IS NULL").rowcount
+
+
+def read_generation(conn: Connection) -> str | None:
+    """The ``db_file_generation`` token, or None before the first writable open."""
+    row = conn.exec_driver_sql(
+        "SELECT value FROM state_meta WHERE key = 'db_file_generation'").first()
+    return row[0] if row else None
+
+
+def mint_generation(conn: Connection) -> str:
+    """Insert a generation token if absent and return the winner's token."""
+    conn.exec_driver_sql("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
+                         "('db_file_generation', ?)", (secrets.token_hex(16),))
+    token = read_generation(conn)
+    assert token is not None
+    app_id = conn.exec_driver_sql("PRAGMA application_id").scalar()
+    if not app_id:
+        value = (int(token[:8], 16) & 0x7FFFFFFF) or 1
+        conn.exec_driver_sql(f"PRAGMA application_id = {int(value)}")
+    return token
+
+
+def needs_fts_storage_version(conn: Connection, state: FtsState) -> bool:
+    """Read: should ``fts_storage_version`` be written as '3' (§4.7)?"""
+    if state.layout != "current" or state.stale:
+        return False
+    row = conn.exec_driver_sql(
+        "SELECT value FROM state_meta WHERE key = 'fts_storage_version'").first()
+    if row is not None and row[0] == "3":
+        return False
+    if conn.exec_driver_sql(
+            "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'").first():
+        return False
+    if state.messages_nonempty and not conn.exec_driver_sql(
+            "SELECT 1 FROM messages_fts_docsize LIMIT 1").first():
+        return False
+    return True
+
+
+def write_fts_storage_version(conn: Connection) -> None:
+    """Record the current external-content layout as complete."""
+    conn.exec_driver_sql("INSERT INTO state_meta(key, value) VALUES ('fts_storage_version', '3') "
+                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value")

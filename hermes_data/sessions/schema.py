@@ -1,0 +1,150 @@
+"""Head shape of the session store (``state.db``): the single schema authority for its tables.
+
+Only the *core* columns of spec sessions.md §2 are declared. Upstream databases carry many
+more columns and tables; the store tolerates them (explicit column lists everywhere) and
+never drops them. Column order follows the spec tables, which is also the order a fresh
+``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
+get missing core columns appended (order is not part of this store's contract, §2.8).
+
+The full-text objects (two views, two FTS5 tables, six triggers) are not expressible in Core;
+they are named ``text()`` fragments in :mod:`hermes_data.sessions.sql`.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from ..types import INTEGER, REAL, TEXT
+
+metadata = sa.MetaData()
+
+# TEXT primary keys are declared nullable on purpose: upstream wrote ``id TEXT PRIMARY KEY``,
+# which PRAGMA table_info reports as notnull=0, and an adopted file must match the head.
+
+
+def _zero() -> sa.TextClause:
+    return sa.text("0")
+
+
+system_prompts = sa.Table(
+    "system_prompts", metadata,
+    sa.Column("hash", TEXT, primary_key=True, nullable=True),
+    sa.Column("prompt", TEXT, nullable=False),
+)
+
+sessions = sa.Table(
+    "sessions", metadata,
+    sa.Column("id", TEXT, primary_key=True, nullable=True),
+    sa.Column("source", TEXT, nullable=False),
+    sa.Column("user_id", TEXT),
+    sa.Column("session_key", TEXT),
+    sa.Column("chat_id", TEXT),
+    sa.Column("chat_type", TEXT),
+    sa.Column("thread_id", TEXT),
+    sa.Column("display_name", TEXT),
+    sa.Column("origin_json", TEXT),
+    sa.Column("model", TEXT),
+    sa.Column("model_config", TEXT),
+    sa.Column("system_prompt", TEXT),
+    sa.Column("system_prompt_hash", TEXT, sa.ForeignKey("system_prompts.hash")),
+    sa.Column("parent_session_id", TEXT, sa.ForeignKey("sessions.id")),
+    sa.Column("started_at", REAL, nullable=False),
+    sa.Column("ended_at", REAL),
+    sa.Column("end_reason", TEXT),
+    sa.Column("message_count", INTEGER, server_default=_zero()),
+    sa.Column("tool_call_count", INTEGER, server_default=_zero()),
+    sa.Column("input_tokens", INTEGER, server_default=_zero()),
+    sa.Column("output_tokens", INTEGER, server_default=_zero()),
+    sa.Column("cwd", TEXT),
+    sa.Column("git_branch", TEXT),
+    sa.Column("git_repo_root", TEXT),
+    sa.Column("billing_provider", TEXT),
+    sa.Column("estimated_cost_usd", REAL),
+    sa.Column("actual_cost_usd", REAL),
+    sa.Column("title", TEXT),
+    sa.Column("title_source", TEXT),
+    sa.Column("last_activity_at", REAL),
+    sa.Column("profile_name", TEXT),
+    sa.Column("archived", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("pinned", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("hidden", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("last_read_at", REAL),
+)
+
+messages = sa.Table(
+    "messages", metadata,
+    sa.Column("id", INTEGER, primary_key=True),
+    sa.Column("session_id", TEXT, sa.ForeignKey("sessions.id"), nullable=False),
+    sa.Column("role", TEXT, nullable=False),
+    sa.Column("content", TEXT),
+    sa.Column("tool_call_id", TEXT),
+    sa.Column("tool_calls", TEXT),
+    sa.Column("tool_name", TEXT),
+    sa.Column("timestamp", REAL, nullable=False),
+    sa.Column("token_count", INTEGER),
+    sa.Column("finish_reason", TEXT),
+    sa.Column("reasoning", TEXT),
+    sa.Column("reasoning_content", TEXT),
+    sa.Column("reasoning_details", TEXT),
+    sa.Column("codex_reasoning_items", TEXT),
+    sa.Column("codex_message_items", TEXT),
+    sa.Column("platform_message_id", TEXT),
+    sa.Column("observed", INTEGER, server_default=_zero()),
+    sa.Column("_compressed_summary", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("effect_disposition", TEXT),
+    sa.Column("active", INTEGER, nullable=False, server_default=sa.text("1")),
+    sa.Column("compacted", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("api_content", TEXT),
+    sa.Column("display_kind", TEXT),
+    sa.Column("display_metadata", TEXT),
+    # Ids are never reused after deletes: the FTS indexes and keyset paging key on them.
+    sqlite_autoincrement=True,
+)
+
+state_meta = sa.Table(
+    "state_meta", metadata,
+    sa.Column("key", TEXT, primary_key=True, nullable=True),
+    sa.Column("value", TEXT),
+)
+
+compression_locks = sa.Table(
+    "compression_locks", metadata,
+    sa.Column("session_id", TEXT, primary_key=True, nullable=True),
+    sa.Column("holder", TEXT, nullable=False),
+    sa.Column("acquired_at", REAL, nullable=False),
+    sa.Column("expires_at", REAL, nullable=False),
+)
+
+session_turn_leases = sa.Table(
+    "session_turn_leases", metadata,
+    sa.Column("conversation_id", TEXT, primary_key=True, nullable=True),
+    sa.Column("holder", TEXT, nullable=False),
+    sa.Column("acquired_at", REAL, nullable=False),
+    sa.Column("expires_at", REAL, nullable=False),
+)
+
+# §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
+sa.Index("idx_sessions_source", sessions.c.source)
+sa.Index("idx_sessions_source_id", sessions.c.source, sessions.c.id)
+sa.Index("idx_sessions_parent", sessions.c.parent_session_id)
+sa.Index("idx_sessions_started", sessions.c.started_at.desc())
+sa.Index("idx_sessions_session_key", sessions.c.session_key, sessions.c.started_at.desc())
+sa.Index("idx_sessions_system_prompt_hash", sessions.c.system_prompt_hash)
+sa.Index(
+    "idx_sessions_effective_activity",
+    sa.text("COALESCE(last_activity_at, started_at) DESC"),
+    sessions.c.started_at.desc(),
+)
+sa.Index(
+    "idx_sessions_title_unique", sessions.c.title, unique=True,
+    sqlite_where=sessions.c.title.isnot(None),
+)
+sa.Index("idx_messages_session", messages.c.session_id, messages.c.timestamp)
+sa.Index("idx_messages_session_id", messages.c.session_id, messages.c.id)
+sa.Index("idx_messages_session_active", messages.c.session_id, messages.c.active, messages.c.timestamp)
+sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None))
+sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
+sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
+
+#: Core table names.
+CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -1,0 +1,413 @@
+"""Named SQL fragments of the session store: what SQLAlchemy Core expresses badly.
+
+* FTS5 full-text objects (spec sessions.md §2.6): two source views, two external-content
+  FTS5 tables and exactly six sync triggers, plus the *legacy inline* trigger shapes used to
+  narrow or repair upstream files that still use that layout (§2.7, §4.7).
+* The lineage predicates and recursive CTEs (§3): canonical compression edge, chain
+  root→tip, tip, compression root, lineage ids, resume target and resume lineage.
+
+Every fragment binds its values; identifiers come only from the fixed allow-lists below.
+
+FROZEN: the ``*_DDL`` strings of the current layout (``FTS_OBJECTS_V3``) are the canonical
+head fragments and are also what the baseline revision ``s01_baseline`` created; that
+revision carries its own copy of the text, so these may only change together with a new
+revision that migrates existing files.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+from sqlalchemy.sql.elements import TextClause
+
+# ---------------------------------------------------------------------------------------
+# Reason sets and constants (§3.1, §5.6)
+# ---------------------------------------------------------------------------------------
+
+RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
+                     "resume_pending_expired")
+AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume",
+                         "startup_orphan_reap", "tui_shutdown", "ws_disconnect",
+                         "idle_timeout", "lru_evict")
+#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §11.8).
+EPOCH_MIN = 946684800
+EPOCH_MAX = 4102444800
+#: Defensive bound on lineage walks; cycles are cut by the visited path long before it.
+MAX_LINEAGE_DEPTH = 100_000
+#: Forward hops of the resume-target walk beyond the compression tip (§4.4).
+RESUME_MAX_HOPS = 32
+#: Tool results are indexed only up to this many characters.
+TOOL_INDEX_PREFIX = 8192
+
+
+def _sql_list(values: tuple[str, ...]) -> str:
+    # Constants of this module only (never user input).
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def J(expr: str, key: str) -> str:
+    """Non-throwing JSON marker lookup: malformed ``model_config`` never raises."""
+    return f"json_extract(CASE WHEN json_valid({expr}) THEN {expr} ELSE '{{}}' END, '$.{key}')"
+
+
+# ---------------------------------------------------------------------------------------
+# FTS5 objects, current layout (storage version 3, §2.6)
+# ---------------------------------------------------------------------------------------
+
+
+def _idx(r: str) -> str:
+    # IDX(r): tool results are indexed only up to an 8192-character prefix.
+    return (f"CASE WHEN {r}.role = 'tool' THEN substr(COALESCE({r}.content, ''), 1, "
+            f"{TOOL_INDEX_PREFIX}) ELSE {r}.content END")
+
+
+def _gate(r: str) -> str:
+    # GATE(r): true for rows that are in the index (outside a deferred-rebuild window).
+    return (f"({r}.id > COALESCE((SELECT CAST(value AS INTEGER) FROM state_meta "
+            f"WHERE key = 'fts_rebuild_high_water'), -1) OR {r}.id <= COALESCE((SELECT "
+            f"CAST(value AS INTEGER) FROM state_meta WHERE key = 'fts_rebuild_progress'), -1))")
+
+
+def _tri_session(s: str) -> str:
+    # TRI_SESSION(s): cron, subagent and delegate transcripts stay out of the trigram index.
+    return f"{s}.source NOT IN ('cron', 'subagent') AND {J(f'{s}.model_config', '_delegate_from')} IS NULL"
+
+
+def _tri_row(r: str) -> str:
+    # TRI_ROW(r): non-tool rows of trigram-eligible sessions.
+    return (f"{r}.role <> 'tool' AND EXISTS (SELECT 1 FROM sessions WHERE id = {r}.session_id "
+            f"AND {_tri_session('sessions')})")
+
+
+#: View feeding the unicode61 index: tool rows truncated, tool_calls JSON searchable.
+FTS_SRC_VIEW_DDL = (
+    "CREATE VIEW IF NOT EXISTS messages_fts_src AS "
+    f"SELECT id, {_idx('messages')} AS content, tool_name, tool_calls FROM messages"
+)
+#: External-content unicode61 index over messages_fts_src.
+FTS_TABLE_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts USING fts5("
+    "content, tool_name, tool_calls, content='messages_fts_src', content_rowid='id')"
+)
+#: View feeding the trigram index: no tool rows, no cron/subagent/delegate sessions.
+FTS_TRIGRAM_SRC_VIEW_DDL = (
+    "CREATE VIEW IF NOT EXISTS messages_fts_trigram_src AS "
+    "SELECT m.id, m.role, m.content, m.tool_name FROM messages m "
+    f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' AND {_tri_session('s')}"
+)
+#: External-content trigram index (no tool_calls column: storage layout 2).
+FTS_TRIGRAM_TABLE_DDL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS messages_fts_trigram USING fts5("
+    "content, tool_name, content='messages_fts_trigram_src', content_rowid='id', "
+    "tokenize='trigram')"
+)
+
+_FTS_COLS = "rowid, content, tool_name, tool_calls"
+_FTS_NEW = f"new.id, {_idx('new')}, new.tool_name, new.tool_calls"
+_FTS_OLD = f"'delete', old.id, {_idx('old')}, old.tool_name, old.tool_calls"
+
+#: Index a new row (gated).
+FTS_INSERT_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_insert AFTER INSERT ON messages "
+    f"WHEN {_gate('new')} BEGIN "
+    f"INSERT INTO messages_fts({_FTS_COLS}) VALUES ({_FTS_NEW}); END"
+)
+#: Remove a deleted row from the index (gated: a 'delete' for an unindexed row corrupts it).
+FTS_DELETE_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_delete AFTER DELETE ON messages "
+    f"WHEN {_gate('old')} BEGIN "
+    f"INSERT INTO messages_fts(messages_fts, {_FTS_COLS}) VALUES ({_FTS_OLD}); END"
+)
+#: Re-index on a change of an indexed column only (narrowed: flag writes never fire it).
+FTS_UPDATE_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_update "
+    "AFTER UPDATE OF content, tool_name, tool_calls, role ON messages "
+    "WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name "
+    "OR old.tool_calls IS NOT new.tool_calls OR old.role IS NOT new.role) "
+    f"AND {_gate('old')} BEGIN "
+    f"INSERT INTO messages_fts(messages_fts, {_FTS_COLS}) VALUES ({_FTS_OLD}); "
+    f"INSERT INTO messages_fts({_FTS_COLS}) VALUES ({_FTS_NEW}); END"
+)
+#: Index a new row in the trigram index when the row and its session are eligible.
+FTS_TRIGRAM_INSERT_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages "
+    f"WHEN {_tri_row('new')} AND {_gate('new')} BEGIN "
+    "INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
+    "VALUES (new.id, new.content, new.tool_name); END"
+)
+#: Remove a deleted eligible row from the trigram index.
+FTS_TRIGRAM_DELETE_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages "
+    f"WHEN {_tri_row('old')} AND {_gate('old')} BEGIN "
+    "INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) "
+    "VALUES ('delete', old.id, old.content, old.tool_name); END"
+)
+#: Re-index trigram rows; each side guarded separately so role changes into/out of 'tool' work.
+FTS_TRIGRAM_UPDATE_TRIGGER_DDL = (
+    "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_update "
+    "AFTER UPDATE OF content, tool_name, role ON messages "
+    "WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name "
+    f"OR old.role IS NOT new.role) AND {_gate('old')} BEGIN "
+    "INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) "
+    f"SELECT 'delete', old.id, old.content, old.tool_name WHERE {_tri_row('old')}; "
+    "INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
+    f"SELECT new.id, new.content, new.tool_name WHERE {_tri_row('new')}; END"
+)
+
+#: Base half of the current layout, in creation order.
+FTS_BASE_OBJECTS: tuple[tuple[str, str], ...] = (
+    ("messages_fts_src", FTS_SRC_VIEW_DDL),
+    ("messages_fts", FTS_TABLE_DDL),
+    ("messages_fts_insert", FTS_INSERT_TRIGGER_DDL),
+    ("messages_fts_delete", FTS_DELETE_TRIGGER_DDL),
+    ("messages_fts_update", FTS_UPDATE_TRIGGER_DDL),
+)
+#: Trigram half of the current layout, in creation order.
+FTS_TRIGRAM_OBJECTS: tuple[tuple[str, str], ...] = (
+    ("messages_fts_trigram_src", FTS_TRIGRAM_SRC_VIEW_DDL),
+    ("messages_fts_trigram", FTS_TRIGRAM_TABLE_DDL),
+    ("messages_fts_trigram_insert", FTS_TRIGRAM_INSERT_TRIGGER_DDL),
+    ("messages_fts_trigram_delete", FTS_TRIGRAM_DELETE_TRIGGER_DDL),
+    ("messages_fts_trigram_update", FTS_TRIGRAM_UPDATE_TRIGGER_DDL),
+)
+#: The canonical fragments a fresh database receives after ``metadata.create_all()``.
+FTS_OBJECTS_V3 = FTS_BASE_OBJECTS + FTS_TRIGRAM_OBJECTS
+
+BASE_TRIGGERS = ("messages_fts_insert", "messages_fts_delete", "messages_fts_update")
+TRIGRAM_TRIGGERS = ("messages_fts_trigram_insert", "messages_fts_trigram_delete",
+                    "messages_fts_trigram_update")
+FTS_TRIGGERS = BASE_TRIGGERS + TRIGRAM_TRIGGERS
+FTS_VIRTUAL_TABLES = ("messages_fts", "messages_fts_trigram")
+FTS_VIEWS = ("messages_fts_src", "messages_fts_trigram_src")
+#: FTS5 shadow-table suffixes (never part of the metadata shape).
+FTS_SHADOW_SUFFIXES = ("_data", "_idx", "_content", "_docsize", "_config")
+
+#: Rebuild commands (external content: re-read the source view).
+FTS_REBUILD = text("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
+FTS_TRIGRAM_REBUILD = text("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
+
+# ---------------------------------------------------------------------------------------
+# Legacy inline layout (pre-v23 upstream; §2.7, §4.7) — kept, narrowed, repaired in shape
+# ---------------------------------------------------------------------------------------
+
+
+def _legacy_concat(r: str) -> str:
+    return (f"COALESCE({r}.content, '') || ' ' || COALESCE({r}.tool_name, '') || ' ' || "
+            f"COALESCE({r}.tool_calls, '')")
+
+
+def legacy_trigger_ddl(table: str, kind: str) -> str:
+    """Legacy inline trigger ``kind`` (insert/delete/update) for FTS ``table``; update is narrowed."""
+    if table not in FTS_VIRTUAL_TABLES or kind not in ("insert", "delete", "update"):
+        raise ValueError(f"unknown legacy FTS trigger {table}/{kind}")
+    name = f"{table}_{kind}"
+    ins = f"INSERT INTO {table}(rowid, content) VALUES (new.id, {_legacy_concat('new')});"
+    dele = f"DELETE FROM {table} WHERE rowid = old.id;"
+    if kind == "insert":
+        return f"CREATE TRIGGER IF NOT EXISTS {name} AFTER INSERT ON messages BEGIN {ins} END"
+    if kind == "delete":
+        return f"CREATE TRIGGER IF NOT EXISTS {name} AFTER DELETE ON messages BEGIN {dele} END"
+    return (f"CREATE TRIGGER IF NOT EXISTS {name} AFTER UPDATE OF content, tool_name, tool_calls, "
+            f"role ON messages BEGIN {dele} {ins} END")
+
+
+def legacy_repopulate(table: str) -> tuple[TextClause, TextClause]:
+    """Statements refilling a legacy inline FTS ``table`` from ``messages``."""
+    if table not in FTS_VIRTUAL_TABLES:
+        raise ValueError(f"unknown FTS table {table}")
+    return (text(f"DELETE FROM {table}"),
+            text(f"INSERT INTO {table}(rowid, content) SELECT id, {_legacy_concat('messages')} "
+                 "FROM messages"))
+
+
+# ---------------------------------------------------------------------------------------
+# Lineage predicates (§3.2) — one builder shared by listing, reopen and resume
+# ---------------------------------------------------------------------------------------
+
+
+def fork(c: str, p: str) -> str:
+    """FORK(c, p): the child is a tool run or carries a marker naming its own parent."""
+    mc = f"{c}.model_config"
+    return (f"(COALESCE({c}.source, '') = 'tool' OR {J(mc, '_branched_from')} = {p}.id "
+            f"OR {J(mc, '_delegate_from')} = {p}.id OR {J(mc, '_reset_from')} = {p}.id)")
+
+
+def edge(p: str, c: str) -> str:
+    """EDGE(p, c): the canonical compression edge from parent ``p`` to child ``c``."""
+    return (f"({c}.parent_session_id = {p}.id AND {p}.end_reason = 'compression' "
+            f"AND NOT {fork(c, p)})")
+
+
+def branch_child(c: str, alias: str = "bp") -> str:
+    """BRANCH_CHILD(c): marker names the parent, or the legacy ``branched`` parent rule."""
+    return (f"({J(c + '.model_config', '_branched_from')} = {c}.parent_session_id OR EXISTS ("
+            f"SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
+            f"AND {alias}.end_reason = 'branched' AND {c}.started_at >= {alias}.ended_at))")
+
+
+def legacy_reset_child(c: str, alias: str = "rp") -> str:
+    """The legacy (marker-less) reset-child heuristic: same non-empty key, reset-ended parent."""
+    return (f"EXISTS (SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
+            f"AND {alias}.end_reason IN ({_sql_list(RESET_END_REASONS)}) "
+            f"AND COALESCE({c}.session_key, '') <> '' AND {c}.session_key = {alias}.session_key)")
+
+
+def reset_child(c: str, alias: str = "rp") -> str:
+    """RESET_CHILD(c): marker names the parent, or the legacy same-key heuristic."""
+    return (f"({J(c + '.model_config', '_reset_from')} = {c}.parent_session_id "
+            f"OR {legacy_reset_child(c, alias)})")
+
+
+def listable(s: str) -> str:
+    """LISTABLE(s): a root, branch child or reset child, and never a delegate run."""
+    return (f"(({s}.parent_session_id IS NULL OR {branch_child(s)} OR {reset_child(s)}) "
+            f"AND {J(s + '.model_config', '_delegate_from')} IS NULL)")
+
+
+def _in_window(expr: str) -> str:
+    return f"({expr} >= {EPOCH_MIN} AND {expr} < {EPOCH_MAX})"
+
+
+def last_active(s: str) -> str:
+    """LAST_ACTIVE(s): freshest plausible heartbeat or message time, else plausible start."""
+    return (
+        "COALESCE((SELECT MAX(v) FROM ("
+        f"SELECT CASE WHEN {_in_window(s + '.last_activity_at')} THEN {s}.last_activity_at END AS v "
+        f"UNION ALL SELECT MAX(la_m.timestamp) FROM messages la_m WHERE la_m.session_id = {s}.id "
+        f"AND la_m.timestamp >= {EPOCH_MIN} AND la_m.timestamp < {EPOCH_MAX})), "
+        f"CASE WHEN {_in_window(s + '.started_at')} THEN {s}.started_at END)"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Lineage CTEs (§3.3). Cycle safety: every walk carries the path of ids it has visited
+# (separated by char(31)) and stops before revisiting one, so a 500-segment chain is one
+# statement with no depth cap short of MAX_LINEAGE_DEPTH.
+# ---------------------------------------------------------------------------------------
+
+_SEP = "char(31)"
+
+
+def _unseen(path: str, ident: str) -> str:
+    return f"instr({path}, {_SEP} || {ident} || {_SEP}) = 0"
+
+
+def _next_child(cur: str) -> str:
+    # The continuation of `cur`: prefer a child that itself continued, then a live one.
+    return (
+        "(SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+        f"WHERE p.id = {cur} AND {edge('p', 'c')} "
+        "ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0 "
+        "WHEN c.ended_at IS NULL THEN 1 ELSE 2 END, "
+        f"{last_active('c')} DESC, c.started_at DESC, c.id DESC LIMIT 1)"
+    )
+
+
+def _chain_cte(name: str, seed: str) -> str:
+    # chain(id, depth, seen): `seen` holds the ids before `id`.
+    return (
+        f"{name}(id, depth, seen) AS ("
+        f"SELECT {seed}, 0, {_SEP} "
+        "UNION ALL "
+        f"SELECT {_next_child(name + '.id')}, {name}.depth + 1, {name}.seen || {name}.id || {_SEP} "
+        f"FROM {name} WHERE {name}.id IS NOT NULL AND {_unseen(name + '.seen', name + '.id')} "
+        f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
+    )
+
+
+def _up_cte(name: str, seed: str) -> str:
+    # up(id, depth, seen): walk parents while the compression edge holds.
+    return (
+        f"{name}(id, depth, seen) AS ("
+        f"SELECT {seed}, 0, {_SEP} "
+        "UNION ALL "
+        f"SELECT p.id, {name}.depth + 1, {name}.seen || {name}.id || {_SEP} "
+        f"FROM {name} JOIN sessions c ON c.id = {name}.id "
+        "JOIN sessions p ON p.id = c.parent_session_id "
+        f"WHERE {edge('p', 'c')} AND {_unseen(name + '.seen', name + '.id')} "
+        f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
+    )
+
+
+#: Chain root→tip forward from :start (ordered by depth; the first element is :start).
+CHAIN_FROM = text(
+    f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
+    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} ORDER BY depth"
+)
+#: Compression tip of :start (the last element of its chain).
+TIP_OF = text(
+    f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
+    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} "
+    "ORDER BY depth DESC LIMIT 1"
+)
+#: Compression root of :id (walk up while the edge holds).
+ROOT_OF = text(
+    f"WITH RECURSIVE {_up_cte('up', ':id')} "
+    f"SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC LIMIT 1"
+)
+#: Resume lineage of :id: the compression path root … :id, root first.
+RESUME_LINEAGE_OF = text(
+    f"WITH RECURSIVE {_up_cte('up', ':id')} "
+    f"SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC"
+)
+#: Lineage ids of :id: the chain from its compression root, root first (one statement).
+LINEAGE_OF = text(
+    f"WITH RECURSIVE {_up_cte('up', ':id')}, "
+    f"root(id) AS (SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC LIMIT 1), "
+    f"{_chain_cte('chain', '(SELECT id FROM root)')} "
+    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} ORDER BY depth"
+)
+#: Resume target of :start: tip, then up to 32 hops to the newest non-fork, non-reset
+#: child; the deepest visited node with a message wins, else the tip.
+RESUME_TARGET_OF = text(
+    f"WITH RECURSIVE {_chain_cte('chain', ':start')}, "
+    f"tip(id) AS (SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} "
+    "ORDER BY depth DESC LIMIT 1), "
+    "walk(id, depth) AS (SELECT id, 0 FROM tip UNION ALL "
+    "SELECT (SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+    f"WHERE p.id = walk.id AND NOT {fork('c', 'p')} AND NOT {reset_child('c')} "
+    "ORDER BY c.started_at DESC, c.id DESC LIMIT 1), walk.depth + 1 "
+    f"FROM walk WHERE walk.id IS NOT NULL AND walk.depth < {RESUME_MAX_HOPS}) "
+    "SELECT COALESCE((SELECT w.id FROM walk w WHERE w.id IS NOT NULL AND EXISTS "
+    "(SELECT 1 FROM messages m WHERE m.session_id = w.id) ORDER BY w.depth DESC LIMIT 1), "
+    "(SELECT id FROM tip))"
+)
+
+#: Lineage set of :id (ancestors and descendants over EDGE; UNION makes it cycle-safe).
+LINEAGE_SET_CTE = (
+    "WITH RECURSIVE "
+    "anc(id) AS (SELECT :id UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
+    f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c')}), "
+    "des(id) AS (SELECT :id UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
+    f"JOIN sessions c ON c.parent_session_id = p.id WHERE {edge('p', 'c')}), "
+    "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) "
+)
+#: The flag columns a lineage-wide update may touch (identifier allow-list).
+LINEAGE_FLAGS = ("archived", "pinned", "hidden", "last_read_at")
+#: Lineage-wide flag updates, one per allowed column (:id, :value).
+LINEAGE_FLAG_UPDATE = {
+    flag: text(LINEAGE_SET_CTE + f"UPDATE sessions SET {flag} = :value "
+               f"WHERE id IN (SELECT id FROM lineage) AND {flag} IS NOT :value")
+    for flag in LINEAGE_FLAGS
+}
+#: Pinning also un-hides the lineage (seed 003 #106171) — callers skip it for Bot Chat lineages.
+LINEAGE_UNHIDE = text(LINEAGE_SET_CTE + "UPDATE sessions SET hidden = 0 "
+                      "WHERE id IN (SELECT id FROM lineage) AND hidden <> 0")
+#: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
+LINEAGE_HAS_HIDDEN_BOT_CHAT = text(LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions "
+                                   "WHERE id IN (SELECT id FROM lineage) AND hidden = 1 "
+                                   "AND title = 'Bot Chat')")
+#: Compression ancestors of :id (excluding :id) — used by title transfer.
+ANCESTORS_OF = text(
+    f"WITH RECURSIVE {_up_cte('up', ':id')} "
+    f"SELECT id FROM up WHERE depth > 0 AND {_unseen('seen', 'id')} ORDER BY depth"
+)
+
+
+def preview_sql(s: str) -> str:
+    """Preview of session ``s``: first visible user message, newlines flattened, 63 chars."""
+    return (
+        "(SELECT substr(replace(replace(pv.content, char(13), ' '), char(10), ' '), 1, 63) "
+        f"FROM messages pv WHERE pv.session_id = {s}.id AND pv.role = 'user' "
+        "AND pv.content IS NOT NULL AND COALESCE(pv.display_kind, '') <> 'hidden' "
+        "ORDER BY pv.timestamp, pv.id LIMIT 1)"
+    )
