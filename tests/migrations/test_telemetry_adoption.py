@@ -219,3 +219,71 @@ def test_level_detection_is_shape_based_not_ledger_based(tmp_path):
     level, gaps = complete_level(shape, set(range(1, 19)))
     assert level == 2 and gaps == ["index idx_runs_sender"]
     assert diff_shapes(SPEC.head_shape(), shape)  # and the head comparison sees it too
+
+
+def test_v17_deletes_exactly_what_its_rule_selects(tmp_path):
+    pristine_dir = tmp_path / "pristine"
+    pristine_dir.mkdir()
+    work = copy_fixture("legacy-telemetry/telemetry_v16_7e028ef.db", tmp_path)
+    ts = "2026-07-01T00:00:00+00:00"
+    con = sqlite3.connect(work)
+    con.executescript(f"""
+        -- candidate: provider-specific, never served for free -> deleted with its transition
+        INSERT INTO known_free_models VALUES ('paid/model:free', 'openrouter', '{ts}');
+        INSERT INTO free_paid_transitions VALUES ('paid/model:free', 'openrouter', '{ts}', 's1', 0.5, '{ts}');
+        -- the id-change transition of the same base model is not "theirs" -> kept
+        INSERT INTO free_paid_transitions VALUES ('paid/model', 'openrouter', '{ts}', 's1', 0.5, NULL);
+        -- a $0 call with zero tokens is no evidence -> deleted
+        INSERT INTO known_free_models VALUES ('empty/model', 'acme', '{ts}');
+        INSERT INTO llm_calls (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd)
+            VALUES ('s1', '{ts}', 'empty/model', 'acme', 0, 0, 0.0);
+        -- evidence on another provider protects nothing here -> deleted
+        INSERT INTO known_free_models VALUES ('shared/model', 'acme', '{ts}');
+        INSERT INTO llm_calls (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd)
+            VALUES ('s1', '{ts}', 'shared/model', 'other', 10, 5, 0.0);
+        -- a wildcard row of the same model protects only itself -> kept
+        INSERT INTO known_free_models VALUES ('shared/model', '', '{ts}');
+        -- real evidence (cost 0, tokens > 0) -> kept
+        INSERT INTO known_free_models VALUES ('real/free', 'acme', '{ts}');
+        INSERT INTO llm_calls (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd)
+            VALUES ('s1', '{ts}', 'real/free', 'acme', 0, 7, 0.0);
+    """)
+    con.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    con.close()
+    shutil.copyfile(work, pristine_dir / work.name)
+    pristine = pristine_dir / work.name
+    migrate.upgrade("telemetry", work)
+    con = sqlite3.connect(work)
+    free = {tuple(r) for r in con.execute("SELECT model, provider FROM known_free_models")}
+    trans = {tuple(r) for r in con.execute("SELECT model, provider FROM free_paid_transitions")}
+    con.close()
+    assert ("paid/model:free", "openrouter") not in free
+    assert ("empty/model", "acme") not in free
+    assert ("shared/model", "acme") not in free
+    assert {("shared/model", ""), ("real/free", "acme")} <= free
+    assert ("paid/model:free", "openrouter") not in trans
+    assert ("paid/model", "openrouter") in trans
+    pcon = sqlite3.connect(pristine)
+    from .manifest import v17_survivors
+    assert (free, trans) == v17_survivors(pcon)
+    pcon.close()
+
+
+def test_v17_does_not_run_twice(tmp_path):
+    """A legacy file whose ledger already has row 17 ran the repair upstream; when adoption
+    must still run v17 (here: a v14 index is missing, so it stamps v13), the revision sees
+    row 17 and leaves rows recorded since alone."""
+    work = copy_fixture("legacy-telemetry/telemetry_v16_7e028ef.db", tmp_path)
+    con = sqlite3.connect(work)
+    con.executescript("""
+        INSERT INTO schema_version VALUES (17, '2026-07-20T00:00:00+00:00');
+        INSERT INTO known_free_models VALUES ('late/model', 'acme', '2026-08-01T00:00:00+00:00');
+        DROP INDEX idx_pricing_snapshots_model;
+    """)
+    con.close()
+    report = migrate.upgrade("telemetry", work)
+    assert "v17" in report.applied
+    con = sqlite3.connect(work)
+    assert con.execute("SELECT count(*) FROM known_free_models WHERE model = 'late/model'").fetchone() == (1,)
+    assert [r[0] for r in con.execute("SELECT version FROM schema_version")] == list(range(1, 19))
+    con.close()
