@@ -39,14 +39,16 @@ from operator import itemgetter
 from ..errors import HermesDataError
 from .store import TelemetryStore
 from .writes import (
-    BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL, to_iso,
+    BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
+    UPSERT_RUN_FOR_CALL_ATTRIBUTED, to_iso,
 )
 
 log = logging.getLogger("hermes_data.telemetry.buffered")
 
-_LLM, _TOOL, _FLUSH = 0, 1, 2
+_LLM, _LLM_ATTRIBUTED, _TOOL, _FLUSH = 0, 1, 2, 3
 _SQL = {
     _LLM: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL.sql),
+    _LLM_ATTRIBUTED: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL_ATTRIBUTED.sql),
     _TOOL: (INSERT_TOOL_CALL.sql, BUMP_RUN_TOOL_CALLS.sql),
 }
 
@@ -123,7 +125,7 @@ class BufferedWriter:
         est = 1 if estimated else 0
         assumed = 1 if provider_assumed else 0
         moa_preset = moa_preset or None
-        self._put((_LLM,
+        self._put((_LLM_ATTRIBUTED if (sender_id or profile) else _LLM,
                    (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd, latency_ms,
                     cache_read_tokens, cache_write_tokens, reasoning_tokens or 0, est, assumed,
                     moa_preset, turn_id or None, task_id or None, api_request_id or None),
