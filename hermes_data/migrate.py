@@ -41,7 +41,8 @@ from sqlalchemy.engine import URL, Connection
 from .config import check_store, resolve_url, sqlite_path
 from .engine import SqliteSettings, create_engine_for, journal_state
 from .errors import ConfigurationError, HermesDataError, NotAHermesDatabaseError
-from .shape import INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape
+from .shape import (INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape,
+                    metadata_shape_on)
 
 log = logging.getLogger("hermes_data.migrate")
 
@@ -98,7 +99,14 @@ class StoreSpec:
         return MIGRATIONS_DIR / self.name
 
     def head_shape(self) -> Shape:
+        """The head shape on SQLite."""
         return self.expected_shape() if self.expected_shape else metadata_shape(self.metadata)
+
+    def head_shape_for(self, conn: Connection) -> Shape:
+        """The head shape on ``conn``'s backend (see :func:`~hermes_data.shape.metadata_shape_on`)."""
+        if conn.dialect.name == "sqlite":
+            return self.head_shape()
+        return metadata_shape_on(conn, self.metadata)
 
     def include_name(self, name, type_, parent_names) -> bool:
         """Alembic autogenerate filter: compare everything but internal and ignored tables."""
@@ -366,7 +374,7 @@ def store_differences(conn: Connection, spec: StoreSpec) -> list[Difference]:
     actual = live_shape(conn)
     for name in [t for t in actual.tables if spec.ignore_table(t)]:
         del actual.tables[name]
-    return diff_shapes(spec.head_shape(), actual)
+    return diff_shapes(spec.head_shape_for(conn), actual)
 
 
 @dataclass

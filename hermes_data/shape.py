@@ -9,6 +9,7 @@ uniqueness. Column names alone are not enough — they let a non-canonical shape
 
 from __future__ import annotations
 
+import re
 import tempfile
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -79,16 +80,16 @@ def sqlite_shape(conn: Connection, *, include_autoindexes: bool = False) -> Shap
     return shape
 
 
-def reflected_shape(conn: Connection) -> Shape:
+def reflected_shape(conn: Connection, schema: str | None = None) -> Shape:
     """Shape of a non-SQLite database through SQLAlchemy reflection."""
     insp = sa.inspect(conn)
     shape = Shape()
-    for table in insp.get_table_names():
+    for table in insp.get_table_names(schema=schema):
         if table in INTERNAL_TABLES:
             continue
-        pk_cols = insp.get_pk_constraint(table).get("constrained_columns") or []
+        pk_cols = insp.get_pk_constraint(table, schema=schema).get("constrained_columns") or []
         cols = []
-        for c in insp.get_columns(table):
+        for c in insp.get_columns(table, schema=schema):
             default = c.get("default")
             cols.append(ColumnShape(
                 c["name"], str(c["type"]).upper(), not c["nullable"],
@@ -96,7 +97,7 @@ def reflected_shape(conn: Connection) -> Shape:
                 pk_cols.index(c["name"]) + 1 if c["name"] in pk_cols else 0,
             ))
         shape.tables[table] = tuple(cols)
-        for ix in insp.get_indexes(table):
+        for ix in insp.get_indexes(table, schema=schema):
             if ix.get("name"):
                 shape.indexes[ix["name"]] = IndexShape(
                     ix["name"], table, tuple(ix["column_names"]), bool(ix["unique"])
@@ -126,6 +127,26 @@ def metadata_shape(metadata: sa.MetaData) -> Shape:
     return _metadata_shape_cached(id(metadata), metadata)
 
 
+def metadata_shape_on(conn: Connection, metadata: sa.MetaData) -> Shape:
+    """The shape ``metadata.create_all()`` produces on ``conn``'s backend.
+
+    SQLite: from a scratch file. Other backends: created in a scratch schema inside a
+    savepoint that is rolled back, then reflected — so types compare as the server reports
+    them (PostgreSQL has transactional DDL; nothing is left behind).
+    """
+    if conn.dialect.name == "sqlite":
+        return metadata_shape(metadata)
+    scratch = "hermes_data_head_probe"
+    savepoint = conn.begin_nested()
+    try:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{scratch}"')
+        probe = conn.execution_options(schema_translate_map={None: scratch})
+        metadata.create_all(probe)
+        return reflected_shape(conn, schema=scratch)
+    finally:
+        savepoint.rollback()
+
+
 @dataclass(frozen=True)
 class Difference:
     """One way a live database differs from the head: ``kind`` is
@@ -144,10 +165,14 @@ class Difference:
         return f"{self.kind.replace('_', ' ')}: {self.object}" + (f" ({self.detail})" if self.detail else "")
 
 
+_SEQUENCE_SCHEMA = re.compile(r"nextval\('(?:[^'.]+\.)([^']+)'")
+
+
 def _normalise_default(value: str | None) -> str | None:
     if value is None:
         return None
-    value = value.strip()
+    # PostgreSQL qualifies a serial's sequence with its schema only outside search_path.
+    value = _SEQUENCE_SCHEMA.sub(r"nextval('\1'", value.strip())
     while value.startswith("(") and value.endswith(")"):
         value = value[1:-1].strip()
     return value

@@ -157,11 +157,11 @@ def complete_level(shape: Shape, ledger: set[int]) -> tuple[int, list[str]]:
 def identify(conn: sqlite3.Connection | Connection) -> str:
     """Classify a database: ``"empty"``, ``"alembic"`` or ``"legacy"``; raise
     :class:`NotAHermesDatabaseError` for anything else (read-only)."""
-    rows = conn.execute(
-        sa.text("SELECT name FROM sqlite_master WHERE type = 'table'")
-        if isinstance(conn, Connection) else "SELECT name FROM sqlite_master WHERE type = 'table'"
-    ).fetchall()
-    names = {r[0] for r in rows}
+    if isinstance(conn, Connection):
+        names = set(sa.inspect(conn).get_table_names())
+    else:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        names = {r[0] for r in rows}
     if "alembic_version" in names:
         return "alembic"
     user_tables = {n for n in names if not n.startswith("sqlite_")}
@@ -238,7 +238,7 @@ def _ranges(values: set[int]) -> str:
 
 def _reconcile(conn: Connection, report: UpgradeReport) -> None:
     """Add-only repair towards the head metadata, then verification."""
-    head = SPEC.head_shape()
+    head = SPEC.head_shape_for(conn)
     before_added = len(report.repairs)
     for diff in diff_shapes(head, live_shape(conn)):
         if diff.kind == "missing_table":
