@@ -203,9 +203,11 @@ END_RUN = Prepared("end_run", _end.on_conflict_do_update(
                      runs.c.status.in_([literal_column(f"'{s}'") for s in TERMINAL_STATUSES]),
                      bp("force", type_=sa.Integer) == 0), runs.c.status),
             else_=_excl_status),
-        "duration_ms": sa.cast(
+        # ROUND, not upstream's bare CAST: julianday() is a double, and truncating its
+        # product turned an exact 5 s into 4999 ms.
+        "duration_ms": sa.cast(func.round(
             (func.julianday(literal_column("excluded.ended_at"))
-             - func.julianday(runs.c.started_at)) * 86400000, sa.Integer),
+             - func.julianday(runs.c.started_at)) * 86400000), sa.Integer),
     },
 ))
 
