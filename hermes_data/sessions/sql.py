@@ -224,11 +224,17 @@ def legacy_repopulate(table: str) -> tuple[TextClause, TextClause]:
 # ---------------------------------------------------------------------------------------
 
 
+def _marker_is(mc: str, key: str, target: str) -> str:
+    # Never NULL: an absent marker is "no", so NOT FORK(...) stays two-valued.
+    return f"COALESCE({J(mc, key)} = {target}, 0)"
+
+
 def fork(c: str, p: str) -> str:
     """FORK(c, p): the child is a tool run or carries a marker naming its own parent."""
     mc = f"{c}.model_config"
-    return (f"(COALESCE({c}.source, '') = 'tool' OR {J(mc, '_branched_from')} = {p}.id "
-            f"OR {J(mc, '_delegate_from')} = {p}.id OR {J(mc, '_reset_from')} = {p}.id)")
+    return (f"(COALESCE({c}.source, '') = 'tool' OR {_marker_is(mc, '_branched_from', p + '.id')} "
+            f"OR {_marker_is(mc, '_delegate_from', p + '.id')} "
+            f"OR {_marker_is(mc, '_reset_from', p + '.id')})")
 
 
 def edge(p: str, c: str) -> str:
@@ -239,7 +245,7 @@ def edge(p: str, c: str) -> str:
 
 def branch_child(c: str, alias: str = "bp") -> str:
     """BRANCH_CHILD(c): marker names the parent, or the legacy ``branched`` parent rule."""
-    return (f"({J(c + '.model_config', '_branched_from')} = {c}.parent_session_id OR EXISTS ("
+    return (f"({_marker_is(c + '.model_config', '_branched_from', c + '.parent_session_id')} OR EXISTS ("
             f"SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
             f"AND {alias}.end_reason = 'branched' AND {c}.started_at >= {alias}.ended_at))")
 
@@ -253,7 +259,7 @@ def legacy_reset_child(c: str, alias: str = "rp") -> str:
 
 def reset_child(c: str, alias: str = "rp") -> str:
     """RESET_CHILD(c): marker names the parent, or the legacy same-key heuristic."""
-    return (f"({J(c + '.model_config', '_reset_from')} = {c}.parent_session_id "
+    return (f"({_marker_is(c + '.model_config', '_reset_from', c + '.parent_session_id')} "
             f"OR {legacy_reset_child(c, alias)})")
 
 
@@ -348,6 +354,13 @@ ROOT_OF = text(
 RESUME_LINEAGE_OF = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')} "
     f"SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC"
+)
+#: Bounded count of the resume lineage's active or compacted rows (:id, :cap).
+RESUME_LINEAGE_COUNT = text(
+    f"WITH RECURSIVE {_up_cte('up', ':id')} "
+    "SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.session_id IN "
+    f"(SELECT id FROM up WHERE {_unseen('seen', 'id')}) AND (m.active = 1 OR m.compacted = 1) "
+    "LIMIT :cap)"
 )
 #: Lineage ids of :id: the chain from its compression root, root first (one statement).
 LINEAGE_OF = text(

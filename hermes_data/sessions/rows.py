@@ -1,0 +1,162 @@
+"""Typed rows of the session store (never ``dict[str, Any]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+@dataclass(frozen=True)
+class SessionRow:
+    """One session with its core columns and the resolved system prompt (§5.1)."""
+
+    id: str
+    source: str
+    user_id: str | None
+    session_key: str | None
+    chat_id: str | None
+    chat_type: str | None
+    thread_id: str | None
+    display_name: str | None
+    origin_json: str | None
+    model: str | None
+    model_config: str | None
+    system_prompt: str | None  # COALESCE(system_prompts.prompt, sessions.system_prompt)
+    system_prompt_hash: str | None
+    parent_session_id: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    tool_call_count: int
+    input_tokens: int
+    output_tokens: int
+    cwd: str | None
+    git_branch: str | None
+    git_repo_root: str | None
+    billing_provider: str | None
+    estimated_cost_usd: float | None
+    actual_cost_usd: float | None
+    title: str | None
+    title_source: str | None
+    last_activity_at: float | None
+    profile_name: str | None
+    archived: bool
+    pinned: bool
+    hidden: bool
+    last_read_at: float | None
+
+
+@dataclass(frozen=True)
+class SessionListRow:
+    """A listing row (§5.2), projected onto its compression tip when it has one."""
+
+    id: str
+    source: str
+    model: str | None
+    title: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    tool_call_count: int
+    last_active: float | None
+    preview: str | None
+    cwd: str | None
+    git_branch: str | None
+    git_repo_root: str | None
+    session_key: str | None
+    parent_session_id: str | None
+    profile_name: str | None
+    archived: bool
+    pinned: bool
+    hidden: bool
+    last_read_at: float | None
+    unread: bool
+    lineage_root_id: str | None = None
+    lineage_ids: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class RecentSessionRow:
+    """A row of :meth:`SessionStore.list_recent_sessions_bounded` (§5.3)."""
+
+    id: str
+    source: str
+    model: str | None
+    title: str | None
+    started_at: float
+    ended_at: float | None
+    end_reason: str | None
+    message_count: int
+    tool_call_count: int
+    last_active: float | None
+    preview: str | None
+    lineage_root_id: str | None
+    unread: bool
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """One transcript row, decoded per §6.1."""
+
+    id: int
+    session_id: str
+    role: str
+    content: Any  # str, multimodal parts (list/dict), bytes, number or None
+    tool_call_id: str | None
+    tool_calls: list[Any] | None
+    tool_name: str | None
+    timestamp: float
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+    reasoning_content: str | None
+    reasoning_details: str | None
+    codex_reasoning_items: str | None
+    codex_message_items: str | None
+    platform_message_id: str | None
+    observed: int
+    compressed_summary: bool
+    effect_disposition: str | None
+    active: bool
+    compacted: bool
+    api_content: str | None
+    display_kind: str | None
+    display_metadata: dict[str, Any] | None
+
+
+class NewMessage(TypedDict, total=False):
+    """Input row of :meth:`SessionStore.append_messages_batch` (``role`` is required)."""
+
+    role: str
+    content: Any
+    tool_call_id: str | None
+    tool_calls: Any
+    tool_name: str | None
+    timestamp: Any
+    token_count: int | None
+    finish_reason: str | None
+    reasoning: str | None
+    reasoning_content: str | None
+    reasoning_details: Any
+    codex_reasoning_items: Any
+    codex_message_items: Any
+    platform_message_id: str | None
+    message_id: str | None  # alias of platform_message_id
+    observed: int
+    _compressed_summary: bool
+    effect_disposition: str | None
+    api_content: str | None
+    display_kind: str | None
+    display_metadata: Any
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """Outcome of :meth:`SessionStore.publish_compression_child`."""
+
+    child_session_id: str
+    handoff_rows: int
+    cloned_rows: int
+    title_moved: bool
