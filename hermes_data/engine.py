@@ -32,6 +32,7 @@ import logging
 import os
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,7 +43,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 
 from .config import resolve_url, sqlite_path
-from .errors import ConfigurationError
+from .errors import ConfigurationError, WalUnsupportedError
 
 log = logging.getLogger("hermes_data.engine")
 
@@ -143,6 +144,9 @@ class SqliteSettings:
     synchronous: str = "NORMAL"
     journal_size_limit: int = JOURNAL_SIZE_LIMIT
     sqlite_version: VersionTuple | None = None
+    #: Raise :class:`WalUnsupportedError` instead of running in another mode when the
+    #: filesystem refuses WAL.
+    require_wal: bool = False
     pool_size: int = 8
     max_overflow: int = 56
     extra_pragmas: dict[str, int | str] = field(default_factory=dict)
@@ -185,36 +189,104 @@ def _warn_once(path: str, message: str) -> None:
     log.warning("%s: %s", path, message)
 
 
+_RETRYABLE_WAL_ERRORS = ("locking protocol", "not authorized", "disk i/o error")
+
+
+def _read_journal_mode(cur: sqlite3.Cursor) -> str | None:
+    """``PRAGMA journal_mode`` read, retried on transient I/O errors; ``None`` = unknown."""
+    for attempt in range(5):
+        try:
+            return cur.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        except sqlite3.OperationalError as exc:
+            if "disk i/o error" not in str(exc).lower() or attempt == 4:
+                return None
+            time.sleep(0.05)
+    return None
+
+
+def _switch_to_delete(cur: sqlite3.Cursor, path: str, settings: SqliteSettings, current: str) -> str:
+    # A non-WAL switch must never sneak in between another writer's transactions: run it
+    # without waiting, and on contention leave the mode alone ("not exclusively owned").
+    cur.execute("PRAGMA busy_timeout=0")
+    try:
+        return cur.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower()
+    except sqlite3.OperationalError as exc:
+        _warn_once(path, f"could not switch to DELETE ({exc}); left in {current}")
+        return current
+    finally:
+        cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+
+
+def _switch_to_wal(cur: sqlite3.Cursor, path: str, settings: SqliteSettings, current: str,
+                   has_pages: bool) -> str:
+    mode: str | None = None
+    error: sqlite3.OperationalError | None = None
+    for attempt in range(3):
+        try:
+            mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
+            break
+        except sqlite3.OperationalError as exc:
+            message = str(exc).lower()
+            if not any(m in message for m in _RETRYABLE_WAL_ERRORS):
+                raise
+            error = exc
+            if "disk i/o error" in message and attempt < 2:
+                time.sleep(0.05)  # transient EIO on some filesystems
+                continue
+            break
+    if mode is None:
+        # The filesystem refuses WAL (NFS/SMB/FUSE). Never downgrade a file that may be WAL.
+        disk = _read_journal_mode(cur)
+        if disk in (None, "wal"):
+            raise error  # type: ignore[misc]
+        if settings.require_wal:
+            raise WalUnsupportedError(f"{path}: WAL is required but the filesystem refused it ({error})")
+        log.error("%s: WAL refused by the filesystem (%s); using DELETE mode", path, error)
+        return _switch_to_delete(cur, path, settings, disk)
+    if mode != "wal":
+        # The switch "succeeded" but returned another mode (network filesystems, overlays).
+        if settings.require_wal:
+            raise WalUnsupportedError(f"{path}: WAL is required but SQLite stayed in {mode} mode")
+        log.error("%s: WAL refused, running in %s mode (readers will block on the writer)", path, mode)
+    elif has_pages and current not in ("wal", "memory"):
+        _warn_once(path, f"switched an existing {current} file to WAL (its header was rewritten); "
+                         f"set {JOURNAL_MODE_ENV}=delete to keep it in DELETE mode")
+    return mode
+
+
 def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: SqliteSettings,
                           state: JournalState) -> None:
     cur = dbapi_conn.cursor()
     try:
-        current = cur.execute("PRAGMA journal_mode").fetchone()[0].lower()
+        configured = settings.configured_mode()
+        current = _read_journal_mode(cur)
+        if current is None:
+            if configured == "delete":
+                raise ConfigurationError(
+                    f"{path}: journal mode could not be read, so DELETE cannot be verified"
+                )
+            _warn_once(path, "journal mode could not be read (I/O errors); left untouched")
+            state.mode, state.reason = "unknown", "journal mode unreadable"
+            return
         has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
         decision = decide_journal_mode(
-            current, has_pages=has_pages, vulnerable=settings.vulnerable(),
-            configured=settings.configured_mode(),
+            current, has_pages=has_pages, vulnerable=settings.vulnerable(), configured=configured,
         )
         mode = current
-        if decision.target is not None and decision.target != current:
-            if decision.target == "delete":
-                # A non-WAL switch must never sneak in between another writer's transactions:
-                # run it without waiting, and on contention leave the mode alone.
-                cur.execute("PRAGMA busy_timeout=0")
-                try:
-                    mode = cur.execute("PRAGMA journal_mode=DELETE").fetchone()[0].lower()
-                except sqlite3.OperationalError as exc:
-                    _warn_once(path, f"could not switch to DELETE ({exc}); left in {current}")
-                finally:
-                    cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
-            else:
-                mode = cur.execute("PRAGMA journal_mode=WAL").fetchone()[0].lower()
-                if mode != "wal":
-                    # e.g. network filesystems: the switch "succeeds" but returns another mode.
-                    log.error("%s: WAL refused by the filesystem, running in %s mode "
-                              "(concurrent readers will block on the writer)", path, mode)
+        if decision.target == "delete" and current != "delete":
+            mode = _switch_to_delete(cur, path, settings, current)
+            if configured == "delete" and mode != "delete":
+                raise ConfigurationError(
+                    f"{path}: journal mode DELETE was configured but the file stays in {mode} "
+                    "(another connection holds it; retry when it is idle)"
+                )
+        elif decision.target == "wal" and current != "wal":
+            mode = _switch_to_wal(cur, path, settings, current, has_pages)
         if decision.warn:
-            _warn_once(path, decision.reason)
+            if configured == "delete" and current == "wal":
+                log.error("%s: %s", path, decision.reason)
+            else:
+                _warn_once(path, decision.reason)
         state.mode, state.reason = mode, decision.reason
     finally:
         cur.close()

@@ -32,3 +32,7 @@ class AdoptionError(HermesDataError):
 
 class DatabaseBusyError(HermesDataError):
     """Another process held the write lock for longer than the patience budget."""
+
+
+class WalUnsupportedError(HermesDataError):
+    """WAL was required but the filesystem holding the database refuses it."""

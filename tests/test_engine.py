@@ -1,0 +1,214 @@
+"""The SQLite engine policy: pragma order, journal-mode decisions on vulnerable and safe
+builds, our own BEGIN (transactional DDL, BEGIN IMMEDIATE for writers), PASSIVE checkpoints."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+
+import pytest
+import sqlalchemy as sa
+
+from hermes_data.engine import (
+    JOURNAL_SIZE_LIMIT,
+    SqliteSettings,
+    create_sqlite_engine,
+    decide_journal_mode,
+    is_wal_reset_vulnerable,
+    journal_state,
+    passive_checkpoint,
+    write_transaction,
+)
+from hermes_data.errors import ConfigurationError
+
+VULNERABLE = (3, 40, 1)
+SAFE = (3, 51, 3)
+
+
+@pytest.mark.parametrize("version, expected", [
+    ((3, 6, 23), False), ((3, 7, 0), True), ((3, 40, 1), True), ((3, 44, 5), True),
+    ((3, 44, 6), False), ((3, 44, 9), False), ((3, 45, 0), True), ((3, 50, 6), True),
+    ((3, 50, 7), False), ((3, 51, 0), True), ((3, 51, 2), True), ((3, 51, 3), False),
+    ((3, 52, 0), False),
+])
+def test_wal_reset_vulnerability_ranges(version, expected):
+    assert is_wal_reset_vulnerable(version) is expected
+
+
+def _mode(path) -> str:
+    con = sqlite3.connect(path)
+    try:
+        return con.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        con.close()
+
+
+def _touch(engine):
+    with engine.connect() as conn, conn.begin():
+        conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
+
+
+def test_fresh_file_on_vulnerable_build_uses_delete(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=VULNERABLE))
+    _touch(engine)
+    assert journal_state(engine).mode == "delete"
+    assert "WAL-reset bug" in journal_state(engine).reason
+    engine.dispose()
+    assert _mode(tmp_path / "a.db") == "delete"
+
+
+def test_fresh_file_on_safe_build_uses_wal(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=SAFE))
+    _touch(engine)
+    assert journal_state(engine).mode == "wal"
+    engine.dispose()
+    assert _mode(tmp_path / "a.db") == "wal"
+
+
+def test_existing_wal_file_stays_wal_on_vulnerable_build(tmp_path, caplog):
+    path = tmp_path / "a.db"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x)")
+    con.close()
+    with caplog.at_level(logging.WARNING, logger="hermes_data.engine"):
+        engine = create_sqlite_engine(path, SqliteSettings(sqlite_version=VULNERABLE))
+        _touch(engine)
+    assert journal_state(engine).mode == "wal"
+    assert any("kept in WAL" in r.message for r in caplog.records)
+    engine.dispose()
+
+
+def test_configured_delete_never_downgrades_a_live_wal_file(tmp_path, caplog):
+    path = tmp_path / "a.db"
+    con = sqlite3.connect(path)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x)")
+    con.close()
+    with caplog.at_level(logging.ERROR, logger="hermes_data.engine"):
+        engine = create_sqlite_engine(path, SqliteSettings(sqlite_version=SAFE, journal_mode="delete"))
+        _touch(engine)
+    assert journal_state(engine).mode == "wal"
+    assert any("offline" in r.message for r in caplog.records if r.levelno >= logging.ERROR)
+    engine.dispose()
+
+
+def test_explicit_wal_overrides_vulnerable_default(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", "wal")
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=VULNERABLE))
+    _touch(engine)
+    assert journal_state(engine).mode == "wal"
+    engine.dispose()
+
+
+def test_invalid_journal_mode_setting_is_named(tmp_path, monkeypatch):
+    monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", "truncate")
+    engine = create_sqlite_engine(tmp_path / "a.db")
+    with pytest.raises(ConfigurationError, match="'truncate'"):
+        engine.connect()
+    engine.dispose()
+
+
+def test_existing_wal_file_is_never_switched_by_default():
+    for vulnerable in (True, False):
+        decision = decide_journal_mode("wal", has_pages=True, vulnerable=vulnerable, configured=None)
+        assert decision.target is None
+    # A rollback-journal file on a vulnerable build is moved to DELETE, never to WAL.
+    assert decide_journal_mode("truncate", has_pages=True, vulnerable=True, configured=None).target == "delete"
+    assert decide_journal_mode("delete", has_pages=False, vulnerable=False, configured=None).target == "wal"
+
+
+def test_busy_timeout_is_set_before_the_wal_switch(tmp_path):
+    """A fresh file whose lock another connection holds briefly: the WAL switch waits in the
+    busy handler instead of failing with 'database is locked' — only possible when
+    busy_timeout is set first."""
+    path = tmp_path / "a.db"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        engine = create_sqlite_engine(path, SqliteSettings(sqlite_version=SAFE))
+        with engine.connect() as conn:
+            busy = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
+            sync = conn.exec_driver_sql("PRAGMA synchronous").scalar()
+            limit = conn.exec_driver_sql("PRAGMA journal_size_limit").scalar()
+        assert journal_state(engine).mode == "wal"
+        assert (busy, sync, limit) == (30000, 1, JOURNAL_SIZE_LIMIT)
+        engine.dispose()
+    finally:
+        release.join()
+        holder.close()
+
+
+def test_ddl_is_transactional(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db")
+    with pytest.raises(RuntimeError):
+        with engine.connect() as conn, conn.begin():
+            conn.exec_driver_sql("CREATE TABLE a (x INTEGER)")
+            conn.exec_driver_sql("ALTER TABLE a ADD COLUMN y TEXT")
+            raise RuntimeError("boom")
+    with engine.connect() as conn:
+        assert not sa.inspect(conn).has_table("a")
+    engine.dispose()
+
+
+def test_write_transaction_takes_the_lock_at_begin(tmp_path):
+    """BEGIN IMMEDIATE: a second writer blocks at BEGIN, before running any of its work."""
+    path = tmp_path / "a.db"
+    engine = create_sqlite_engine(path, SqliteSettings(busy_timeout_ms=200))
+    _touch(engine)
+    work_started = []
+    with write_transaction(engine) as conn:
+        conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+
+        def second():
+            try:
+                with write_transaction(engine) as other:
+                    work_started.append(True)
+                    other.exec_driver_sql("INSERT INTO t VALUES (2)")
+            except sa.exc.OperationalError as exc:
+                work_started.append(str(exc))
+
+        th = threading.Thread(target=second)
+        th.start()
+        th.join()
+    assert len(work_started) == 1 and "locked" in work_started[0]
+    engine.dispose()
+
+
+def test_passive_checkpoint_only(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=SAFE))
+    _touch(engine)
+    seen = []
+    sa.event.listen(engine, "before_cursor_execute",
+                    lambda c, cur, stmt, *a: seen.append(stmt))
+    with engine.connect() as conn:
+        result = passive_checkpoint(conn)
+    assert result is not None and result[0] == 0
+    checkpoints = [s for s in seen if "checkpoint" in s.lower()]
+    assert checkpoints == ["PRAGMA wal_checkpoint(PASSIVE)"]
+    engine.dispose()
+
+
+def test_connections_are_per_thread(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db")
+    _touch(engine)
+    ids, barrier = set(), threading.Barrier(4)
+
+    def work():
+        with engine.connect() as conn:
+            barrier.wait()
+            ids.add(id(conn.connection.dbapi_connection))
+            conn.exec_driver_sql("SELECT count(*) FROM t").scalar()
+            barrier.wait()
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(ids) == 4
+    engine.dispose()
