@@ -864,7 +864,12 @@ class SessionStore:
 
     def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
         stmt = sql.LINEAGE_FLAG_UPDATE[flag]
-        return self._write(lambda c: c.execute(stmt, {"id": session_id, "value": value}).rowcount > 0)
+
+        def work(conn: Connection) -> bool:
+            conn.execute(stmt, {"id": session_id, "value": value})
+            return _changes(conn) > 0
+
+        return self._write(work)
 
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         """Archive/unarchive the whole compression lineage."""
@@ -883,10 +888,11 @@ class SessionStore:
         value = int(bool(pinned))
 
         def work(conn: Connection) -> bool:
-            changed = conn.execute(sql.LINEAGE_FLAG_UPDATE["pinned"],
-                                   {"id": session_id, "value": value}).rowcount
+            conn.execute(sql.LINEAGE_FLAG_UPDATE["pinned"], {"id": session_id, "value": value})
+            changed = _changes(conn)
             if value and not conn.execute(sql.LINEAGE_HAS_HIDDEN_BOT_CHAT, {"id": session_id}).scalar():
-                changed += conn.execute(sql.LINEAGE_UNHIDE, {"id": session_id}).rowcount
+                conn.execute(sql.LINEAGE_UNHIDE, {"id": session_id})
+                changed += _changes(conn)
             return changed > 0
 
         return self._write(work)
@@ -1142,6 +1148,11 @@ class SessionStore:
                 lineage_root_id=r[11] if r[11] != r[0] else None,
                 unread=_unread(la, read_at)))
         return out
+
+
+def _changes(conn: Connection) -> int:
+    # pysqlite reports rowcount -1 for a DML statement that starts with WITH.
+    return int(conn.exec_driver_sql("SELECT changes()").scalar() or 0)
 
 
 def _preview(raw: str | None) -> str | None:
