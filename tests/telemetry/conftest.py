@@ -28,3 +28,15 @@ def store(db_path):
 def iso(*args: int) -> str:
     """Canonical stored form of a UTC datetime given as (y, m, d, H, M, S[, us])."""
     return datetime(*args, tzinfo=timezone.utc).isoformat()
+
+
+@pytest.fixture
+def wal_store(tmp_path):
+    """A store forced into WAL (``synchronous=NORMAL`` then commits without fsync): the
+    8-thread test checks atomicity, and 16,000 fsynced DELETE-mode commits would take a minute."""
+    from hermes_data.engine import SqliteSettings
+
+    with TelemetryStore(tmp_path / "wal.db", settings=SqliteSettings(journal_mode="wal")) as s:
+        metadata.create_all(s.engine)
+        assert s.connection().execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        yield s
