@@ -101,6 +101,43 @@ def cmd_check(args) -> int:
     return exit_code
 
 
+def cmd_doctor(args) -> int:
+    from .diagnostics import doctor
+
+    reports = [doctor(store, args.url) for store in _stores(args.store)]
+    failed = any(r.problems for r in reports)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
+        return 1 if failed else 0
+    for r in reports:
+        print(f"{r.store}: {r.url}")
+        sqlite = r.facts.get("sqlite", {})
+        print(f"  SQLite {sqlite.get('version')}"
+              f"{' (WAL-reset bug)' if sqlite.get('wal_reset_vulnerable') else ''}; "
+              f"FTS5 {'yes' if sqlite.get('fts5') else 'no'}, trigram {'yes' if sqlite.get('trigram') else 'no'}")
+        if r.exists:
+            print(f"  revision {r.facts.get('revision')} (head {r.facts.get('head')}); "
+                  f"journal mode {r.facts.get('journal_mode')} ({r.facts.get('journal_reason')})")
+            files = r.facts.get("files")
+            if files:
+                print(f"  permissions {files['mode']}; sizes {files['sizes']}")
+            if "holders" in r.facts:
+                holders = r.facts["holders"]
+                print(f"  held open by {len(holders)} process(es)"
+                      + (": " + ", ".join(f"{pid} {name}" for pid, name in holders) if holders else ""))
+            if "quick_check" in r.facts:
+                print(f"  quick_check: {', '.join(r.facts['quick_check'])}")
+        fds = r.facts.get("descriptors", {})
+        print(f"  descriptors: {fds.get('open')} open of {fds.get('soft_limit')}")
+        for w in r.warnings:
+            print(f"  warning: {w}")
+        for p in r.problems:
+            print(f"  PROBLEM: {p}")
+        if not r.problems:
+            print("  no problems found")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hermes-data`` (also used to check the README documents it)."""
     parser = argparse.ArgumentParser(prog="hermes-data", description=__doc__.splitlines()[0])
@@ -115,6 +152,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="exit 1 when the live schema differs from the metadata")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_check)
+    p = sub.add_parser("doctor", help="examine both stores: SQLite build, journal mode, permissions, "
+                                      "holders, descriptors, quick_check, drift (exit 1 on problems)")
+    _store_arg(p, "all")
+    p.set_defaults(func=cmd_doctor)
     return parser
 
 

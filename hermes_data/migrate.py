@@ -39,6 +39,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
 
 from .config import check_store, resolve_url, sqlite_path
+from .diagnostics import make_owner_only
 from .engine import SqliteSettings, create_engine_for, journal_state
 from .errors import ConfigurationError, HermesDataError, NotAHermesDatabaseError
 from .shape import (INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape,
@@ -166,13 +167,14 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     leaving the database as it was.
     """
     cfg = alembic_config(store, url)
-    report = UpgradeReport(store=store, url=_display_url(resolve_url(store, url)))
+    report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
     cfg.attributes["hermes_report"] = report
     command.upgrade(cfg, revision)
     return report
 
 
-def _display_url(url: URL) -> str:
+def display_url(url: URL) -> str:
+    """``url`` as text with any password hidden."""
     return url.render_as_string(hide_password=True)
 
 
@@ -214,14 +216,14 @@ def run_env(store: str) -> None:
         return
     if isinstance(external, sa.engine.Engine):
         # A caller (e.g. pytest-alembic) hands an Engine: same locked path as ours.
-        report = UpgradeReport(store=store, url=_display_url(external.url))
+        report = UpgradeReport(store=store, url=display_url(external.url))
         with external.connect() as conn:
             _run_locked(conn, spec, context, context.script, context.get_revision_argument(), report)
         return
     url = cfg.attributes.get("hermes_url") or context.get_x_argument(as_dictionary=True).get("url")
     resolved = resolve_url(store, url)
     report = cfg.attributes.get("hermes_report") or UpgradeReport(
-        store=store, url=_display_url(resolved)
+        store=store, url=display_url(resolved)
     )
     started = time.perf_counter()
     _preflight(spec, resolved)
@@ -231,6 +233,13 @@ def run_env(store: str) -> None:
     try:
         with engine.connect() as conn:
             _run_locked(conn, spec, context, script, destination, report)
+        path = sqlite_path(resolved)
+        if path is not None and path.exists():
+            # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
+            # file drops every POSIX lock this process holds on it).
+            changed = make_owner_only(path)
+            if changed:
+                report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
         report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
     finally:
         engine.dispose()
@@ -400,7 +409,7 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
     spec = store_spec(store)
     resolved = resolve_url(store, url)
     path = sqlite_path(resolved)
-    st = StoreStatus(store=store, url=_display_url(resolved), exists=True, head=head_revision(store))
+    st = StoreStatus(store=store, url=display_url(resolved), exists=True, head=head_revision(store))
     if path is not None:
         st.exists = path.exists()
         if not st.exists:
