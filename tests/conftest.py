@@ -49,3 +49,29 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subpro
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
         cwd=str(REPO),
     )
+
+
+PG_ADMIN_URL = os.environ.get("HERMES_DATA_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, empty PostgreSQL database for this test only (dropped afterwards).
+
+    The server must be running (``.ci/run`` starts it); a missing server fails the test
+    rather than skipping it, so CI cannot go green without PostgreSQL.
+    """
+    import uuid
+
+    import sqlalchemy as sa
+
+    name = f"hd_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        yield sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
