@@ -30,7 +30,7 @@ from .schema import (
     llm_calls, model_efficiency_cache, model_unavailable_alerts, pricing_snapshots, runs,
     subagent_edges,
 )
-from .store import Prepared, Target, read_tx
+from .store import Prepared, Target, TelemetryStore, read_tx
 from .types import (
     CachedPayload, DailySpend, DelegationJoin, DelegationLink, EfficiencyRun,
     FreePaidTransition, JobCost, LlmCallError, ModelStats, ModelUnavailable, PricingSnapshot,
@@ -81,6 +81,22 @@ def window_bounds(window_hours: float | None = None, *, date_from: date | dateti
     return iso_utc(now - timedelta(hours=hours)), OPEN_END
 
 
+def _all(target: Target, p: Prepared, params: dict = {}) -> list:
+    """Rows of one statement; on a store straight on this thread's connection (no context
+    managers, no transaction: a single SELECT is its own snapshot)."""
+    if type(target) is TelemetryStore:
+        return target.connection().execute(p.sql, p.args(params)).fetchall()
+    with read_tx(target) as tx:
+        return list(tx.run(p, params).fetchall())
+
+
+def _one(target: Target, p: Prepared, params: dict = {}):
+    if type(target) is TelemetryStore:
+        return target.connection().execute(p.sql, p.args(params)).fetchone()
+    with read_tx(target) as tx:
+        return tx.run(p, params).fetchone()
+
+
 def _since(since: datetime | str) -> str:
     return iso_utc(since) if isinstance(since, datetime) else since
 
@@ -99,8 +115,7 @@ GET_RUN = Prepared("get_run", sa.select(*runs.c).where(runs.c.session_id == bp("
 
 def get_run(target: Target, session_id: str) -> RunRow | None:
     """The run row of ``session_id``, or None."""
-    with read_tx(target) as tx:
-        row = tx.run(GET_RUN, {"sid": session_id}).fetchone()
+    row = _one(target, GET_RUN, {"sid": session_id})
     return RunRow(*row) if row is not None else None
 
 
@@ -158,8 +173,7 @@ def cost_by_job(target: Target, window_hours: float | None = None, *,
     """Per cron job totals of the root runs started in the window, most expensive first
     (``failed_runs`` counts status ``error`` only; subagent children are not included)."""
     since, until = window_bounds(window_hours, date_from=date_from, date_to=date_to, now=now)
-    with read_tx(target) as tx:
-        rows = tx.run(COST_BY_JOB, {"since": since, "until": until}).fetchall()
+    rows = _all(target, COST_BY_JOB, {"since": since, "until": until})
     return [JobCost(r[0], r[1], r[2], r[3], r[4], r[5], float(r[6]), r[7], r[8]) for r in rows]
 
 
@@ -173,8 +187,7 @@ def recent_runs(target: Target, limit: int = 20, *, window_hours: float | None =
                 now: datetime | None = None) -> list[RunRow]:
     """The newest ``limit`` runs started in the window, newest first."""
     since, until = window_bounds(window_hours, date_from=date_from, date_to=date_to, now=now)
-    with read_tx(target) as tx:
-        rows = tx.run(RECENT_RUNS, {"since": since, "until": until, "limit": limit}).fetchall()
+    rows = _all(target, RECENT_RUNS, {"since": since, "until": until, "limit": limit})
     return [RunRow(*r) for r in rows]
 
 
@@ -203,8 +216,7 @@ def stats_by_provider(target: Target, window_hours: float | None = None, *,
     """Calls made in the window per provider (NULL → ``(unknown)``), most expensive first,
     with the estimated and provider-assumed shares."""
     since, until = window_bounds(window_hours, date_from=date_from, date_to=date_to, now=now)
-    with read_tx(target) as tx:
-        rows = tx.run(BY_PROVIDER, {"since": since, "until": until}).fetchall()
+    rows = _all(target, BY_PROVIDER, {"since": since, "until": until})
     return [ProviderStats(p, n, real, est, assumed, float(cost), _pct(est, n), _pct(assumed, n))
             for p, n, real, est, assumed, cost in rows]
 
@@ -215,8 +227,7 @@ def stats_by_model(target: Target, window_hours: float | None = None, *,
                    now: datetime | None = None) -> list[ModelStats]:
     """Calls made in the window per (provider, model), by provider then most calls."""
     since, until = window_bounds(window_hours, date_from=date_from, date_to=date_to, now=now)
-    with read_tx(target) as tx:
-        rows = tx.run(BY_MODEL, {"since": since, "until": until}).fetchall()
+    rows = _all(target, BY_MODEL, {"since": since, "until": until})
     return [ModelStats(p, m, n, real, est, assumed, float(cost), _pct(est, n), _pct(assumed, n))
             for p, m, n, real, est, assumed, cost in rows]
 
@@ -245,8 +256,7 @@ def efficiency_runs(target: Target, window_hours: float | None = None, *,
                     now: datetime | None = None, limit: int = 100) -> list[EfficiencyRun]:
     """The newest ``limit`` finished runs of the window, scored, best score first."""
     since, until = window_bounds(window_hours, date_from=date_from, date_to=date_to, now=now)
-    with read_tx(target) as tx:
-        rows = tx.run(EFFICIENCY, {"since": since, "until": until, "limit": limit}).fetchall()
+    rows = _all(target, EFFICIENCY, {"since": since, "until": until, "limit": limit})
     out = [EfficiencyRun(sid, job, st, ti, to, calls, float(cost),
                          efficiency_score(ti, to, st, calls), started)
            for sid, job, st, ti, to, calls, cost, started in rows]
@@ -265,8 +275,7 @@ UNATTRIBUTED = Prepared("unattributed_child_cost", sa.select(
 def unattributed_child_cost(target: Target, since: datetime | str) -> UnattributedChildCost:
     """Cost and number of delegation edges whose child started at/after ``since`` but whose
     parent has no run row — spend a cron subtree cannot attribute."""
-    with read_tx(target) as tx:
-        cost, edges = tx.run(UNATTRIBUTED, {"since": _since(since)}).fetchone()
+    cost, edges = _one(target, UNATTRIBUTED, {"since": _since(since)})
     return UnattributedChildCost(float(cost), edges)
 
 
@@ -299,9 +308,8 @@ def spend_by_scope(target: Target, scope: str, scope_id: str | None,
     CTE over ``subagent_edges``, :data:`hermes_data.telemetry.sql.CRON_SUBTREE_CTE`).
     """
     _check_scope(scope)
-    with read_tx(target) as tx:
-        spent, est, total = tx.run(SPEND[scope], {"since": _since(since),
-                                                  "scope_id": scope_id or ""}).fetchone()
+    spent, est, total = _one(target, SPEND[scope], {"since": _since(since),
+                                                    "scope_id": scope_id or ""})
     return ScopeSpend(float(spent), est, total, _pct(est, total))
 
 
@@ -332,9 +340,7 @@ def daily_spend_series(target: Target, scope: str, scope_id: str | None, days: i
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     first = (now - timedelta(days=days - 1)).date()
     start = datetime.combine(first, time(0, tzinfo=timezone.utc))
-    with read_tx(target) as tx:
-        rows = tx.run(DAILY[scope], {"since": iso_utc(start),
-                                     "scope_id": scope_id or ""}).fetchall()
+    rows = _all(target, DAILY[scope], {"since": iso_utc(start), "scope_id": scope_id or ""})
     by_day = {day: float(cost) for day, cost in rows}
     series = []
     for i in range(days):
@@ -366,9 +372,8 @@ def estimated_price_share(target: Target, scope: str, scope_id: str | None,
     models = sorted({m for m in estimated_models if m})
     if not models:
         return 0.0
-    with read_tx(target) as tx:
-        total, hits = tx.run(SHARE[scope], {"since": _since(since), "scope_id": scope_id or "",
-                                            "models": json.dumps(models)}).fetchone()
+    total, hits = _one(target, SHARE[scope], {"since": _since(since), "scope_id": scope_id or "",
+                                              "models": json.dumps(models)})
     return _pct(hits, total)
 
 
@@ -386,20 +391,17 @@ LIST_PROFILES = _distinct_ids(runs.c.profile, "list_profiles", skip_empty=True)
 
 def list_cron_job_ids(target: Target, since: datetime | str) -> list[str]:
     """Distinct cron job ids of runs started at/after ``since``."""
-    with read_tx(target) as tx:
-        return [r[0] for r in tx.run(LIST_CRON_JOBS, {"since": _since(since)}).fetchall()]
+    return [r[0] for r in _all(target, LIST_CRON_JOBS, {"since": _since(since)})]
 
 
 def list_sender_ids(target: Target, since: datetime | str) -> list[str]:
     """Distinct non-empty sender ids of runs started at/after ``since``."""
-    with read_tx(target) as tx:
-        return [r[0] for r in tx.run(LIST_SENDERS, {"since": _since(since)}).fetchall()]
+    return [r[0] for r in _all(target, LIST_SENDERS, {"since": _since(since)})]
 
 
 def list_profiles(target: Target, since: datetime | str) -> list[str]:
     """Distinct non-empty profiles of runs started at/after ``since`` (no upstream twin)."""
-    with read_tx(target) as tx:
-        return [r[0] for r in tx.run(LIST_PROFILES, {"since": _since(since)}).fetchall()]
+    return [r[0] for r in _all(target, LIST_PROFILES, {"since": _since(since)})]
 
 
 # --------------------------------------------------------------------------- turns & delegation
@@ -414,8 +416,7 @@ TURNS = Prepared("turn_summary", sa.select(
 def turn_summary(target: Target, session_id: str) -> list[TurnAggregate]:
     """Per-turn aggregation of a session's calls (``GROUP BY turn_id``), in turn order.
     Calls recorded without a turn id (historical rows) form one ``turn_id=None`` group."""
-    with read_tx(target) as tx:
-        rows = tx.run(TURNS, {"sid": session_id}).fetchall()
+    rows = _all(target, TURNS, {"sid": session_id})
     return [TurnAggregate(t, n, float(cost), tokens) for t, n, cost, tokens in rows]
 
 
@@ -448,15 +449,13 @@ EDGE = Prepared("edge", sa.select(*_se.c).where(_se.c.child_session_id == bp("ch
 
 def get_subagent_edge(target: Target, child_session_id: str) -> SubagentEdge | None:
     """The delegation edge of a child session, or None."""
-    with read_tx(target) as tx:
-        row = tx.run(EDGE, {"child": child_session_id}).fetchone()
+    row = _one(target, EDGE, {"child": child_session_id})
     return SubagentEdge(*row) if row else None
 
 
 def list_subagent_edges(target: Target, parent_session_id: str) -> list[SubagentEdge]:
     """Direct children of a session, oldest first."""
-    with read_tx(target) as tx:
-        return [SubagentEdge(*r) for r in tx.run(EDGES_OF, {"parent": parent_session_id})]
+    return [SubagentEdge(*r) for r in _all(target, EDGES_OF, {"parent": parent_session_id})]
 
 
 # --------------------------------------------------------------------------- free models
@@ -469,8 +468,7 @@ FREE_VARIANTS = Prepared("free_variants", sa.select(_kfm.c.model).where(
 
 def is_known_free_model(target: Target, model: str, provider: str = "") -> bool:
     """True if ``model`` is known free for ``provider`` or for any provider (wildcard row)."""
-    with read_tx(target) as tx:
-        return tx.run(IS_KNOWN_FREE, {"model": model, "provider": provider or ""}).fetchone() is not None
+    return _one(target, IS_KNOWN_FREE, {"model": model, "provider": provider or ""}) is not None
 
 
 _BOUNDARY = "-:/_"
@@ -483,8 +481,7 @@ def is_free_tier_transition(target: Target, model: str, provider: str = "") -> b
     ``<base>:free`` has a non-empty ``<base>`` that prefixes ``model`` at a token boundary
     (followed by one of ``- : / _`` or the end).
     """
-    with read_tx(target) as tx:
-        free_ids = [r[0] for r in tx.run(FREE_VARIANTS, {"provider": provider or ""}).fetchall()]
+    free_ids = [r[0] for r in _all(target, FREE_VARIANTS, {"provider": provider or ""})]
     for free_id in free_ids:
         if free_id == model + ":free":
             return True
@@ -504,8 +501,7 @@ def recent_free_paid_transitions(target: Target, window_hours: float = 72, *,
     """Free → paid flips detected in the window (all of them if ``window_hours <= 0``),
     newest first."""
     since, _ = window_bounds(window_hours, now=now)
-    with read_tx(target) as tx:
-        return [FreePaidTransition(*r) for r in tx.run(RECENT_TRANSITIONS, {"since": since})]
+    return [FreePaidTransition(*r) for r in _all(target, RECENT_TRANSITIONS, {"since": since})]
 
 
 # --------------------------------------------------------------------------- model unavailable
@@ -518,8 +514,7 @@ RECENT_UNAVAILABLE = Prepared("recent_unavailable", sa.select(*_mua.c).where(
 
 def get_model_unavailable(target: Target, model: str, provider: str = "") -> ModelUnavailable | None:
     """The alert row of exactly ``(model, provider)`` (no wildcard), or None."""
-    with read_tx(target) as tx:
-        row = tx.run(GET_UNAVAILABLE, {"model": model, "provider": provider or ""}).fetchone()
+    row = _one(target, GET_UNAVAILABLE, {"model": model, "provider": provider or ""})
     return ModelUnavailable(*row) if row else None
 
 
@@ -527,8 +522,7 @@ def recent_model_unavailable(target: Target, window_hours: float = 72, *,
                              now: datetime | None = None) -> list[ModelUnavailable]:
     """Unavailable models last seen in the window (all if ``window_hours <= 0``), newest first."""
     since, _ = window_bounds(window_hours, now=now)
-    with read_tx(target) as tx:
-        return [ModelUnavailable(*r) for r in tx.run(RECENT_UNAVAILABLE, {"since": since})]
+    return [ModelUnavailable(*r) for r in _all(target, RECENT_UNAVAILABLE, {"since": since})]
 
 
 _lce = llm_call_errors
@@ -538,8 +532,7 @@ ERRORS_OF_SESSION = Prepared("errors_of_session", sa.select(*_lce.c).where(
 
 def llm_call_errors_for_session(target: Target, session_id: str) -> list[LlmCallError]:
     """The failure ledger of one session, oldest first."""
-    with read_tx(target) as tx:
-        return [LlmCallError(*r) for r in tx.run(ERRORS_OF_SESSION, {"sid": session_id})]
+    return [LlmCallError(*r) for r in _all(target, ERRORS_OF_SESSION, {"sid": session_id})]
 
 
 # --------------------------------------------------------------------------- pricing
@@ -562,27 +555,23 @@ NEEDING_SNAPSHOT = Prepared("needing_snapshot", sa.select(llm_calls.c.provider, 
 
 def get_latest_pricing_snapshot(target: Target, provider: str, model: str) -> PricingSnapshot | None:
     """The newest snapshot of ``(provider, model)``, or None."""
-    with read_tx(target) as tx:
-        row = tx.run(LATEST_SNAPSHOT, {"provider": provider, "model": model}).fetchone()
+    row = _one(target, LATEST_SNAPSHOT, {"provider": provider, "model": model})
     return PricingSnapshot(*row) if row else None
 
 
 def list_latest_pricing_snapshots(target: Target) -> list[PricingSnapshot]:
     """The newest snapshot of every (provider, model), ordered by provider, model."""
-    with read_tx(target) as tx:
-        return [PricingSnapshot(*r) for r in tx.run(LATEST_SNAPSHOTS)]
+    return [PricingSnapshot(*r) for r in _all(target, LATEST_SNAPSHOTS)]
 
 
 def count_distinct_llm_models(target: Target) -> int:
     """Number of distinct (provider, model) pairs with a non-empty model in ``llm_calls``."""
-    with read_tx(target) as tx:
-        return tx.run(COUNT_MODELS).fetchone()[0]
+    return _one(target, COUNT_MODELS)[0]
 
 
 def models_needing_pricing_snapshot(target: Target) -> list[tuple[str | None, str]]:
     """Distinct (provider, model) of ``llm_calls`` with no snapshot (NULL-safe provider match)."""
-    with read_tx(target) as tx:
-        return [(p, m) for p, m in tx.run(NEEDING_SNAPSHOT)]
+    return [(p, m) for p, m in _all(target, NEEDING_SNAPSHOT)]
 
 
 # --------------------------------------------------------------------------- dashboard caches
@@ -596,8 +585,7 @@ GET_EFFICIENCY_CACHE = Prepared("get_efficiency_cache", sa.select(
 
 def get_endpoint_payload_cache(target: Target, cache_name: str, cache_key: str) -> CachedPayload | None:
     """A cached dashboard endpoint payload, or None (freshness is the caller's decision)."""
-    with read_tx(target) as tx:
-        row = tx.run(GET_ENDPOINT_CACHE, {"name": cache_name, "key": cache_key}).fetchone()
+    row = _one(target, GET_ENDPOINT_CACHE, {"name": cache_name, "key": cache_key})
     return CachedPayload(*row) if row else None
 
 
@@ -605,6 +593,5 @@ def get_model_efficiency_cache(target: Target, window_hours: int, include_delete
                                limit_n: int) -> CachedPayload | None:
     """A cached model-efficiency payload, or None."""
     key = efficiency_cache_key(window_hours, include_deleted, limit_n)
-    with read_tx(target) as tx:
-        row = tx.run(GET_EFFICIENCY_CACHE, {"key": key}).fetchone()
+    row = _one(target, GET_EFFICIENCY_CACHE, {"key": key})
     return CachedPayload(*row) if row else None
