@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from .. import migrate
 from ..config import hermes_home, resolve_url, sqlite_path
-from ..engine import SqliteSettings, create_sqlite_engine, journal_state, passive_checkpoint
+from ..engine import SqliteSettings, create_sqlite_engine, journal_state
 from ..errors import ConfigurationError, DatabaseBusyError
 from . import encoding as enc
 from . import opening, sql
@@ -257,13 +257,21 @@ class SessionStore:
             if self._closed:
                 return
             self._closed = True
-            try:
-                if self._writer is not None and journal_state(self._engine).mode == "wal":
-                    passive_checkpoint(self._writer)
-                    self._writer.rollback()
-            except sa.exc.DBAPIError as exc:
-                log.debug("close-time checkpoint skipped: %s", exc)
+            if self._writer is not None and journal_state(self._engine).mode == "wal":
+                self._checkpoint()
             self._dispose()
+
+    def _checkpoint(self) -> None:
+        """Best-effort ``PRAGMA wal_checkpoint(PASSIVE)`` outside any transaction (never raises).
+
+        Sent on the writer's DBAPI connection (driver transactions are off), so no BEGIN
+        wraps it; PASSIVE is the only mode this library issues (spec §8.8).
+        """
+        try:
+            raw = self._writer.connection.driver_connection  # type: ignore[union-attr]
+            raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except (sqlite3.Error, AttributeError) as exc:
+            log.debug("PASSIVE checkpoint skipped: %s", exc)
 
     def __enter__(self) -> "SessionStore":
         return self
@@ -298,11 +306,7 @@ class SessionStore:
                         result = fn(self._writer)
                     self._writes += 1
                     if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
-                        try:
-                            passive_checkpoint(self._writer)
-                            self._writer.rollback()
-                        except sa.exc.DBAPIError:
-                            pass
+                        self._checkpoint()
                     return result
                 except sa.exc.OperationalError as exc:
                     if not _is_busy(exc):

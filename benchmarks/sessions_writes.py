@@ -1,0 +1,202 @@
+"""Session-store write/read hot paths against a plain-sqlite3 baseline of the same statements.
+
+    python benchmarks/sessions_writes.py [--journal wal|delete] [--n 3000] [--batch 20000]
+
+Both sides run in this process, on files in one temp directory, with the same journal mode,
+``synchronous`` setting and FTS objects (the baseline file is created by the store, so both
+indexes and all six triggers are live). Reported: medians of --repeat runs and ratios.
+Targets (issue 5, 2-core machine): append_message >= 3,700 msg/s, append_messages_batch
+>= 18,000 msg/s, tip of a 500-segment chain <= 5 ms, paging 50,000 messages by 100 with
+after_id <= 1 s in total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hermes_data.engine import SqliteSettings  # noqa: E402
+from hermes_data.sessions import sql  # noqa: E402
+from hermes_data.sessions.store import _ADMIT_AND_COUNT, _INSERT_MESSAGE, SessionStore  # noqa: E402
+
+CONTENT = ("The gateway routes each inbound message to its session and appends the turn; "
+           "this sentence is a realistic assistant reply of moderate length. ") * 2
+
+
+def _row(i: int) -> dict:
+    return {"role": "assistant" if i % 2 else "user", "content": f"{CONTENT} #{i}"}
+
+
+def _baseline_tuple(i: int, ts: float) -> tuple:
+    r = _row(i)
+    return (r["role"], r["content"], None, None, None, ts, None, None, None, None, None, None,
+            None, None, 0, 0, None, 1, None, None, None)
+
+
+def open_store(path: Path, journal: str) -> SessionStore:
+    return SessionStore(path, settings=SqliteSettings(busy_timeout_ms=1000, journal_mode=journal))
+
+
+def baseline_conn(path: Path, journal: str) -> sqlite3.Connection:
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA busy_timeout=1000")
+    con.execute(f"PRAGMA journal_mode={journal}")
+    con.execute("PRAGMA synchronous=NORMAL")
+    con.execute("PRAGMA foreign_keys=ON")
+    return con
+
+
+def bench_single(store: SessionStore, con: sqlite3.Connection, n: int) -> tuple[float, float]:
+    store.create_session("single", "cli")
+    t0 = time.perf_counter()
+    for i in range(n):
+        r = _row(i)
+        store.append_message("single", r["role"], r["content"])
+    ours = n / (time.perf_counter() - t0)
+    con.execute("INSERT INTO sessions (id, source, started_at) VALUES ('single', 'cli', ?)", (time.time(),))
+    t0 = time.perf_counter()
+    for i in range(n):
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(_ADMIT_AND_COUNT, (1, 0, "single")).fetchall()
+        con.execute(_INSERT_MESSAGE, ("single", *_baseline_tuple(i, time.time())))
+        con.execute("COMMIT")
+    base = n / (time.perf_counter() - t0)
+    return ours, base
+
+
+def bench_batch(store: SessionStore, con: sqlite3.Connection, total: int, size: int,
+                tag: str) -> tuple[float, float]:
+    sid = f"batch{tag}"
+    store.create_session(sid, "cli")
+    rows = [_row(i) for i in range(size)]
+    t0 = time.perf_counter()
+    for _ in range(total // size):
+        store.append_messages_batch(sid, rows)
+    ours = total / (time.perf_counter() - t0)
+    con.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)", (sid, time.time()))
+    t0 = time.perf_counter()
+    for _ in range(total // size):
+        now = time.time()
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(_ADMIT_AND_COUNT, (size, 0, sid)).fetchall()
+        con.executemany(_INSERT_MESSAGE, [(sid, *_baseline_tuple(i, now + i * 1e-6)) for i in range(size)])
+        con.execute("COMMIT")
+    base = total / (time.perf_counter() - t0)
+    return ours, base
+
+
+def bench_tip(store: SessionStore, con: sqlite3.Connection, repeat: int) -> tuple[float, float]:
+    ids = [f"chain{i:04d}" for i in range(500)]
+    rows = [(sid, 1.7e9 + i, ids[i - 1] if i else None, "compression" if i < 499 else None,
+             1.7e9 + i + 0.5 if i < 499 else None) for i, sid in enumerate(ids)]
+    insert = ("INSERT INTO sessions (id, source, started_at, parent_session_id, end_reason, ended_at) "
+              "VALUES (?, 'cli', ?, ?, ?, ?)")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(insert, rows)
+    con.execute("BEGIN")
+    con.executemany(insert, rows)
+    con.execute("COMMIT")
+    assert store.get_compression_tip(ids[0]) == ids[-1]
+    ours, base = [], []
+    q = str(sql.TIP_OF).replace(":start", "?")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        store.get_compression_tip(ids[0])
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        assert con.execute(q, (ids[0],)).fetchone()[0] == ids[-1]
+        base.append(time.perf_counter() - t0)
+    return statistics.median(ours) * 1000, statistics.median(base) * 1000
+
+
+def bench_paging(store: SessionStore, con: sqlite3.Connection) -> tuple[float, float, float, int]:
+    store.create_session("paged", "cli")
+    for _ in range(5):
+        store.append_messages_batch("paged", [_row(i) for i in range(10_000)])
+    t0 = time.perf_counter()
+    after, seen = 0, 0
+    while True:
+        page = store.get_messages("paged", limit=100, after_id=after)
+        if not page:
+            break
+        seen += len(page)
+        after = page[-1].id
+    ours = time.perf_counter() - t0
+    assert seen == 50_000
+    con.execute("BEGIN")
+    con.execute("INSERT INTO sessions (id, source, started_at) VALUES ('paged', 'cli', 1.7e9)")
+    con.executemany(_INSERT_MESSAGE, [("paged", *_baseline_tuple(i, 1.7e9 + i)) for i in range(50_000)])
+    con.execute("COMMIT")
+    t0 = time.perf_counter()
+    after = 0
+    while True:
+        rows = con.execute("SELECT id, content FROM messages WHERE session_id = ? AND +active = 1 "
+                           "AND id > ? ORDER BY id LIMIT 100", ("paged", after)).fetchall()
+        if not rows:
+            break
+        after = rows[-1][0]
+    base = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for off in range(0, 50_000, 100):  # what upstream did: OFFSET paging (sampled: first 100 pages)
+        if off >= 10_000:
+            break
+        con.execute("SELECT id, content FROM messages WHERE session_id = ? ORDER BY id LIMIT 100 OFFSET ?",
+                    ("paged", off)).fetchall()
+    offset_100_pages = time.perf_counter() - t0
+    return ours, base, offset_100_pages, seen
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--journal", choices=("wal", "delete"), default="wal")
+    ap.add_argument("--n", type=int, default=3000, help="single appends per run")
+    ap.add_argument("--batch-total", type=int, default=20_000)
+    ap.add_argument("--batch-size", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
+    try:
+        singles, batches = [], []
+        for run in range(args.repeat):
+            d = tmp / f"run{run}"
+            d.mkdir()
+            store = open_store(d / "ours.db", args.journal)
+            open_store(d / "base.db", args.journal).close()  # same schema, FTS and triggers
+            con = baseline_conn(d / "base.db", args.journal)
+            if run == 0:
+                jm = store.journal_mode
+                sync = store.engine.connect().exec_driver_sql("PRAGMA synchronous").scalar()
+                bjm = con.execute("PRAGMA journal_mode").fetchone()[0]
+                bsync = con.execute("PRAGMA synchronous").fetchone()[0]
+                print(f"SQLite {sqlite3.sqlite_version}; journal_mode ours={jm} baseline={bjm}; "
+                      f"synchronous ours={sync} baseline={bsync} (1=NORMAL); FTS: both indexes + 6 triggers live")
+            singles.append(bench_single(store, con, args.n))
+            batches.append(bench_batch(store, con, args.batch_total, args.batch_size, str(run)))
+            if run == args.repeat - 1:
+                tip = bench_tip(store, con, 21)
+                paging = bench_paging(store, con)
+            store.close()
+            con.close()
+        med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
+        s_o, s_b = med(singles, 0), med(singles, 1)
+        b_o, b_b = med(batches, 0), med(batches, 1)
+        print(f"append_message        : {s_o:10,.0f} msg/s   baseline {s_b:10,.0f} msg/s   ratio {s_o / s_b:5.2f}   target >= 3,700")
+        print(f"append_messages_batch : {b_o:10,.0f} msg/s   baseline {b_b:10,.0f} msg/s   ratio {b_o / b_b:5.2f}   target >= 18,000 (batches of {args.batch_size})")
+        print(f"tip of 500-segment    : {tip[0]:10.2f} ms      baseline {tip[1]:10.2f} ms      ratio {tip[0] / tip[1]:5.2f}   target <= 5 ms")
+        print(f"page 50,000 by 100    : {paging[0]:10.3f} s       baseline {paging[1]:10.3f} s       ratio {paging[0] / paging[1]:5.2f}   target <= 1 s "
+              f"(OFFSET paging, first 100 pages only: {paging[2]:.3f} s)")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
