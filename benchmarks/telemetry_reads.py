@@ -113,19 +113,22 @@ def build(path: Path, n_calls: int) -> dict:
 
 
 def capture(store: TelemetryStore, fn) -> list[tuple[str, tuple]]:
-    """The (sql, args) a read runs, recorded from the store's own executor."""
+    """The (sql, args) a read runs: every statement passes through ``Prepared.args``."""
     seen: list[tuple[str, tuple]] = []
-    original = store_mod._DbapiTx.run
+    original = store_mod.Prepared.args
 
-    def spy(self, p, params={}):
-        seen.append((p.sql, p.args(params)))
-        return original(self, p, params)
+    def spy(self, params):
+        args = original(self, params)
+        seen.append((self.sql, args))
+        return args
 
-    store_mod._DbapiTx.run = spy
+    store_mod.Prepared.args = spy
     try:
         fn()
     finally:
-        store_mod._DbapiTx.run = original
+        store_mod.Prepared.args = original
+    if not seen:
+        raise RuntimeError("no statement captured")
     return seen
 
 
