@@ -114,6 +114,12 @@ def live_shape(conn: Connection) -> Shape:
 def _metadata_shape_cached(metadata_id: int, metadata: sa.MetaData) -> Shape:
     with tempfile.TemporaryDirectory(prefix="hermes-data-shape-") as tmp:
         engine = sa.create_engine(f"sqlite:///{Path(tmp) / 'head.db'}")
+
+        @sa.event.listens_for(engine, "connect")
+        def _scratch(dbapi_conn, _record):  # a throw-away file: no durability needed
+            dbapi_conn.execute("PRAGMA journal_mode=OFF")
+            dbapi_conn.execute("PRAGMA synchronous=OFF")
+
         try:
             metadata.create_all(engine)
             with engine.connect() as conn:

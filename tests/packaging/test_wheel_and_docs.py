@@ -49,6 +49,6 @@ def test_readme_test_command_is_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
     assert "python -m pytest -q" in readme and "python -m pytest -q" in ci
-    assert "pip install -e '.[test]'" in readme and "-e '.[test]'" in ci
+    assert "pip install -e '.[test,postgres]'" in readme and "-e '.[test,postgres]'" in ci
     assert "hermes-data upgrade && hermes-data status" in readme and \
         "hermes-data upgrade && hermes-data status" in ci
