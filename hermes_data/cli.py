@@ -6,6 +6,7 @@ Human output by default, ``--json`` for machines. The library itself never print
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
@@ -138,6 +139,11 @@ def cmd_doctor(args) -> int:
     return 1 if failed else 0
 
 
+#: Modules that add their own subcommands: each defines ``register(subparsers)`` and sets
+#: ``func`` on its parsers. Keeps each concern's CLI beside its code.
+_COMMAND_MODULES: tuple[str, ...] = ()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``hermes-data`` (also used to check the README documents it)."""
     parser = argparse.ArgumentParser(prog="hermes-data", description=__doc__.splitlines()[0])
@@ -156,6 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "holders, descriptors, quick_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
+    for module in _COMMAND_MODULES:
+        importlib.import_module(module).register(sub)
     return parser
 
 
