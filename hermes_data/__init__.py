@@ -1,0 +1,49 @@
+"""hermes-data: typed data access for the Hermes agent's telemetry and session stores.
+
+The public surface is small on purpose::
+
+    from hermes_data import TelemetryStore, SessionStore, upgrade, check, status
+
+Store classes are imported lazily so ``import hermes_data`` stays cheap for the CLI.
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    AdoptionError,
+    ConfigurationError,
+    DatabaseBusyError,
+    ForwardOnlyError,
+    HermesDataError,
+    NotAHermesDatabaseError,
+    SchemaDriftError,
+    WalUnsupportedError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "upgrade": ("hermes_data.migrate", "upgrade"),
+    "check": ("hermes_data.migrate", "check"),
+    "status": ("hermes_data.migrate", "status"),
+    "UpgradeReport": ("hermes_data.migrate", "UpgradeReport"),
+    "TelemetryStore": ("hermes_data.telemetry.store", "TelemetryStore"),
+    "SessionStore": ("hermes_data.sessions.store", "SessionStore"),
+}
+
+__all__ = [
+    "AdoptionError", "ConfigurationError", "DatabaseBusyError", "ForwardOnlyError",
+    "HermesDataError", "NotAHermesDatabaseError", "SchemaDriftError", "WalUnsupportedError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hermes_data' has no attribute {name!r}")
