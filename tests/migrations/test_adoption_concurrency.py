@@ -194,12 +194,15 @@ def test_adoption_beside_a_live_inserter_loses_no_row(tmp_path, name):
     reader.start()
     try:
         reader.wait_for(50)  # the inserter is committing before the upgrade starts
+        with reader.cond:
+            before = len(reader.ids)
         upgrade = subprocess.run(
             [sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
              "--url", str(db), "--json"],
             cwd=REPO, capture_output=True, text=True, timeout=240)
         with reader.cond:
             during = len(reader.ids)
+        assert during > before, "the inserter committed nothing while the upgrade ran"
         reader.wait_for(during + 50)  # and keeps committing into the adopted file
         inserter.stdin.write("stop\n")
         inserter.stdin.flush()
