@@ -1153,6 +1153,23 @@ class SessionStore:
                 unread=_unread(la, read_at)))
         return out
 
+    # -- search (§7.1–§7.3; implemented in search.py) ------------------------------------
+
+    def search_messages(self, query: str | None, source_filter: Iterable[str] | None = None,
+                        exclude_sources: Iterable[str] | None = None,
+                        role_filter: Iterable[str] | None = None, limit: int = 20,
+                        offset: int = 0, sort: str | None = None,
+                        include_inactive: bool = False,
+                        fields: Sequence[str] | None = None) -> list["SearchResult"]:
+        """Full-text search over messages; never raises for any query text (see
+        :func:`hermes_data.sessions.search.search_messages`)."""
+        from .search import search_messages
+
+        return self._read(lambda c: search_messages(
+            c, query, source_filter=source_filter, exclude_sources=exclude_sources,
+            role_filter=role_filter, limit=limit, offset=offset, sort=sort,
+            include_inactive=include_inactive, fields=fields))
+
 
 def _changes(conn: Connection) -> int:
     # pysqlite reports rowcount -1 for a DML statement that starts with WITH.
