@@ -317,6 +317,11 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
             conn.execution_options(hermes_begin="IMMEDIATE")
             with conn.begin():
                 report.before_revision = current_revision(conn)
+                if (target is not None and report.before_revision == target
+                        and not (spec.needs_adoption and spec.needs_adoption(conn))):
+                    # Another process finished the upgrade while we waited for the lock.
+                    report.after_revision, report.up_to_date = target, True
+                    return
                 if spec.before_upgrade:
                     t0 = time.perf_counter()
                     spec.before_upgrade(conn, report)
