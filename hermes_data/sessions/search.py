@@ -578,7 +578,9 @@ def fetch_context(conn: Connection, hits: Sequence[tuple[int, str, float]],
     out: dict[int, tuple[ContextMessage, ...]] = {}
     for start in range(0, len(hits), CONTEXT_CHUNK):
         chunk = hits[start:start + CONTEXT_CHUNK]
-        params: dict[str, Any] = {"jp": enc.JSON_CONTENT_PREFIX, "jn": _CONTEXT_JSON_PREFIX,
+        params: dict[str, Any] = {"jp": enc.JSON_CONTENT_PREFIX.encode(),
+                                  "jl": len(enc.JSON_CONTENT_PREFIX.encode()),
+                                  "jn": _CONTEXT_JSON_PREFIX,
                                   "cn": CONTEXT_CHARS}
         values = []
         for k, (hid, sid, ts) in enumerate(chunk):
@@ -595,8 +597,10 @@ def fetch_context(conn: Connection, hits: Sequence[tuple[int, str, float]],
             f"  AND (n.timestamp, n.id) > (hits.ts, hits.hid) AND {visible} "
             "  ORDER BY n.timestamp ASC, n.id ASC LIMIT 1) FROM hits) "
             "SELECT nb.hid, nb.side, m.role, "
-            " CASE WHEN substr(m.content, 1, length(:jp)) = :jp "
-            "  THEN substr(m.content, 1, :jn) ELSE substr(m.content, 1, :cn) END "
+            # The multimodal marker starts with NUL, which SQLite's text functions stop at:
+            # compare and cut it as bytes (decoded in Python, a cut character replaced).
+            " CASE WHEN substr(CAST(m.content AS BLOB), 1, :jl) = CAST(:jp AS BLOB) "
+            "  THEN substr(CAST(m.content AS BLOB), 1, :jn) ELSE substr(m.content, 1, :cn) END "
             "FROM nb JOIN messages m ON m.id = nb.nid ORDER BY nb.hid, nb.side"),
             params).fetchall()
         for hid, _side, role, content in rows:
