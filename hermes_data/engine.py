@@ -121,10 +121,10 @@ def decide_journal_mode(
             warn=vulnerable,
         )
     if vulnerable:
-        why = "fresh file" if not has_pages else f"{current} file"
+        why = "fresh file" if not has_pages else f"existing {current.upper()}-mode file"
         return JournalDecision(
             "delete" if current != "delete" else None,
-            f"{why}: using DELETE instead of WAL because this SQLite build has the WAL-reset bug "
+            f"{why} kept in DELETE mode, not WAL: this SQLite build has the WAL-reset bug "
             f"(set {JOURNAL_MODE_ENV}=wal to override)",
         )
     return JournalDecision("wal", "default WAL")
