@@ -289,6 +289,25 @@ def _resolve_destination(script: ScriptDirectory, destination) -> str | None:
     return rev.revision if rev is not None else None
 
 
+def _check_own_history(conn: Connection, spec: StoreSpec, script: ScriptDirectory) -> None:
+    """Refuse a database whose Alembic version belongs to another history (the other store,
+    or another application sharing the database) before anything is locked or written."""
+    with conn.begin():
+        rev = current_revision(conn)
+    if rev is None:
+        return
+    try:
+        known = script.get_revision(rev) is not None
+    except Exception:
+        known = False
+    if not known:
+        raise NotAHermesDatabaseError(
+            f"this database's alembic_version is {rev!r}, which is not a revision of the "
+            f"{spec.name} store (is the URL pointing at the other store or another application's "
+            "database?); nothing was changed"
+        )
+
+
 def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
     """Read-only: is the database already at ``target`` with nothing to adopt?"""
     with conn.begin():
@@ -303,6 +322,7 @@ def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
 def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirectory,
                 destination, report: UpgradeReport) -> None:
     target = _resolve_destination(script, destination)
+    _check_own_history(conn, spec, script)
     if _is_current(conn, spec, target):
         report.before_revision = report.after_revision = target
         report.up_to_date = True

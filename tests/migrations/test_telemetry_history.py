@@ -242,3 +242,13 @@ def test_eight_processes_upgrade_one_missing_file(tmp_path):
     assert con.execute("SELECT version_num FROM alembic_version").fetchall() == [("v18",)]
     con.close()
     assert migrate.check("telemetry", db) == []
+
+
+def test_the_other_stores_database_is_refused_by_name(tmp_path):
+    sessions_db = tmp_path / "state.db"
+    migrate.upgrade("sessions", sessions_db)
+    before = _sha(sessions_db)
+    proc = run_cli("upgrade", "--store", "telemetry", "--url", str(sessions_db))
+    assert proc.returncode == 2
+    assert "not a revision of the telemetry store" in proc.stderr and "s01_baseline" in proc.stderr
+    assert _sha(sessions_db) == before
