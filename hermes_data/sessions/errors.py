@@ -65,3 +65,39 @@ class SchemaBehindError(SessionStoreError):
         super().__init__(
             f"state.db is behind the session-store schema: {missing} is missing; open it once "
             "writable (or run `hermes-data upgrade --store sessions`)")
+
+
+class StateDbReplacedError(SessionStoreError):
+    """The database file was replaced under a live handle (spec §8.11); sticky.
+
+    Out-of-band ``cp``/``mv``/restore must stop writes, never be "repaired" in place.
+    """
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path, self.why = path, why
+        super().__init__(
+            f"{path}: {why}; this handle stops writing. Close it and open the store again "
+            "(if the file was restored on purpose, make sure no process still holds the old one)")
+
+
+class DeletedWalGenerationError(StateDbReplacedError):
+    """A process holds a deleted ``-wal``/``-shm`` of this database (a split WAL generation)."""
+
+    def __init__(self, path: str, why: str) -> None:
+        super().__init__(path, why)
+        self.args = (f"{path}: {why}. A second WAL generation would split the database: stop "
+                     "the processes holding the deleted sidecar (see `hermes-data doctor`); "
+                     "do not delete the -wal file",)
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+class StateDbCorruptError(SessionStoreError):
+    """Structural corruption (SQLITE_CORRUPT / SQLITE_NOTADB) quarantined this handle; sticky."""
+
+    def __init__(self, path: str, cause: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: the database is structurally corrupt ({cause}); this handle is quarantined "
+            "and writes nothing more. Run `hermes-data doctor` and restore from a backup")

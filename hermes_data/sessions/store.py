@@ -23,8 +23,9 @@ import re
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event, text
@@ -35,10 +36,11 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings, create_sqlite_engine, journal_state
 from ..errors import ConfigurationError, DatabaseBusyError
 from . import encoding as enc
-from . import opening, sql
+from . import guards, opening, sql
 from .errors import (CompressionPublishError, CompressionSessionBusyError,
-                     CompressionSessionClosedError, SessionExportTooLargeError,
-                     SessionNotFoundError, SessionResumeTooLargeError)
+                     CompressionSessionClosedError, DeletedWalGenerationError,
+                     SchemaBehindError, SessionExportTooLargeError, SessionNotFoundError,
+                     SessionResumeTooLargeError, StateDbCorruptError, StateDbReplacedError)
 from .migration import BUSY_TIMEOUT_MS, missing_core
 from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                    SessionRow)
@@ -53,6 +55,9 @@ TRANSCRIPT_PATIENCE_S = 60.0
 OPEN_PATIENCE_S = 20.0
 #: Best-effort PASSIVE checkpoint cadence (successful writes).
 CHECKPOINT_EVERY = 50
+#: Read-only opens: transient I/O errors retried this many times, this far apart (§8.6).
+READ_ONLY_OPEN_RETRIES = 3
+READ_ONLY_RETRY_PAUSE_S = 0.05
 #: Size-guard defaults (spec §6.5).
 DEFAULT_MAX_RESUME_MESSAGES = 20000
 DEFAULT_MAX_EXPORT_MESSAGES = 20000
@@ -88,6 +93,26 @@ _FILLABLE = ("model", "system_prompt_hash", "session_key", "chat_id", "chat_type
              "display_name")
 _ROUTING = ("user_id", "session_key", "chat_id", "chat_type", "thread_id", "display_name",
             "origin_json")
+
+
+_init_error_lock = threading.Lock()
+_last_init_error: tuple[str, BaseException] | None = None
+
+
+def _record_init_error(path: Path, exc: BaseException) -> None:
+    global _last_init_error
+    with _init_error_lock:
+        _last_init_error = (str(path), exc)
+
+
+def last_init_error() -> tuple[str, BaseException] | None:
+    """``(path, exception)`` of the most recent failed :class:`SessionStore` construction in
+    this process (never cleared by a later success: another thread's cause must survive)."""
+    with _init_error_lock:
+        return _last_init_error
+
+
+is_transient_sqlite_error = guards.is_transient_sqlite_error
 
 
 def _is_busy(exc: BaseException) -> bool:
@@ -145,13 +170,14 @@ class SessionStore:
                  settings: SqliteSettings | None = None,
                  config: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                  hermes_root: str | os.PathLike | None = None,
-                 open_patience_s: float = OPEN_PATIENCE_S) -> None:
+                 open_patience_s: float = OPEN_PATIENCE_S, read_only: bool = False) -> None:
         url = resolve_url("sessions", path_or_url)
         path = sqlite_path(url)
         if path is None:
             raise ConfigurationError(f"{url!s}: the session store needs a SQLite file path")
         self.path = Path(path)
         self.url = url
+        self.read_only = read_only
         self._settings = settings or SqliteSettings(busy_timeout_ms=BUSY_TIMEOUT_MS)
         self._config = config
         self._root = Path(hermes_root) if hermes_root is not None else hermes_home()
@@ -160,15 +186,41 @@ class SessionStore:
         self._closed = False
         self._engine: Engine | None = None
         self._writer: Connection | None = None
+        self._raw: sqlite3.Connection | None = None
+        self._read_pool: guards.ReadPool | None = None
+        self._read_engine: Engine | None = None
+        self._identity: guards.FileIdentity | None = None
+        self._app_id = 0
+        self._sticky: BaseException | None = None  # replaced / split WAL / corrupt
+        self.quarantined = False
+        self.fts_available = {"messages_fts": False, "messages_fts_trigram": False}
         self.open_repairs: list[str] = []
+        initialized = False
+        try:
+            if read_only:
+                self._open_read_only()
+            else:
+                self._open_with_patience(open_patience_s)
+            initialized = True
+        except BaseException as exc:
+            _record_init_error(self.path, exc)
+            raise
+        finally:
+            if not initialized:  # every exception path closes what it opened (§8.12)
+                self._dispose()
+
+    # -- open / close ------------------------------------------------------------------
+
+    def _open_with_patience(self, open_patience_s: float) -> None:
         deadline = time.monotonic() + open_patience_s
         while True:
             try:
                 self._open()
-                break
+                return
             except BaseException as exc:
                 self._dispose()
-                if isinstance(exc, sa.exc.OperationalError) and _is_busy(exc):
+                if isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError)) \
+                        and _is_busy(exc):
                     remaining = deadline - time.monotonic()
                     if remaining > 0:
                         time.sleep(min(random.uniform(0.25, 1.0), remaining))
@@ -179,8 +231,6 @@ class SessionStore:
                     ) from exc
                 raise
 
-    # -- open / close ------------------------------------------------------------------
-
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not self.path.exists():
@@ -188,6 +238,10 @@ class SessionStore:
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
                 pass
+        holders = guards.deleted_sidecar_holders(self.path)
+        if holders:  # a second opener would mint a second WAL generation (§8.10)
+            pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
+            raise DeletedWalGenerationError(str(self.path), f"refusing to open: {pids} (deleted)")
         engine = create_sqlite_engine(self.path, self._settings)
 
         @event.listens_for(engine, "connect")
@@ -195,20 +249,83 @@ class SessionStore:
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
         self._engine = engine
-        with engine.connect() as conn, conn.begin():
+        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
+        self._raw = self._writer.connection.driver_connection
+        with self._reading_on_writer() as conn:
             behind = migrate.current_revision(conn) != migrate.head_revision("sessions") \
                 or bool(missing_core(conn))
         if behind:
             report = migrate.upgrade("sessions", self.url)
             self.open_repairs.extend(report.repairs)
-        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
         self._open_checks()
+        wal = journal_state(engine).mode == "wal"
+        self._app_id = int(self._raw.execute("PRAGMA application_id").fetchone()[0] or 0)
+        self._identity = guards.FileIdentity.record(self.path, wal=wal)
         self._harden_permissions()
+        self.fts_available = self._probe_fts(self._raw)
+        if wal:
+            self._read_pool = guards.ReadPool(self.path)
+            self._read_engine = guards.make_read_engine(self._read_pool)
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """One ``mode=ro`` connection attempt (a seam: tests inject transient I/O errors)."""
+        return guards.connect_read_only(self.path)
+
+    def _open_read_only(self) -> None:
+        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (§8.6).
+
+        A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
+        times, 50 ms apart; a persistent one propagates.
+        """
+        con: sqlite3.Connection | None = None
+        for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
+            try:
+                con = self._connect_read_only()
+                con.execute("PRAGMA foreign_keys=ON")
+                con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+                break
+            except sqlite3.OperationalError as exc:
+                if con is not None:
+                    con.close()
+                    con = None
+                if not guards.is_disk_io_error(exc) or attempt == READ_ONLY_OPEN_RETRIES:
+                    raise
+                log.info("%s: transient I/O error on a read-only open (%s); retrying", self.path, exc)
+                time.sleep(READ_ONLY_RETRY_PAUSE_S)
+        assert con is not None
+        self._raw = con
+        self._engine = sa.create_engine("sqlite://", creator=lambda: con,
+                                        poolclass=sa.pool.StaticPool)
+
+        @event.listens_for(self._engine, "begin")
+        def _begin(conn) -> None:
+            conn.exec_driver_sql("BEGIN")
+
+        self._writer = self._engine.connect()
+        with self._reading_on_writer() as conn:
+            missing = missing_core(conn)
+        if missing:
+            raise SchemaBehindError(", ".join(missing))
+        self.fts_available = self._probe_fts(con)
+
+    @staticmethod
+    def _probe_fts(con: sqlite3.Connection) -> dict[str, bool]:
+        out = {}
+        for table in sql.FTS_VIRTUAL_TABLES:
+            try:
+                con.execute(f"SELECT * FROM {table} LIMIT 0").fetchall()
+                out[table] = True
+            except sqlite3.OperationalError as exc:
+                msg = str(exc).lower()
+                if "no such table" not in msg and "no such module" not in msg \
+                        and "no such tokenizer" not in msg:
+                    raise
+                out[table] = False
+        return out
 
     def _open_checks(self) -> None:
         """Read-gated open-time heals (§8.4): zero writes on a settled database."""
-        assert self._engine is not None
-        with self._engine.connect() as conn, conn.begin():
+        with self._reading_on_writer() as conn:
             state = opening.read_fts_state(conn)
             need_fts = state.needs_work()
             need_heal = opening.needs_null_active_heal(conn)
@@ -229,7 +346,8 @@ class SessionStore:
             if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
                 opening.write_fts_storage_version(conn)
 
-        self._write(work, patience=ROUTINE_PATIENCE_S)
+        # Inside the open's patience loop: busy propagates to it (no nested retry budget).
+        self._attempt(work, raw=False, guarded=False)
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
@@ -242,23 +360,36 @@ class SessionStore:
                 log.debug("could not chmod %s%s: %s", self.path, suffix, exc)
 
     def _dispose(self) -> None:
+        if self._read_pool is not None:
+            self._read_pool.dispose()
+            self._read_pool = None
+            self._read_engine = None
         if self._writer is not None:
             try:
                 self._writer.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.debug("closing the writer failed: %s", exc)
             finally:
                 self._writer = None
+        if self.read_only and self._raw is not None:
+            self._raw.close()
+        self._raw = None
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
 
     def close(self) -> None:
-        """PASSIVE checkpoint, then close every connection. Idempotent."""
+        """PASSIVE checkpoint (not on read-only or quarantined handles), close every
+        connection, forget the sidecar identity. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if self._writer is not None and journal_state(self._engine).mode == "wal":
+            if (self._writer is not None and not self.read_only and not self.quarantined
+                    and journal_state(self._engine).mode == "wal"):
                 self._checkpoint()
+            if self._identity is not None:
+                self._identity.sidecars.clear()  # a clean last close may unlink them
             self._dispose()
 
     def _checkpoint(self) -> None:
@@ -267,10 +398,11 @@ class SessionStore:
         Sent on the writer's DBAPI connection (driver transactions are off), so no BEGIN
         wraps it; PASSIVE is the only mode this library issues (spec §8.8).
         """
+        if self.quarantined or self._raw is None:
+            return
         try:
-            raw = self._writer.connection.driver_connection  # type: ignore[union-attr]
-            raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
-        except (sqlite3.Error, AttributeError) as exc:
+            self._raw.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error as exc:
             log.debug("PASSIVE checkpoint skipped: %s", exc)
 
     def __enter__(self) -> "SessionStore":
@@ -281,7 +413,7 @@ class SessionStore:
 
     @property
     def engine(self) -> Engine:
-        """The SQLAlchemy engine (read connections come from its pool)."""
+        """The SQLAlchemy engine of the writer's file (maintenance and tests)."""
         if self._engine is None:
             raise ConfigurationError(f"{self.path}: the session store is closed")
         return self._engine
@@ -289,26 +421,120 @@ class SessionStore:
     @property
     def journal_mode(self) -> str:
         """Journal mode the engine policy settled on (``wal`` / ``delete``)."""
+        if self.read_only:
+            return str(self._raw.execute("PRAGMA journal_mode").fetchone()[0]).lower()
         return journal_state(self.engine).mode
+
+    @property
+    def read_pool(self) -> guards.ReadPool | None:
+        """The handle's read pool (WAL writable handles only)."""
+        return self._read_pool
 
     # -- transactions ------------------------------------------------------------------
 
-    def _write(self, fn: Callable[[Connection], T], *, patience: float = ROUTINE_PATIENCE_S) -> T:
-        """Run ``fn`` inside ``BEGIN IMMEDIATE`` on the writer; retry busy with jitter."""
+    #: Test seam: called right before every ``BEGIN IMMEDIATE`` (fault injection).
+    _before_begin: Callable[[], None] | None = None
+
+    def _guard(self) -> None:
+        """Live-handle guards before a write (§8.11): sticky failures, replaced file, split WAL."""
+        if self._sticky is not None:
+            raise self._sticky
+        if self._identity is None:
+            return
+        why = self._identity.replaced(self.path)
+        if why is not None:
+            self._sticky = StateDbReplacedError(str(self.path), why)
+            raise self._sticky
+        why = self._identity.split_generation(self.path)
+        if why is not None:
+            self._sticky = DeletedWalGenerationError(str(self.path), why)
+            raise self._sticky
+
+    def _check_app_id(self, raw: sqlite3.Connection) -> None:
+        # Inside the write transaction the header is re-read from the file: a `cp` over the
+        # same inode shows up as a different application_id.
+        now = raw.execute("PRAGMA application_id").fetchone()[0]
+        if now and self._app_id and now != self._app_id:
+            self._sticky = StateDbReplacedError(
+                str(self.path), f"the file's application_id changed ({self._app_id} -> {now}): "
+                "it was replaced under a live handle")
+            raise self._sticky
+
+    def _attempt(self, fn: Callable[[Any], T], *, raw: bool, guarded: bool = True) -> T:
+        """One write transaction: ``BEGIN IMMEDIATE`` → ``fn`` → ``COMMIT`` (§8.5).
+
+        An I/O error raised by ``BEGIN IMMEDIATE`` itself (``fn`` not started, nothing
+        mutated) is retried once on the same connection; once ``fn`` has started, every error
+        rolls back and propagates. Never closes the connection to heal anything.
+        """
+        if self._writer is None or self._raw is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        if self.read_only:
+            raise ConfigurationError(f"{self.path}: this session store handle is read-only")
+        if guarded:
+            self._guard()
+        con = self._raw
+        tx = None
+        for attempt in (0, 1):
+            try:
+                if self._before_begin is not None:
+                    self._before_begin()
+                if raw:
+                    con.execute("BEGIN IMMEDIATE")
+                else:
+                    tx = self._writer.begin()
+                break
+            except (sqlite3.OperationalError, sa.exc.OperationalError) as exc:
+                if attempt == 0 and guards.is_disk_io_error(exc):
+                    log.warning("%s: I/O error at BEGIN IMMEDIATE (%s); retrying once on the "
+                                "same connection", self.path, exc)
+                    continue
+                raise
+        try:
+            if guarded and self._app_id:
+                self._check_app_id(con)
+            result = fn(con if raw else self._writer)
+            if raw:
+                con.execute("COMMIT")
+            else:
+                tx.commit()
+        except BaseException:
+            try:
+                if raw:
+                    if con.in_transaction:
+                        con.execute("ROLLBACK")
+                elif tx is not None and tx.is_active:
+                    tx.rollback()
+            except (sqlite3.Error, sa.exc.DBAPIError) as exc:
+                log.debug("rollback failed: %s", exc)
+            raise
+        return result
+
+    def _write(self, fn: Callable[[Connection], T], *, patience: float = ROUTINE_PATIENCE_S,
+               raw: bool = False) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` on the writer; retry busy with jitter.
+
+        ``raw=True`` hands ``fn`` the writer's DBAPI connection (hot paths: statements
+        prepared once by sqlite3's cache, no SQLAlchemy execution per call).
+        """
         start = time.monotonic()
         deadline = start + patience
+        fts_healed = False
         while True:
             with self._lock:
-                if self._writer is None:
-                    raise ConfigurationError(f"{self.path}: the session store is closed")
                 try:
-                    with self._writer.begin():
-                        result = fn(self._writer)
+                    result = self._attempt(fn, raw=raw)
                     self._writes += 1
                     if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
                         self._checkpoint()
                     return result
-                except sa.exc.OperationalError as exc:
+                except (sa.exc.DBAPIError, sqlite3.Error) as exc:
+                    if guards.is_fts_corruption(exc) and not fts_healed:
+                        self._fail_open_fts(exc)
+                        fts_healed = True
+                        continue
+                    if guards.is_structural_corruption(exc):
+                        self._quarantine(exc)
                     if not _is_busy(exc):
                         raise
                     err = exc
@@ -320,12 +546,100 @@ class SessionStore:
             pause = random.uniform(0.02, 0.15) if now - start < 2.0 else random.uniform(0.25, 1.0)
             time.sleep(min(pause, deadline - now))
 
+    def _fail_open_fts(self, exc: BaseException) -> None:
+        """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
+        in one transaction (search falls back to LIKE); the caller retries its write once.
+        Never rebuilds from the live write path (§8.11)."""
+        log.error("%s: FTS index corrupt (%s): FTS triggers dropped, fts_stale set; search uses "
+                  "LIKE until an exclusive open rebuilds the index", self.path, exc)
+
+        def work(conn: Connection) -> None:
+            opening._mark_stale(conn)
+            opening._drop_fts_triggers(conn, opening.read_fts_state(conn))
+
+        self._attempt(work, raw=False)
+        self.fts_available = {t: False for t in self.fts_available}
+
+    def _quarantine(self, exc: BaseException) -> None:
+        if self._sticky is None:
+            log.error("%s: structural corruption (%s): handle quarantined", self.path, exc)
+            self.quarantined = True
+            self._sticky = StateDbCorruptError(str(self.path), str(getattr(exc, "orig", exc)))
+        raise self._sticky from exc
+
+    @contextmanager
+    def _reading_on_writer(self) -> Iterator[Connection]:
+        # The handle's own connection, in a deferred transaction, under the handle's lock.
+        with self._lock:
+            if self._writer is None:
+                raise ConfigurationError(f"{self.path}: the session store is closed")
+            w = self._writer
+            if not self.read_only:
+                w.execution_options(hermes_begin="DEFERRED")
+            try:
+                with w.begin():
+                    yield w
+            finally:
+                if not self.read_only:
+                    w.execution_options(hermes_begin="IMMEDIATE")
+
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A connection for a read: a pooled ``mode=ro`` reader (WAL), else the writer.
+
+        A budget miss first closes one idle reader of a peer handle and retries once; still
+        nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
+        """
+        engine = self._read_engine
+        conn = None
+        if engine is not None and self._read_pool is not None:
+            for attempt in (0, 1):
+                try:
+                    conn = engine.connect()
+                    break
+                except guards.NoReadPermit as miss:
+                    if attempt or miss.scope not in ("path", "process") \
+                            or not guards.evict_peer(self._read_pool, miss.scope):
+                        break
+        if conn is None:
+            with self._reading_on_writer() as w:
+                yield w
+            return
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            conn.close()
+
     def _read(self, fn: Callable[[Connection], T]) -> T:
-        with self.engine.connect() as conn, conn.begin():
+        with self._reading() as conn:
             return fn(conn)
 
     def _scalar_ids(self, stmt: sa.TextClause, **params: Any) -> list[str]:
         return self._read(lambda c: [r[0] for r in c.execute(stmt, params)])
+
+    # -- state_meta (§7.7) -------------------------------------------------------------
+
+    def get_meta(self, key: str) -> str | None:
+        """A ``state_meta`` value, read on the writer (sees this handle's own commits)."""
+        with self._reading_on_writer() as conn:
+            row = conn.exec_driver_sql("SELECT value FROM state_meta WHERE key = ?", (key,)).first()
+        return None if row is None else row[0]
+
+    def set_meta(self, key: str, value: str | None) -> None:
+        """Upsert a ``state_meta`` value."""
+        self._write(lambda c: c.execute(
+            "INSERT INTO state_meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+            "value = excluded.value", (key, value)), raw=True)
+
+    def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
+        """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE)."""
+        with self._reading_on_writer() as conn:
+            rows = conn.exec_driver_sql(
+                "SELECT key, value FROM state_meta WHERE key LIKE ? ESCAPE '\\' ORDER BY key",
+                (enc.escape_like(prefix) + "%",)).fetchall()
+        return {k: v for k, v in rows}
+
 
     # -- configuration -----------------------------------------------------------------
 
@@ -645,11 +959,13 @@ class SessionStore:
                                default_ts=enc.now())
         tools = enc.count_tool_calls(row[3])
 
-        def work(conn: Connection) -> int:
-            self._admit(conn, session_id, 1, tools)
-            return conn.exec_driver_sql(_INSERT_MESSAGE, (session_id, *row)).lastrowid
+        params = (session_id, *row)
 
-        return self._write(work, patience=TRANSCRIPT_PATIENCE_S)
+        def work(con: sqlite3.Connection) -> int:
+            _admit_raw(con, session_id, 1, tools)
+            return con.execute(_INSERT_MESSAGE, params).lastrowid
+
+        return self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True)
 
     def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
                               chunk_rows: int | None = None) -> int:
@@ -663,12 +979,12 @@ class SessionStore:
             chunk = encoded[start:start + size]
             tools = sum(enc.count_tool_calls(r[3]) for r in chunk)
 
-            def work(conn: Connection, chunk=chunk, tools=tools) -> int:
-                self._admit(conn, session_id, len(chunk), tools)
-                conn.exec_driver_sql(_INSERT_MESSAGE, [(session_id, *r) for r in chunk])
+            def work(con: sqlite3.Connection, chunk=chunk, tools=tools) -> int:
+                _admit_raw(con, session_id, len(chunk), tools)
+                con.executemany(_INSERT_MESSAGE, [(session_id, *r) for r in chunk])
                 return len(chunk)
 
-            inserted += self._write(work, patience=TRANSCRIPT_PATIENCE_S)
+            inserted += self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True)
         return inserted
 
     @staticmethod
@@ -1129,12 +1445,11 @@ class SessionStore:
             f"AND r.hidden = 0 AND {sql.listable('r')} ORDER BY ranked.la DESC, r.started_at DESC "
             "LIMIT :limit")
         deadline = time.monotonic() + timeout_seconds
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             raw = conn.connection.driver_connection
             raw.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
             try:
-                with conn.begin():
-                    rows = conn.execute(q, params).fetchall()
+                rows = conn.execute(q, params).fetchall()
             except sa.exc.OperationalError as exc:
                 if "interrupted" in str(exc.orig).lower():
                     raise TimeoutError(
@@ -1169,6 +1484,15 @@ class SessionStore:
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,
             include_inactive=include_inactive, fields=fields))
+
+
+def _admit_raw(con: sqlite3.Connection, session_id: str, count: int, tools: int) -> None:
+    # Admission + counters in one statement on the writer's DBAPI connection (hot path).
+    rows = con.execute(_ADMIT_AND_COUNT, (count, tools, session_id)).fetchall()
+    if not rows:
+        raise SessionNotFoundError(session_id)
+    if rows[0][0] is not None and rows[0][1] == "compression":
+        raise CompressionSessionClosedError(session_id)
 
 
 def _changes(conn: Connection) -> int:

@@ -93,11 +93,12 @@ def test_batch_is_all_or_nothing_and_chunks(store):
         store.append_messages_batch("s", [{"role": "user", "content": "a"}, {"content": "no role"},
                                           {"role": "user", "content": "c"}])
     assert store.get_messages("s") == [] and store.get_session("s").message_count == 0
-    from sqlalchemy import event
+    # The transcript hot path commits on the writer's DBAPI connection: trace it there.
     commits = []
-    event.listen(store.engine, "commit", lambda conn: commits.append(1))
+    store._raw.set_trace_callback(lambda stmt: commits.append(1) if stmt == "COMMIT" else None)
     assert store.append_messages_batch("s", [{"role": "user", "content": str(i)} for i in range(5)],
                                        chunk_rows=2) == 5
+    store._raw.set_trace_callback(None)
     assert len(commits) == 3
     msgs = store.get_messages("s")
     assert all(b.timestamp > a.timestamp for a, b in zip(msgs, msgs[1:]))

@@ -1,0 +1,398 @@
+"""File safety of the session store: read pool, descriptor budget and live-handle guards.
+
+Spec sessions.md §8.6–§8.11:
+
+* :class:`ReadPool` — a per-handle LIFO pool of ``mode=ro`` connections (WAL only). Each live
+  read connection holds a permit from its database path's budget (8) and from the process
+  budget (24) for its whole life; permits are taken non-blocking after a descriptor-headroom
+  check (psutil), and released when the connection closes. A miss is never an error: the
+  caller serves the read on its writer connection.
+* :func:`deleted_sidecar_holders` — processes (this one included) holding a *deleted*
+  ``-wal``/``-shm`` of a database: a second opener would mint a second WAL generation.
+* :class:`FileIdentity` — ``(st_dev, st_ino)`` of the database and its sidecars, recorded at
+  open and compared before each write (replaced-file and WAL-generation guards).
+* :func:`is_transient_sqlite_error`, :func:`is_fts_corruption`, :func:`is_structural_corruption`.
+
+Nothing here opens the database file with ``open()``: closing any descriptor of it would drop
+every POSIX lock this process holds on it (seed 003). Files are examined by ``stat``/readlink.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import resource
+import sqlite3
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import quote
+
+import psutil
+import sqlalchemy as sa
+
+log = logging.getLogger("hermes_data.sessions.guards")
+
+#: Read connections per database path (shared by every handle on it) and per process.
+PATH_READ_BUDGET = 8
+PROCESS_READ_BUDGET = 24
+#: Minimum free descriptors before a read connection may be opened.
+MIN_FD_HEADROOM = 64
+#: A failed read open suppresses further read opens on that handle for this long.
+READ_OPEN_BACKOFF_S = 60.0
+#: More live handles than this on one path in one process ⇒ one warning.
+MAX_HANDLES_PER_PATH = 4
+_FD_CACHE_S = 0.25
+
+
+def _sqlite_code(exc: BaseException) -> int | None:
+    return getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
+
+
+def _message(exc: BaseException) -> str:
+    return str(getattr(exc, "orig", exc)).lower()
+
+
+def is_transient_sqlite_error(exc: BaseException) -> bool:
+    """True for an ``OperationalError`` meaning "busy, retry" (never "empty" or "corrupt").
+
+    Callers map it to e.g. HTTP 503 so a client keeps what it has. Corruption is deliberately
+    not transient.
+    """
+    orig = getattr(exc, "orig", exc)
+    if not isinstance(orig, sqlite3.OperationalError) and not isinstance(exc, sa.exc.OperationalError):
+        return False
+    msg = _message(exc)
+    return any(m in msg for m in ("disk i/o error", "database is locked",
+                                  "database table is locked", "busy"))
+
+
+def is_disk_io_error(exc: BaseException) -> bool:
+    """``SQLITE_IOERR`` (any extended code) or a ``disk i/o error`` message."""
+    code = _sqlite_code(exc)
+    return (code is not None and code & 0xFF == 10) or "disk i/o error" in _message(exc)
+
+
+def is_fts_corruption(exc: BaseException) -> bool:
+    """An FTS-scoped corruption: ``SQLITE_CORRUPT_VTAB`` (267) or an ``fts5`` message."""
+    return _sqlite_code(exc) == 267 or "fts5" in _message(exc)
+
+
+_CORRUPT_MARKERS = ("malformed", "file is not a database", "not a database", "database corruption")
+
+
+def is_structural_corruption(exc: BaseException) -> bool:
+    """Bare ``SQLITE_CORRUPT`` / ``SQLITE_NOTADB`` (or their messages) that is not FTS-scoped."""
+    if is_fts_corruption(exc):
+        return False
+    code = _sqlite_code(exc)
+    if code is not None and code & 0xFF in (11, 26):
+        return True
+    return any(m in _message(exc) for m in _CORRUPT_MARKERS)
+
+
+# ---------------------------------------------------------------------------------------
+# Holders and identities
+# ---------------------------------------------------------------------------------------
+
+
+def deleted_sidecar_holders(path: Path) -> list[tuple[int, str]]:
+    """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
+    of ``path``. Descriptor links are read with ``readlink`` (nothing is opened); unreadable
+    processes are skipped, so this is a lower bound. Empty where ``/proc`` does not exist."""
+    base = str(path.resolve())
+    wanted = {base + "-wal (deleted)", base + "-shm (deleted)"}
+    found: list[tuple[int, str]] = []
+    if not os.path.isdir("/proc"):
+        return found
+    for pid in psutil.pids():
+        fd_dir = f"/proc/{pid}/fd"
+        try:
+            entries = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                target = os.readlink(f"{fd_dir}/{entry}")
+            except OSError:
+                continue
+            if target in wanted:
+                found.append((pid, target[: -len(" (deleted)")]))
+    return found
+
+
+def _ident(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    if st.st_dev == 0 or st.st_ino == 0:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@dataclass
+class FileIdentity:
+    """What the open recorded about the file: inode of the database and its sidecars."""
+
+    db: tuple[int, int] | None
+    sidecars: dict[str, tuple[int, int]]
+
+    @classmethod
+    def record(cls, path: Path, *, wal: bool) -> "FileIdentity":
+        """Stat the database (and in WAL mode its ``-wal``/``-shm``) by path."""
+        sidecars: dict[str, tuple[int, int]] = {}
+        if wal:
+            for suffix in ("-wal", "-shm"):
+                ident = _ident(f"{path}{suffix}")
+                if ident is not None:
+                    sidecars[suffix] = ident
+        return cls(_ident(str(path)), sidecars)
+
+    def replaced(self, path: Path) -> str | None:
+        """Why the database no longer is the recorded file, or None."""
+        if self.db is None:
+            return None
+        now = _ident(str(path))
+        if now is None:
+            return "the database file was removed under a live handle"
+        if now != self.db:
+            return (f"the database file was replaced under a live handle (inode {self.db[1]} "
+                    f"is now {now[1]})")
+        return None
+
+    def split_generation(self, path: Path) -> str | None:
+        """Why the recorded WAL generation is gone, or None."""
+        for suffix, ident in self.sidecars.items():
+            now = _ident(f"{path}{suffix}")
+            if now != ident:
+                return (f"{path}{suffix} was deleted or replaced while this handle held it "
+                        "(a split WAL generation)")
+        return None
+
+
+# ---------------------------------------------------------------------------------------
+# Descriptor budget and permits
+# ---------------------------------------------------------------------------------------
+
+_fd_cache: tuple[float, bool] | None = None
+_fd_lock = threading.Lock()
+
+
+def reset_descriptor_cache() -> None:
+    """Forget the cached headroom measurement (it is otherwise reused for 0.25 s)."""
+    global _fd_cache
+    with _fd_lock:
+        _fd_cache = None
+
+
+def descriptor_headroom_ok() -> bool:
+    """Soft ``RLIMIT_NOFILE`` minus open descriptors exceeds 64 (unmeasurable ⇒ allowed;
+    the probe itself failing with EMFILE/ENFILE ⇒ denied). Cached for 0.25 s."""
+    global _fd_cache
+    now = time.monotonic()
+    with _fd_lock:
+        if _fd_cache is not None and now - _fd_cache[0] < _FD_CACHE_S:
+            return _fd_cache[1]
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        used = psutil.Process().num_fds()
+        ok = soft == resource.RLIM_INFINITY or soft - used > MIN_FD_HEADROOM
+    except OSError as exc:
+        ok = exc.errno not in (24, 23)  # EMFILE, ENFILE
+    except (psutil.Error, AttributeError, ValueError):
+        ok = True
+    with _fd_lock:
+        _fd_cache = (now, ok)
+    return ok
+
+
+class Budget:
+    """A non-blocking counting permit with a high-water mark (for tests and doctor)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.used = 0
+        self.peak = 0
+        self.denied = 0
+        self._lock = threading.Lock()
+
+    def try_acquire(self) -> bool:
+        """Take a permit if one is free (never waits)."""
+        with self._lock:
+            if self.used >= self.size:
+                self.denied += 1
+                return False
+            self.used += 1
+            self.peak = max(self.peak, self.used)
+            return True
+
+    def release(self) -> None:
+        """Give a permit back."""
+        with self._lock:
+            self.used = max(0, self.used - 1)
+
+
+PROCESS_BUDGET = Budget(PROCESS_READ_BUDGET)
+_path_budgets: dict[str, Budget] = {}
+_pools: "dict[str, weakref.WeakSet[ReadPool]]" = {}
+_registry_lock = threading.Lock()
+descriptor_denials = 0
+
+
+def path_budget(path: Path) -> Budget:
+    """The read budget shared by every handle on ``path`` (keyed by the resolved path)."""
+    key = str(path.resolve())
+    with _registry_lock:
+        return _path_budgets.setdefault(key, Budget(PATH_READ_BUDGET))
+
+
+class NoReadPermit(Exception):
+    """No read connection could be opened now (budget, descriptors or back-off)."""
+
+    def __init__(self, scope: str) -> None:
+        super().__init__(scope)
+        self.scope = scope
+
+
+class _ReadConnection(sqlite3.Connection):
+    """A ``mode=ro`` connection that gives its permits back when it closes."""
+
+    _permits: tuple[Budget, ...] = ()
+
+    def close(self) -> None:  # noqa: D401 - sqlite3 API
+        try:
+            super().close()
+        finally:
+            permits, self._permits = self._permits, ()
+            for p in permits:
+                p.release()
+
+
+def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = sqlite3.Connection,
+                      timeout: float = 1.0) -> sqlite3.Connection:
+    """``file:<path>?mode=ro`` with a 1 s busy timeout and driver transactions off."""
+    uri = f"file:{quote(str(path))}?mode=ro"
+    return sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False,
+                           isolation_level=None, factory=factory)
+
+
+class ReadPool(sa.pool.Pool):
+    """Per-handle LIFO pool of read-only connections under the path and process budgets."""
+
+    def __init__(self, path: Path, **kw: Any) -> None:
+        self.db_path = path
+        self.budget = path_budget(path)
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._suppressed_until = 0.0
+        super().__init__(self._open_reader, **kw)
+        key = str(path.resolve())
+        with _registry_lock:
+            peers = _pools.setdefault(key, weakref.WeakSet())
+            peers.add(self)
+            if len(peers) > MAX_HANDLES_PER_PATH:
+                log.warning("%s: %d live session-store handles in this process; share one handle "
+                            "per path (each holds its own writer connection)", path, len(peers))
+
+    def _open_reader(self) -> sqlite3.Connection:
+        global descriptor_denials
+        if self._closed:
+            raise NoReadPermit("closed")
+        if time.monotonic() < self._suppressed_until:
+            raise NoReadPermit("suppressed")
+        if not descriptor_headroom_ok():
+            descriptor_denials += 1
+            raise NoReadPermit("descriptors")
+        if not self.budget.try_acquire():
+            raise NoReadPermit("path")
+        if not PROCESS_BUDGET.try_acquire():
+            self.budget.release()
+            raise NoReadPermit("process")
+        con: sqlite3.Connection | None = None
+        try:
+            con = connect_read_only(self.db_path, factory=_ReadConnection)
+            con._permits = (self.budget, PROCESS_BUDGET)  # type: ignore[attr-defined]
+            con.execute("PRAGMA foreign_keys=ON")
+            return con
+        except BaseException as exc:
+            if con is not None:
+                con.close()  # releases the permits
+            else:
+                self.budget.release()
+                PROCESS_BUDGET.release()
+            self._suppressed_until = time.monotonic() + READ_OPEN_BACKOFF_S
+            log.warning("%s: read connection failed to open (%s); reads use the writer for %.0f s",
+                        self.db_path, exc, READ_OPEN_BACKOFF_S)
+            raise NoReadPermit("failed") from exc
+
+    # -- sa.pool.Pool protocol ---------------------------------------------------------
+
+    def status(self) -> str:
+        return f"ReadPool({self.db_path}, idle={len(self._idle)}, closed={self._closed})"
+
+    def _do_get(self):
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()  # LIFO: the warmest connection
+        return self._create_connection()
+
+    def _do_return_conn(self, record) -> None:
+        with self._lock:
+            if not self._closed:
+                self._idle.append(record)
+                return
+        record.close()  # returned after close(): the reader closes its own connection
+
+    def evict_idle(self) -> bool:
+        """Close this pool's oldest idle connection (frees its permits); False if none."""
+        with self._lock:
+            record = self._idle.pop(0) if self._idle else None
+        if record is None:
+            return False
+        record.close()
+        return True
+
+    def dispose(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for record in idle:
+            record.close()
+
+    def recreate(self) -> "ReadPool":
+        raise NotImplementedError("a ReadPool is never recreated; open a new store handle")
+
+    def idle_count(self) -> int:
+        """Idle connections held."""
+        return len(self._idle)
+
+
+def evict_peer(pool: ReadPool, scope: str) -> bool:
+    """Close one idle connection of another pool: on the same path for a path-budget miss,
+    on any path for a process-budget miss. True when one was closed."""
+    key = str(pool.db_path.resolve())
+    with _registry_lock:
+        if scope == "path":
+            candidates = [p for p in _pools.get(key, ()) if p is not pool]
+        else:
+            candidates = [p for peers in _pools.values() for p in peers if p is not pool]
+    return any(p.evict_idle() for p in candidates)
+
+
+def make_read_engine(pool: ReadPool) -> sa.Engine:
+    """A SQLAlchemy engine over ``pool`` whose transactions start with a deferred ``BEGIN``."""
+    engine = sa.create_engine("sqlite://", pool=pool)
+
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+    return engine
+
+
+Opener = Callable[[], sqlite3.Connection]

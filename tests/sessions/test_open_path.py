@@ -1,0 +1,414 @@
+"""Open path, lock patience and file safety of both stores (spec sessions.md §8, §10 #2, #5,
+#51–#56): real files, real sibling processes, statements traced at the DBAPI level."""
+
+from __future__ import annotations
+
+import os
+import resource
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+import pytest
+import sqlalchemy as sa
+from sqlalchemy import event
+
+from hermes_data import migrate
+from hermes_data.engine import SqliteSettings
+from hermes_data.errors import DatabaseBusyError
+from hermes_data.sessions import guards
+from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError,
+                                         StateDbCorruptError, StateDbReplacedError)
+from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
+from hermes_data.telemetry import TelemetryStore
+
+WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
+WRITE_HEADS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "DROP", "ALTER", "CREATE")
+
+
+@contextmanager
+def dbapi_trace():
+    """Every statement sent by any connection opened from now on (sqlite3 trace callback,
+    installed by a pool-wide connect listener: nothing escapes SQLAlchemy's bookkeeping)."""
+    seen: list[str] = []
+
+    def _on_connect(dbapi_conn, _record):
+        dbapi_conn.set_trace_callback(seen.append)
+
+    event.listen(sa.pool.Pool, "connect", _on_connect)
+    try:
+        yield seen
+    finally:
+        event.remove(sa.pool.Pool, "connect", _on_connect)
+
+
+def writes_in(statements: list[str]) -> list[str]:
+    out = []
+    for s in statements:
+        head = s.lstrip().split(None, 1)[0].upper() if s.strip() else ""
+        if head in WRITE_HEADS or s.lstrip().upper().startswith("BEGIN IMMEDIATE"):
+            out.append(s)
+        elif head == "PRAGMA" and "=" in s and "busy_timeout" not in s.lower() \
+                and "synchronous" not in s.lower() and "journal_size_limit" not in s.lower() \
+                and "foreign_keys" not in s.lower():
+            out.append(s)  # a pragma that writes the file (journal_mode=, application_id=)
+    return out
+
+
+LOCK_HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+    con.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.execute("ROLLBACK")
+""")
+
+
+@contextmanager
+def sibling_holding_write_lock(path: Path):
+    """A real process holding ``BEGIN IMMEDIATE`` on ``path`` until the block ends."""
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        yield proc
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+
+
+@pytest.mark.parametrize("settings", [None, WAL], ids=["default", "wal"])
+def test_settled_session_store_opens_write_free_under_a_held_lock(tmp_path, settings):
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=settings) as s:  # first open settles the file
+        s.create_session("a", "cli")
+        s.append_message("a", "user", "hello")
+    with dbapi_trace() as seen:
+        with SessionStore(path, settings=settings) as s:
+            assert s.get_session("a").message_count == 1
+    assert seen, "the trace saw nothing"
+    assert writes_in(seen) == [], writes_in(seen)
+    with sibling_holding_write_lock(path):
+        t0 = time.monotonic()
+        with SessionStore(path, settings=settings, open_patience_s=0.5) as s:
+            elapsed = time.monotonic() - t0
+            assert s.get_session("a") is not None
+    assert elapsed < 0.9, f"open waited {elapsed:.2f} s behind the sibling's lock"
+
+
+@pytest.mark.parametrize("settings", [None, WAL], ids=["default", "wal"])
+def test_settled_telemetry_store_opens_write_free_under_a_held_lock(tmp_path, settings):
+    path = tmp_path / "telemetry.db"
+    migrate.upgrade("telemetry", path)
+    with TelemetryStore(path, settings=settings) as t:  # first connection settles the mode
+        t.connection().execute("SELECT 1").fetchall()
+    with dbapi_trace() as seen:
+        with TelemetryStore(path, settings=settings) as t:
+            t.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
+    assert seen and writes_in(seen) == [], writes_in(seen)
+    with sibling_holding_write_lock(path):
+        t0 = time.monotonic()
+        with TelemetryStore(path, settings=settings) as t:
+            t.connection().execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
+        assert time.monotonic() - t0 < 0.9
+
+
+def test_open_patience_gives_up_with_a_clear_error_when_work_is_needed(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path):
+        pass
+    con = sqlite3.connect(path)  # make the next open need a write: drop the generation stamp
+    con.execute("DELETE FROM state_meta WHERE key = 'db_file_generation'")
+    con.commit()
+    con.close()
+    with sibling_holding_write_lock(path):
+        with pytest.raises(DatabaseBusyError, match="healthy"):
+            SessionStore(path, open_patience_s=0.3)
+    with SessionStore(path) as s:  # after the sibling releases, the heal goes through
+        assert s.get_meta("db_file_generation")
+
+
+def test_io_error_at_begin_is_retried_once_on_the_same_connection(store):
+    store.create_session("s", "cli")
+    raw_before = id(store._raw)
+    fds_before = psutil.Process().num_fds()
+    fired = []
+
+    def fail_once():
+        if not fired:
+            fired.append(1)
+            raise sqlite3.OperationalError("disk I/O error")
+
+    store._before_begin = fail_once
+    assert store.append_message("s", "user", "after one EIO") > 0  # raw hot path
+    fired.clear()
+    assert store.set_session_title("s", "t")  # SQLAlchemy path
+    assert id(store._raw) == raw_before and psutil.Process().num_fds() == fds_before
+
+    store._before_begin = lambda: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):  # persistent: once only
+        store.append_message("s", "user", "x")
+    store._before_begin = None
+    calls = []
+
+    def callback(conn):
+        calls.append(1)
+        conn.exec_driver_sql("UPDATE sessions SET title = 'changed' WHERE id = 's'")
+        raise sa.exc.OperationalError("UPDATE", (), sqlite3.OperationalError("disk I/O error"))
+
+    with pytest.raises(sa.exc.OperationalError):
+        store._write(callback)
+    assert calls == [1]  # never retried once the callback started
+    assert store.get_session("s").title == "t"  # rolled back
+
+
+def test_read_only_open_retries_transient_io_errors(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+
+    class Flaky(SessionStore):
+        failures = 2
+        attempts = 0
+
+        def _connect_read_only(self):
+            type(self).attempts += 1
+            if type(self).attempts <= type(self).failures:
+                raise sqlite3.OperationalError("disk I/O error")
+            return super()._connect_read_only()
+
+    with Flaky(path, read_only=True) as ro:
+        assert Flaky.attempts == 3 and ro.get_session("a").source == "cli"
+        assert ro.fts_available == {"messages_fts": True, "messages_fts_trigram": True}
+        with pytest.raises(Exception, match="read-only"):
+            ro.create_session("b", "cli")
+    Flaky.failures, Flaky.attempts = 99, 0
+    with pytest.raises(sqlite3.OperationalError) as info:
+        Flaky(path, read_only=True)
+    assert Flaky.attempts == 4
+    assert is_transient_sqlite_error(info.value)
+    assert not is_transient_sqlite_error(sqlite3.DatabaseError("database disk image is malformed"))
+
+
+def test_read_only_open_of_a_store_missing_a_core_column_raises_schema_behind(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path):
+        pass
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE sessions DROP COLUMN last_read_at")
+    con.commit()
+    before = con.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
+    con.close()
+    with dbapi_trace():
+        with pytest.raises(SchemaBehindError, match="sessions.last_read_at"):
+            SessionStore(path, read_only=True)
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == before
+    con.close()
+
+
+def _fds_on(path: Path, *, exact: bool = False) -> int:
+    target = str(path.resolve())
+    return sum(1 for f in psutil.Process().open_files()
+               if (f.path == target if exact else f.path.startswith(target)))
+
+
+def test_owner_only_by_path_keeps_this_process_locks(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        os.chmod(path, 0o644)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN")
+        holder.execute("SELECT COUNT(*) FROM sessions").fetchall()  # SHARED lock held
+        with SessionStore(path):  # a second handle hardens permissions while we hold the lock
+            pass
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        probe = subprocess.run(
+            [sys.executable, "-c", "import sqlite3,sys; c=sqlite3.connect(sys.argv[1], timeout=0, "
+             "isolation_level=None)\ntry:\n c.execute('BEGIN EXCLUSIVE'); print('got')\n"
+             "except sqlite3.OperationalError as e: print('blocked', e)", str(path)],
+            capture_output=True, text=True, timeout=30)
+        assert probe.stdout.startswith("blocked"), probe.stdout + probe.stderr
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_wal_sidecars_are_owner_only(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+        for suffix in ("", "-wal", "-shm"):
+            assert stat.S_IMODE(Path(f"{path}{suffix}").stat().st_mode) == 0o600, suffix
+
+
+def test_failing_opens_leak_no_descriptor(tmp_path):
+    path = tmp_path / "state.db"
+    path.write_bytes(b"this is not a database" * 200)
+    proc = psutil.Process()
+    with pytest.raises(sa.exc.DatabaseError):  # warm-up: imports, caches
+        SessionStore(path)
+    before = proc.num_fds()
+    for _ in range(1000):
+        with pytest.raises(sa.exc.DatabaseError, match="not a database"):
+            SessionStore(path)
+    assert proc.num_fds() == before
+    assert _fds_on(path) == 0
+    where, exc = last_init_error()
+    assert where == str(path) and "not a database" in str(exc)
+
+
+HOLD_FILE = textwrap.dedent("""
+    import sys
+    f = open(sys.argv[1], "rb")
+    print("holding", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL):
+        pass
+    wal = Path(f"{path}-wal")
+    wal.write_bytes(b"")  # a WAL of an older generation, then deleted under its holder
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(wal)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        wal.unlink()
+        with pytest.raises(DeletedWalGenerationError, match=f"pid {proc.pid}"):
+            SessionStore(path, settings=WAL)
+        assert _fds_on(path) == 0  # refused before connecting
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+    with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
+        s.create_session("a", "cli")
+
+
+def test_replacing_the_file_under_a_live_handle_stops_writes(tmp_path):
+    path = tmp_path / "state.db"
+    other = tmp_path / "restored.db"
+    with SessionStore(other):
+        pass
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        os.replace(other, path)  # an out-of-band restore
+        with pytest.raises(StateDbReplacedError, match="replaced"):
+            s.append_message("a", "user", "lost?")
+        with pytest.raises(StateDbReplacedError):  # sticky
+            s.create_session("b", "cli")
+
+
+def test_split_wal_generation_under_a_live_handle_stops_writes(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+        wal = Path(f"{path}-wal")
+        os.rename(wal, f"{wal}.moved")  # what a sibling's checkpoint+unlink looks like to us
+        with pytest.raises(DeletedWalGenerationError):
+            s.append_message("a", "user", "x")
+        os.rename(f"{wal}.moved", wal)
+
+
+def test_fts_corruption_during_a_write_fails_open(store):
+    store.create_session("a", "cli")
+    store.append_messages_batch("a", [{"role": "user", "content": f"word{i} hello"} for i in range(30)])
+    con = sqlite3.connect(store.path, isolation_level=None)
+    con.execute("UPDATE messages_fts_data SET block = x'ffffffffffff' WHERE id = 10")
+    con.close()
+    mid = store.append_message("a", "user", "written although the index is corrupt")
+    assert mid > 0 and store.get_messages("a")[-1].id == mid
+    assert store.get_meta("fts_stale") is not None
+    con = sqlite3.connect(store.path)
+    triggers = con.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' "
+                           "AND name LIKE 'messages_fts%'").fetchall()
+    con.close()
+    assert triggers == [] and not store.quarantined
+    store.append_message("a", "user", "and again")  # no rebuild from the write path
+
+
+CORRUPT_PAGE = textwrap.dedent("""
+    import os, sys
+    path, page, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    fd = os.open(path, os.O_RDWR)
+    os.pwrite(fd, b"\\xff" * size, (page - 1) * size)
+    counter = int.from_bytes(os.pread(fd, 4, 24), "big") + 1
+    os.pwrite(fd, counter.to_bytes(4, "big"), 24)   # invalidate page caches
+    os.close(fd)
+""")
+
+
+def test_structural_corruption_quarantines_the_handle(tmp_path):
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        page, size = s._read(lambda c: (
+            c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
+            c.exec_driver_sql("PRAGMA page_size").scalar()))
+        # Another process damages the sessions b-tree (this process never opens the file).
+        subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size)],
+                       check=True, timeout=30)
+        with pytest.raises(StateDbCorruptError, match="corrupt"):
+            s.append_message("a", "user", "x")
+        assert s.quarantined
+        with pytest.raises(StateDbCorruptError):  # sticky: fails fast
+            s.create_session("b", "cli")
+
+
+def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
+    path = tmp_path / "state.db"
+    budget = guards.path_budget(path)
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+        assert s.read_pool is not None
+        seen_fds: list[int] = []
+        errors: list[BaseException] = []
+
+        def reader():
+            try:
+                def slow(conn):
+                    seen_fds.append(_fds_on(path, exact=True))
+                    time.sleep(0.05)  # a slow read: keeps the connection checked out
+                    return conn.exec_driver_sql("SELECT id FROM sessions").scalar()
+                for _ in range(3):
+                    assert s._read(slow) == "a"
+            except BaseException as exc:  # noqa: BLE001
+                errors.append(exc)
+
+        threads = [threading.Thread(target=reader) for _ in range(20)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert not errors
+        assert 2 <= budget.peak <= guards.PATH_READ_BUDGET
+        # descriptors on state.db itself: the writer's, at most 8 readers' and one SQLite
+        # may park (a closed connection's fd is kept while the process holds locks on the inode)
+        assert max(seen_fds) <= guards.PATH_READ_BUDGET + 2
+        assert guards.PROCESS_BUDGET.peak <= guards.PROCESS_READ_BUDGET
+
+        # Descriptor headroom below 64: reads are served by the writer, never an error.
+        s.read_pool.dispose()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        used_before = budget.used
+        resource.setrlimit(resource.RLIMIT_NOFILE, (psutil.Process().num_fds() + 40, hard))
+        guards.reset_descriptor_cache()
+        try:
+            assert s.get_session("a").source == "cli"
+            assert budget.used == used_before
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            guards.reset_descriptor_cache()
+    assert budget.used == 0  # every permit returned at close
