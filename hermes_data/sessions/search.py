@@ -14,7 +14,8 @@ Three parts, each usable on its own:
   Python.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
-DEBUG); a corrupt index falls back to LIKE (logged at WARNING).
+DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays
+locked past the busy timeout raises — that is never turned into a silent "no results".
 """
 
 from __future__ import annotations
@@ -459,6 +460,8 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     try:
         hits = _fts(conn, table, plan.match, filters, limit, offset, sort)
     except sa.exc.OperationalError as exc:
+        if _is_lock_error(exc):
+            raise  # the database is busy, not the query wrong: never a silent "no results"
         log.debug("FTS5 rejected %r on %s: %s", plan.match, table, exc.orig)
         return []
     except sa.exc.DatabaseError as exc:
@@ -481,8 +484,15 @@ def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit
     try:
         return _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.DatabaseError as exc:
+        if _is_lock_error(exc):
+            raise
         log.debug("FTS5 query %r on %s failed: %s", match, table, exc.orig)
         return []
+
+
+def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
+    msg = str(exc.orig).lower()
+    return "locked" in msg or "busy" in msg
 
 
 def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int, offset: int,
