@@ -141,7 +141,7 @@ def cmd_doctor(args) -> int:
 
 #: Modules that add their own subcommands: each defines ``register(subparsers)`` and sets
 #: ``func`` on its parsers. Keeps each concern's CLI beside its code.
-_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search",)
+_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search", "hermes_data.cli_maintenance")
 
 
 def build_parser() -> argparse.ArgumentParser:

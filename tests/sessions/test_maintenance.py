@@ -168,3 +168,29 @@ def test_stale_open_cron_session_is_closed_then_deleted_a_window_later(store):
 def test_unknown_filter_is_rejected(store):
     with pytest.raises(ValueError, match="bogus"):
         mt.count_prune_matches(store, bogus=1)
+
+
+def test_cli_prune_dry_run_then_apply_and_export_jsonl(tmp_path, capsys):
+    import json
+
+    from hermes_data.cli import main
+    from hermes_data.sessions.store import SessionStore
+
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        _session(s, "old")
+        s.create_session("keep", "cli")
+        s.append_messages_batch("keep", [{"role": "user", "content": f"m{i}"} for i in range(7)])
+    assert main(["prune", "--url", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "old" in out and "1 session(s) would be deleted" in out
+    with SessionStore(path) as s:
+        assert s.get_session("old") is not None  # dry run deleted nothing
+    assert main(["prune", "--url", str(path), "--apply"]) == 0
+    assert "deleted 1 session(s)" in capsys.readouterr().out
+    dest = tmp_path / "keep.jsonl"
+    assert main(["export", "keep", "--url", str(path), "-o", str(dest), "--page-size", "3"]) == 0
+    lines = [json.loads(x) for x in dest.read_text().splitlines()]
+    assert [m["content"] for m in lines] == [f"m{i}" for i in range(7)]
+    assert "exported 7" in capsys.readouterr().err
+    assert main(["vacuum", "--url", str(path)]) == 0
