@@ -220,7 +220,7 @@ def test_snippets_context_and_no_content_column(filled):
     finally:
         event.remove(store.engine, "before_cursor_execute", trace)
     (hit,) = hits
-    assert hit.snippet == ">>>e<<<=mc2 >>>physics<<<" or ">>>physics<<<" in hit.snippet
+    assert hit.snippet == "e=mc2 >>>physics<<<"
     assert hit.context == (ContextMessage("user", "why? because"),
                            ContextMessage("user", "open C:\\path\\file now"))
     assert tool[0].context == (ContextMessage("assistant", "calling"),)
