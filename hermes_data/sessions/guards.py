@@ -358,6 +358,10 @@ class ReadPool(sa.pool.Pool):
         return True
 
     def dispose(self) -> None:
+        with _registry_lock:
+            peers = _pools.get(str(self.db_path.resolve()))
+            if peers is not None:
+                peers.discard(self)
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
