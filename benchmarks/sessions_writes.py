@@ -154,6 +154,28 @@ def bench_paging(store: SessionStore, con: sqlite3.Connection) -> tuple[float, f
     return ours, base, offset_100_pages, seen
 
 
+def bench_ceilings(d: Path, journal: str, n: int) -> dict[str, float]:
+    """Plain sqlite3 single appends with no FTS trigger, the standard index only, and both."""
+    out = {}
+    for name, drop in (("no triggers", sql.FTS_TRIGGERS), ("base index only", sql.TRIGRAM_TRIGGERS),
+                       ("both indexes", ())):
+        path = d / f"ceiling-{name.replace(' ', '_')}.db"
+        open_store(path, journal).close()
+        con = baseline_conn(path, journal)
+        for trig in drop:
+            con.execute(f"DROP TRIGGER IF EXISTS {trig}")
+        con.execute("INSERT INTO sessions (id, source, started_at) VALUES ('c', 'cli', ?)", (time.time(),))
+        t0 = time.perf_counter()
+        for i in range(n):
+            con.execute("BEGIN IMMEDIATE")
+            con.execute(_ADMIT_AND_COUNT, (1, 0, "c")).fetchall()
+            con.execute(_INSERT_MESSAGE, ("c", *_baseline_tuple(i, time.time())))
+            con.execute("COMMIT")
+        out[name] = n / (time.perf_counter() - t0)
+        con.close()
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--journal", choices=("wal", "delete"), default="wal")
@@ -181,6 +203,7 @@ def main() -> int:
             singles.append(bench_single(store, con, args.n))
             batches.append(bench_batch(store, con, args.batch_total, args.batch_size, str(run)))
             if run == args.repeat - 1:
+                ceilings = bench_ceilings(d, args.journal, args.n)
                 tip = bench_tip(store, con, 21)
                 paging = bench_paging(store, con)
             store.close()
@@ -190,6 +213,8 @@ def main() -> int:
         b_o, b_b = med(batches, 0), med(batches, 1)
         print(f"append_message        : {s_o:10,.0f} msg/s   baseline {s_b:10,.0f} msg/s   ratio {s_o / s_b:5.2f}   target >= 3,700")
         print(f"append_messages_batch : {b_o:10,.0f} msg/s   baseline {b_b:10,.0f} msg/s   ratio {b_o / b_b:5.2f}   target >= 18,000 (batches of {args.batch_size})")
+        print("raw sqlite3 single-append ceilings: " + ", ".join(
+            f"{k} {v:,.0f} msg/s" for k, v in ceilings.items()))
         print(f"tip of 500-segment    : {tip[0]:10.2f} ms      baseline {tip[1]:10.2f} ms      ratio {tip[0] / tip[1]:5.2f}   target <= 5 ms")
         print(f"page 50,000 by 100    : {paging[0]:10.3f} s       baseline {paging[1]:10.3f} s       ratio {paging[0] / paging[1]:5.2f}   target <= 1 s "
               f"(OFFSET paging, first 100 pages only: {paging[2]:.3f} s)")
