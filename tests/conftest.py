@@ -75,3 +75,39 @@ def pg_url():
             conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         admin.dispose()
+
+
+_CHECKPOINTS: list[str] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _checkpoint_watch():
+    """Trace every statement of every sqlite3 connection opened in this process during the
+    run; fail the session if any checkpoint other than PASSIVE was issued."""
+    import sqlite3
+
+    real_connect = sqlite3.connect
+
+    def traced_connect(*args, **kwargs):
+        con = real_connect(*args, **kwargs)
+
+        def trace(statement: str) -> None:
+            if "wal_checkpoint" in statement.lower():
+                _CHECKPOINTS.append(statement)
+
+        con.set_trace_callback(trace)
+        return con
+
+    sqlite3.connect = traced_connect
+    try:
+        yield
+    finally:
+        sqlite3.connect = real_connect
+    bad = [s for s in _CHECKPOINTS if "passive" not in s.lower()]
+    assert not bad, f"non-PASSIVE checkpoints issued during the run: {bad[:5]}"
+
+
+@pytest.fixture
+def checkpoint_log() -> list[str]:
+    """Checkpoint statements seen so far in this test session."""
+    return _CHECKPOINTS
