@@ -22,6 +22,8 @@ Guarantees and limits
 * **Failures**: if a batch fails, it is rolled back and retried call by call so one bad
   call cannot sink its neighbours; calls that still fail are logged and counted in
   :attr:`BufferedWriter.failed`.
+* **PostgreSQL**: the same on a :class:`~hermes_data.telemetry.store.PgTelemetryStore` —
+  ``BEGIN … COMMIT`` with psycopg's ``executemany`` (pipelined) instead of ``BEGIN IMMEDIATE``.
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ import threading
 import time
 import weakref
 from collections import deque
+from contextlib import contextmanager
 from datetime import datetime
 from itertools import groupby
 from operator import itemgetter
 
 from ..errors import HermesDataError
-from .store import TelemetryStore
+from .store import _PG_DIALECT, Compiled, TelemetryStore
 from .writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, to_iso,
@@ -51,6 +54,30 @@ _SQL = {
     _LLM_ATTRIBUTED: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL_ATTRIBUTED.sql),
     _TOOL: (INSERT_TOOL_CALL.sql, BUMP_RUN_TOOL_CALLS.sql),
 }
+# PostgreSQL: the plain inserts without RETURNING (executemany needs no ids).
+_PG_SQL = {
+    _LLM: (Compiled(INSERT_LLM_CALL.stmt, _PG_DIALECT).sql, UPSERT_RUN_FOR_CALL.pg.sql),
+    _LLM_ATTRIBUTED: (Compiled(INSERT_LLM_CALL.stmt, _PG_DIALECT).sql,
+                      UPSERT_RUN_FOR_CALL_ATTRIBUTED.pg.sql),
+    _TOOL: (Compiled(INSERT_TOOL_CALL.stmt, _PG_DIALECT).sql, BUMP_RUN_TOOL_CALLS.pg.sql),
+}
+
+
+@contextmanager
+def _sqlite_tx(conn):
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.rollback()
+        raise
+    conn.commit()
+
+
+@contextmanager
+def _pg_tx(conn):
+    with conn.transaction(), conn.cursor() as cur:
+        yield cur
 
 
 class BufferFullError(HermesDataError):
@@ -79,6 +106,10 @@ class BufferedWriter:
         self._wake = threading.Event()
         self._room = threading.Condition(threading.Lock())
         self._closed = False
+        if store.dialect == "sqlite":
+            self._sql, self._tx = _SQL, _sqlite_tx
+        else:
+            self._sql, self._tx = _PG_SQL, _pg_tx
         self._thread = threading.Thread(target=self._run, name="hermes-telemetry-writer",
                                         daemon=True)
         self._thread.start()
@@ -197,18 +228,12 @@ class BufferedWriter:
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
-                with self.store._write_lock:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        for kind, group in groupby(items, key=itemgetter(0)):
-                            group = list(group)
-                            first, second = _SQL[kind]
-                            conn.executemany(first, [g[1] for g in group])
-                            conn.executemany(second, [g[2] for g in group])
-                    except BaseException:
-                        conn.rollback()
-                        raise
-                    conn.commit()
+                with self.store._write_lock, self._tx(conn) as cur:
+                    for kind, group in groupby(items, key=itemgetter(0)):
+                        group = list(group)
+                        first, second = self._sql[kind]
+                        cur.executemany(first, [g[1] for g in group])
+                        cur.executemany(second, [g[2] for g in group])
                 self.written += len(items)
                 self.batches += 1
             except Exception:
@@ -220,17 +245,11 @@ class BufferedWriter:
 
     def _write_one_by_one(self, conn, items: list) -> None:
         for kind, first_args, second_args in items:
-            first, second = _SQL[kind]
+            first, second = self._sql[kind]
             try:
-                with self.store._write_lock:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        conn.execute(first, first_args)
-                        conn.execute(second, second_args)
-                    except BaseException:
-                        conn.rollback()
-                        raise
-                    conn.commit()
+                with self.store._write_lock, self._tx(conn) as cur:
+                    cur.execute(first, first_args)
+                    cur.execute(second, second_args)
                 self.written += 1
             except Exception:
                 self.failed += 1

@@ -4,6 +4,13 @@ The first argument is a :class:`~hermes_data.telemetry.store.TelemetryStore` (st
 compiled once, run on this thread's held connection) or a SQLAlchemy ``Connection`` /
 ``Engine``.
 
+Both backends
+    Every function runs unchanged on SQLite and PostgreSQL and returns the same Python
+    values: integer sums and averages are cast back from PostgreSQL's ``numeric``
+    (:mod:`.sql`'s ``int_sum`` / ``float_avg`` / ``round6``), timestamps stay canonical TEXT
+    on both (compared as text; PostgreSQL databases use a byte-order collation such as
+    ``C.UTF-8`` for that order to equal SQLite's).
+
 Windows (spec §8.1)
     A window of N hours means rows with timestamp ``>= now − N h``. The cutoff is computed
     in Python and bound as text in the canonical stored form (``datetime.isoformat()`` of a
@@ -119,19 +126,23 @@ def get_run(target: Target, session_id: str) -> RunRow | None:
     return RunRow(*row) if row is not None else None
 
 
-_z = lambda col: func.coalesce(func.sum(col), 0)  # noqa: E731 - SUM over an empty set → 0
+def _z(col: sa.ColumnElement) -> sa.ColumnElement:
+    """SUM over an empty set → 0; integer sums stay integers on PostgreSQL."""
+    summed = fragments.int_sum(col) if isinstance(col.type, sa.Integer) else func.sum(col)
+    return func.coalesce(summed, 0)
+
 
 SUMMARY_RUNS = Prepared("summary_runs", sa.select(
     func.count(),
     _z(sa.case((runs.c.status == "ok", 1), else_=0)),
     _z(sa.case((sa.and_(runs.c.status != "ok", runs.c.status != "running"), 1), else_=0)),
-    _z(runs.c.tokens_in), _z(runs.c.tokens_out), func.round(_z(runs.c.cost_usd), 6),
-    func.avg(runs.c.duration_ms), _z(runs.c.tool_calls), _z(runs.c.estimated_llm_calls),
+    _z(runs.c.tokens_in), _z(runs.c.tokens_out), fragments.round6(_z(runs.c.cost_usd)),
+    fragments.float_avg(runs.c.duration_ms), _z(runs.c.tool_calls), _z(runs.c.estimated_llm_calls),
     _z(runs.c.moa_calls),
 ).where(_in_window(runs.c.started_at)))
 SUMMARY_CALLS = Prepared("summary_calls", sa.select(
-    func.count(), func.avg(llm_calls.c.latency_ms)).where(_in_window(llm_calls.c.ts)))
-TOP_TOOLS = Prepared("top_tools", fragments.TOP_TOOLS)
+    func.count(), fragments.float_avg(llm_calls.c.latency_ms)).where(_in_window(llm_calls.c.ts)))
+TOP_TOOLS = Prepared("top_tools", fragments.TOP_TOOLS, fragments.PG_TOP_TOOLS)
 
 
 def stats_summary(target: Target, window_hours: float | None = None, *,
@@ -160,8 +171,8 @@ def stats_summary(target: Target, window_hours: float | None = None, *,
 COST_BY_JOB = Prepared("cost_by_job", sa.select(
     runs.c.cron_job_id, func.count(), _z(sa.case((runs.c.status == "ok", 1), else_=0)),
     _z(sa.case((runs.c.status == "error", 1), else_=0)), _z(runs.c.tokens_in),
-    _z(runs.c.tokens_out), func.round(_z(runs.c.cost_usd), 6).label("cost"),
-    func.avg(runs.c.duration_ms), func.max(runs.c.started_at),
+    _z(runs.c.tokens_out), fragments.round6(_z(runs.c.cost_usd)).label("cost"),
+    fragments.float_avg(runs.c.duration_ms), func.max(runs.c.started_at),
 ).where(_in_window(runs.c.started_at), runs.c.cron_job_id.is_not(None))
     .group_by(runs.c.cron_job_id).order_by(sa.desc("cost"), runs.c.cron_job_id))
 
@@ -197,7 +208,7 @@ _call_counts = (
     func.count().label("calls"), _z(sa.case((llm_calls.c.estimated == 0, 1), else_=0)),
     _z(sa.case((llm_calls.c.estimated == 1, 1), else_=0)),
     _z(sa.case((llm_calls.c.provider_assumed == 1, 1), else_=0)),
-    func.round(_z(llm_calls.c.cost_usd), 6).label("cost"),
+    fragments.round6(_z(llm_calls.c.cost_usd)).label("cost"),
 )
 BY_PROVIDER = Prepared("stats_by_provider", sa.select(_provider.label("p"), *_call_counts)
                        .where(_in_window(llm_calls.c.ts)).group_by(sa.literal_column("p"))
@@ -281,8 +292,7 @@ def unattributed_child_cost(target: Target, since: datetime | str) -> Unattribut
 
 # --------------------------------------------------------------------------- budget
 _spend_cols = (func.coalesce(func.sum(runs.c.cost_usd), 0.0),
-               func.coalesce(func.sum(runs.c.estimated_llm_calls), 0),
-               func.coalesce(func.sum(runs.c.api_calls), 0))
+               _z(runs.c.estimated_llm_calls), _z(runs.c.api_calls))
 _SCOPE_FILTER = {"sender": runs.c.sender_id, "profile": runs.c.profile}
 SPEND = {
     "global": Prepared("spend_global", sa.select(*_spend_cols)
@@ -290,7 +300,7 @@ SPEND = {
     **{scope: Prepared(f"spend_{scope}", sa.select(*_spend_cols).where(
         runs.c.started_at >= bp("since"), col == bp("scope_id")))
        for scope, col in _SCOPE_FILTER.items()},
-    "cron_job": Prepared("spend_cron_job", fragments.SPEND_CRON_JOB),
+    "cron_job": Prepared("spend_cron_job", fragments.SPEND_CRON_JOB, fragments.PG_SPEND_CRON_JOB),
 }
 
 
@@ -349,9 +359,8 @@ def daily_spend_series(target: Target, scope: str, scope_id: str | None, days: i
     return series
 
 
-_share_cols = (func.count(), func.coalesce(func.sum(
-    llm_calls.c.model.in_(sa.select(sa.literal_column("value"))
-                          .select_from(func.json_each(bp("models"))).scalar_subquery())), 0))
+_share_cols = (func.count(), _z(sa.case(
+    (fragments.in_json_array(llm_calls.c.model, bp("models")), 1), else_=0)))
 _share_from = runs.join(llm_calls, llm_calls.c.session_id == runs.c.session_id)
 SHARE = {
     "global": Prepared("share_global", sa.select(*_share_cols).select_from(_share_from)
@@ -359,7 +368,8 @@ SHARE = {
     **{scope: Prepared(f"share_{scope}", sa.select(*_share_cols).select_from(_share_from)
                        .where(runs.c.started_at >= bp("since"), col == bp("scope_id")))
        for scope, col in _SCOPE_FILTER.items()},
-    "cron_job": Prepared("share_cron_job", fragments.ESTIMATED_SHARE_CRON_JOB),
+    "cron_job": Prepared("share_cron_job", fragments.ESTIMATED_SHARE_CRON_JOB,
+                         fragments.PG_ESTIMATED_SHARE_CRON_JOB),
 }
 
 
@@ -407,8 +417,7 @@ def list_profiles(target: Target, since: datetime | str) -> list[str]:
 # --------------------------------------------------------------------------- turns & delegation
 TURNS = Prepared("turn_summary", sa.select(
     llm_calls.c.turn_id, func.count(), func.coalesce(func.sum(llm_calls.c.cost_usd), 0.0),
-    func.coalesce(func.sum(func.coalesce(llm_calls.c.tokens_in, 0)
-                           + func.coalesce(llm_calls.c.tokens_out, 0)), 0),
+    _z(func.coalesce(llm_calls.c.tokens_in, 0) + func.coalesce(llm_calls.c.tokens_out, 0)),
 ).where(llm_calls.c.session_id == bp("sid")).group_by(llm_calls.c.turn_id)
     .order_by(func.min(llm_calls.c.id)))
 
@@ -550,7 +559,7 @@ NEEDING_SNAPSHOT = Prepared("needing_snapshot", sa.select(llm_calls.c.provider, 
     llm_calls.c.model.is_not(None), llm_calls.c.model != "",
     ~sa.exists().where(_ps.c.model == llm_calls.c.model,
                        _ps.c.provider.is_not_distinct_from(llm_calls.c.provider)),
-).order_by(llm_calls.c.provider, llm_calls.c.model))
+).order_by(llm_calls.c.provider.nulls_first(), llm_calls.c.model))  # SQLite's NULL order, on both
 
 
 def get_latest_pricing_snapshot(target: Target, provider: str, model: str) -> PricingSnapshot | None:

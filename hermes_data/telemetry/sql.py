@@ -1,13 +1,133 @@
-"""Named ``text()`` fragments for what Core expresses badly (recursive CTEs, planner hints).
+"""Named ``text()`` fragments for what Core expresses badly (recursive CTEs, planner hints),
+and the few SQL functions whose spelling differs between SQLite and PostgreSQL.
 
 Every value is a bound parameter (``:name``); nothing is formatted into SQL. Each fragment
 carries a one-line comment saying what it is for. Everything else is a Core construct built
 from :mod:`hermes_data.telemetry.schema` in :mod:`.reads` / :mod:`.writes`.
+
+Fragments whose SQLite text PostgreSQL does not accept (``json_each``, ``SUM`` of a boolean)
+or types differently (``SUM``/``AVG`` of a BIGINT is ``numeric`` there, which psycopg returns
+as ``Decimal``) have a ``PG_…`` twin; the others run unchanged on both.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+
+# --------------------------------------------------------------------------- dialect functions
+class int_sum(FunctionElement):
+    """``SUM`` of integers as an integer: ``sum(x)`` on SQLite, ``CAST(sum(x) AS BIGINT)`` on
+    PostgreSQL (whose ``sum(bigint)`` is ``numeric``)."""
+
+    type = sa.Integer()
+    name = "int_sum"
+    inherit_cache = True
+
+
+@compiles(int_sum)
+def _int_sum(element, compiler, **kw):
+    return "sum(%s)" % compiler.process(element.clauses, **kw)
+
+
+@compiles(int_sum, "postgresql")
+def _int_sum_pg(element, compiler, **kw):
+    return "CAST(sum(%s) AS BIGINT)" % compiler.process(element.clauses, **kw)
+
+
+class float_avg(FunctionElement):
+    """``AVG`` as a float: ``avg(x)`` on SQLite, ``CAST(avg(x) AS DOUBLE PRECISION)`` on
+    PostgreSQL (whose ``avg(bigint)`` is ``numeric``)."""
+
+    type = sa.Float()
+    name = "float_avg"
+    inherit_cache = True
+
+
+@compiles(float_avg)
+def _float_avg(element, compiler, **kw):
+    return "avg(%s)" % compiler.process(element.clauses, **kw)
+
+
+@compiles(float_avg, "postgresql")
+def _float_avg_pg(element, compiler, **kw):
+    return "CAST(avg(%s) AS DOUBLE PRECISION)" % compiler.process(element.clauses, **kw)
+
+
+class round6(FunctionElement):
+    """Money rounded to 6 decimals: ``round(x, 6)``; PostgreSQL has no ``round(double, int)``,
+    so there it rounds the ``numeric`` and returns a double again."""
+
+    type = sa.Float()
+    name = "round6"
+    inherit_cache = True
+
+
+@compiles(round6)
+def _round6(element, compiler, **kw):
+    return "round(%s, 6)" % compiler.process(element.clauses, **kw)
+
+
+@compiles(round6, "postgresql")
+def _round6_pg(element, compiler, **kw):
+    return ("CAST(round(CAST(%s AS NUMERIC), 6) AS DOUBLE PRECISION)"
+            % compiler.process(element.clauses, **kw))
+
+
+class in_json_array(FunctionElement):
+    """``x IN (the strings of a JSON array bound as one parameter)`` — ``json_each`` on
+    SQLite, ``json_array_elements_text`` on PostgreSQL. Arguments: (column, bind)."""
+
+    type = sa.Boolean()
+    name = "in_json_array"
+    inherit_cache = True
+
+
+@compiles(in_json_array)
+def _in_json_array(element, compiler, **kw):
+    col, arr = list(element.clauses)
+    return "%s IN (SELECT value FROM json_each(%s))" % (compiler.process(col, **kw),
+                                                          compiler.process(arr, **kw))
+
+
+@compiles(in_json_array, "postgresql")
+def _in_json_array_pg(element, compiler, **kw):
+    col, arr = list(element.clauses)
+    return "%s IN (SELECT json_array_elements_text(CAST(%s AS JSON)))" % (
+        compiler.process(col, **kw), compiler.process(arr, **kw))
+
+
+class ms_between(FunctionElement):
+    """Whole milliseconds from ``start`` to ``end`` (both canonical ISO text), rounded;
+    NULL when either cannot be read as a time. Arguments: (end, start)."""
+
+    type = sa.Integer()
+    name = "ms_between"
+    inherit_cache = True
+
+
+@compiles(ms_between)
+def _ms_between(element, compiler, **kw):
+    end, start = (compiler.process(c, **kw) for c in element.clauses)
+    # ROUND, not upstream's bare CAST: julianday() is a double, and truncating its
+    # product turned an exact 5 s into 4999 ms.
+    return f"CAST(round((julianday({end}) - julianday({start})) * 86400000) AS INTEGER)"
+
+
+# Text that does not look like an ISO date would make the timestamptz cast raise; julianday()
+# returns NULL there, so the PostgreSQL spelling returns NULL as well.
+_ISO_PREFIX = r"'^[0-9]{4}-[0-9]{2}-[0-9]{2}([T ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?)?([+-][0-9]{2}:?[0-9]{2}|Z)?$'"
+
+
+@compiles(ms_between, "postgresql")
+def _ms_between_pg(element, compiler, **kw):
+    end, start = (compiler.process(c, **kw) for c in element.clauses)
+    return (f"CASE WHEN {end} ~ {_ISO_PREFIX} AND {start} ~ {_ISO_PREFIX} THEN "
+            f"CAST(round(EXTRACT(EPOCH FROM (CAST({end} AS TIMESTAMPTZ) - "
+            f"CAST({start} AS TIMESTAMPTZ))) * 1000) AS BIGINT) END")
+
 
 # Sessions of cron job :scope_id plus every delegated descendant (UNION, so a cycle ends).
 CRON_SUBTREE_CTE = """
@@ -39,10 +159,31 @@ SELECT substr(r.started_at, 1, 10) AS day, COALESCE(SUM(r.cost_usd), 0.0)
  GROUP BY day
 """)
 
+# PostgreSQL twin of SPEND_CRON_JOB: integer sums cast back from numeric.
+PG_SPEND_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
+SELECT COALESCE(SUM(r.cost_usd), 0.0),
+       CAST(COALESCE(SUM(r.estimated_llm_calls), 0) AS BIGINT),
+       CAST(COALESCE(SUM(r.api_calls), 0) AS BIGINT)
+  FROM runs AS r
+ WHERE r.session_id IN (SELECT session_id FROM cron_subtree)
+   AND r.started_at >= :since
+""")
+
 # estimated_price_share for scope 'cron_job': (all calls, calls whose model is in :models JSON).
 ESTIMATED_SHARE_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
 SELECT COUNT(*),
        COALESCE(SUM(lc.model IN (SELECT value FROM json_each(:models))), 0)
+  FROM runs AS r
+  JOIN llm_calls AS lc ON lc.session_id = r.session_id
+ WHERE r.session_id IN (SELECT session_id FROM cron_subtree)
+   AND r.started_at >= :since
+""")
+
+# PostgreSQL twin of ESTIMATED_SHARE_CRON_JOB (json_array_elements_text; no SUM of booleans).
+PG_ESTIMATED_SHARE_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
+SELECT COUNT(*),
+       COALESCE(SUM(CASE WHEN lc.model IN (SELECT json_array_elements_text(CAST(:models AS JSON)))
+                         THEN 1 ELSE 0 END), 0)
   FROM runs AS r
   JOIN llm_calls AS lc ON lc.session_id = r.session_id
  WHERE r.session_id IN (SELECT session_id FROM cron_subtree)
@@ -60,6 +201,21 @@ SELECT tc.tool_name,
  CROSS JOIN tool_calls AS tc
  WHERE r.started_at >= :since AND r.started_at < :until
    AND tc.session_id = r.session_id
+ GROUP BY tc.tool_name
+ ORDER BY calls DESC, tc.tool_name
+ LIMIT :limit
+""")
+
+# PostgreSQL twin of TOP_TOOLS: the same join (PostgreSQL's planner picks the loop order
+# itself); AVG of a BIGINT cast back to a double.
+PG_TOP_TOOLS = sa.text("""
+SELECT tc.tool_name,
+       COUNT(*) AS calls,
+       SUM(CASE WHEN tc.ok = 0 THEN 1 ELSE 0 END) AS failures,
+       CAST(AVG(tc.latency_ms) AS DOUBLE PRECISION) AS avg_ms
+  FROM runs AS r
+  JOIN tool_calls AS tc ON tc.session_id = r.session_id
+ WHERE r.started_at >= :since AND r.started_at < :until
  GROUP BY tc.tool_name
  ORDER BY calls DESC, tc.tool_name
  LIMIT :limit

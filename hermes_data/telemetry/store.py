@@ -17,6 +17,16 @@ therefore
 Readers never take the lock. The functions of :mod:`.writes` / :mod:`.reads` also accept a
 SQLAlchemy ``Connection`` or ``Engine``; they then run the same Core constructs through
 SQLAlchemy (slower, but inside the caller's transaction when there is one).
+
+PostgreSQL
+    ``TelemetryStore("postgresql+psycopg://…")`` returns a :class:`PgTelemetryStore`: the same
+    API over a pooled engine, one held psycopg connection per thread (in autocommit mode, so
+    a lone SELECT leaves no idle transaction behind), writes in plain ``BEGIN … COMMIT``
+    transactions (row locks and ``ON CONFLICT`` make the upserts race-free; no process-wide
+    writer lock). Every :class:`Prepared` statement also compiles — lazily, once — for
+    PostgreSQL from its PostgreSQL construct (``INSERT … ON CONFLICT`` via the dialect's
+    ``insert``; ``RETURNING id`` where SQLite reads ``lastrowid``). The SQLite fast path is
+    untouched: the query functions test ``type(target) is TelemetryStore`` first.
 """
 
 from __future__ import annotations
@@ -32,15 +42,35 @@ from typing import Any, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ..config import resolve_url, sqlite_path
-from ..engine import SqliteSettings, create_sqlite_engine
+from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine
 from ..errors import ConfigurationError
 
 log = logging.getLogger("hermes_data.telemetry.store")
 
 _DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
+#: psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both.
+_PG_DIALECT = psycopg_dialect.dialect(paramstyle="format")
+
+
+class Compiled:
+    """One statement compiled for one dialect: SQL text and positional parameter order."""
+
+    __slots__ = ("sql", "order", "defaults")
+
+    def __init__(self, stmt: Any, dialect: Any) -> None:
+        compiled = stmt.compile(dialect=dialect)
+        self.sql: str = compiled.string
+        self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
+        self.defaults: dict[str, Any] = dict(compiled.params)
+
+    def args(self, params: Mapping[str, Any]) -> tuple:
+        """The positional argument tuple for ``params`` (baked-in values as fallback)."""
+        d = self.defaults
+        return tuple(params[n] if n in params else d[n] for n in self.order)
 
 
 class Prepared:
@@ -48,18 +78,33 @@ class Prepared:
 
     ``args(params)`` turns a mapping into the positional tuple the DBAPI wants; bind
     parameters with a value baked into the construct (``.values(status="running")``) fall
-    back to that value.
+    back to that value. ``pg_stmt`` is the PostgreSQL construct where it differs (dialect
+    upserts, ``RETURNING``, fragments); :attr:`pg` compiles it on first use.
     """
 
-    __slots__ = ("name", "stmt", "sql", "order", "defaults")
+    __slots__ = ("name", "stmt", "sql", "order", "defaults", "pg_stmt", "_pg")
 
-    def __init__(self, name: str, stmt: Any) -> None:
+    def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
         compiled = stmt.compile(dialect=_DIALECT)
         self.name = name
         self.stmt = stmt
         self.sql: str = compiled.string
         self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
         self.defaults: dict[str, Any] = dict(compiled.params)
+        self.pg_stmt = stmt if pg_stmt is None else pg_stmt
+        self._pg: Compiled | None = None
+
+    @property
+    def pg(self) -> Compiled:
+        """The statement compiled for PostgreSQL (psycopg, ``%s`` placeholders)."""
+        pg = self._pg
+        if pg is None:
+            pg = self._pg = Compiled(self.pg_stmt, _PG_DIALECT)
+        return pg
+
+    def stmt_for(self, dialect_name: str) -> Any:
+        """The Core construct to run on ``dialect_name``."""
+        return self.stmt if dialect_name == "sqlite" else self.pg_stmt
 
     def args(self, params: Mapping[str, Any]) -> tuple:
         d = self.defaults
@@ -106,6 +151,7 @@ class _DbapiTx:
     """Executes :class:`Prepared` statements on a DBAPI connection inside a transaction."""
 
     __slots__ = ("conn",)
+    dialect = "sqlite"
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
@@ -116,21 +162,57 @@ class _DbapiTx:
     def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
         self.conn.executemany(p.sql, [p.args(r) for r in rows])
 
+    @staticmethod
+    def inserted_id(res: sqlite3.Cursor) -> int:
+        """The rowid the last INSERT of ``res`` created."""
+        return res.lastrowid
+
+
+class _PgTx:
+    """Executes :class:`Prepared` statements (PostgreSQL form) on a psycopg connection."""
+
+    __slots__ = ("conn",)
+    dialect = "postgresql"
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def run(self, p: Prepared, params: Mapping[str, Any] = {}):
+        c = p.pg
+        return self.conn.execute(c.sql, c.args(params))
+
+    def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
+        if rows:
+            c = p.pg
+            with self.conn.cursor() as cur:
+                cur.executemany(c.sql, [c.args(r) for r in rows])
+
+    @staticmethod
+    def inserted_id(res: Any) -> int:
+        """The id an ``INSERT … RETURNING id`` produced."""
+        return res.fetchone()[0]
+
 
 class _SaTx:
     """Executes :class:`Prepared` statements through a SQLAlchemy ``Connection``."""
 
-    __slots__ = ("conn",)
+    __slots__ = ("conn", "dialect")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+        self.dialect = conn.dialect.name
 
     def run(self, p: Prepared, params: Mapping[str, Any] = {}):
-        return self.conn.execute(p.stmt, p.sa_params(params))
+        return self.conn.execute(p.stmt_for(self.dialect), p.sa_params(params))
 
     def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
         if rows:
-            self.conn.execute(p.stmt, [p.sa_params(r) for r in rows])
+            self.conn.execute(p.stmt_for(self.dialect), [p.sa_params(r) for r in rows])
+
+    def inserted_id(self, res: Any) -> int:
+        """The id of the row an insert created (``lastrowid`` on SQLite, ``RETURNING``
+        elsewhere)."""
+        return res.lastrowid if self.dialect == "sqlite" else res.scalar_one()
 
 
 class TelemetryStore:
@@ -140,7 +222,22 @@ class TelemetryStore:
     :mod:`hermes_data.config`); ``engine`` reuses an existing engine instead (the store then
     does not dispose it). The schema must already be at head (``hermes-data upgrade``, or
     ``metadata.create_all`` in tests) — the store never creates or alters tables.
+
+    A ``postgresql+psycopg://`` URL (or a PostgreSQL engine) gives a
+    :class:`PgTelemetryStore` with the same API.
     """
+
+    #: Dialect name of the store's engine.
+    dialect = "sqlite"
+
+    def __new__(cls, url: str | os.PathLike | URL | None = None, *,
+                settings: SqliteSettings | None = None, engine: Engine | None = None):
+        if cls is TelemetryStore:
+            backend = (engine.dialect.name if engine is not None
+                       else resolve_url("telemetry", url).get_backend_name())
+            if backend == "postgresql":
+                cls = PgTelemetryStore
+        return object.__new__(cls)
 
     def __init__(self, url: str | os.PathLike | URL | None = None, *,
                  settings: SqliteSettings | None = None, engine: Engine | None = None) -> None:
@@ -299,3 +396,107 @@ def read_tx(target: Target, snapshot: bool = False) -> Iterator[_DbapiTx | _SaTx
 def compiled_sql(stmt: Any) -> str:
     """The SQLite SQL a Core construct compiles to (for tests, docs and ``EXPLAIN``)."""
     return str(stmt.compile(dialect=_DIALECT))
+
+
+class _PgHeld:
+    """This thread's checked-out psycopg connection, in autocommit mode while held."""
+
+    __slots__ = ("fairy", "dbapi", "__weakref__")
+
+    def __init__(self, fairy: Any) -> None:
+        self.fairy = fairy
+        self.dbapi = fairy.driver_connection
+        self.dbapi.autocommit = True  # transactions are explicit: conn.transaction()
+
+    def close(self) -> None:
+        fairy, self.fairy = self.fairy, None
+        if fairy is not None:
+            try:
+                if self.dbapi.info.transaction_status == 0:  # IDLE: hand it back as it came
+                    self.dbapi.autocommit = False
+                fairy.close()
+            except Exception:  # pragma: no cover - interpreter shutdown / broken connection
+                pass
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class PgTelemetryStore(TelemetryStore):
+    """The telemetry store on PostgreSQL (what ``TelemetryStore(postgresql_url)`` returns).
+
+    One psycopg connection per thread, checked out of a QueuePool once and held (autocommit
+    between transactions); writes run in ``BEGIN … COMMIT`` (PostgreSQL has row locks, so
+    there is no process-wide writer lock and no ``BEGIN IMMEDIATE``); snapshot reads run in
+    one ``REPEATABLE READ READ ONLY`` transaction. The schema must be at head
+    (``hermes-data upgrade --url …``).
+    """
+
+    dialect = "postgresql"
+
+    def __init__(self, url: str | os.PathLike | URL | None = None, *,
+                 settings: SqliteSettings | None = None, engine: Engine | None = None) -> None:
+        if engine is None:
+            resolved = resolve_url("telemetry", url)
+            engine = create_engine_for("telemetry", resolved, pool_size=16, max_overflow=240,
+                                       pool_timeout=60)
+            self._owns_engine = True
+        else:
+            self._owns_engine = False
+        if engine.dialect.driver != "psycopg":
+            raise ConfigurationError(
+                f"{engine.url.render_as_string(hide_password=True)}: the PostgreSQL telemetry "
+                "store needs the psycopg (3) driver: postgresql+psycopg://…")
+        self.engine = engine
+        self.path = engine.url.render_as_string(hide_password=True)
+        self._local = threading.local()
+        self._held = weakref.WeakSet()
+        self._held_guard = threading.Lock()
+        # Only the buffered writer takes it (one group commit at a time per store).
+        self._write_lock = threading.RLock()
+        self._closed = False
+
+    def connection(self) -> Any:
+        """This thread's psycopg connection (checked out once, then held; autocommit)."""
+        held = getattr(self._local, "held", None)
+        if held is None or held.fairy is None:
+            if self._closed:
+                raise ConfigurationError(f"{self.path}: the telemetry store is closed")
+            held = _PgHeld(self.engine.raw_connection())
+            self._local.held = held
+            with self._held_guard:
+                self._held.add(held)
+        return held.dbapi
+
+    @contextmanager
+    def write(self) -> Iterator[_PgTx]:
+        """``BEGIN … COMMIT`` on this thread's connection (rolled back on error); nested in
+        an open transaction it becomes a savepoint."""
+        conn = self.connection()
+        with conn.transaction():
+            yield _PgTx(conn)
+
+    @contextmanager
+    def read(self, snapshot: bool = True) -> Iterator[_PgTx]:
+        """Reads on this thread's connection; with ``snapshot`` inside one
+        ``REPEATABLE READ READ ONLY`` transaction so several SELECTs see one state."""
+        conn = self.connection()
+        if not snapshot or conn.info.transaction_status != 0:
+            yield _PgTx(conn)
+            return
+        with conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            yield _PgTx(conn)
+
+    def execute_prepared_pair(self, first: Prepared, args1: tuple, second: Prepared,
+                              args2: tuple) -> int:
+        """Two statements in one transaction; ``first`` must return the new id
+        (``INSERT … RETURNING id``)."""
+        conn = self.connection()
+        with conn.transaction():
+            rowid = conn.execute(first.pg.sql, args1).fetchone()[0]
+            conn.execute(second.pg.sql, args2)
+        return rowid
+
+    def execute_pair(self, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
+        raise ConfigurationError("execute_pair takes SQLite SQL; use execute_prepared_pair")

@@ -11,7 +11,13 @@ datetime (spec §1.3) — the form every existing row holds. Functions that take
 
 Text from hook payloads is made storable, never rejected: a lone UTF-16 surrogate (which
 SQLite cannot encode as UTF-8) becomes U+FFFD, a valid surrogate *pair* becomes the character
-it encodes, and non-string values are stored as ``str(value)``.
+it encodes, a NUL character (which PostgreSQL text cannot hold) becomes U+FFFD on both
+backends, and non-string values are stored as ``str(value)``.
+
+Every statement is built twice where the dialects differ — upserts through the dialect's own
+``insert`` (``INSERT … ON CONFLICT`` on both), ``RETURNING id`` on PostgreSQL where SQLite
+reads ``lastrowid`` — and the two constructs share their bind names and order (checked at
+import), so the same argument tuples serve both backends.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from typing import Iterable, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func, literal_column
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .schema import (
@@ -30,6 +37,7 @@ from .schema import (
     llm_call_errors, llm_calls, model_efficiency_cache, model_unavailable_alerts,
     pricing_snapshots, runs, subagent_edges, tool_calls,
 )
+from . import sql as fragments
 from .store import Prepared, Target, TelemetryStore, write_tx
 from .types import TERMINAL_STATUSES, ApiErrorOutcome, ModelUnavailable, PricingEntry
 
@@ -72,13 +80,13 @@ def clean_text(value: object) -> str:
         except Exception:  # a hostile __str__ must not cost the row
             return ""
     if value.isascii():
-        return value
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
     try:
         value.encode("utf-8")
-        return value
     except UnicodeEncodeError:
         # Re-pair surrogate pairs, replace the unpaired ones with U+FFFD.
-        return value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
 
 
 def _opt_text(value: object) -> str | None:
@@ -122,13 +130,18 @@ def _retryable_flag(value: object) -> int | None:
 
 
 # --------------------------------------------------------------------------- statements
+def _both(name: str, build) -> Prepared:
+    """A statement built by ``build(insert)`` with SQLite's and PostgreSQL's ``insert``."""
+    return Prepared(name, build(sqlite_insert), build(pg_insert))
+
+
 _LLM_COLS = (
     "session_id", "ts", "model", "provider", "tokens_in", "tokens_out", "cost_usd",
     "latency_ms", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated",
     "provider_assumed", "moa_preset", "turn_id", "task_id", "api_request_id",
 )
-INSERT_LLM_CALL = Prepared(
-    "insert_llm_call", sa.insert(llm_calls).values({c: bp(c) for c in _LLM_COLS}))
+_ins_llm = sa.insert(llm_calls).values({c: bp(c) for c in _LLM_COLS})
+INSERT_LLM_CALL = Prepared("insert_llm_call", _ins_llm, _ins_llm.returning(llm_calls.c.id))
 
 
 def _add(col: str) -> sa.ColumnElement:
@@ -148,53 +161,54 @@ _RUN_FOR_CALL_COLS = (
 )
 _counters = ("tokens_in", "tokens_out", "cost_usd", "api_calls", "estimated_llm_calls",
              "cache_read_tokens", "cache_write_tokens", "provider_assumed_calls", "moa_calls")
-_ins = sqlite_insert(runs).values(
-    {**{c: bp(c) for c in _RUN_FOR_CALL_COLS},
-     "status": literal_column("'running'"), "api_calls": literal_column("1")})
-UPSERT_RUN_FOR_CALL_ATTRIBUTED = Prepared("upsert_run_for_call_attributed", _ins.on_conflict_do_update(
-    index_elements=[runs.c.session_id],
-    set_={**{c: _add(c) for c in _counters},
-          **{c: _first(c) for c in ("model", "provider", "sender_id", "profile")}},
-))
+def _run_for_call(firsts: tuple[str, ...]):
+    def build(insert):
+        return insert(runs).values(
+            {**{c: bp(c) for c in _RUN_FOR_CALL_COLS},
+             "status": literal_column("'running'"), "api_calls": literal_column("1")},
+        ).on_conflict_do_update(
+            index_elements=[runs.c.session_id],
+            set_={**{c: _add(c) for c in _counters}, **{c: _first(c) for c in firsts}})
+    return build
+
+
+UPSERT_RUN_FOR_CALL_ATTRIBUTED = _both("upsert_run_for_call_attributed", _run_for_call(
+    ("model", "provider", "sender_id", "profile")))
 # The common case (no sender / profile with the call) leaves the indexed sender_id / profile
 # columns out of the SET list: SQLite then skips maintaining idx_runs_sender / idx_runs_profile
 # (measured ≈ 15 % of the call's cost). The excluded values are NULL anyway.
-UPSERT_RUN_FOR_CALL = Prepared("upsert_run_for_call", _ins.on_conflict_do_update(
-    index_elements=[runs.c.session_id],
-    set_={**{c: _add(c) for c in _counters},
-          **{c: _first(c) for c in ("model", "provider")}},
-))
-
-if (INSERT_LLM_CALL.order != _LLM_COLS or UPSERT_RUN_FOR_CALL.order != _RUN_FOR_CALL_COLS
-        or UPSERT_RUN_FOR_CALL_ATTRIBUTED.order != _RUN_FOR_CALL_COLS):
-    raise AssertionError(  # the hot path builds its tuples in these orders
-        f"unexpected bind order: {INSERT_LLM_CALL.order} / {UPSERT_RUN_FOR_CALL.order}")
+UPSERT_RUN_FOR_CALL = _both("upsert_run_for_call", _run_for_call(("model", "provider")))
 
 _TOOL_COLS = ("session_id", "ts", "tool_name", "ok", "latency_ms", "turn_id", "tool_call_id")
-INSERT_TOOL_CALL = Prepared(
-    "insert_tool_call", sa.insert(tool_calls).values({c: bp(c) for c in _TOOL_COLS}))
+_ins_tool = sa.insert(tool_calls).values({c: bp(c) for c in _TOOL_COLS})
+INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool, _ins_tool.returning(tool_calls.c.id))
 BUMP_RUN_TOOL_CALLS = Prepared("bump_run_tool_calls", sa.update(runs).where(
     runs.c.session_id == bp("sid")).values(tool_calls=func.coalesce(runs.c.tool_calls, literal_column("0")) + literal_column("1")))
-if INSERT_TOOL_CALL.order != _TOOL_COLS:
-    raise AssertionError(f"unexpected bind order: {INSERT_TOOL_CALL.order}")
+
+for _p, _cols in ((INSERT_LLM_CALL, _LLM_COLS), (UPSERT_RUN_FOR_CALL, _RUN_FOR_CALL_COLS),
+                  (UPSERT_RUN_FOR_CALL_ATTRIBUTED, _RUN_FOR_CALL_COLS),
+                  (INSERT_TOOL_CALL, _TOOL_COLS), (BUMP_RUN_TOOL_CALLS, ("sid",))):
+    if _p.order != _cols or _p.pg.order != _cols:
+        raise AssertionError(  # the hot paths build their tuples in these orders
+            f"{_p.name}: unexpected bind order {_p.order} / {_p.pg.order}")
 
 # start_run: insert the row; on an existing (e.g. lazily created) row only fill NULL facts.
-_start = sqlite_insert(runs).values(
+START_RUN = _both("start_run", lambda insert: insert(runs).values(
     session_id=bp("session_id"), platform=bp("platform"), cron_job_id=bp("cron_job_id"),
     model=bp("model"), started_at=bp("started_at"), status=literal_column("'running'"),
-    parent_session_id=bp("parent_session_id"), profile=bp("profile"))
-START_RUN = Prepared("start_run", _start.on_conflict_do_update(
+    parent_session_id=bp("parent_session_id"), profile=bp("profile"),
+).on_conflict_do_update(
     index_elements=[runs.c.session_id],
     set_={c: _first(c) for c in ("platform", "cron_job_id", "model", "parent_session_id",
                                   "profile")},
 ))
 
 # end_run: one upsert; the lazily created row gets started_at = ended_at (duration 0).
-_end = sqlite_insert(runs).values(
-    session_id=bp("session_id"), started_at=bp("end_ts"), ended_at=bp("end_ts"),
-    status=bp("new_status"), duration_ms=literal_column("0"))
 _excl_status = literal_column("excluded.status")
-END_RUN = Prepared("end_run", _end.on_conflict_do_update(
+END_RUN = _both("end_run", lambda insert: insert(runs).values(
+    session_id=bp("session_id"), started_at=bp("end_ts"), ended_at=bp("end_ts"),
+    status=bp("new_status"), duration_ms=literal_column("0"),
+).on_conflict_do_update(
     index_elements=[runs.c.session_id],
     set_={
         "ended_at": literal_column("excluded.ended_at"),
@@ -203,11 +217,8 @@ END_RUN = Prepared("end_run", _end.on_conflict_do_update(
                      runs.c.status.in_([literal_column(f"'{s}'") for s in TERMINAL_STATUSES]),
                      bp("force", type_=sa.Integer) == 0), runs.c.status),
             else_=_excl_status),
-        # ROUND, not upstream's bare CAST: julianday() is a double, and truncating its
-        # product turned an exact 5 s into 4999 ms.
-        "duration_ms": sa.cast(func.round(
-            (func.julianday(literal_column("excluded.ended_at"))
-             - func.julianday(runs.c.started_at)) * 86400000), sa.Integer),
+        "duration_ms": fragments.ms_between(literal_column("excluded.ended_at"),
+                                            runs.c.started_at),
     },
 ))
 
@@ -218,22 +229,22 @@ SET_PROFILE = Prepared("set_profile", sa.update(runs).where(runs.c.session_id ==
 
 _edge_cols = ("child_session_id", "parent_session_id", "parent_turn_id", "parent_subagent_id",
               "child_subagent_id", "child_role", "started_at")
-INSERT_EDGE = Prepared("insert_edge", sqlite_insert(subagent_edges).values(
+INSERT_EDGE = _both("insert_edge", lambda insert: insert(subagent_edges).values(
     {c: bp(c) for c in _edge_cols}).on_conflict_do_nothing())
 STOP_EDGE = Prepared("stop_edge", sa.update(subagent_edges)
                      .where(subagent_edges.c.child_session_id == bp("child"))
                      .values(stopped_at=bp("stopped"), child_status=bp("status"),
                              child_role=func.coalesce(subagent_edges.c.child_role, bp("role"))))
-BACKFILL_EDGE = Prepared("backfill_edge", sqlite_insert(subagent_edges).values(
+BACKFILL_EDGE = _both("backfill_edge", lambda insert: insert(subagent_edges).values(
     child_session_id=bp("child"), parent_session_id=bp("parent"), started_at=bp("stopped"),
     stopped_at=bp("stopped"), child_status=bp("status"), child_role=bp("role"),
 ).on_conflict_do_nothing())
 
-INSERT_BUDGET_ALERT = Prepared("insert_budget_alert", sqlite_insert(budget_alerts).values(
+INSERT_BUDGET_ALERT = _both("insert_budget_alert", lambda insert: insert(budget_alerts).values(
     {c: bp(c) for c in ("scope", "scope_id", "window", "period_key", "level", "fired_at",
                         "spent_usd", "limit_usd")}).on_conflict_do_nothing())
 
-INSERT_FREE_MODEL = Prepared("insert_free_model", sqlite_insert(known_free_models).values(
+INSERT_FREE_MODEL = _both("insert_free_model", lambda insert: insert(known_free_models).values(
     model=bp("model"), provider=bp("provider"), first_seen_at=bp("now")).on_conflict_do_nothing())
 
 # First flip per (model, provider) wins; first_free_seen_at from the same model's known-free
@@ -242,13 +253,13 @@ _kfm = known_free_models
 _first_free = (sa.select(_kfm.c.first_seen_at)
                .where(_kfm.c.model == bp("model"), _kfm.c.provider.in_([bp("provider"), ""]))
                .order_by((_kfm.c.provider == "").asc()).limit(1).scalar_subquery())
-INSERT_FREE_PAID = Prepared("insert_free_paid", sqlite_insert(free_paid_transitions).values(
+INSERT_FREE_PAID = _both("insert_free_paid", lambda insert: insert(free_paid_transitions).values(
     model=bp("model"), provider=bp("provider"), detected_at=bp("now"),
     session_id=bp("session_id"), first_paid_cost_usd=bp("cost"), first_free_seen_at=_first_free,
 ).on_conflict_do_nothing())
 
 _mua = model_unavailable_alerts
-UPSERT_MODEL_UNAVAILABLE = Prepared("upsert_model_unavailable", sqlite_insert(_mua).values(
+UPSERT_MODEL_UNAVAILABLE = _both("upsert_model_unavailable", lambda insert: insert(_mua).values(
     model=bp("model"), provider=bp("provider"), error_code=bp("code"), error_message=bp("msg"),
     first_seen_at=bp("now"), last_seen_at=bp("now"), occurrences=literal_column("1"),
 ).on_conflict_do_update(
@@ -279,11 +290,15 @@ LATEST_SNAPSHOT_FOR_CHANGE = Prepared("latest_snapshot_for_change", sa.select(
     *(_ps.c[f] for f in (*_RATE_FIELDS, "pricing_version", "source", "resolved_model")))
     .where(_ps.c.provider == bp("provider"), _ps.c.model == bp("model"))
     .order_by(_ps.c.id.desc()).limit(1))
+# PostgreSQL: check-then-append must be serialised per table, as BEGIN IMMEDIATE does on
+# SQLite (SHARE ROW EXCLUSIVE conflicts with itself, not with readers).
+LOCK_SNAPSHOTS = Prepared("lock_snapshots", sa.text("SELECT 1"),
+                          sa.text("LOCK TABLE pricing_snapshots IN SHARE ROW EXCLUSIVE MODE"))
 INSERT_SNAPSHOT = Prepared("insert_snapshot", sa.insert(_ps).values(
     {c: bp(c) for c in _SNAP_COLS}))
 
 _epc = endpoint_payload_cache
-UPSERT_ENDPOINT_CACHE = Prepared("upsert_endpoint_cache", sqlite_insert(_epc).values(
+UPSERT_ENDPOINT_CACHE = _both("upsert_endpoint_cache", lambda insert: insert(_epc).values(
     {c.name: bp(c.name) for c in _epc.c}).on_conflict_do_update(
     index_elements=[_epc.c.cache_name, _epc.c.cache_key],
     set_={c: literal_column(f"excluded.{c}") for c in ("payload_json", "rows_count", "built_at")}))
@@ -295,7 +310,7 @@ EVICT_ENDPOINT_EXCESS = Prepared("evict_endpoint_excess", sa.delete(_epc).where(
                             .order_by(_epc.c.built_at.desc()).limit(bp("keep")))))
 
 _mec = model_efficiency_cache
-UPSERT_EFFICIENCY_CACHE = Prepared("upsert_efficiency_cache", sqlite_insert(_mec).values(
+UPSERT_EFFICIENCY_CACHE = _both("upsert_efficiency_cache", lambda insert: insert(_mec).values(
     {c.name: bp(c.name) for c in _mec.c}).on_conflict_do_update(
     index_elements=[_mec.c.cache_key],
     set_={c: literal_column(f"excluded.{c}")
@@ -378,10 +393,13 @@ def record_llm_call(target: Target, session_id: str, ts: str | datetime | None, 
     upsert = UPSERT_RUN_FOR_CALL_ATTRIBUTED if (sender_id or profile) else UPSERT_RUN_FOR_CALL
     if type(target) is TelemetryStore:
         return target.execute_pair(INSERT_LLM_CALL.sql, call, upsert.sql, run)
+    if isinstance(target, TelemetryStore):  # PostgreSQL store
+        return target.execute_prepared_pair(INSERT_LLM_CALL, call, upsert, run)
     with write_tx(target) as tx:
         res = tx.run(INSERT_LLM_CALL, dict(zip(_LLM_COLS, call)))
+        rowid = tx.inserted_id(res)
         tx.run(upsert, dict(zip(_RUN_FOR_CALL_COLS, run)))
-        return res.lastrowid
+        return rowid
 
 
 def record_tool_call(target: Target, session_id: str, ts: str | datetime | None, tool_name: str,
@@ -395,10 +413,14 @@ def record_tool_call(target: Target, session_id: str, ts: str | datetime | None,
     if type(target) is TelemetryStore:
         return target.execute_pair(INSERT_TOOL_CALL.sql, call, BUMP_RUN_TOOL_CALLS.sql,
                                    (session_id,))
+    if isinstance(target, TelemetryStore):  # PostgreSQL store
+        return target.execute_prepared_pair(INSERT_TOOL_CALL, call, BUMP_RUN_TOOL_CALLS,
+                                            (session_id,))
     with write_tx(target) as tx:
         res = tx.run(INSERT_TOOL_CALL, dict(zip(_TOOL_COLS, call)))
+        rowid = tx.inserted_id(res)
         tx.run(BUMP_RUN_TOOL_CALLS, {"sid": session_id})
-        return res.lastrowid
+        return rowid
 
 
 def set_sender(target: Target, session_id: str, sender_id: str | None) -> None:
@@ -667,6 +689,8 @@ def record_pricing_snapshot(target: Target, provider: str, model: str, snap: Pri
     rates = {f: _as_rate(snap.get(f)) for f in _RATE_FIELDS}
     source, version = snap.get("source"), snap.get("pricing_version")
     with write_tx(target) as tx:
+        if tx.dialect != "sqlite":
+            tx.run(LOCK_SNAPSHOTS)
         latest = tx.run(LATEST_SNAPSHOT_FOR_CHANGE,
                         {"provider": provider, "model": model}).fetchone()
         if latest is not None:

@@ -10,7 +10,7 @@ from hermes_data.telemetry import reads as R
 from hermes_data.telemetry import writes as W
 from hermes_data.telemetry.buffered import BufferedWriter, BufferFullError
 
-from .conftest import NOW
+from .conftest import NOW, sql
 
 THREADS, PER_THREAD, SESSIONS = 8, 2_000, 40
 
@@ -26,14 +26,14 @@ SELECT r.session_id
 """
 
 
-def _hammer(record) -> list[BaseException]:
+def _hammer(record, per_thread: int = PER_THREAD) -> list[BaseException]:
     errors: list[BaseException] = []
     barrier = threading.Barrier(THREADS)
 
     def work(t: int) -> None:
         barrier.wait()
         try:
-            for i in range(PER_THREAD):
+            for i in range(per_thread):
                 sid = f"s{(t * 7 + i) % SESSIONS}"  # every session is hit by every thread
                 record(sid, NOW, "m", "p", 1 + i % 5, 2, 0.001, 10, i % 3, 0, 0, i % 11 == 0)
         except BaseException as exc:  # pragma: no cover - surfaced below
@@ -47,26 +47,46 @@ def _hammer(record) -> list[BaseException]:
     return errors
 
 
-def _assert_consistent(store) -> None:
-    conn = store.connection()
-    assert conn.execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0] == THREADS * PER_THREAD
-    assert conn.execute("SELECT COUNT(*), SUM(api_calls) FROM runs").fetchone() == \
-        (SESSIONS, THREADS * PER_THREAD)
-    assert conn.execute(AGGREGATE_MISMATCHES).fetchall() == []
+def _assert_consistent(store, per_thread: int = PER_THREAD) -> None:
+    assert sql(store, "SELECT COUNT(*) FROM llm_calls") == [(THREADS * per_thread,)]
+    assert sql(store, "SELECT COUNT(*), CAST(SUM(api_calls) AS BIGINT) FROM runs") == \
+        [(SESSIONS, THREADS * per_thread)]
+    assert sql(store, AGGREGATE_MISMATCHES) == []
 
 
 @pytest.mark.slow
 def test_eight_threads_record_llm_call_without_lost_updates(wal_store):
+    """SQLite in WAL: the process-wide writer lock plus BEGIN IMMEDIATE (the PostgreSQL twin
+    is the next test)."""
     errors = _hammer(lambda *a: W.record_llm_call(wal_store, *a))
     assert errors == []
     _assert_consistent(wal_store)
 
 
-def test_threads_in_delete_mode_and_a_second_store_on_the_same_file(store, db_path):
-    """Two stores on one file (two engines, as two plugins would have) and DELETE mode."""
+@pytest.mark.slow
+def test_eight_threads_record_llm_call_without_lost_updates_on_postgres(pg_store):
+    """PostgreSQL: eight threads, one held connection each, no writer lock — the run upsert's
+    ON CONFLICT DO UPDATE takes the row lock, so no increment is lost."""
+    per_thread = 1_000
+    backends: set[tuple[int, int]] = set()
+
+    def record(*a):
+        W.record_llm_call(pg_store, *a)
+        backends.add((threading.get_ident(), pg_store.connection().info.backend_pid))
+
+    errors = _hammer(record, per_thread)
+    assert errors == []
+    _assert_consistent(pg_store, per_thread)
+    # one held server connection per thread, kept for all of its calls
+    assert len(backends) == THREADS and len({pid for _, pid in backends}) == THREADS
+
+
+def test_threads_in_delete_mode_and_a_second_store_on_the_same_file(store, store_url):
+    """Two stores on one file / database (two engines, as two plugins would have); on SQLite
+    in DELETE mode."""
     from hermes_data.telemetry.store import TelemetryStore
 
-    with TelemetryStore(db_path) as second:
+    with TelemetryStore(store_url) as second:
         targets = [store, second]
         barrier = threading.Barrier(4)
 
@@ -81,7 +101,7 @@ def test_threads_in_delete_mode_and_a_second_store_on_the_same_file(store, db_pa
         for t in threads:
             t.join()
     assert [r.api_calls for r in (R.get_run(store, f"s{i}") for i in range(3))] == [68, 68, 64]
-    assert store.connection().execute(AGGREGATE_MISMATCHES).fetchall() == []
+    assert sql(store, AGGREGATE_MISMATCHES) == []
 
 
 @pytest.mark.slow
@@ -110,9 +130,10 @@ def test_buffered_writer_matches_the_synchronous_rows(store, tmp_path):
             for c in calls:
                 writer.record_llm_call(*c, turn_id=f"t{c[4]}", sender_id="x" if c[4] == 7 else None)
             writer.record_tool_call("s1", NOW, "bash", False, 3)
-        for sql in ("SELECT * FROM runs ORDER BY session_id", "SELECT * FROM llm_calls ORDER BY id",
+        for query in ("SELECT * FROM runs ORDER BY session_id", "SELECT * FROM llm_calls ORDER BY id",
                     "SELECT * FROM tool_calls ORDER BY id"):
-            assert other.connection().execute(sql).fetchall() == store.connection().execute(sql).fetchall()
+            # on PostgreSQL this also compares the two backends' rows value for value
+            assert other.connection().execute(query).fetchall() == sql(store, query)
 
 
 def test_buffered_writer_back_pressure_and_bad_calls(store, caplog):
@@ -123,7 +144,7 @@ def test_buffered_writer_back_pressure_and_bad_calls(store, caplog):
             for i in range(10_000):
                 writer.record_llm_call("s", NOW, "m", "p", 1, 1, 0.1, 1)
     assert writer.flush(timeout=10)
-    queued = store.connection().execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0]
+    [(queued,)] = sql(store, "SELECT COUNT(*) FROM llm_calls")
     assert 5 <= queued < 10_000
     # one bad call (a NULL session violates NOT NULL) does not sink its batch neighbours
     writer.record_llm_call("ok1", NOW, "m", "p", 1, 1, 0.1, 1)

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from hermes_data.telemetry import reads as R
 from hermes_data.telemetry import writes as W
 
-from .conftest import NOW
+from .conftest import NOW, sql
 
 LIVE_404 = {
     "session_id": "s1", "turn_id": "s1:t:0001", "task_id": "t", "api_request_id": "req-1",
@@ -123,6 +123,15 @@ def test_lone_surrogates_become_replacement_characters(store):
     assert row.model == "m\U0001F600"  # a valid surrogate pair is re-joined
 
 
+def test_nul_characters_become_replacement_characters_on_both_backends(store):
+    # PostgreSQL text cannot hold U+0000; the row is kept with U+FFFD instead, on both backends.
+    out = W.record_api_request_error(store, {**LIVE_404, "error": {"type": "a\x00b", "message": "\x00"},
+                                             "reason": "r\x00\u00e9"})
+    assert out.error_id is not None
+    [row] = ledger(store)
+    assert (row.error_type, row.error_message, row.reason) == ("a\ufffdb", "\ufffd", "r\ufffd\u00e9")
+
+
 # ----------------------------------------------------------------------------- hypothesis
 _scalars = st.one_of(
     st.none(), st.booleans(), st.integers(min_value=-(2**80), max_value=2**80),
@@ -150,9 +159,9 @@ _payloads = st.builds(lambda a, b: {**a, **b}, st.dictionaries(_keys, _values, m
 def test_hostile_payloads_never_raise_and_always_leave_a_bounded_row(store, payload):
     out = W.record_api_request_error(store, payload)
     assert out.error_id is not None  # the ledger row was written
-    row = store.connection().execute(
-        "SELECT error_message, duration_ms, retryable, status_code, turn_id, model "
-        "FROM llm_call_errors WHERE id = ?", (out.error_id,)).fetchone()
+    row, = sql(store,
+               "SELECT error_message, duration_ms, retryable, status_code, turn_id, model "
+               "FROM llm_call_errors WHERE id = ?", out.error_id)
     message, duration_ms, retryable, status_code, turn_id, model = row
     assert len(message) <= 500
     assert duration_ms is None or isinstance(duration_ms, int)

@@ -11,11 +11,11 @@ from hermes_data.telemetry import reads as R
 from hermes_data.telemetry import writes as W
 from hermes_data.telemetry.store import TelemetryStore
 
-from .conftest import NOW, iso
+from .conftest import NOW, iso, sql
 
 
-def rows(store: TelemetryStore, sql: str, *args) -> list[tuple]:
-    return store.connection().execute(sql, args).fetchall()
+def rows(store: TelemetryStore, text: str, *args) -> list[tuple]:
+    return sql(store, text, *args)
 
 
 # ----------------------------------------------------------------------------- runs
@@ -126,7 +126,9 @@ def test_set_sender_and_profile_first_non_empty_wins(store):
     assert (R.get_run(store, "s1").sender_id, R.get_run(store, "s1").profile) == ("alice", "work")
 
 
-def test_record_llm_call_is_one_immediate_transaction_of_two_statements(store):
+def test_record_llm_call_is_one_immediate_transaction_of_two_statements(sqlite_store):
+    """SQLite's statement trace (PostgreSQL: test_record_llm_call_on_postgres_is_one_transaction)."""
+    store = sqlite_store
     conn = store.connection()
     seen: list[str] = []
     conn.set_trace_callback(seen.append)
@@ -139,7 +141,52 @@ def test_record_llm_call_is_one_immediate_transaction_of_two_statements(store):
     assert "ON CONFLICT" in seen[2] and "runs" in seen[2]
 
 
-def test_record_llm_call_is_atomic(store):
+def test_record_llm_call_on_postgres_is_one_transaction(pg_store):
+    """PostgreSQL twin of the trace test: one transaction with the call insert (RETURNING its
+    id) and the run upsert (ON CONFLICT), no ``BEGIN IMMEDIATE``."""
+    seen: list[str] = []
+    conn = pg_store.connection()
+    import psycopg
+
+    class Tracing(psycopg.Cursor):
+        def execute(self, query, params=None, **kw):
+            seen.append(str(query))
+            return super().execute(query, params, **kw)
+
+    conn.cursor_factory = Tracing
+    try:
+        call_id = W.record_llm_call(pg_store, "s1", NOW, "m", "p", 1, 1, 0.1, 1)
+    finally:
+        conn.cursor_factory = psycopg.Cursor
+    heads = [s.split(None, 2)[:2] for s in seen]
+    assert heads == [["INSERT", "INTO"], ["INSERT", "INTO"]], seen
+    assert "RETURNING llm_calls.id" in seen[0] and "ON CONFLICT (session_id)" in seen[1]
+    assert not any("IMMEDIATE" in s for s in seen)
+    assert call_id == 1 and R.get_run(pg_store, "s1").api_calls == 1
+    assert conn.info.transaction_status == 0  # committed: nothing left open on the connection
+
+
+def test_record_llm_call_is_atomic_on_postgres(pg_store):
+    # A trigger makes the run-row upsert fail for one session: the call row must roll back too.
+    import psycopg
+
+    rows(pg_store, """CREATE FUNCTION boom() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN IF NEW.session_id = 'bad' THEN RAISE EXCEPTION 'boom'; END IF; RETURN NEW; END $$""")
+    rows(pg_store, "CREATE TRIGGER boom_ins BEFORE INSERT ON runs FOR EACH ROW EXECUTE FUNCTION boom()")
+    try:
+        with pytest.raises(psycopg.errors.RaiseException, match="boom"):
+            W.record_llm_call(pg_store, "bad", NOW, "m", "p", 1, 1, 0.1, 1)
+        assert rows(pg_store, "SELECT COUNT(*) FROM llm_calls") == [(0,)]
+        W.record_llm_call(pg_store, "good", NOW, "m", "p", 1, 1, 0.1, 1)  # connection still usable
+        assert rows(pg_store, "SELECT COUNT(*) FROM llm_calls") == [(1,)]
+    finally:
+        rows(pg_store, "DROP TRIGGER boom_ins ON runs")
+        rows(pg_store, "DROP FUNCTION boom()")
+
+
+def test_record_llm_call_is_atomic(sqlite_store):
+    """SQLite trigger syntax (PostgreSQL: test_record_llm_call_is_atomic_on_postgres)."""
+    store = sqlite_store
     # A trigger makes the run-row upsert fail for one session: the call row must roll back too.
     store.connection().executescript("""
         CREATE TRIGGER boom_ins BEFORE INSERT ON runs WHEN NEW.session_id = 'bad'
