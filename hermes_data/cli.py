@@ -141,7 +141,8 @@ def cmd_doctor(args) -> int:
 
 #: Modules that add their own subcommands: each defines ``register(subparsers)`` and sets
 #: ``func`` on its parsers. Keeps each concern's CLI beside its code.
-_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search", "hermes_data.cli_maintenance")
+_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search", "hermes_data.cli_maintenance",
+                                    "hermes_data.cli_copy")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,402 @@
+"""Copy a store from one database to another (``hermes-data copy``), losslessly and resumably.
+
+Typical use: moving a SQLite install to PostgreSQL when one machine is no longer enough::
+
+    hermes-data copy --from ~/.hermes/telemetry/telemetry.db --to postgresql+psycopg://host/db
+
+What :func:`copy_store` does, in order:
+
+1. **Checks the source is at head** (a legacy or older file: run ``hermes-data upgrade`` on
+   it first — the copy never writes to its source) and **upgrades the target to head**
+   with :func:`hermes_data.migrate.upgrade` (creating it). Both then have the same
+   metadata, so every column copies one to one.
+2. **Checks the target.** Empty (ignoring the revision ledger) → full copy. A key-ordered
+   prefix of the source (what an interrupted copy leaves) → **resume** from each table's
+   high-water mark. Anything else is refused with :class:`CopyTargetNotEmptyError`, unless
+   ``force=True``, which first empties the target's store tables.
+3. **Copies table by table** (parents before children), in batches of ``batch`` rows read
+   in primary-key order (keyset paging: ``WHERE pk > :last ORDER BY pk LIMIT :batch``); each
+   batch is inserted and committed in one target transaction, so the target always holds a
+   key-ordered prefix of each table and a rerun continues where it stopped, never
+   duplicating. Ids are copied as they are.
+4. **Sets the id counters** past the copied ids: ``sqlite_sequence`` on SQLite, the serial
+   sequence (``setval``) on PostgreSQL — to the source's counter when it is higher than its
+   largest id (AUTOINCREMENT never reuses the ids of deleted rows).
+5. **Verifies** every table: row count and a SHA-256 over a canonical, backend-independent
+   dump of its rows in key order (integers as integers — SQLite INTEGER / PostgreSQL BIGINT —
+   floats through ``repr(float(v))`` — REAL / DOUBLE PRECISION — text as UTF-8).
+   A mismatch raises :class:`CopyVerificationError` after the report is filled in.
+
+The revision ledger (``schema_version``) is replaced by the source's rows, so the target
+keeps the install's real history. Only tables of the store's SQLAlchemy metadata are copied:
+objects outside it — FTS5 virtual tables and their shadow tables in the session store,
+``sqlite_sequence``, ``alembic_version`` — are skipped; the target's full-text index is
+maintained by its own triggers / generated columns as the rows arrive.
+
+The source should be quiet for the final pass: rows changed after a table was copied are
+not copied again (the verification step then reports the table).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection, Engine
+
+from . import migrate
+from .config import resolve_url
+from .engine import create_engine_for, write_transaction
+from .errors import HermesDataError
+
+log = logging.getLogger("hermes_data.copy")
+
+#: Tables whose rows are bookkeeping of the migration history: replaced by the source's rows
+#: instead of being copied incrementally, and ignored when deciding whether a target is empty.
+LEDGER_TABLES = ("schema_version",)
+
+#: ``progress(table, rows_done, rows_total)`` — called after every committed batch.
+Progress = Callable[[str, int, int], None]
+
+
+class CopyTargetNotEmptyError(HermesDataError):
+    """The target holds rows that are not an interrupted copy of the source."""
+
+
+class CopyVerificationError(HermesDataError):
+    """After the copy a table's row count or content checksum differs between the two sides."""
+
+
+@dataclass
+class TableCopy:
+    """What happened to one table."""
+
+    table: str
+    source_rows: int = 0
+    copied_rows: int = 0
+    resumed_from: int = 0
+    target_rows: int = 0
+    source_checksum: str = ""
+    target_checksum: str = ""
+    id_counter: int | None = None
+    seconds: float = 0.0
+
+    @property
+    def verified(self) -> bool:
+        """Row count and checksum agree."""
+        return (self.source_rows == self.target_rows
+                and self.source_checksum == self.target_checksum)
+
+
+@dataclass
+class CopyReport:
+    """The outcome of :func:`copy_store` (``--json`` prints :meth:`to_dict`)."""
+
+    store: str
+    source: str
+    target: str
+    resumed: bool = False
+    forced: bool = False
+    tables: list[TableCopy] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def verified(self) -> bool:
+        """Every table verified."""
+        return all(t.verified for t in self.tables)
+
+    @property
+    def copied_rows(self) -> int:
+        """Rows inserted into the target by this run."""
+        return sum(t.copied_rows for t in self.tables)
+
+    def to_dict(self) -> dict:
+        """Plain data, including each table's ``verified`` flag."""
+        out = asdict(self)
+        for t, d in zip(self.tables, out["tables"]):
+            d["verified"] = t.verified
+        out["verified"] = self.verified
+        return out
+
+
+# --------------------------------------------------------------------------- canonical values
+def _kind(col: sa.Column) -> str:
+    if isinstance(col.type, sa.Integer):
+        return "i"
+    if isinstance(col.type, sa.Float):
+        return "f"
+    if isinstance(col.type, sa.LargeBinary):
+        return "b"
+    return "t"
+
+
+def _canonical(kind: str, value: Any) -> bytes:
+    """One value in a form equal on both backends (``N`` for NULL)."""
+    if value is None:
+        return b"N"
+    if kind == "i" and not isinstance(value, (str, bytes)):
+        return b"i%d" % int(value)
+    if kind == "f" and not isinstance(value, (str, bytes)):
+        return b"f" + repr(float(value)).encode()
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return b"b" + bytes(value).hex().encode()
+    if isinstance(value, bool):
+        return b"i%d" % int(value)
+    if isinstance(value, int):
+        return b"i%d" % value
+    if isinstance(value, float):
+        return b"f" + repr(value).encode()
+    return b"t" + str(value).encode("utf-8", "surrogatepass")
+
+
+def _ordered(table: sa.Table) -> sa.Select:
+    return sa.select(*table.c).order_by(*table.primary_key.columns)
+
+
+def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
+                   upto: tuple | None = None) -> tuple[int, str]:
+    """``(rows, sha256)`` of ``table`` on ``conn`` over the canonical dump in key order
+    (only the rows with key ``<= upto`` when given)."""
+    kinds = [_kind(c) for c in table.c]
+    digest = hashlib.sha256()
+    rows = 0
+    stmt = _ordered(table)
+    if upto is not None:
+        stmt = stmt.where(_upto(table, upto))
+    result = conn.execute(stmt.execution_options(yield_per=batch))
+    for row in result:
+        digest.update(b"\x1e".join(_canonical(k, v) for k, v in zip(kinds, row)))
+        digest.update(b"\x1d")
+        rows += 1
+    return rows, digest.hexdigest()
+
+
+# --------------------------------------------------------------------------- id counters
+def _id_counter(conn: Connection, table: sa.Table) -> int:
+    """The table's AUTOINCREMENT / sequence position (0 when nothing was ever handed out)."""
+    col = table.autoincrement_column
+    top = conn.execute(sa.select(sa.func.max(col))).scalar() or 0
+    if conn.dialect.name == "sqlite":
+        if sa.inspect(conn).has_table("sqlite_sequence"):
+            seq = conn.exec_driver_sql("SELECT seq FROM sqlite_sequence WHERE name = ?",
+                                       (table.name,)).scalar()
+            top = max(top, seq or 0)
+    elif conn.dialect.name == "postgresql":
+        seq = conn.execute(sa.text("SELECT pg_get_serial_sequence(:t, :c)"),
+                           {"t": table.name, "c": col.name}).scalar()
+        if seq:
+            # Sequence names come from the catalog, never from input; read via pg_sequences.
+            last = conn.execute(sa.text(
+                "SELECT last_value FROM pg_sequences WHERE schemaname || '.' || sequencename = :s "
+                "OR sequencename = :s"), {"s": seq.replace('"', "")}).scalar()
+            top = max(top, last or 0)
+    return int(top)
+
+
+def _set_id_counter(conn: Connection, table: sa.Table, value: int) -> None:
+    col = table.autoincrement_column
+    if conn.dialect.name == "sqlite":
+        updated = conn.exec_driver_sql("UPDATE sqlite_sequence SET seq = ? WHERE name = ?",
+                                       (value, table.name)).rowcount
+        if not updated and value:
+            conn.exec_driver_sql("INSERT INTO sqlite_sequence (name, seq) VALUES (?, ?)",
+                                 (table.name, value))
+    elif conn.dialect.name == "postgresql":
+        seq = conn.execute(sa.text("SELECT pg_get_serial_sequence(:t, :c)"),
+                           {"t": table.name, "c": col.name}).scalar()
+        if seq:
+            # setval(seq, v, true): the next id is v + 1; an empty table starts again at 1.
+            conn.execute(sa.text("SELECT setval(CAST(:s AS regclass), :v, :called)"),
+                         {"s": seq, "v": max(value, 1), "called": value > 0})
+
+
+# --------------------------------------------------------------------------- the copy
+def _store_tables(metadata: sa.MetaData) -> list[sa.Table]:
+    return [t for t in metadata.sorted_tables if t.name not in LEDGER_TABLES]
+
+
+def _key_of(table: sa.Table, row: Sequence[Any]) -> tuple:
+    idx = [list(table.c).index(c) for c in table.primary_key.columns]
+    return tuple(row[i] for i in idx)
+
+
+def _after(table: sa.Table, key: tuple | None) -> sa.ColumnElement | None:
+    if key is None:
+        return None
+    pk = list(table.primary_key.columns)
+    if len(pk) == 1:
+        return pk[0] > key[0]
+    return sa.tuple_(*pk) > sa.tuple_(*key)
+
+
+def _high_water(conn: Connection, table: sa.Table) -> tuple | None:
+    pk = list(table.primary_key.columns)
+    row = conn.execute(sa.select(*pk).order_by(*(c.desc() for c in pk)).limit(1)).first()
+    return tuple(row) if row is not None else None
+
+
+def _upto(table: sa.Table, key: tuple) -> sa.ColumnElement:
+    pk = list(table.primary_key.columns)
+    return pk[0] <= key[0] if len(pk) == 1 else sa.tuple_(*pk) <= sa.tuple_(*key)
+
+
+def _count(conn: Connection, table: sa.Table, upto: tuple | None = None) -> int:
+    stmt = sa.select(sa.func.count()).select_from(table)
+    if upto is not None:
+        stmt = stmt.where(_upto(table, upto))
+    return int(conn.execute(stmt).scalar())
+
+
+def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL, *,
+               store: str = "telemetry", batch: int = 5000, force: bool = False,
+               progress: Progress | None = None) -> CopyReport:
+    """Copy ``store`` from ``source`` to ``target`` (URLs or SQLite paths); see the module
+    docstring for the steps and guarantees. Returns a :class:`CopyReport`; raises
+    :class:`CopyTargetNotEmptyError` or :class:`CopyVerificationError`."""
+    if batch < 1:
+        raise HermesDataError(f"batch must be at least 1, got {batch}")
+    started = time.perf_counter()
+    spec = migrate.store_spec(store)
+    src_url, dst_url = resolve_url(store, source), resolve_url(store, target)
+    if src_url == dst_url:
+        raise HermesDataError(f"source and target are the same database: {migrate.display_url(src_url)}")
+    report = CopyReport(store=store, source=migrate.display_url(src_url),
+                        target=migrate.display_url(dst_url), forced=force)
+    _require_head(store, src_url, report)
+    migrate.upgrade(store, dst_url)
+    tables = _store_tables(spec.metadata)
+    src = create_engine_for(store, src_url)
+    dst = create_engine_for(store, dst_url)
+    try:
+        with src.connect() as s, dst.connect() as d:
+            known = set(sa.inspect(s).get_table_names())
+            report.skipped = sorted(known - {t.name for t in spec.metadata.sorted_tables}
+                                    - {"alembic_version"})
+            marks = _check_target(s, d, tables, report, force)
+        if force and any(marks.values()):
+            with write_transaction(dst) as d:
+                for table in reversed(tables):
+                    d.execute(sa.delete(table))
+            marks = {name: None for name in marks}
+        for table in tables:
+            report.tables.append(_copy_table(src, dst, table, marks[table.name], batch, progress))
+        _copy_ledger(src, dst, spec.metadata, report)
+        _verify(src, dst, tables, spec.metadata, report)
+    finally:
+        src.dispose()
+        dst.dispose()
+    report.seconds = time.perf_counter() - started
+    bad = [t.table for t in report.tables if not t.verified]
+    if bad:
+        raise CopyVerificationError(
+            f"{report.target}: after the copy these tables differ from the source: "
+            f"{', '.join(bad)} (was the source written to during the copy? rerun to resume)")
+    return report
+
+
+def _require_head(store: str, url: URL, report: CopyReport) -> None:
+    engine = create_engine_for(store, url)
+    try:
+        with engine.connect() as conn:
+            revision = migrate.current_revision(conn)
+    finally:
+        engine.dispose()
+    head = migrate.head_revision(store)
+    if revision != head:
+        raise HermesDataError(
+            f"{report.source}: the source is at revision {revision or '(unversioned/legacy)'}, not "
+            f"{head}; run `hermes-data upgrade --store {store} --url …` on it first")
+
+
+def _check_target(s: Connection, d: Connection, tables: Iterable[sa.Table], report: CopyReport,
+                  force: bool) -> dict[str, tuple | None]:
+    """Each table's high-water mark in the target; refuses a target that is not a prefix."""
+    marks: dict[str, tuple | None] = {}
+    foreign = []
+    for table in tables:
+        mark = _high_water(d, table)
+        marks[table.name] = mark
+        # A prefix: same rows, value for value, as the source's up to the target's last key.
+        if mark is not None and (_count(d, table) != _count(s, table, mark)
+                                 or table_checksum(d, table) != table_checksum(s, table, upto=mark)):
+            foreign.append(table.name)
+    if foreign and not force:
+        raise CopyTargetNotEmptyError(
+            f"{report.target}: tables {', '.join(foreign)} hold rows that are not an interrupted "
+            "copy of the source; pass --force to empty the target's store tables first")
+    report.resumed = not foreign and any(m is not None for m in marks.values())
+    return marks
+
+
+def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, batch: int,
+                progress: Progress | None) -> TableCopy:
+    t0 = time.perf_counter()
+    out = TableCopy(table.name)
+    names = [c.name for c in table.c]
+    insert = sa.insert(table)
+    with src.connect() as s:
+        total = _count(s, table)
+        out.resumed_from = _count(s, table, mark) if mark is not None else 0
+        done = out.resumed_from
+        while True:
+            stmt = _ordered(table).limit(batch)
+            cond = _after(table, mark)
+            if cond is not None:
+                stmt = stmt.where(cond)
+            rows = s.execute(stmt).fetchall()
+            if not rows:
+                break
+            with write_transaction(dst) as d:
+                d.execute(insert, [dict(zip(names, r)) for r in rows])
+            mark = _key_of(table, rows[-1])
+            out.copied_rows += len(rows)
+            done += len(rows)
+            log.info("%s: %d / %d rows", table.name, done, total)
+            if progress:
+                progress(table.name, done, total)
+        if table.autoincrement_column is not None:
+            out.id_counter = _id_counter(s, table)
+    if out.id_counter is not None:
+        with write_transaction(dst) as d:
+            _set_id_counter(d, table, out.id_counter)
+    if progress and total == 0:
+        progress(table.name, 0, 0)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _copy_ledger(src: Engine, dst: Engine, metadata: sa.MetaData, report: CopyReport) -> None:
+    for name in LEDGER_TABLES:
+        if name not in metadata.tables:
+            continue
+        table = metadata.tables[name]
+        with src.connect() as s:
+            rows = s.execute(_ordered(table)).fetchall()
+        names = [c.name for c in table.c]
+        with write_transaction(dst) as d:
+            d.execute(sa.delete(table))
+            if rows:
+                d.execute(sa.insert(table), [dict(zip(names, r)) for r in rows])
+
+
+def _verify(src: Engine, dst: Engine, tables: list[sa.Table], metadata: sa.MetaData,
+            report: CopyReport) -> None:
+    with src.connect() as s, dst.connect() as d:
+        for out in report.tables:
+            table = metadata.tables[out.table]
+            out.source_rows, out.source_checksum = table_checksum(s, table)
+            out.target_rows, out.target_checksum = table_checksum(d, table)
+        for name in LEDGER_TABLES:
+            if name in metadata.tables:
+                table = metadata.tables[name]
+                ledger = TableCopy(name)
+                ledger.source_rows, ledger.source_checksum = table_checksum(s, table)
+                ledger.target_rows, ledger.target_checksum = table_checksum(d, table)
+                ledger.copied_rows = ledger.source_rows
+                report.tables.append(ledger)
