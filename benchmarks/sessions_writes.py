@@ -106,13 +106,13 @@ def bench_tip(store: SessionStore, con: sqlite3.Connection, repeat: int) -> tupl
     con.execute("COMMIT")
     assert store.get_compression_tip(ids[0]) == ids[-1]
     ours, base = [], []
-    q = str(sql.TIP_OF).replace(":start", "?")
+    q = str(sql.TIP_OF)
     for _ in range(repeat):
         t0 = time.perf_counter()
         store.get_compression_tip(ids[0])
         ours.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        assert con.execute(q, (ids[0],)).fetchone()[0] == ids[-1]
+        assert con.execute(q, {"start": ids[0]}).fetchone()[0] == ids[-1]
         base.append(time.perf_counter() - t0)
     return statistics.median(ours) * 1000, statistics.median(base) * 1000
 

@@ -31,7 +31,7 @@ AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume"
 #: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §11.8).
 EPOCH_MIN = 946684800
 EPOCH_MAX = 4102444800
-#: Defensive bound on lineage walks; cycles are cut by the visited path long before it.
+#: Defensive bound on lineage walks; cycle detection stops a walk long before it.
 MAX_LINEAGE_DEPTH = 100_000
 #: Forward hops of the resume-target walk beyond the compression tip (§4.4).
 RESUME_MAX_HOPS = 32
@@ -285,95 +285,125 @@ def last_active(s: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Lineage CTEs (§3.3). Cycle safety: every walk carries the path of ids it has visited
-# (separated by char(31)) and stops before revisiting one, so a 500-segment chain is one
-# statement with no depth cap short of MAX_LINEAGE_DEPTH.
+# Lineage CTEs (§3.3), one statement each, O(1) work per hop.
+#
+# Cycle safety without carrying the visited path (a growing string scanned at every hop
+# cost more than half of a 500-segment walk):
+#
+# * Forward walks (chain, tip, resume) step from a row to one of its *children*. Every row
+#   has a single parent_session_id, so the predecessor of any visited row other than the
+#   start is its parent: the first id a forward walk can repeat is therefore the start
+#   itself. The walk carries its origin and stops when it comes back to it.
+# * Upward walks (root, resume lineage, ancestors) step to the parent and may enter a cycle
+#   that does not contain the start (a "rho"). They carry a mark — the row at the last
+#   power-of-two depth (Brent) — and stop at a row equal to its mark, which happens within
+#   about four times the length of tail plus cycle. Readers keep each id at its first depth
+#   (GROUP BY id, MIN(depth)): after the first repeat a deterministic walk only repeats, so
+#   that list is exactly the walk truncated at its first repeated id.
+#
+# The continuation of a parent with a single candidate child is that child; the spec's
+# ordering (continued, then live, then LAST_ACTIVE, started_at, id) — whose LAST_ACTIVE is
+# a correlated subquery over messages — is evaluated only for parents with several.
 # ---------------------------------------------------------------------------------------
 
-_SEP = "char(31)"
 
-
-def _unseen(path: str, ident: str) -> str:
-    return f"instr({path}, {_SEP} || {ident} || {_SEP}) = 0"
+def _candidates(cur: str, p: str = "p", c: str = "c") -> str:
+    # Compression children of `cur` (idx_sessions_parent drives the lookup).
+    return (f"FROM sessions {p} JOIN sessions {c} ON {c}.parent_session_id = {p}.id "
+            f"WHERE {p}.id = {cur} AND {edge(p, c)}")
 
 
 def _next_child(cur: str) -> str:
-    # The continuation of `cur`: prefer a child that itself continued, then a live one.
-    return (
-        "(SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
-        f"WHERE p.id = {cur} AND {edge('p', 'c')} "
-        "ORDER BY CASE WHEN c.end_reason = 'compression' THEN 0 "
-        "WHEN c.ended_at IS NULL THEN 1 ELSE 2 END, "
-        f"{last_active('c')} DESC, c.started_at DESC, c.id DESC LIMIT 1)"
+    # The continuation of `cur`: the only candidate, else prefer a child that itself
+    # continued, then a live one, then the freshest (§3.3).
+    ordered = (
+        f"(SELECT c2.id {_candidates(cur, 'p2', 'c2')} "
+        "ORDER BY CASE WHEN c2.end_reason = 'compression' THEN 0 "
+        "WHEN c2.ended_at IS NULL THEN 1 ELSE 2 END, "
+        f"{last_active('c2')} DESC, c2.started_at DESC, c2.id DESC LIMIT 1)"
     )
+    return (f"(SELECT CASE COUNT(*) WHEN 0 THEN NULL WHEN 1 THEN MAX(c.id) ELSE {ordered} END "
+            f"{_candidates(cur)})")
 
 
 def _chain_cte(name: str, seed: str) -> str:
-    # chain(id, depth, seen): `seen` holds the ids before `id`.
+    # chain(id, depth, origin): stops when the walk returns to its origin (see above).
     return (
-        f"{name}(id, depth, seen) AS ("
-        f"SELECT {seed}, 0, {_SEP} "
+        f"{name}(id, depth, origin) AS ("
+        f"SELECT {seed}, 0, {seed} "
         "UNION ALL "
-        f"SELECT {_next_child(name + '.id')}, {name}.depth + 1, {name}.seen || {name}.id || {_SEP} "
-        f"FROM {name} WHERE {name}.id IS NOT NULL AND {_unseen(name + '.seen', name + '.id')} "
+        f"SELECT {_next_child(name + '.id')}, {name}.depth + 1, {name}.origin "
+        f"FROM {name} WHERE {name}.id IS NOT NULL "
+        f"AND ({name}.depth = 0 OR {name}.id <> {name}.origin) "
         f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
     )
+
+
+def _chain_rows(name: str) -> str:
+    # The rows of a forward walk up to (not including) its return to the origin.
+    return f"{name}.id IS NOT NULL AND ({name}.depth = 0 OR {name}.id <> {name}.origin)"
 
 
 def _up_cte(name: str, seed: str) -> str:
-    # up(id, depth, seen): walk parents while the compression edge holds.
+    # up(id, depth, mark, mark_depth): walk parents while the compression edge holds; stop at
+    # a row that equals the row of the last power-of-two depth (see above).
+    nd = f"{name}.depth + 1"
     return (
-        f"{name}(id, depth, seen) AS ("
-        f"SELECT {seed}, 0, {_SEP} "
+        f"{name}(id, depth, mark, mark_depth) AS ("
+        f"SELECT {seed}, 0, {seed}, 0 "
         "UNION ALL "
-        f"SELECT p.id, {name}.depth + 1, {name}.seen || {name}.id || {_SEP} "
+        f"SELECT p.id, {nd}, "
+        f"CASE WHEN ({nd} & {name}.depth) = 0 THEN p.id ELSE {name}.mark END, "
+        f"CASE WHEN ({nd} & {name}.depth) = 0 THEN {nd} ELSE {name}.mark_depth END "
         f"FROM {name} JOIN sessions c ON c.id = {name}.id "
         "JOIN sessions p ON p.id = c.parent_session_id "
-        f"WHERE {edge('p', 'c')} AND {_unseen(name + '.seen', name + '.id')} "
+        f"WHERE {edge('p', 'c')} "
+        f"AND ({name}.depth = {name}.mark_depth OR {name}.id <> {name}.mark) "
         f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
     )
 
+
+#: Each id of an upward walk once, at its first depth (the walk truncated at its first repeat).
+_UP_FIRST = "SELECT id, MIN(depth) AS depth FROM up GROUP BY id"
 
 #: Chain root→tip forward from :start (ordered by depth; the first element is :start).
 CHAIN_FROM = text(
     f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
-    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} ORDER BY depth"
+    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
 )
 #: Compression tip of :start (the last element of its chain).
 TIP_OF = text(
     f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
-    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} "
-    "ORDER BY depth DESC LIMIT 1"
+    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth DESC LIMIT 1"
 )
 #: Compression root of :id (walk up while the edge holds).
 ROOT_OF = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC LIMIT 1"
+    f"SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC LIMIT 1"
 )
 #: Resume lineage of :id: the compression path root … :id, root first.
 RESUME_LINEAGE_OF = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC"
+    f"SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC"
 )
 #: Bounded count of the resume lineage's active or compacted rows (:id, :cap).
 RESUME_LINEAGE_COUNT = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')} "
     "SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.session_id IN "
-    f"(SELECT id FROM up WHERE {_unseen('seen', 'id')}) AND (m.active = 1 OR m.compacted = 1) "
-    "LIMIT :cap)"
+    "(SELECT id FROM up) AND (m.active = 1 OR m.compacted = 1) LIMIT :cap)"
 )
 #: Lineage ids of :id: the chain from its compression root, root first (one statement).
 LINEAGE_OF = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')}, "
-    f"root(id) AS (SELECT id FROM up WHERE {_unseen('seen', 'id')} ORDER BY depth DESC LIMIT 1), "
+    f"root(id) AS (SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC LIMIT 1), "
     f"{_chain_cte('chain', '(SELECT id FROM root)')} "
-    f"SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} ORDER BY depth"
+    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
 )
 #: Resume target of :start: tip, then up to 32 hops to the newest non-fork, non-reset
 #: child; the deepest visited node with a message wins, else the tip.
 RESUME_TARGET_OF = text(
     f"WITH RECURSIVE {_chain_cte('chain', ':start')}, "
-    f"tip(id) AS (SELECT id FROM chain WHERE id IS NOT NULL AND {_unseen('seen', 'id')} "
+    f"tip(id) AS (SELECT id FROM chain WHERE {_chain_rows('chain')} "
     "ORDER BY depth DESC LIMIT 1), "
     "walk(id, depth) AS (SELECT id, 0 FROM tip UNION ALL "
     "SELECT (SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
@@ -412,7 +442,7 @@ LINEAGE_HAS_HIDDEN_BOT_CHAT = text(LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FR
 #: Compression ancestors of :id (excluding :id) — used by title transfer.
 ANCESTORS_OF = text(
     f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM up WHERE depth > 0 AND {_unseen('seen', 'id')} ORDER BY depth"
+    f"SELECT id FROM ({_UP_FIRST}) WHERE depth > 0 ORDER BY depth"
 )
 
 
