@@ -32,6 +32,7 @@ PostgreSQL
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import sqlite3
 import threading
@@ -82,7 +83,7 @@ class Prepared:
     upserts, ``RETURNING``, fragments); :attr:`pg` compiles it on first use.
     """
 
-    __slots__ = ("name", "stmt", "sql", "order", "defaults", "pg_stmt", "_pg")
+    __slots__ = ("name", "stmt", "sql", "order", "defaults", "pg_stmt", "_pg", "_get")
 
     def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
         compiled = stmt.compile(dialect=_DIALECT)
@@ -93,6 +94,14 @@ class Prepared:
         self.defaults: dict[str, Any] = dict(compiled.params)
         self.pg_stmt = stmt if pg_stmt is None else pg_stmt
         self._pg: Compiled | None = None
+        # Fast path of args(): one C-level itemgetter when every value comes from params.
+        if len(self.order) > 1:
+            self._get = operator.itemgetter(*self.order)
+        elif self.order:
+            only = operator.itemgetter(self.order[0])
+            self._get = lambda params: (only(params),)
+        else:
+            self._get = lambda params: ()
 
     @property
     def pg(self) -> Compiled:
@@ -107,8 +116,11 @@ class Prepared:
         return self.stmt if dialect_name == "sqlite" else self.pg_stmt
 
     def args(self, params: Mapping[str, Any]) -> tuple:
-        d = self.defaults
-        return tuple(params[n] if n in params else d[n] for n in self.order)
+        try:
+            return self._get(params)
+        except KeyError:  # some values are baked into the construct
+            d = self.defaults
+            return tuple(params[n] if n in params else d[n] for n in self.order)
 
     def sa_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
         return {n: (params[n] if n in params else self.defaults[n]) for n in set(self.order)}
