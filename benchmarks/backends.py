@@ -1,0 +1,154 @@
+"""SQLite vs PostgreSQL in one run: 16-thread record_llm_call and the read functions.
+
+1. **Writes**: ``--threads`` (16) threads each call ``record_llm_call`` ``--per-thread`` times
+   over 500 sessions, through a :class:`TelemetryStore` on a fresh SQLite file (journal mode
+   by policy, printed) and on a fresh PostgreSQL database (``synchronous_commit`` as the
+   server is configured, printed). Prints calls/s per backend, their ratio, and checks no
+   update was lost (``runs.api_calls`` sums to the calls made).
+2. **Reads**: the 200,000-call / 30-day data set of ``telemetry_reads.py`` is built on SQLite,
+   copied to PostgreSQL with ``hermes_data.copy.copy_store`` (so both hold identical rows),
+   then every read function's median latency is measured on both, interleaved.
+
+    python benchmarks/backends.py [--pg-admin-url postgresql+psycopg://postgres@127.0.0.1/test]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import sqlalchemy as sa  # noqa: E402
+
+from hermes_data import migrate  # noqa: E402
+from hermes_data.copy import copy_store  # noqa: E402
+from hermes_data.telemetry import reads as R  # noqa: E402
+from hermes_data.telemetry import writes as W  # noqa: E402
+from hermes_data.telemetry.store import TelemetryStore  # noqa: E402
+from telemetry_reads import NOW, build  # noqa: E402
+
+
+def _pg_database(admin_url: str, name: str, create: bool) -> str:
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"' if create
+                             else f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    admin.dispose()
+    return sa.engine.make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+
+
+def _writes(url: str, threads: int, per_thread: int) -> tuple[float, bool]:
+    migrate.upgrade("telemetry", url)
+    with TelemetryStore(url) as store:
+        barrier = threading.Barrier(threads + 1)
+
+        def work(t: int) -> None:
+            barrier.wait()
+            for i in range(per_thread):
+                W.record_llm_call(store, f"s{(t * 31 + i) % 500}", NOW, "m", "p", 10, 5, 0.001, 20)
+
+        pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for th in pool:
+            th.join()
+        elapsed = time.perf_counter() - t0
+        total = sum(r.api_calls for r in R.recent_runs(store, 10_000, window_hours=0))
+    return threads * per_thread / elapsed, total == threads * per_thread
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--pg-admin-url", default=os.environ.get(
+        "HERMES_DATA_PG_ADMIN_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"))
+    ap.add_argument("--threads", type=int, default=16)
+    ap.add_argument("--per-thread", type=int, default=500)
+    ap.add_argument("--calls", type=int, default=200_000)
+    ap.add_argument("--iterations", type=int, default=15)
+    args = ap.parse_args(argv)
+
+    tmp = Path(tempfile.mkdtemp(prefix="hermes-backends-"))
+    names = [f"hd_bench_{uuid.uuid4().hex[:8]}" for _ in range(2)]
+    try:
+        pg_w = _pg_database(args.pg_admin_url, names[0], True)
+        pg_r = _pg_database(args.pg_admin_url, names[1], True)
+        engine = sa.create_engine(pg_w)
+        with engine.connect() as conn:
+            version = conn.exec_driver_sql("SHOW server_version").scalar()
+            sync = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+        engine.dispose()
+        lite_w = tmp / "writes.db"
+        migrate.upgrade("telemetry", str(lite_w))
+        with TelemetryStore(lite_w) as s:
+            mode = s.connection().execute("PRAGMA journal_mode").fetchone()[0]
+            lsync = s.connection().execute("PRAGMA synchronous").fetchone()[0]
+        print(f"nproc {os.cpu_count()}; SQLite journal_mode={mode} synchronous={lsync}; "
+              f"PostgreSQL {version} synchronous_commit={sync}\n")
+
+        print(f"record_llm_call, {args.threads} threads x {args.per_thread} calls, 500 sessions")
+        lite_rate, lite_ok = _writes(str(lite_w), args.threads, args.per_thread)
+        pg_rate, pg_ok = _writes(pg_w, args.threads, args.per_thread)
+        print(f"  sqlite      {lite_rate:10,.0f} calls/s   no lost update: {lite_ok}")
+        print(f"  postgresql  {pg_rate:10,.0f} calls/s   no lost update: {pg_ok}")
+        print(f"  ratio postgresql / sqlite: {pg_rate / lite_rate:.2f}x\n")
+
+        lite_r = tmp / "reads.db"
+        migrate.upgrade("telemetry", str(lite_r))
+        facts = build(lite_r, args.calls)
+        t0 = time.perf_counter()
+        copy_store(str(lite_r), pg_r, batch=20_000)
+        print(f"reads on {args.calls:,} llm_calls over 30 days (copied to PostgreSQL in "
+              f"{time.perf_counter() - t0:.1f} s), {args.iterations} iterations, medians")
+        engine = sa.create_engine(pg_r)
+        with engine.connect() as conn:
+            conn.exec_driver_sql("ANALYZE")
+            conn.commit()
+        engine.dispose()
+        week, day = NOW - timedelta(days=7), NOW - timedelta(days=1)
+        cases = {
+            "get_run": lambda s: R.get_run(s, facts["session"]),
+            "stats_summary 24h": lambda s: R.stats_summary(s, 24, now=NOW),
+            "stats_summary 30d": lambda s: R.stats_summary(s, 720, now=NOW),
+            "cost_by_job 7d": lambda s: R.cost_by_job(s, 168, now=NOW),
+            "recent_runs": lambda s: R.recent_runs(s, 20, window_hours=168, now=NOW),
+            "stats_by_provider 24h": lambda s: R.stats_by_provider(s, 24, now=NOW),
+            "stats_by_model 7d": lambda s: R.stats_by_model(s, 168, now=NOW),
+            "efficiency_runs 7d": lambda s: R.efficiency_runs(s, 168, now=NOW),
+            "spend global 7d": lambda s: R.spend_by_scope(s, "global", None, week),
+            "spend cron_job 7d": lambda s: R.spend_by_scope(s, "cron_job", "job5", week),
+            "daily_spend_series 30d": lambda s: R.daily_spend_series(s, "global", None, 30, now=NOW),
+            "estimated_price_share": lambda s: R.estimated_price_share(s, "global", None, day, ["model-3"]),
+            "delegation_join": lambda s: R.delegation_join(s),
+            "count_distinct_llm_models": lambda s: R.count_distinct_llm_models(s),
+            "models_needing_pricing_snapshot": lambda s: R.models_needing_pricing_snapshot(s),
+        }
+        print(f"{'read':34s} {'sqlite ms':>10s} {'postgres ms':>12s} {'pg/sqlite':>10s}")
+        with TelemetryStore(lite_r) as lite, TelemetryStore(pg_r) as pg:
+            for name, fn in cases.items():
+                fn(lite), fn(pg)
+                a, b = [], []
+                for _ in range(args.iterations):
+                    t = time.perf_counter(); fn(lite); a.append(time.perf_counter() - t)  # noqa: E702
+                    t = time.perf_counter(); fn(pg); b.append(time.perf_counter() - t)  # noqa: E702
+                ma, mb = statistics.median(a), statistics.median(b)
+                print(f"{name:34s} {ma * 1e3:10.3f} {mb * 1e3:12.3f} {mb / ma:9.2f}x")
+    finally:
+        for name in names:
+            _pg_database(args.pg_admin_url, name, False)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
