@@ -294,9 +294,11 @@ def test_sigkill_during_upgrade_then_rerun_heals(tmp_path):
           f"{untouched} left the file untouched); durations ms: "
           + ", ".join(f"{k}={v * 1000:.0f}" for k, v in durations.items()))
     assert len(outcomes) >= 50
-    # The kill points really land inside the upgrade: most kills beat its completion, and
-    # both outcomes of the one transaction (rolled back / committed) were exercised.
-    assert mid_run >= kills // 2, _say(f"only {mid_run} of {kills} kills landed mid-upgrade")
+    # The kill points really land inside the upgrade: many kills beat its completion, and
+    # both outcomes of the one transaction (rolled back / committed) were exercised. About
+    # 5/6 are expected (window = 1.2 x the calibrated duration); the bound is a quarter so a
+    # calibration taken under different machine load cannot make the run flaky.
+    assert mid_run >= kills // 4, _say(f"only {mid_run} of {kills} kills landed mid-upgrade")
     assert 0 < untouched < kills, _say(f"{untouched} of {kills} kills left the file untouched")
 
 
