@@ -134,12 +134,48 @@ def _ident(path: str) -> tuple[int, int] | None:
     return st.st_dev, st.st_ino
 
 
+#: A directory timestamp is trusted for the fast path once it is this much older than the
+#: clock: one kernel tick covers sub-second filesystems; whole-second stamps (ext3, HFS+,
+#: FAT's 2 s) need more than their granularity.
+_DIR_SETTLE_FINE_NS = 50_000_000
+_DIR_SETTLE_COARSE_NS = 2_500_000_000
+
+
+def _dir_state(directory: str) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+
+def _settled(state: tuple[int, int, int, int]) -> bool:
+    newest = max(state[2], state[3])
+    coarse = state[2] % 1_000_000_000 == 0 and state[3] % 1_000_000_000 == 0
+    margin = _DIR_SETTLE_COARSE_NS if coarse else _DIR_SETTLE_FINE_NS
+    return time.time_ns() - newest > margin
+
+
 @dataclass
 class FileIdentity:
-    """What the open recorded about the file: inode of the database and its sidecars."""
+    """What the open recorded about the file: inode of the database and its sidecars.
+
+    :meth:`check` is called before every write. Its full form stats the database and each
+    recorded sidecar. Replacing, removing or renaming any of them changes an entry of the
+    containing directory, which updates that directory's mtime/ctime; so once a full check
+    passed, the directory's state taken *before* it is remembered, and while one ``stat`` of
+    the directory returns exactly that state the files cannot have changed identity. The
+    fast path is used only in WAL mode (sidecars recorded; in DELETE mode the rollback
+    journal churns the directory on every write), only when no component of the path is a
+    symlink, and only for a directory timestamp old enough that a later change cannot carry
+    the same value (see ``_settled``). A same-inode overwrite (``cp`` over the file) is not a
+    directory change: the in-transaction ``application_id`` read covers it.
+    """
 
     db: tuple[int, int] | None
     sidecars: dict[str, tuple[int, int]]
+    _directory: str | None = None
+    _dir_ok: tuple[int, int, int, int] | None = None
 
     @classmethod
     def record(cls, path: Path, *, wal: bool) -> "FileIdentity":
@@ -150,7 +186,10 @@ class FileIdentity:
                 ident = _ident(f"{path}{suffix}")
                 if ident is not None:
                     sidecars[suffix] = ident
-        return cls(_ident(str(path)), sidecars)
+        directory = None
+        if os.path.realpath(path) == os.path.abspath(path):
+            directory = os.path.dirname(os.path.abspath(path))
+        return cls(_ident(str(path)), sidecars, directory)
 
     def replaced(self, path: Path) -> str | None:
         """Why the database no longer is the recorded file, or None."""
@@ -171,6 +210,32 @@ class FileIdentity:
             if now != ident:
                 return (f"{path}{suffix} was deleted or replaced while this handle held it "
                         "(a split WAL generation)")
+        return None
+
+    def forget_sidecars(self) -> None:
+        """Stop checking the sidecars (a clean last close may unlink them)."""
+        self.sidecars.clear()
+        self._dir_ok = None
+
+    def check(self, path: Path) -> tuple[str, str] | None:
+        """``("replaced" | "split", why)`` when the file or its WAL generation changed, else None.
+
+        One ``stat`` of the directory while it is unchanged since the last full check;
+        otherwise the full check (see the class docstring).
+        """
+        fast = self._directory is not None and bool(self.sidecars) and self.db is not None
+        if fast and self._dir_ok is not None and _dir_state(self._directory) == self._dir_ok:
+            return None
+        before = _dir_state(self._directory) if fast else None
+        why = self.replaced(path)
+        if why is not None:
+            self._dir_ok = None
+            return "replaced", why
+        why = self.split_generation(path)
+        if why is not None:
+            self._dir_ok = None
+            return "split", why
+        self._dir_ok = before if before is not None and _settled(before) else None
         return None
 
 

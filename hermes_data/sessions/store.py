@@ -88,6 +88,10 @@ _INSERT_MESSAGE = (f"INSERT INTO messages ({', '.join(_INSERT_COLS)}) "
 _ADMIT_AND_COUNT = ("UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
                     "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ? "
                     "RETURNING ended_at, end_reason")
+# The same, also returning the file's application_id: the transcript hot path reads the
+# replaced-file header inside the statement it already runs instead of a separate PRAGMA.
+_ADMIT_AND_COUNT_CHECKED = (_ADMIT_AND_COUNT
+                            + ", (SELECT application_id FROM pragma_application_id())")
 _FILLABLE = ("model", "system_prompt_hash", "session_key", "chat_id", "chat_type", "thread_id",
              "parent_session_id", "cwd", "profile_name", "git_repo_root", "origin_json",
              "display_name")
@@ -389,7 +393,7 @@ class SessionStore:
                     and journal_state(self._engine).mode == "wal"):
                 self._checkpoint()
             if self._identity is not None:
-                self._identity.sidecars.clear()  # a clean last close may unlink them
+                self._identity.forget_sidecars()  # a clean last close may unlink them
             self._dispose()
 
     def _checkpoint(self) -> None:
@@ -441,29 +445,32 @@ class SessionStore:
             raise self._sticky
         if self._identity is None:
             return
-        why = self._identity.replaced(self.path)
-        if why is not None:
-            self._sticky = StateDbReplacedError(str(self.path), why)
-            raise self._sticky
-        why = self._identity.split_generation(self.path)
-        if why is not None:
-            self._sticky = DeletedWalGenerationError(str(self.path), why)
+        found = self._identity.check(self.path)
+        if found is not None:
+            kind, why = found
+            self._sticky = (StateDbReplacedError if kind == "replaced"
+                            else DeletedWalGenerationError)(str(self.path), why)
             raise self._sticky
 
     def _check_app_id(self, raw: sqlite3.Connection) -> None:
         # Inside the write transaction the header is re-read from the file: a `cp` over the
         # same inode shows up as a different application_id.
-        now = raw.execute("PRAGMA application_id").fetchone()[0]
+        self._app_id_matches(raw.execute("PRAGMA application_id").fetchone()[0])
+
+    def _app_id_matches(self, now: int | None) -> None:
         if now and self._app_id and now != self._app_id:
             self._sticky = StateDbReplacedError(
                 str(self.path), f"the file's application_id changed ({self._app_id} -> {now}): "
                 "it was replaced under a live handle")
             raise self._sticky
 
-    def _attempt(self, fn: Callable[[Any], T], *, raw: bool, guarded: bool = True) -> T:
+    def _attempt(self, fn: Callable[[Any], T], *, raw: bool, guarded: bool = True,
+                 header_in_fn: bool = False) -> T:
         """One write transaction: ``BEGIN IMMEDIATE`` → ``fn`` → ``COMMIT`` (§8.5).
 
-        An I/O error raised by ``BEGIN IMMEDIATE`` itself (``fn`` not started, nothing
+        ``header_in_fn``: ``fn`` itself compares the file's ``application_id`` (through
+        :meth:`_admit_checked`) before the transaction can commit, so the separate header
+        read is skipped. An I/O error raised by ``BEGIN IMMEDIATE`` itself (``fn`` not started, nothing
         mutated) is retried once on the same connection; once ``fn`` has started, every error
         rolls back and propagates. Never closes the connection to heal anything.
         """
@@ -491,7 +498,7 @@ class SessionStore:
                     continue
                 raise
         try:
-            if guarded and self._app_id:
+            if guarded and self._app_id and not header_in_fn:
                 self._check_app_id(con)
             result = fn(con if raw else self._writer)
             if raw:
@@ -511,7 +518,7 @@ class SessionStore:
         return result
 
     def _write(self, fn: Callable[[Connection], T], *, patience: float = ROUTINE_PATIENCE_S,
-               raw: bool = False) -> T:
+               raw: bool = False, header_in_fn: bool = False) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE`` on the writer; retry busy with jitter.
 
         ``raw=True`` hands ``fn`` the writer's DBAPI connection (hot paths: statements
@@ -523,7 +530,7 @@ class SessionStore:
         while True:
             with self._lock:
                 try:
-                    result = self._attempt(fn, raw=raw)
+                    result = self._attempt(fn, raw=raw, header_in_fn=header_in_fn)
                     self._writes += 1
                     if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
                         self._checkpoint()
@@ -898,7 +905,7 @@ class SessionStore:
 
     def _encode_row(self, m: Mapping[str, Any], index: int, *, batch: bool = True,
                     default_ts: float | None = None) -> tuple[Any, ...]:
-        if not isinstance(m, Mapping):
+        if type(m) is not dict and not isinstance(m, Mapping):
             raise ValueError(f"message #{index} is not a mapping: {type(m).__name__}")
         role = m.get("role")
         if not isinstance(role, str) or not role:
@@ -943,6 +950,19 @@ class SessionStore:
         if row[0] is not None and row[1] == "compression":
             raise CompressionSessionClosedError(session_id)
 
+    def _admit_checked(self, con: sqlite3.Connection, session_id: str, count: int,
+                       tools: int) -> None:
+        # Admission + counters + the replaced-file header check in one statement (hot path;
+        # the caller's transaction rolls back if the header no longer matches).
+        rows = con.execute(_ADMIT_AND_COUNT_CHECKED, (count, tools, session_id)).fetchall()
+        if not rows:
+            self._app_id_matches(con.execute("PRAGMA application_id").fetchone()[0])
+            raise SessionNotFoundError(session_id)
+        ended_at, end_reason, app_id = rows[0]
+        self._app_id_matches(app_id)
+        if ended_at is not None and end_reason == "compression":
+            raise CompressionSessionClosedError(session_id)
+
     def _insert_rows(self, conn: Connection, session_id: str, rows: list[tuple[Any, ...]]) -> int:
         rows = self._with_timestamps(rows)
         conn.exec_driver_sql(_INSERT_MESSAGE, [(session_id, *r) for r in rows])
@@ -962,10 +982,10 @@ class SessionStore:
         params = (session_id, *row)
 
         def work(con: sqlite3.Connection) -> int:
-            _admit_raw(con, session_id, 1, tools)
+            self._admit_checked(con, session_id, 1, tools)
             return con.execute(_INSERT_MESSAGE, params).lastrowid
 
-        return self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True)
+        return self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True, header_in_fn=True)
 
     def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
                               chunk_rows: int | None = None) -> int:
@@ -980,11 +1000,12 @@ class SessionStore:
             tools = sum(enc.count_tool_calls(r[3]) for r in chunk)
 
             def work(con: sqlite3.Connection, chunk=chunk, tools=tools) -> int:
-                _admit_raw(con, session_id, len(chunk), tools)
+                self._admit_checked(con, session_id, len(chunk), tools)
                 con.executemany(_INSERT_MESSAGE, [(session_id, *r) for r in chunk])
                 return len(chunk)
 
-            inserted += self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True)
+            inserted += self._write(work, patience=TRANSCRIPT_PATIENCE_S, raw=True,
+                                    header_in_fn=True)
         return inserted
 
     @staticmethod
@@ -1484,15 +1505,6 @@ class SessionStore:
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,
             include_inactive=include_inactive, fields=fields))
-
-
-def _admit_raw(con: sqlite3.Connection, session_id: str, count: int, tools: int) -> None:
-    # Admission + counters in one statement on the writer's DBAPI connection (hot path).
-    rows = con.execute(_ADMIT_AND_COUNT, (count, tools, session_id)).fetchall()
-    if not rows:
-        raise SessionNotFoundError(session_id)
-    if rows[0][0] is not None and rows[0][1] == "compression":
-        raise CompressionSessionClosedError(session_id)
 
 
 def _changes(conn: Connection) -> int:
