@@ -348,8 +348,9 @@ def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = sqlite3
 class ReadPool(sa.pool.Pool):
     """Per-handle LIFO pool of read-only connections under the path and process budgets."""
 
-    def __init__(self, path: Path, **kw: Any) -> None:
+    def __init__(self, path: Path, *, pragmas: tuple[str, ...] = (), **kw: Any) -> None:
         self.db_path = path
+        self.pragmas = pragmas  # configured pragmas (§8.3), run on every read connection
         self.budget = path_budget(path)
         self._idle: list[Any] = []
         self._lock = threading.Lock()
@@ -383,6 +384,12 @@ class ReadPool(sa.pool.Pool):
             con = connect_read_only(self.db_path, factory=_ReadConnection)
             con._permits = (self.budget, PROCESS_BUDGET)  # type: ignore[attr-defined]
             con.execute("PRAGMA foreign_keys=ON")
+            for stmt in self.pragmas:  # best-effort: config failures never break an open
+                try:
+                    con.execute(stmt).fetchall()
+                except sqlite3.Error as exc:
+                    log.warning("%s: configured %s failed on a read connection (%s); skipped",
+                                self.db_path, stmt, exc)
             return con
         except BaseException as exc:
             if con is not None:

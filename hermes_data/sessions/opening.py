@@ -10,6 +10,7 @@ write statements (§8.4).
   rebuild/repopulation under the cross-process admission lock ``<db>.fts_rebuild.lock``.
 * ``fts_stale`` honouring and recovery (only when no other process holds the file).
 * NULL-``active`` heal, the ``db_file_generation`` token and ``application_id``.
+* Configured pragmas of the ``database:`` section (§8.3), validated, best-effort.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import logging
 import os
 import re
 import secrets
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -462,3 +464,76 @@ def write_fts_storage_version(conn: Connection) -> None:
     """Record the current external-content layout as complete."""
     conn.exec_driver_sql("INSERT INTO state_meta(key, value) VALUES ('fts_storage_version', '3') "
                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+
+
+# ---------------------------------------------------------------------------------------
+# Configured pragmas (spec §8.3)
+# ---------------------------------------------------------------------------------------
+
+#: Integer pragmas a ``database:`` configuration section may set (identifier allow-list).
+CONFIG_INT_PRAGMAS = ("cache_size", "mmap_size", "temp_store", "wal_autocheckpoint",
+                      "journal_size_limit")
+_SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
+
+
+def _database_section(config: Any) -> Mapping[str, Any]:
+    try:
+        cfg = config() if callable(config) else (config or {})
+        section = cfg.get("database", {}) if isinstance(cfg, Mapping) else {}
+    except Exception as exc:  # noqa: BLE001 - a config failure never breaks an open
+        log.warning("database configuration unreadable (%s); no configured pragmas", exc)
+        return {}
+    return section if isinstance(section, Mapping) else {}
+
+
+def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]:
+    """``PRAGMA`` statements from the ``database:`` section of ``config`` (§8.3).
+
+    Integers ``cache_size``, ``mmap_size``, ``temp_store``, ``wal_autocheckpoint`` and
+    ``journal_size_limit`` (anything else: warning, skipped); ``synchronous`` as
+    ``OFF``/``NORMAL``/``FULL``/``EXTRA`` in any case or 0–3, ``False`` meaning OFF (any
+    other value: warning, untouched); on macOS a level below FULL is refused with a warning.
+    ``config`` is a mapping or a zero-argument callable returning one; reading it never raises.
+    """
+    section = _database_section(config)
+    out: list[str] = []
+    for name in CONFIG_INT_PRAGMAS:
+        if name not in section or section[name] is None:
+            continue
+        value = section[name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            log.warning("database.%s = %r is not an integer; skipped", name, value)
+            continue
+        out.append(f"PRAGMA {name} = {int(value)}")
+    if "synchronous" in section and section["synchronous"] is not None:
+        value = section["synchronous"]
+        level: int | None = None
+        if value is False:
+            level = 0
+        elif isinstance(value, str) and value.strip().upper() in _SYNC_LEVELS:
+            level = _SYNC_LEVELS[value.strip().upper()]
+        elif isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
+            level = int(value.strip())
+        elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
+            level = value
+        if level is None:
+            log.warning("database.synchronous = %r is not OFF/NORMAL/FULL/EXTRA or 0-3; "
+                        "left untouched", value)
+        elif (platform or sys.platform) == "darwin" and level < 2:
+            log.warning("database.synchronous = %r refused on macOS (FULL is required there); "
+                        "left untouched", value)
+        else:
+            out.append(f"PRAGMA synchronous = {level}")
+    return out
+
+
+def apply_pragmas(con: Any, statements: list[str], label: str) -> None:
+    """Run configured ``statements`` on a DBAPI connection, outside any transaction.
+
+    Best-effort: a failing pragma is logged and skipped, never raised (§8.3).
+    """
+    for stmt in statements:
+        try:
+            con.execute(stmt).fetchall()
+        except Exception as exc:  # noqa: BLE001 - config failures never break an open
+            log.warning("%s: configured %s failed (%s); skipped", label, stmt, exc)

@@ -165,7 +165,10 @@ class SessionStore:
 
     ``path_or_url``: a filesystem path or ``sqlite:///`` URL (default: ``$HERMES_HOME/state.db``).
     ``config``: mapping (or zero-argument callable returning one) with a ``sessions`` section
-    holding ``max_resume_messages`` / ``max_export_messages``; read at call time.
+    holding ``max_resume_messages`` / ``max_export_messages`` (read at call time) and a
+    ``database`` section of configured pragmas (§8.3: ``cache_size``, ``mmap_size``,
+    ``temp_store``, ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at
+    open and applied to the writer and every read connection.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     Use as a context manager or call :meth:`close`.
     """
@@ -199,6 +202,8 @@ class SessionStore:
         self.quarantined = False
         self.fts_available = {"messages_fts": False, "messages_fts_trigram": False}
         self.open_repairs: list[str] = []
+        #: Configured pragmas of the ``database:`` section (§8.3), validated once per handle.
+        self._pragmas = opening.configured_pragmas(config)
         initialized = False
         try:
             if read_only:
@@ -248,8 +253,13 @@ class SessionStore:
             raise DeletedWalGenerationError(str(self.path), f"refusing to open: {pids} (deleted)")
         engine = create_sqlite_engine(self.path, self._settings)
 
+        pragmas = self._pragmas
+
         @event.listens_for(engine, "connect")
-        def _fk_on(dbapi_conn, _record) -> None:  # spec §2: foreign keys on every connection
+        def _fk_on(dbapi_conn, _record) -> None:
+            # After the engine's journal-mode policy: configured pragmas (§8.3), then
+            # foreign keys on every connection (spec §2, §8.1 step 5).
+            opening.apply_pragmas(dbapi_conn, pragmas, str(self.path))
             dbapi_conn.execute("PRAGMA foreign_keys=ON")
 
         self._engine = engine
@@ -268,7 +278,7 @@ class SessionStore:
         self._harden_permissions()
         self.fts_available = self._probe_fts(self._raw)
         if wal:
-            self._read_pool = guards.ReadPool(self.path)
+            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
             self._read_engine = guards.make_read_engine(self._read_pool)
 
     def _connect_read_only(self) -> sqlite3.Connection:
@@ -285,6 +295,7 @@ class SessionStore:
         for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
             try:
                 con = self._connect_read_only()
+                opening.apply_pragmas(con, self._pragmas, str(self.path))
                 con.execute("PRAGMA foreign_keys=ON")
                 con.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
                 break
