@@ -43,7 +43,7 @@ from ..errors import HermesDataError
 from .store import _PG_DIALECT, Compiled, TelemetryStore
 from .writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
-    UPSERT_RUN_FOR_CALL_ATTRIBUTED, to_iso,
+    UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
 )
 
 log = logging.getLogger("hermes_data.telemetry.buffered")
@@ -147,22 +147,11 @@ class BufferedWriter:
                         profile: str | None = None) -> None:
         """Queue a call; same arguments and final effect as
         :func:`hermes_data.telemetry.writes.record_llm_call`."""
-        ts = ts if type(ts) is str else to_iso(ts)
-        tokens_in = tokens_in or 0
-        tokens_out = tokens_out or 0
-        cost_usd = cost_usd or 0.0
-        cache_read_tokens = cache_read_tokens or 0
-        cache_write_tokens = cache_write_tokens or 0
-        est = 1 if estimated else 0
-        assumed = 1 if provider_assumed else 0
-        moa_preset = moa_preset or None
-        self._put((_LLM_ATTRIBUTED if (sender_id or profile) else _LLM,
-                   (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd, latency_ms,
-                    cache_read_tokens, cache_write_tokens, reasoning_tokens or 0, est, assumed,
-                    moa_preset, turn_id or None, task_id or None, api_request_id or None),
-                   (session_id, model, provider, ts, tokens_in, tokens_out, cost_usd, est,
-                    sender_id or None, cache_read_tokens, cache_write_tokens, assumed,
-                    1 if moa_preset else 0, profile or None)))
+        call, run = llm_call_rows(session_id, ts, model, provider, tokens_in, tokens_out,
+                                  cost_usd, latency_ms, cache_read_tokens, cache_write_tokens,
+                                  reasoning_tokens, estimated, provider_assumed, moa_preset,
+                                  turn_id, task_id, api_request_id, sender_id, profile)
+        self._put((_LLM_ATTRIBUTED if (sender_id or profile) else _LLM, call, run))
 
     def record_tool_call(self, session_id: str, ts: str | datetime | None, tool_name: str,
                          ok: bool = True, latency_ms: int | None = None, *,

@@ -356,6 +356,33 @@ def end_run(target: Target, session_id: str, status: str, ended_at: str | dateti
         tx.run(END_RUN, params)
 
 
+def llm_call_rows(session_id: str, ts: str | datetime | None, model: str | None,
+                  provider: str | None, tokens_in: int, tokens_out: int, cost_usd: float,
+                  latency_ms: int | None, cache_read_tokens: int, cache_write_tokens: int,
+                  reasoning_tokens: int, estimated: bool, provider_assumed: bool,
+                  moa_preset: str | None, turn_id: str | None, task_id: str | None,
+                  api_request_id: str | None, sender_id: str | None,
+                  profile: str | None) -> tuple[tuple, tuple]:
+    """Normalise one call into the parameter rows of ``INSERT_LLM_CALL`` and of the run
+    upsert (shared by the synchronous and the buffered writer, so both store the same)."""
+    ts = ts if type(ts) is str else to_iso(ts)
+    tokens_in = tokens_in or 0
+    tokens_out = tokens_out or 0
+    cost_usd = cost_usd or 0.0
+    cache_read_tokens = cache_read_tokens or 0
+    cache_write_tokens = cache_write_tokens or 0
+    est = 1 if estimated else 0
+    assumed = 1 if provider_assumed else 0
+    moa_preset = moa_preset or None
+    call = (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd, latency_ms,
+            cache_read_tokens, cache_write_tokens, reasoning_tokens or 0, est, assumed,
+            moa_preset, turn_id or None, task_id or None, api_request_id or None)
+    run = (session_id, model, provider, ts, tokens_in, tokens_out, cost_usd, est,
+           sender_id or None, cache_read_tokens, cache_write_tokens, assumed,
+           1 if moa_preset else 0, profile or None)
+    return call, run
+
+
 def record_llm_call(target: Target, session_id: str, ts: str | datetime | None, model: str | None,
                     provider: str | None, tokens_in: int = 0, tokens_out: int = 0,
                     cost_usd: float = 0.0, latency_ms: int | None = None,
@@ -375,21 +402,10 @@ def record_llm_call(target: Target, session_id: str, ts: str | datetime | None, 
     an empty ``moa_preset`` are stored as NULL. A concurrent reader never sees the call
     without its run totals (upstream's three autocommit statements could be torn).
     """
-    ts = ts if type(ts) is str else to_iso(ts)
-    tokens_in = tokens_in or 0
-    tokens_out = tokens_out or 0
-    cost_usd = cost_usd or 0.0
-    cache_read_tokens = cache_read_tokens or 0
-    cache_write_tokens = cache_write_tokens or 0
-    est = 1 if estimated else 0
-    assumed = 1 if provider_assumed else 0
-    moa_preset = moa_preset or None
-    call = (session_id, ts, model, provider, tokens_in, tokens_out, cost_usd, latency_ms,
-            cache_read_tokens, cache_write_tokens, reasoning_tokens or 0, est, assumed,
-            moa_preset, turn_id or None, task_id or None, api_request_id or None)
-    run = (session_id, model, provider, ts, tokens_in, tokens_out, cost_usd, est,
-           sender_id or None, cache_read_tokens, cache_write_tokens, assumed,
-           1 if moa_preset else 0, profile or None)
+    call, run = llm_call_rows(session_id, ts, model, provider, tokens_in, tokens_out, cost_usd,
+                              latency_ms, cache_read_tokens, cache_write_tokens, reasoning_tokens,
+                              estimated, provider_assumed, moa_preset, turn_id, task_id,
+                              api_request_id, sender_id, profile)
     upsert = UPSERT_RUN_FOR_CALL_ATTRIBUTED if (sender_id or profile) else UPSERT_RUN_FOR_CALL
     if type(target) is TelemetryStore:
         return target.execute_pair(INSERT_LLM_CALL.sql, call, upsert.sql, run)
