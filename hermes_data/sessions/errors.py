@@ -101,3 +101,12 @@ class StateDbCorruptError(SessionStoreError):
         super().__init__(
             f"{path}: the database is structurally corrupt ({cause}); this handle is quarantined "
             "and writes nothing more. Run `hermes-data doctor` and restore from a backup")
+
+
+class StateDbPermissionError(SessionStoreError, PermissionError):
+    """The writability preflight (spec §8.1 step 2) found a file or directory it must not or
+    could not repair; nothing was connected. ``path`` and ``command`` name the first one."""
+
+    def __init__(self, path: str, command: str, message: str) -> None:
+        self.path, self.command = path, command
+        super().__init__(message)

@@ -242,6 +242,9 @@ class SessionStore:
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Writability preflight (§8.1 step 2), ahead of the first creation so that a repaired
+        # directory can take the new file: owner bits by path inside the home tree, else refuse.
+        self.open_repairs.extend(opening.writability_preflight(self.path, hermes_home()))
         if not self.path.exists():
             try:  # first creation: owner-only, before any connection (no locks can exist)
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
