@@ -94,6 +94,15 @@ class StoreSpec:
     #: Read-only identification on a plain ``mode=ro`` sqlite3 connection, run before the
     #: engine touches an existing file; raises for a file that is not this store's.
     identify: Callable[[sqlite3.Connection], object] | None = None
+    #: Alembic's version table on PostgreSQL, where both stores may share one database
+    #: (SQLite files keep ``alembic_version``).
+    pg_version_table: str = "alembic_version"
+    #: The head shape on a non-SQLite backend (defaults to the reflected metadata).
+    expected_shape_on: Callable[[Connection], Shape] | None = None
+
+    def version_table_for(self, conn: Connection) -> str:
+        """Name of this store's Alembic version table on ``conn``'s backend."""
+        return "alembic_version" if conn.dialect.name == "sqlite" else self.pg_version_table
 
     @property
     def script_location(self) -> Path:
@@ -107,6 +116,8 @@ class StoreSpec:
         """The head shape on ``conn``'s backend (see :func:`~hermes_data.shape.metadata_shape_on`)."""
         if conn.dialect.name == "sqlite":
             return self.head_shape()
+        if self.expected_shape_on is not None:
+            return self.expected_shape_on(conn)
         return metadata_shape_on(conn, self.metadata)
 
     def include_name(self, name, type_, parent_names) -> bool:
@@ -145,13 +156,16 @@ def head_revision(store: str) -> str:
     return script.get_current_head()
 
 
-def current_revision(conn: Connection) -> str | None:
-    """The Alembic revision recorded in the database (``None`` when unversioned)."""
-    if not sa.inspect(conn).has_table("alembic_version"):
+def current_revision(conn: Connection, version_table: str = "alembic_version") -> str | None:
+    """The Alembic revision recorded in ``version_table`` (``None`` when unversioned).
+
+    ``version_table`` comes from :meth:`StoreSpec.version_table_for` (a fixed name, never input).
+    """
+    if not sa.inspect(conn).has_table(version_table):
         return None
-    rows = conn.exec_driver_sql("SELECT version_num FROM alembic_version").fetchall()
+    rows = conn.exec_driver_sql(f"SELECT version_num FROM {version_table}").fetchall()
     if len(rows) > 1:
-        raise HermesDataError(f"alembic_version holds several heads: {[r[0] for r in rows]}")
+        raise HermesDataError(f"{version_table} holds several heads: {[r[0] for r in rows]}")
     return rows[0][0] if rows else None
 
 
@@ -293,7 +307,7 @@ def _check_own_history(conn: Connection, spec: StoreSpec, script: ScriptDirector
     """Refuse a database whose Alembic version belongs to another history (the other store,
     or another application sharing the database) before anything is locked or written."""
     with conn.begin():
-        rev = current_revision(conn)
+        rev = current_revision(conn, spec.version_table_for(conn))
     if rev is None:
         return
     try:
@@ -313,7 +327,7 @@ def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
     with conn.begin():
         if target is None:
             return False
-        rev = current_revision(conn)
+        rev = current_revision(conn, spec.version_table_for(conn))
         if rev is None:
             return False
         return rev == target and not (spec.needs_adoption and spec.needs_adoption(conn))
@@ -336,7 +350,8 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
         try:
             conn.execution_options(hermes_begin="IMMEDIATE")
             with conn.begin():
-                report.before_revision = current_revision(conn)
+                version_table = spec.version_table_for(conn)
+                report.before_revision = current_revision(conn, version_table)
                 if (target is not None and report.before_revision == target
                         and not (spec.needs_adoption and spec.needs_adoption(conn))):
                     # Another process finished the upgrade while we waited for the lock.
@@ -357,11 +372,12 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
 
                 _run_on(conn, spec, context, on_apply=_on_apply)
                 # Reconcile towards the head metadata only when the head was the target.
-                if spec.after_upgrade and current_revision(conn) == script.get_current_head():
+                if (spec.after_upgrade
+                        and current_revision(conn, version_table) == script.get_current_head()):
                     t0 = time.perf_counter()
                     spec.after_upgrade(conn, report)
                     report.step_seconds["reconcile"] = time.perf_counter() - t0
-                report.after_revision = current_revision(conn)
+                report.after_revision = current_revision(conn, version_table)
         finally:
             conn.execution_options(hermes_begin="DEFERRED")
             if pg:
@@ -383,6 +399,7 @@ def _run_on(conn: Connection, spec: StoreSpec, context, on_apply) -> None:
         on_version_apply=on_apply,
         compare_type=True,
         compare_server_default=False,
+        version_table=spec.version_table_for(conn),
     )
     with context.begin_transaction():
         context.run_migrations()
@@ -406,8 +423,16 @@ def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Differ
 def store_differences(conn: Connection, spec: StoreSpec) -> list[Difference]:
     """Differences between the live database behind ``conn`` and ``spec``'s head shape."""
     actual = live_shape(conn)
-    for name in [t for t in actual.tables if spec.ignore_table(t)]:
+    # On PostgreSQL both stores may share one database: the other store's tables are not
+    # foreign objects of this one.
+    others: set[str] = set()
+    if conn.dialect.name != "sqlite":
+        for other in (store_spec(n) for n in _SPEC_MODULES if n != spec.name):
+            others.update(other.metadata.tables, {other.version_table_for(conn)})
+    for name in [t for t in actual.tables if spec.ignore_table(t) or t in others]:
         del actual.tables[name]
+    for name in [i for i, ix in actual.indexes.items() if ix.table not in actual.tables]:
+        del actual.indexes[name]
     return diff_shapes(spec.head_shape_for(conn), actual)
 
 
@@ -445,7 +470,7 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
     engine = create_engine_for(store, resolved, _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():
-            st.revision = current_revision(conn)
+            st.revision = current_revision(conn, spec.version_table_for(conn))
             st.legacy = bool(spec.needs_adoption and spec.needs_adoption(conn))
         if engine.dialect.name == "sqlite":
             js = journal_state(engine)

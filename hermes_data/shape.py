@@ -234,14 +234,14 @@ def diff_shapes(expected: Shape, actual: Shape, *, ordered: bool = False) -> lis
     for name, ix in expected.indexes.items():
         got = actual.indexes.get(name)
         if got is None:
-            out.append(Difference("missing_index", name, f"{ix.table}({', '.join(ix.columns)})"))
+            out.append(Difference("missing_index", name, f"{ix.table}({', '.join(map(str, ix.columns))})"))
         elif (got.table, got.columns, got.unique) != (ix.table, ix.columns, ix.unique):
             out.append(Difference(
                 "index_differs", name,
-                f"expected {ix.table}({', '.join(ix.columns)}) unique={ix.unique}; "
-                f"found {got.table}({', '.join(got.columns)}) unique={got.unique}",
+                f"expected {ix.table}({', '.join(map(str, ix.columns))}) unique={ix.unique}; "
+                f"found {got.table}({', '.join(map(str, got.columns))}) unique={got.unique}",
             ))
     for name, ix in actual.indexes.items():
         if name not in expected.indexes:
-            out.append(Difference("extra_index", name, f"{ix.table}({', '.join(ix.columns)})"))
+            out.append(Difference("extra_index", name, f"{ix.table}({', '.join(map(str, ix.columns))})"))
     return out

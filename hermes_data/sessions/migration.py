@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import AdoptionError
 from ..migrate import StoreSpec, UpgradeReport, current_revision
-from ..shape import INTERNAL_TABLES, Shape, metadata_shape
+from ..shape import INTERNAL_TABLES, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
 from .schema import metadata
 
@@ -34,21 +34,36 @@ def is_fts_table(name: str) -> bool:
                for sfx in sql.FTS_SHADOW_SUFFIXES)
 
 
+#: PostgreSQL: the session store's own Alembic version table (both stores may share a database).
+PG_VERSION_TABLE = "alembic_version_sessions"
+
+
 def _tables(conn: Connection) -> set[str]:
+    if conn.dialect.name != "sqlite":
+        return set(sa.inspect(conn).get_table_names())
     return {r[0] for r in conn.exec_driver_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
 
 
 def _columns(conn: Connection, table: str) -> list[str]:
+    if conn.dialect.name != "sqlite":
+        return [c["name"] for c in sa.inspect(conn).get_columns(table)]
     return [r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")').fetchall()]
+
+
+def _index_names(conn: Connection) -> set[str]:
+    if conn.dialect.name != "sqlite":
+        insp = sa.inspect(conn)
+        return {ix["name"] for t in insp.get_table_names() for ix in insp.get_indexes(t)}
+    return {r[0] for r in conn.exec_driver_sql(
+        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
 
 
 def missing_core(conn: Connection) -> list[str]:
     """Core tables/columns/indexes absent from the live database (read-only)."""
     out: list[str] = []
     tables = _tables(conn)
-    indexes = {r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+    indexes = _index_names(conn)
     for table in metadata.sorted_tables:
         if table.name not in tables:
             out.append(table.name)
@@ -66,6 +81,8 @@ def needs_adoption(conn: Connection) -> bool:
 
 def before_upgrade(conn: Connection, report: UpgradeReport) -> None:
     """Inspect an unversioned upstream ``state.db`` before the baseline adopts it."""
+    if conn.dialect.name != "sqlite":
+        return  # no upstream PostgreSQL layout exists: nothing to adopt
     if current_revision(conn) is not None:
         return
     tables = _tables(conn)
@@ -131,7 +148,13 @@ def reconcile(conn: Connection, report: UpgradeReport) -> None:
 
 
 def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
-    """Reconcile, heal NULL ``active``, run the FTS checks and report foreign objects."""
+    """Reconcile, heal NULL ``active``, run the FTS checks and report foreign objects.
+
+    PostgreSQL: the baseline created every object (there is no legacy layout to reconcile,
+    and full-text search is index-maintained): nothing to do.
+    """
+    if conn.dialect.name != "sqlite":
+        return
     reconcile(conn, report)
     if opening.needs_null_active_heal(conn):
         n = opening.heal_null_active(conn)
@@ -151,8 +174,23 @@ def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
 
 
 def ignore_table(name: str) -> bool:
-    """FTS5 virtual and shadow tables are created by fragments, not by the metadata."""
-    return is_fts_table(name)
+    """FTS5 virtual and shadow tables are created by fragments, not by the metadata; the
+    PostgreSQL version table is Alembic's."""
+    return is_fts_table(name) or name == PG_VERSION_TABLE
+
+
+def expected_shape_on(conn: Connection) -> Shape:
+    """Head shape on PostgreSQL: the reflected metadata plus the full-text GIN indexes
+    (``messages_fts_trgm`` only where the ``pg_trgm`` extension is installed)."""
+    base = metadata_shape_on(conn, metadata)
+    indexes = dict(base.indexes)
+    names = ["messages_fts_tsv"]
+    if conn.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").first():
+        names.append("messages_fts_trgm")
+    for name in names:
+        cols = sql.PG_FTS_INDEX_COLUMNS[name]
+        indexes[name] = IndexShape(name, "messages", cols, False)
+    return replace(base, indexes=indexes)
 
 
 def expected_shape() -> Shape:
@@ -173,4 +211,6 @@ SPEC = StoreSpec(
     needs_adoption=needs_adoption,
     ignore_table=ignore_table,
     expected_shape=expected_shape,
+    pg_version_table=PG_VERSION_TABLE,
+    expected_shape_on=expected_shape_on,
 )

@@ -137,12 +137,13 @@ sa.Index(
 )
 sa.Index(
     "idx_sessions_title_unique", sessions.c.title, unique=True,
-    sqlite_where=sessions.c.title.isnot(None),
+    sqlite_where=sessions.c.title.isnot(None), postgresql_where=sessions.c.title.isnot(None),
 )
 sa.Index("idx_messages_session", messages.c.session_id, messages.c.timestamp)
 sa.Index("idx_messages_session_id", messages.c.session_id, messages.c.id)
 sa.Index("idx_messages_session_active", messages.c.session_id, messages.c.active, messages.c.timestamp)
-sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None))
+sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None),
+         postgresql_where=messages.c.active.is_(None))
 sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
 sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
 

@@ -454,3 +454,14 @@ def preview_sql(s: str) -> str:
         "AND pv.content IS NOT NULL AND COALESCE(pv.display_kind, '') <> 'hidden' "
         "ORDER BY pv.timestamp, pv.id LIMIT 1)"
     )
+
+
+# ---------------------------------------------------------------------------------------
+# PostgreSQL full-text objects (created by s01_baseline's PostgreSQL branch)
+# ---------------------------------------------------------------------------------------
+
+#: Reflected column lists of the two GIN indexes (expression index: no named column).
+PG_FTS_INDEX_COLUMNS: dict[str, tuple] = {
+    "messages_fts_tsv": (None,),
+    "messages_fts_trgm": ("content",),
+}

@@ -10,6 +10,15 @@ nothing existing is dropped, renamed or rewritten. An existing FTS layout (curre
 legacy inline) is left to the store's FTS checks, which run right after this revision in
 the same transaction (narrowing of broad update triggers, missing-trigger repair).
 
+PostgreSQL (same revision, dialect-specific operations only where the engines differ): the
+same tables through ``hermes_data.types`` (BIGINT / DOUBLE PRECISION, ``messages.id`` a
+bigserial), the same indexes (partial ones with their WHERE, the expression index with
+PostgreSQL's parenthesised expression), a non-throwing JSON marker function, and full-text
+search as indexes instead of FTS5 objects and triggers: a GIN index over the ``tsvector`` of
+the same text FTS5 indexes (tool rows cut to 8192 characters, plus ``tool_name`` and
+``tool_calls``) and a ``pg_trgm`` GIN index over non-tool ``content`` for substring and CJK
+search. Both are maintained by PostgreSQL itself, so there is nothing to trigger or rebuild.
+
 Revision ID: s01_baseline
 Revises:
 """
@@ -227,8 +236,54 @@ def _dedupe_titles(bind) -> None:
                     "idx_sessions_title_unique (the newest holder keeps each title)", n)
 
 
+# PostgreSQL twins (frozen with this revision).
+_PG_JSON_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION hermes_json_get(doc text, key text) RETURNS text "
+    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$ BEGIN "
+    "IF doc IS NULL OR strpos(doc, key) = 0 THEN RETURN NULL; END IF; "
+    "RETURN doc::jsonb ->> key; "
+    "EXCEPTION WHEN others THEN RETURN NULL; END $fn$"
+)
+_PG_FTS = (
+    ("messages_fts_tsv",
+     "CREATE INDEX IF NOT EXISTS messages_fts_tsv ON messages USING gin ("
+     "to_tsvector('simple'::regconfig, CASE WHEN role = 'tool' THEN "
+     "substr(COALESCE(content, ''), 1, 8192) ELSE COALESCE(content, '') END "
+     "|| ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')))"),
+    ("messages_fts_trgm",
+     "CREATE INDEX IF NOT EXISTS messages_fts_trgm ON messages USING gin "
+     "(content gin_trgm_ops) WHERE role <> 'tool'"),
+)
+
+
+def _upgrade_postgresql(bind) -> None:
+    for table in _tables():
+        bind.execute(sa.schema.CreateTable(table, if_not_exists=True))
+    for name, table, cols, unique, where in _INDEXES:
+        bind.exec_driver_sql(
+            f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS {name} ON {table} "
+            f"({', '.join(cols)})"
+            + (f" WHERE {where}" if where else ""))
+    bind.exec_driver_sql(_PG_JSON_FUNCTION)
+    try:
+        with bind.begin_nested():
+            bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        trigram = True
+    except sa.exc.DBAPIError as exc:
+        trigram = False
+        log.warning("pg_trgm is not available (%s): substring/CJK search scans without an "
+                    "index; install postgresql-contrib and rerun the upgrade", exc.orig)
+    for name, ddl in _PG_FTS:
+        if name == "messages_fts_trgm" and not trigram:
+            continue
+        bind.exec_driver_sql(ddl)
+
+
 def upgrade() -> None:
     bind = op.get_bind()
+    if bind.dialect.name == "postgresql":
+        _upgrade_postgresql(bind)
+        return
     existing = _existing(bind)
     for table in _tables():
         if table.name in existing:
