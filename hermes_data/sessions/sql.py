@@ -44,8 +44,13 @@ def _sql_list(values: tuple[str, ...]) -> str:
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
-def J(expr: str, key: str) -> str:
-    """Non-throwing JSON marker lookup: malformed ``model_config`` never raises."""
+def J(expr: str, key: str, d: str = "sqlite") -> str:
+    """Non-throwing JSON marker lookup: malformed ``model_config`` never raises.
+
+    SQLite: ``json_extract`` of a validated document. PostgreSQL: ``hermes_json_get`` (created
+    by s01_baseline), i.e. ``doc::jsonb ->> key`` returning NULL for invalid JSON."""
+    if d == "postgresql":
+        return f"hermes_json_get({expr}, '{key}')"
     return f"json_extract(CASE WHEN json_valid({expr}) THEN {expr} ELSE '{{}}' END, '$.{key}')"
 
 
@@ -224,28 +229,30 @@ def legacy_repopulate(table: str) -> tuple[TextClause, TextClause]:
 # ---------------------------------------------------------------------------------------
 
 
-def _marker_is(mc: str, key: str, target: str) -> str:
+def _marker_is(mc: str, key: str, target: str, d: str = "sqlite") -> str:
     # Never NULL: an absent marker is "no", so NOT FORK(...) stays two-valued.
-    return f"COALESCE({J(mc, key)} = {target}, 0)"
+    return f"COALESCE({J(mc, key, d)} = {target}, {'false' if d == 'postgresql' else 0})"
 
 
-def fork(c: str, p: str) -> str:
+def fork(c: str, p: str, d: str = "sqlite") -> str:
     """FORK(c, p): the child is a tool run or carries a marker naming its own parent."""
     mc = f"{c}.model_config"
-    return (f"(COALESCE({c}.source, '') = 'tool' OR {_marker_is(mc, '_branched_from', p + '.id')} "
-            f"OR {_marker_is(mc, '_delegate_from', p + '.id')} "
-            f"OR {_marker_is(mc, '_reset_from', p + '.id')})")
+    return (f"(COALESCE({c}.source, '') = 'tool' "
+            f"OR {_marker_is(mc, '_branched_from', p + '.id', d)} "
+            f"OR {_marker_is(mc, '_delegate_from', p + '.id', d)} "
+            f"OR {_marker_is(mc, '_reset_from', p + '.id', d)})")
 
 
-def edge(p: str, c: str) -> str:
+def edge(p: str, c: str, d: str = "sqlite") -> str:
     """EDGE(p, c): the canonical compression edge from parent ``p`` to child ``c``."""
     return (f"({c}.parent_session_id = {p}.id AND {p}.end_reason = 'compression' "
-            f"AND NOT {fork(c, p)})")
+            f"AND NOT {fork(c, p, d)})")
 
 
-def branch_child(c: str, alias: str = "bp") -> str:
+def branch_child(c: str, alias: str = "bp", d: str = "sqlite") -> str:
     """BRANCH_CHILD(c): marker names the parent, or the legacy ``branched`` parent rule."""
-    return (f"({_marker_is(c + '.model_config', '_branched_from', c + '.parent_session_id')} OR EXISTS ("
+    return (f"({_marker_is(c + '.model_config', '_branched_from', c + '.parent_session_id', d)} "
+            "OR EXISTS ("
             f"SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
             f"AND {alias}.end_reason = 'branched' AND {c}.started_at >= {alias}.ended_at))")
 
@@ -257,16 +264,16 @@ def legacy_reset_child(c: str, alias: str = "rp") -> str:
             f"AND COALESCE({c}.session_key, '') <> '' AND {c}.session_key = {alias}.session_key)")
 
 
-def reset_child(c: str, alias: str = "rp") -> str:
+def reset_child(c: str, alias: str = "rp", d: str = "sqlite") -> str:
     """RESET_CHILD(c): marker names the parent, or the legacy same-key heuristic."""
-    return (f"({_marker_is(c + '.model_config', '_reset_from', c + '.parent_session_id')} "
+    return (f"({_marker_is(c + '.model_config', '_reset_from', c + '.parent_session_id', d)} "
             f"OR {legacy_reset_child(c, alias)})")
 
 
-def listable(s: str) -> str:
+def listable(s: str, d: str = "sqlite") -> str:
     """LISTABLE(s): a root, branch child or reset child, and never a delegate run."""
-    return (f"(({s}.parent_session_id IS NULL OR {branch_child(s)} OR {reset_child(s)}) "
-            f"AND {J(s + '.model_config', '_delegate_from')} IS NULL)")
+    return (f"(({s}.parent_session_id IS NULL OR {branch_child(s, d=d)} "
+            f"OR {reset_child(s, d=d)}) AND {J(s + '.model_config', '_delegate_from', d)} IS NULL)")
 
 
 def _in_window(expr: str) -> str:
@@ -279,7 +286,7 @@ def last_active(s: str) -> str:
         "COALESCE((SELECT MAX(v) FROM ("
         f"SELECT CASE WHEN {_in_window(s + '.last_activity_at')} THEN {s}.last_activity_at END AS v "
         f"UNION ALL SELECT MAX(la_m.timestamp) FROM messages la_m WHERE la_m.session_id = {s}.id "
-        f"AND la_m.timestamp >= {EPOCH_MIN} AND la_m.timestamp < {EPOCH_MAX})), "
+        f"AND la_m.timestamp >= {EPOCH_MIN} AND la_m.timestamp < {EPOCH_MAX}) AS la_v), "
         f"CASE WHEN {_in_window(s + '.started_at')} THEN {s}.started_at END)"
     )
 
@@ -307,32 +314,38 @@ def last_active(s: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _candidates(cur: str, p: str = "p", c: str = "c") -> str:
+def _candidates(cur: str, p: str = "p", c: str = "c", d: str = "sqlite") -> str:
     # Compression children of `cur` (idx_sessions_parent drives the lookup).
     return (f"FROM sessions {p} JOIN sessions {c} ON {c}.parent_session_id = {p}.id "
-            f"WHERE {p}.id = {cur} AND {edge(p, c)}")
+            f"WHERE {p}.id = {cur} AND {edge(p, c, d)}")
 
 
-def _next_child(cur: str) -> str:
+def _next_child(cur: str, d: str = "sqlite") -> str:
     # The continuation of `cur`: the only candidate, else prefer a child that itself
     # continued, then a live one, then the freshest (§3.3).
     ordered = (
-        f"(SELECT c2.id {_candidates(cur, 'p2', 'c2')} "
+        f"(SELECT c2.id {_candidates(cur, 'p2', 'c2', d)} "
         "ORDER BY CASE WHEN c2.end_reason = 'compression' THEN 0 "
         "WHEN c2.ended_at IS NULL THEN 1 ELSE 2 END, "
         f"{last_active('c2')} DESC, c2.started_at DESC, c2.id DESC LIMIT 1)"
     )
     return (f"(SELECT CASE COUNT(*) WHEN 0 THEN NULL WHEN 1 THEN MAX(c.id) ELSE {ordered} END "
-            f"{_candidates(cur)})")
+            f"{_candidates(cur, d=d)})")
 
 
-def _chain_cte(name: str, seed: str) -> str:
+def _seed(seed: str, d: str) -> str:
+    # PostgreSQL types a recursive CTE from its seed: a bare parameter must be cast.
+    return f"CAST({seed} AS TEXT)" if d == "postgresql" else seed
+
+
+def _chain_cte(name: str, seed: str, d: str = "sqlite") -> str:
     # chain(id, depth, origin): stops when the walk returns to its origin (see above).
+    seed = _seed(seed, d)
     return (
         f"{name}(id, depth, origin) AS ("
         f"SELECT {seed}, 0, {seed} "
         "UNION ALL "
-        f"SELECT {_next_child(name + '.id')}, {name}.depth + 1, {name}.origin "
+        f"SELECT {_next_child(name + '.id', d)}, {name}.depth + 1, {name}.origin "
         f"FROM {name} WHERE {name}.id IS NOT NULL "
         f"AND ({name}.depth = 0 OR {name}.id <> {name}.origin) "
         f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
@@ -344,9 +357,10 @@ def _chain_rows(name: str) -> str:
     return f"{name}.id IS NOT NULL AND ({name}.depth = 0 OR {name}.id <> {name}.origin)"
 
 
-def _up_cte(name: str, seed: str) -> str:
+def _up_cte(name: str, seed: str, d: str = "sqlite") -> str:
     # up(id, depth, mark, mark_depth): walk parents while the compression edge holds; stop at
     # a row that equals the row of the last power-of-two depth (see above).
+    seed = _seed(seed, d)
     nd = f"{name}.depth + 1"
     return (
         f"{name}(id, depth, mark, mark_depth) AS ("
@@ -357,99 +371,110 @@ def _up_cte(name: str, seed: str) -> str:
         f"CASE WHEN ({nd} & {name}.depth) = 0 THEN {nd} ELSE {name}.mark_depth END "
         f"FROM {name} JOIN sessions c ON c.id = {name}.id "
         "JOIN sessions p ON p.id = c.parent_session_id "
-        f"WHERE {edge('p', 'c')} "
+        f"WHERE {edge('p', 'c', d)} "
         f"AND ({name}.depth = {name}.mark_depth OR {name}.id <> {name}.mark) "
         f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
     )
 
 
-#: Each id of an upward walk once, at its first depth (the walk truncated at its first repeat).
-_UP_FIRST = "SELECT id, MIN(depth) AS depth FROM up GROUP BY id"
+def _lineage_statements(d: str) -> dict[str, object]:
+    """The lineage statements for dialect ``d`` (``sqlite`` / ``postgresql``)."""
+    distinct = "IS DISTINCT FROM" if d == "postgresql" else "IS NOT"
+    #: Each id of an upward walk once, at its first depth (the walk truncated at its first repeat).
+    _UP_FIRST = "SELECT id, MIN(depth) AS depth FROM up GROUP BY id"
 
-#: Chain root→tip forward from :start (ordered by depth; the first element is :start).
-CHAIN_FROM = text(
-    f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
-    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
-)
-#: Compression tip of :start (the last element of its chain).
-TIP_OF = text(
-    f"WITH RECURSIVE {_chain_cte('chain', ':start')} "
-    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth DESC LIMIT 1"
-)
-#: Compression root of :id (walk up while the edge holds).
-ROOT_OF = text(
-    f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC LIMIT 1"
-)
-#: Resume lineage of :id: the compression path root … :id, root first.
-RESUME_LINEAGE_OF = text(
-    f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC"
-)
-#: Bounded count of the resume lineage's active or compacted rows (:id, :cap).
-RESUME_LINEAGE_COUNT = text(
-    f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    "SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.session_id IN "
-    "(SELECT id FROM up) AND (m.active = 1 OR m.compacted = 1) LIMIT :cap)"
-)
-#: Lineage ids of :id: the chain from its compression root, root first (one statement).
-LINEAGE_OF = text(
-    f"WITH RECURSIVE {_up_cte('up', ':id')}, "
-    f"root(id) AS (SELECT id FROM ({_UP_FIRST}) ORDER BY depth DESC LIMIT 1), "
-    f"{_chain_cte('chain', '(SELECT id FROM root)')} "
-    f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
-)
-#: Resume target of :start: tip, then up to 32 hops to the newest non-fork, non-reset
-#: child; the deepest visited node with a message wins, else the tip.
-RESUME_TARGET_OF = text(
-    f"WITH RECURSIVE {_chain_cte('chain', ':start')}, "
-    f"tip(id) AS (SELECT id FROM chain WHERE {_chain_rows('chain')} "
-    "ORDER BY depth DESC LIMIT 1), "
-    "walk(id, depth) AS (SELECT id, 0 FROM tip UNION ALL "
-    "SELECT (SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
-    f"WHERE p.id = walk.id AND NOT {fork('c', 'p')} AND NOT {reset_child('c')} "
-    "ORDER BY c.started_at DESC, c.id DESC LIMIT 1), walk.depth + 1 "
-    f"FROM walk WHERE walk.id IS NOT NULL AND walk.depth < {RESUME_MAX_HOPS}) "
-    "SELECT COALESCE((SELECT w.id FROM walk w WHERE w.id IS NOT NULL AND EXISTS "
-    "(SELECT 1 FROM messages m WHERE m.session_id = w.id) ORDER BY w.depth DESC LIMIT 1), "
-    "(SELECT id FROM tip))"
-)
+    #: Chain root→tip forward from :start (ordered by depth; the first element is :start).
+    CHAIN_FROM = text(
+        f"WITH RECURSIVE {_chain_cte('chain', ':start', d)} "
+        f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
+    )
+    #: Compression tip of :start (the last element of its chain).
+    TIP_OF = text(
+        f"WITH RECURSIVE {_chain_cte('chain', ':start', d)} "
+        f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth DESC LIMIT 1"
+    )
+    #: Compression root of :id (walk up while the edge holds).
+    ROOT_OF = text(
+        f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+        f"SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC LIMIT 1"
+    )
+    #: Resume lineage of :id: the compression path root … :id, root first.
+    RESUME_LINEAGE_OF = text(
+        f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+        f"SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC"
+    )
+    #: Bounded count of the resume lineage's active or compacted rows (:id, :cap).
+    RESUME_LINEAGE_COUNT = text(
+        f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+        "SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.session_id IN "
+        "(SELECT id FROM up) AND (m.active = 1 OR m.compacted = 1) LIMIT :cap) AS capped"
+    )
+    #: Lineage ids of :id: the chain from its compression root, root first (one statement).
+    LINEAGE_OF = text(
+        f"WITH RECURSIVE {_up_cte('up', ':id', d)}, "
+        f"root(id) AS (SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC LIMIT 1), "
+        f"{_chain_cte('chain', '(SELECT id FROM root)', d)} "
+        f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
+    )
+    #: Resume target of :start: tip, then up to 32 hops to the newest non-fork, non-reset
+    #: child; the deepest visited node with a message wins, else the tip.
+    RESUME_TARGET_OF = text(
+        f"WITH RECURSIVE {_chain_cte('chain', ':start', d)}, "
+        f"tip(id) AS (SELECT id FROM chain WHERE {_chain_rows('chain')} "
+        "ORDER BY depth DESC LIMIT 1), "
+        "walk(id, depth) AS (SELECT id, 0 FROM tip UNION ALL "
+        "SELECT (SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+        f"WHERE p.id = walk.id AND NOT {fork('c', 'p', d)} AND NOT {reset_child('c', d=d)} "
+        "ORDER BY c.started_at DESC, c.id DESC LIMIT 1), walk.depth + 1 "
+        f"FROM walk WHERE walk.id IS NOT NULL AND walk.depth < {RESUME_MAX_HOPS}) "
+        "SELECT COALESCE((SELECT w.id FROM walk w WHERE w.id IS NOT NULL AND EXISTS "
+        "(SELECT 1 FROM messages m WHERE m.session_id = w.id) ORDER BY w.depth DESC LIMIT 1), "
+        "(SELECT id FROM tip))"
+    )
 
-#: Lineage set of :id (ancestors and descendants over EDGE; UNION makes it cycle-safe).
-LINEAGE_SET_CTE = (
-    "WITH RECURSIVE "
-    "anc(id) AS (SELECT :id UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
-    f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c')}), "
-    "des(id) AS (SELECT :id UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
-    f"JOIN sessions c ON c.parent_session_id = p.id WHERE {edge('p', 'c')}), "
-    "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) "
-)
-#: The flag columns a lineage-wide update may touch (identifier allow-list).
-LINEAGE_FLAGS = ("archived", "pinned", "hidden", "last_read_at")
-#: Lineage-wide flag updates, one per allowed column (:id, :value).
-LINEAGE_FLAG_UPDATE = {
-    flag: text(LINEAGE_SET_CTE + f"UPDATE sessions SET {flag} = :value "
-               f"WHERE id IN (SELECT id FROM lineage) AND {flag} IS NOT :value")
-    for flag in LINEAGE_FLAGS
-}
-#: Pinning also un-hides the lineage (seed 003 #106171) — callers skip it for Bot Chat lineages.
-LINEAGE_UNHIDE = text(LINEAGE_SET_CTE + "UPDATE sessions SET hidden = 0 "
-                      "WHERE id IN (SELECT id FROM lineage) AND hidden <> 0")
-#: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
-LINEAGE_HAS_HIDDEN_BOT_CHAT = text(LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions "
-                                   "WHERE id IN (SELECT id FROM lineage) AND hidden = 1 "
-                                   "AND title = 'Bot Chat')")
-#: Compression ancestors of :id (excluding :id) — used by title transfer.
-ANCESTORS_OF = text(
-    f"WITH RECURSIVE {_up_cte('up', ':id')} "
-    f"SELECT id FROM ({_UP_FIRST}) WHERE depth > 0 ORDER BY depth"
-)
+    #: Lineage set of :id (ancestors and descendants over EDGE; UNION makes it cycle-safe).
+    LINEAGE_SET_CTE = (
+        "WITH RECURSIVE "
+        f"anc(id) AS (SELECT {_seed(':id', d)} UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
+        f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c', d)}), "
+        f"des(id) AS (SELECT {_seed(':id', d)} UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
+        f"JOIN sessions c ON c.parent_session_id = p.id WHERE {edge('p', 'c', d)}), "
+        "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) "
+    )
+    #: The flag columns a lineage-wide update may touch (identifier allow-list).
+    LINEAGE_FLAGS = ("archived", "pinned", "hidden", "last_read_at")
+    #: Lineage-wide flag updates, one per allowed column (:id, :value).
+    LINEAGE_FLAG_UPDATE = {
+        flag: text(LINEAGE_SET_CTE + f"UPDATE sessions SET {flag} = :value "
+                   f"WHERE id IN (SELECT id FROM lineage) AND {flag} {distinct} :value")
+        for flag in LINEAGE_FLAGS
+    }
+    #: Pinning also un-hides the lineage (seed 003 #106171) — callers skip it for Bot Chat lineages.
+    LINEAGE_UNHIDE = text(LINEAGE_SET_CTE + "UPDATE sessions SET hidden = 0 "
+                          "WHERE id IN (SELECT id FROM lineage) AND hidden <> 0")
+    #: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
+    LINEAGE_HAS_HIDDEN_BOT_CHAT = text(LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions "
+                                       "WHERE id IN (SELECT id FROM lineage) AND hidden = 1 "
+                                       "AND title = 'Bot Chat')")
+    #: Compression ancestors of :id (excluding :id) — used by title transfer.
+    ANCESTORS_OF = text(
+        f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+        f"SELECT id FROM ({_UP_FIRST}) AS uf WHERE depth > 0 ORDER BY depth"
+    )
+    return {k: v for k, v in locals().items() if k.isupper()}
 
 
-def preview_sql(s: str) -> str:
+# Module-level names (CHAIN_FROM, ROOT_OF, …) are the SQLite statements; the PostgreSQL twins
+# come from for_dialect("postgresql").
+_LINEAGE = {"sqlite": _lineage_statements("sqlite"), "postgresql": _lineage_statements("postgresql")}
+globals().update(_LINEAGE["sqlite"])
+
+
+def preview_sql(s: str, d: str = "sqlite") -> str:
     """Preview of session ``s``: first visible user message, newlines flattened, 63 chars."""
+    ch = "chr" if d == "postgresql" else "char"
     return (
-        "(SELECT substr(replace(replace(pv.content, char(13), ' '), char(10), ' '), 1, 63) "
+        f"(SELECT substr(replace(replace(pv.content, {ch}(13), ' '), {ch}(10), ' '), 1, 63) "
         f"FROM messages pv WHERE pv.session_id = {s}.id AND pv.role = 'user' "
         "AND pv.content IS NOT NULL AND COALESCE(pv.display_kind, '') <> 'hidden' "
         "ORDER BY pv.timestamp, pv.id LIMIT 1)"
@@ -465,3 +490,68 @@ PG_FTS_INDEX_COLUMNS: dict[str, tuple] = {
     "messages_fts_tsv": (None,),
     "messages_fts_trgm": ("content",),
 }
+
+#: PostgreSQL: the document of the standard index — IDX(m) plus tool_name and tool_calls, the
+#: same text FTS5 indexes. Must stay identical to messages_fts_tsv's expression (s01_baseline)
+#: so the planner uses that GIN index.
+PG_FTS_DOCUMENT = (
+    "to_tsvector('simple'::regconfig, CASE WHEN m.role = 'tool' THEN "
+    f"substr(COALESCE(m.content, ''), 1, {TOOL_INDEX_PREFIX}) ELSE COALESCE(m.content, '') END "
+    "|| ' ' || COALESCE(m.tool_name, '') || ' ' || COALESCE(m.tool_calls, ''))"
+)
+
+
+class Fragments:
+    """The dialect-specific statements and builders of one dialect, side by side.
+
+    ``for_dialect("sqlite")`` returns exactly the module-level SQLite fragments."""
+
+    def __init__(self, dialect: str) -> None:
+        self.dialect = dialect
+        self.__dict__.update(_LINEAGE[dialect])
+        pg = dialect == "postgresql"
+        #: Null-safe equality / inequality.
+        self.IS = "IS NOT DISTINCT FROM" if pg else "IS"
+        #: Keep a system prompt once (content-addressed).
+        self.INSERT_PROMPT = ("INSERT INTO system_prompts(hash, prompt) VALUES (?, ?) "
+                              "ON CONFLICT (hash) DO NOTHING")
+        #: Stamp ``_reset_from`` = :p onto a (possibly malformed) model_config.
+        self.SET_RESET_FROM = (
+            "CAST(jsonb_set(hermes_json_object(model_config), '{_reset_from}', "
+            "to_jsonb(CAST(:p AS TEXT))) AS TEXT)" if pg else
+            "json_set(CASE WHEN json_valid(model_config) THEN model_config ELSE '{}' END, "
+            "'$._reset_from', :p)")
+        #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
+        self.NO_LIMIT = None if pg else -1
+
+    def J(self, expr: str, key: str) -> str:
+        """Non-throwing JSON marker lookup."""
+        return J(expr, key, self.dialect)
+
+    def edge(self, p: str, c: str) -> str:
+        """EDGE(p, c)."""
+        return edge(p, c, self.dialect)
+
+    def listable(self, s: str) -> str:
+        """LISTABLE(s)."""
+        return listable(s, self.dialect)
+
+    def legacy_reset_child(self, c: str, alias: str = "rp") -> str:
+        """The legacy reset-child heuristic."""
+        return legacy_reset_child(c, alias)
+
+    def last_active(self, s: str) -> str:
+        """LAST_ACTIVE(s)."""
+        return last_active(s)
+
+    def preview_sql(self, s: str) -> str:
+        """Preview of session ``s``."""
+        return preview_sql(s, self.dialect)
+
+
+_FRAGMENTS = {d: Fragments(d) for d in _LINEAGE}
+
+
+def for_dialect(dialect: str) -> Fragments:
+    """The :class:`Fragments` of ``dialect`` (``sqlite`` or ``postgresql``)."""
+    return _FRAGMENTS[dialect]

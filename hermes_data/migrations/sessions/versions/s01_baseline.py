@@ -244,6 +244,12 @@ _PG_JSON_FUNCTION = (
     "RETURN doc::jsonb ->> key; "
     "EXCEPTION WHEN others THEN RETURN NULL; END $fn$"
 )
+_PG_JSON_OBJECT_FUNCTION = (
+    "CREATE OR REPLACE FUNCTION hermes_json_object(doc text) RETURNS jsonb "
+    "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $fn$ DECLARE v jsonb; BEGIN "
+    "v := doc::jsonb; IF jsonb_typeof(v) = 'object' THEN RETURN v; END IF; RETURN '{}'::jsonb; "
+    "EXCEPTION WHEN others THEN RETURN '{}'::jsonb; END $fn$"
+)
 _PG_FTS = (
     ("messages_fts_tsv",
      "CREATE INDEX IF NOT EXISTS messages_fts_tsv ON messages USING gin ("
@@ -265,6 +271,7 @@ def _upgrade_postgresql(bind) -> None:
             f"({', '.join(cols)})"
             + (f" WHERE {where}" if where else ""))
     bind.exec_driver_sql(_PG_JSON_FUNCTION)
+    bind.exec_driver_sql(_PG_JSON_OBJECT_FUNCTION)
     try:
         with bind.begin_nested():
             bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
