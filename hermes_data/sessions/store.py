@@ -254,20 +254,7 @@ class SessionStore:
         if holders:  # a second opener would mint a second WAL generation (§8.10)
             pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
             raise DeletedWalGenerationError(str(self.path), f"refusing to open: {pids} (deleted)")
-        engine = create_sqlite_engine(self.path, self._settings)
-
-        pragmas = self._pragmas
-
-        @event.listens_for(engine, "connect")
-        def _fk_on(dbapi_conn, _record) -> None:
-            # After the engine's journal-mode policy: configured pragmas (§8.3), then
-            # foreign keys on every connection (spec §2, §8.1 step 5).
-            opening.apply_pragmas(dbapi_conn, pragmas, str(self.path))
-            dbapi_conn.execute("PRAGMA foreign_keys=ON")
-
-        self._engine = engine
-        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
-        self._raw = self._writer.connection.driver_connection
+        engine = self._connect_writer()
         with self._reading_on_writer() as conn:
             behind = migrate.current_revision(conn) != migrate.head_revision("sessions") \
                 or bool(missing_core(conn))
@@ -531,41 +518,119 @@ class SessionStore:
             raise
         return result
 
+    def _connect_writer(self) -> Engine:
+        """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
+        configured pragmas and foreign keys on every connection, and the writer connection.
+        No schema work: the open runs that next; the close-race reopen never does."""
+        engine = create_sqlite_engine(self.path, self._settings)
+        pragmas = self._pragmas
+
+        @event.listens_for(engine, "connect")
+        def _fk_on(dbapi_conn, _record) -> None:
+            # After the engine's journal-mode policy: configured pragmas (§8.3), then
+            # foreign keys on every connection (spec §2, §8.1 step 5).
+            opening.apply_pragmas(dbapi_conn, pragmas, str(self.path))
+            dbapi_conn.execute("PRAGMA foreign_keys=ON")
+
+        self._engine = engine
+        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
+        self._raw = self._writer.connection.driver_connection
+        return engine
+
+    #: The handle's one reopen after a ``close()`` race has been used (§8.5).
+    _race_reopened = False
+
+    def _reopen_after_close_race(self) -> bool:
+        """``close()`` raced a write still running on another thread: the writer is gone.
+
+        Reopen once per handle with the same connection setup and no schema work (§8.5), so
+        the in-flight write lands instead of vanishing; the caller closes the connection again
+        when that write is done (the handle stays closed). Refused — with the handle's sticky
+        error or a "closed" error, never a silent loss — for read-only, replaced, corrupt or
+        WAL-split handles, a handle that was never opened, and a second race. Call under
+        ``self._lock``.
+        """
+        closed = f"{self.path}: the session store is closed"
+        if self._sticky is not None:  # replaced / split WAL / quarantined (corrupt)
+            raise self._sticky
+        if self.read_only:
+            raise ConfigurationError(f"{closed}; a read-only handle is never reopened")
+        if not self._closed or self._identity is None:
+            raise ConfigurationError(closed)
+        if self._race_reopened:
+            raise ConfigurationError(
+                f"{closed}; close() ran while writes were still in flight and the one reopen "
+                "it allows was already used: stop writing before closing the store")
+        self._guard()  # a file replaced since the close must not be written
+        holders = guards.deleted_sidecar_holders(self.path)
+        if holders:  # same refusal as the open (§8.10): no second WAL generation
+            pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
+            self._sticky = DeletedWalGenerationError(str(self.path),
+                                                     f"refusing to reopen: {pids} (deleted)")
+            raise self._sticky
+        self._race_reopened = True
+        log.warning("%s: close() raced a still-running writer (a write was in flight when the "
+                    "handle closed); reopening the writer connection once, without schema work, "
+                    "to finish it", self.path)
+        try:
+            self._connect_writer()
+        except BaseException:
+            self._dispose()
+            raise
+        return True
+
+    def _end_close_race(self) -> None:
+        """Close the connection a close-race reopen made (PASSIVE checkpoint first, as close())."""
+        with self._lock:
+            if self._writer is not None and not self.quarantined \
+                    and journal_state(self._engine).mode == "wal":
+                self._checkpoint()
+            self._dispose()
+
     def _write(self, fn: Callable[[Connection], T], *, patience: float = ROUTINE_PATIENCE_S,
                raw: bool = False, header_in_fn: bool = False) -> T:
         """Run ``fn`` inside ``BEGIN IMMEDIATE`` on the writer; retry busy with jitter.
 
         ``raw=True`` hands ``fn`` the writer's DBAPI connection (hot paths: statements
-        prepared once by sqlite3's cache, no SQLAlchemy execution per call).
+        prepared once by sqlite3's cache, no SQLAlchemy execution per call). A writer closed
+        under this call by a racing ``close()`` is reopened once (§8.5).
         """
         start = time.monotonic()
         deadline = start + patience
         fts_healed = False
-        while True:
-            with self._lock:
-                try:
-                    result = self._attempt(fn, raw=raw, header_in_fn=header_in_fn)
-                    self._writes += 1
-                    if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
-                        self._checkpoint()
-                    return result
-                except (sa.exc.DBAPIError, sqlite3.Error) as exc:
-                    if guards.is_fts_corruption(exc) and not fts_healed:
-                        self._fail_open_fts(exc)
-                        fts_healed = True
-                        continue
-                    if guards.is_structural_corruption(exc):
-                        self._quarantine(exc)
-                    if not _is_busy(exc):
-                        raise
-                    err = exc
-            now = time.monotonic()
-            if now >= deadline:
-                raise DatabaseBusyError(
-                    f"{self.path}: another process held the write lock for over {patience:.1f} s; "
-                    "the database is healthy, retry later") from err
-            pause = random.uniform(0.02, 0.15) if now - start < 2.0 else random.uniform(0.25, 1.0)
-            time.sleep(min(pause, deadline - now))
+        reopened = False
+        try:
+            while True:
+                with self._lock:
+                    if self._writer is None and not reopened:
+                        reopened = self._reopen_after_close_race()
+                    try:
+                        result = self._attempt(fn, raw=raw, header_in_fn=header_in_fn)
+                        self._writes += 1
+                        if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
+                            self._checkpoint()
+                        return result
+                    except (sa.exc.DBAPIError, sqlite3.Error) as exc:
+                        if guards.is_fts_corruption(exc) and not fts_healed:
+                            self._fail_open_fts(exc)
+                            fts_healed = True
+                            continue
+                        if guards.is_structural_corruption(exc):
+                            self._quarantine(exc)
+                        if not _is_busy(exc):
+                            raise
+                        err = exc
+                now = time.monotonic()
+                if now >= deadline:
+                    raise DatabaseBusyError(
+                        f"{self.path}: another process held the write lock for over "
+                        f"{patience:.1f} s; the database is healthy, retry later") from err
+                pause = (random.uniform(0.02, 0.15) if now - start < 2.0
+                         else random.uniform(0.25, 1.0))
+                time.sleep(min(pause, deadline - now))
+        finally:
+            if reopened:
+                self._end_close_race()
 
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
