@@ -160,6 +160,11 @@ def _config_dump(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False)
 
 
+def _sqlite_changes(conn: Connection, _result: Any) -> int:
+    # SQLite: the statement's own rowcount is -1 for WITH … UPDATE; ask changes().
+    return _changes(conn)
+
+
 class SessionStore:
     """Typed handle on one session store file.
 
@@ -172,6 +177,19 @@ class SessionStore:
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     Use as a context manager or call :meth:`close`.
     """
+
+    #: Dialect twins of the text() fragments (sessions/sql.py).
+    _sql = sql.for_dialect("sqlite")
+    #: Rows changed by a WITH … UPDATE (SQLite: changes(); PostgreSQL: the rowcount).
+    _changes = staticmethod(_sqlite_changes)
+
+    def __new__(cls, path_or_url: str | os.PathLike | None = None, *args: Any, **kwargs: Any):
+        # A postgresql+psycopg:// URL gives the PostgreSQL store (sessions/pg_store.py).
+        if cls is SessionStore and path_or_url is not None \
+                and str(path_or_url).startswith("postgresql"):
+            from .pg_store import PgSessionStore
+            return super().__new__(PgSessionStore)
+        return super().__new__(cls)
 
     def __init__(self, path_or_url: str | os.PathLike | None = None, *,
                  settings: SqliteSettings | None = None,
@@ -789,8 +807,7 @@ class SessionStore:
         if prompt is None:
             return None
         digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()
-        conn.exec_driver_sql("INSERT OR IGNORE INTO system_prompts(hash, prompt) VALUES (?, ?)",
-                             (digest, enc.scrub(prompt)))
+        conn.exec_driver_sql(self._sql.INSERT_PROMPT, (digest, enc.scrub(prompt)))
         return digest
 
     def _create_in(self, conn: Connection, session_id: str, source: str, fields: dict[str, Any],
@@ -870,14 +887,13 @@ class SessionStore:
 
     def reopen_session(self, session_id: str) -> bool:
         """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
-        markers = " AND ".join(f"{sql.J('model_config', m)} IS NULL" for m in _CHILD_MARKERS.values())
+        markers = " AND ".join(f"{self._sql.J('model_config', m)} IS NULL" for m in _CHILD_MARKERS.values())
 
         def work(conn: Connection) -> bool:
             conn.execute(text(
-                "UPDATE sessions SET model_config = json_set(CASE WHEN json_valid(model_config) "
-                "THEN model_config ELSE '{}' END, '$._reset_from', :p) "
+                f"UPDATE sessions SET model_config = {self._sql.SET_RESET_FROM} "
                 f"WHERE parent_session_id = :p AND {markers} "
-                f"AND {sql.legacy_reset_child('sessions')}"), {"p": session_id})
+                f"AND {self._sql.legacy_reset_child('sessions')}"), {"p": session_id})
             return conn.exec_driver_sql(
                 "UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ? "
                 "AND (ended_at IS NOT NULL OR end_reason IS NOT NULL)", (session_id,)).rowcount == 1
@@ -1116,7 +1132,7 @@ class SessionStore:
         q = f"SELECT {', '.join(_MESSAGE_COLS)} FROM messages WHERE {where} ORDER BY id {order}"
         if limit is not None or offset:
             q += " LIMIT ? OFFSET ?"
-            params += [-1 if limit is None else int(limit), int(offset or 0)]
+            params += [self._sql.NO_LIMIT if limit is None else int(limit), int(offset or 0)]
         rows = self._read(lambda c: c.exec_driver_sql(q, tuple(params)).fetchall())
         if latest:
             rows.reverse()
@@ -1141,10 +1157,10 @@ class SessionStore:
             return 0
         if tip_only:
             q = text("SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = :id "
-                     "AND active = 1 LIMIT :cap)")
+                     "AND active = 1 LIMIT :cap) AS capped")
             scope = "in its tip segment"
         else:
-            q = sql.RESUME_LINEAGE_COUNT
+            q = self._sql.RESUME_LINEAGE_COUNT
             scope = "across its lineage"
         count = self._read(lambda c: c.execute(q, {"id": session_id, "cap": limit + 1}).scalar())
         if count > limit:
@@ -1161,7 +1177,7 @@ class SessionStore:
             return 0
         count = self._read(lambda c: c.exec_driver_sql(
             "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = ? AND active = 1 "
-            "LIMIT ?)", (session_id, limit + 1)).scalar())
+            "LIMIT ?) AS capped", (session_id, limit + 1)).scalar())
         if count > limit:
             raise SessionExportTooLargeError(session_id, count, limit)
         return count
@@ -1170,27 +1186,27 @@ class SessionStore:
 
     def get_compression_chain(self, session_id: str) -> list[str]:
         """Ids from ``session_id`` forward to its compression tip (one statement)."""
-        return self._scalar_ids(sql.CHAIN_FROM, start=session_id)
+        return self._scalar_ids(self._sql.CHAIN_FROM, start=session_id)
 
     def get_compression_tip(self, session_id: str) -> str:
         """The live end of the compression chain through ``session_id`` (one statement)."""
-        return self._read(lambda c: c.execute(sql.TIP_OF, {"start": session_id}).scalar())
+        return self._read(lambda c: c.execute(self._sql.TIP_OF, {"start": session_id}).scalar())
 
     def get_compression_root(self, session_id: str) -> str:
         """The first segment of the compression chain holding ``session_id`` (one statement)."""
-        return self._read(lambda c: c.execute(sql.ROOT_OF, {"id": session_id}).scalar())
+        return self._read(lambda c: c.execute(self._sql.ROOT_OF, {"id": session_id}).scalar())
 
     def get_lineage_ids(self, session_id: str) -> list[str]:
         """Every segment of the compression lineage of ``session_id``, root first."""
-        return self._scalar_ids(sql.LINEAGE_OF, id=session_id)
+        return self._scalar_ids(self._sql.LINEAGE_OF, id=session_id)
 
     def get_resume_lineage_ids(self, session_id: str) -> list[str]:
         """The compression path root … ``session_id`` (what a full resume materialises)."""
-        return self._scalar_ids(sql.RESUME_LINEAGE_OF, id=session_id)
+        return self._scalar_ids(self._sql.RESUME_LINEAGE_OF, id=session_id)
 
     def resolve_resume_session_id(self, session_id: str) -> str:
         """Where resuming ``session_id`` lands: the tip, or a newer non-fork continuation."""
-        return self._read(lambda c: c.execute(sql.RESUME_TARGET_OF, {"start": session_id}).scalar())
+        return self._read(lambda c: c.execute(self._sql.RESUME_TARGET_OF, {"start": session_id}).scalar())
 
     # -- titles (§4.5) -----------------------------------------------------------------
 
@@ -1232,14 +1248,14 @@ class SessionStore:
                 holder = conn.exec_driver_sql("SELECT id FROM sessions WHERE title = ? AND id <> ?",
                                               (title, session_id)).first()
                 if holder is not None:
-                    ancestors = {r[0] for r in conn.execute(sql.ANCESTORS_OF, {"id": session_id})}
+                    ancestors = {r[0] for r in conn.execute(self._sql.ANCESTORS_OF, {"id": session_id})}
                     if holder[0] not in ancestors:
                         raise ValueError(f"title {title!r} is already used by session {holder[0]!r}")
                     conn.exec_driver_sql("UPDATE sessions SET title = NULL, title_source = NULL "
                                          "WHERE id = ?", (holder[0],))
             return conn.exec_driver_sql(
-                "UPDATE sessions SET title = ?, title_source = ? WHERE id = ? AND title IS ? "
-                "AND title_source IS ?",
+                f"UPDATE sessions SET title = ?, title_source = ? WHERE id = ? "
+                f"AND title {self._sql.IS} ? AND title_source {self._sql.IS} ?",
                 (title, None if title is None else source, session_id, old_title, old_source)
             ).rowcount == 1
 
@@ -1283,11 +1299,10 @@ class SessionStore:
     # -- flags (§4.6) ------------------------------------------------------------------
 
     def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
-        stmt = sql.LINEAGE_FLAG_UPDATE[flag]
+        stmt = self._sql.LINEAGE_FLAG_UPDATE[flag]
 
         def work(conn: Connection) -> bool:
-            conn.execute(stmt, {"id": session_id, "value": value})
-            return _changes(conn) > 0
+            return self._changes(conn, conn.execute(stmt, {"id": session_id, "value": value})) > 0
 
         return self._write(work)
 
@@ -1308,11 +1323,11 @@ class SessionStore:
         value = int(bool(pinned))
 
         def work(conn: Connection) -> bool:
-            conn.execute(sql.LINEAGE_FLAG_UPDATE["pinned"], {"id": session_id, "value": value})
-            changed = _changes(conn)
-            if value and not conn.execute(sql.LINEAGE_HAS_HIDDEN_BOT_CHAT, {"id": session_id}).scalar():
-                conn.execute(sql.LINEAGE_UNHIDE, {"id": session_id})
-                changed += _changes(conn)
+            changed = self._changes(conn, conn.execute(
+                self._sql.LINEAGE_FLAG_UPDATE["pinned"], {"id": session_id, "value": value}))
+            if value and not conn.execute(self._sql.LINEAGE_HAS_HIDDEN_BOT_CHAT, {"id": session_id}).scalar():
+                changed += self._changes(conn, conn.execute(self._sql.LINEAGE_UNHIDE,
+                                                            {"id": session_id}))
             return changed > 0
 
         return self._write(work)
@@ -1344,9 +1359,9 @@ class SessionStore:
         conds: list[str] = []
         params: dict[str, Any] = {}
         if not include_children:
-            conds.append(sql.listable("s"))
+            conds.append(self._sql.listable("s"))
         elif exclude_delegates:
-            conds.append(f"{sql.J('s.model_config', '_delegate_from')} IS NULL")
+            conds.append(f"{self._sql.J('s.model_config', '_delegate_from')} IS NULL")
         wanted = list(sources or []) + ([source] if source else [])
         if wanted:
             names = [f"src{i}" for i in range(len(wanted))]
@@ -1375,7 +1390,7 @@ class SessionStore:
             conds.append("s.archived = 0")
         if not include_hidden:
             conds.append("s.hidden = 0")
-        return (" AND ".join(conds) or "1"), params
+        return (" AND ".join(conds) or "1 = 1"), params
 
     _LIST_COLS = ("id", "source", "model", "title", "started_at", "ended_at", "end_reason",
                   "message_count", "tool_call_count", "cwd", "git_branch", "git_repo_root",
@@ -1388,7 +1403,7 @@ class SessionStore:
         names = [f"i{n}" for n in range(len(ids))]
         cols = ", ".join(f"s.{c}" for c in self._LIST_COLS)
         rows = conn.execute(text(
-            f"SELECT {cols}, {sql.last_active('s')} AS last_active, {sql.preview_sql('s')} AS preview "
+            f"SELECT {cols}, {self._sql.last_active('s')} AS last_active, {self._sql.preview_sql('s')} AS preview "
             f"FROM sessions s WHERE s.id IN ({', '.join(':' + n for n in names)})"),
             dict(zip(names, ids))).fetchall()
         out = {}
@@ -1424,7 +1439,7 @@ class SessionStore:
                 params["needle_stripped"] = "%" + enc.escape_like(stripped) + "%" if stripped else None
                 match += (" AND EXISTS (SELECT 1 FROM ch m JOIN sessions ms ON ms.id = m.id "
                           "WHERE m.root = adm.id AND (lower(COALESCE(ms.title, '')) LIKE :needle "
-                          "ESCAPE '\\' OR lower(ms.id) LIKE :needle ESCAPE '\\' OR (:needle_stripped "
+                          "ESCAPE '\\' OR lower(ms.id) LIKE :needle ESCAPE '\\' OR (CAST(:needle_stripped AS TEXT) "
                           "IS NOT NULL AND replace(replace(replace(replace(lower(COALESCE(ms.title, "
                           "'')), '-', ''), '_', ''), '.', ''), ' ', '') LIKE :needle_stripped "
                           "ESCAPE '\\')))")
@@ -1436,10 +1451,10 @@ class SessionStore:
                 f"WITH RECURSIVE adm AS (SELECT s.id, s.started_at FROM sessions s WHERE {where}), "
                 "ch(root, id) AS (SELECT id, id FROM adm UNION SELECT ch.root, c.id FROM ch "
                 "JOIN sessions p ON p.id = ch.id JOIN sessions c ON c.parent_session_id = p.id "
-                f"WHERE {sql.edge('p', 'c')}), "
-                f"eff AS (SELECT ch.root, MAX({sql.last_active('x')}) AS e FROM ch "
+                f"WHERE {self._sql.edge('p', 'c')}), "
+                f"eff AS (SELECT ch.root, MAX({self._sql.last_active('x')}) AS e FROM ch "
                 "JOIN sessions x ON x.id = ch.id GROUP BY ch.root) "
-                f"SELECT adm.id FROM adm JOIN eff ON eff.root = adm.id WHERE 1{match} "
+                f"SELECT adm.id FROM adm JOIN eff ON eff.root = adm.id WHERE 1 = 1{match} "
                 "ORDER BY eff.e DESC, adm.started_at DESC, adm.id DESC LIMIT :limit OFFSET :offset")
         else:
             q = text(f"SELECT s.id FROM sessions s WHERE {where} "
@@ -1458,7 +1473,7 @@ class SessionStore:
             if project:
                 for sid in ids:
                     if rows[sid]["end_reason"] == "compression":
-                        chain = [r[0] for r in conn.execute(sql.CHAIN_FROM, {"start": sid})]
+                        chain = [r[0] for r in conn.execute(self._sql.CHAIN_FROM, {"start": sid})]
                         if len(chain) > 1:
                             chains[sid] = chain
             tips = self._fetch_list_rows(conn, [c[-1] for c in chains.values()])
@@ -1500,7 +1515,8 @@ class SessionStore:
         if n <= 0:
             return True
         return self._read(lambda c: c.exec_driver_sql(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM sessions LIMIT ?)", (int(n),)).scalar()) >= n
+            "SELECT COUNT(*) FROM (SELECT 1 FROM sessions LIMIT ?) AS capped",
+            (int(n),)).scalar()) >= n
 
     def list_recent_sessions_bounded(self, limit: int = 20,
                                      exclude_sources: Iterable[str] | None = None,
@@ -1524,25 +1540,25 @@ class SessionStore:
         q = text(
             "WITH RECURSIVE "
             "cand(id) AS (SELECT s.id FROM sessions s WHERE s.archived = 0 AND s.hidden = 0 "
-            f"AND {sql.J('s.model_config', '_delegate_from')} IS NULL{excl} "
+            f"AND {self._sql.J('s.model_config', '_delegate_from')} IS NULL{excl} "
             "ORDER BY COALESCE(s.last_activity_at, s.started_at) DESC, s.started_at DESC, s.id DESC "
             "LIMIT :cand), "
             "anc(id) AS (SELECT id FROM cand UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
-            f"JOIN sessions p ON p.id = c.parent_session_id WHERE {sql.edge('p', 'c')} LIMIT :lin), "
+            f"JOIN sessions p ON p.id = c.parent_session_id WHERE {self._sql.edge('p', 'c')} LIMIT :lin), "
             "roots(id) AS (SELECT a.id FROM anc a JOIN sessions r ON r.id = a.id WHERE NOT EXISTS "
-            f"(SELECT 1 FROM sessions p WHERE p.id = r.parent_session_id AND {sql.edge('p', 'r')})), "
+            f"(SELECT 1 FROM sessions p WHERE p.id = r.parent_session_id AND {self._sql.edge('p', 'r')})), "
             "chains(root, id) AS (SELECT id, id FROM roots UNION SELECT chains.root, c.id FROM chains "
             "JOIN sessions p ON p.id = chains.id JOIN sessions c ON c.parent_session_id = p.id "
-            f"WHERE {sql.edge('p', 'c')} LIMIT :lin), "
-            f"act AS (SELECT chains.root, chains.id, {sql.last_active('t')} AS la, t.started_at AS st "
+            f"WHERE {self._sql.edge('p', 'c')} LIMIT :lin), "
+            f"act AS (SELECT chains.root, chains.id, {self._sql.last_active('t')} AS la, t.started_at AS st "
             "FROM chains JOIN sessions t ON t.id = chains.id), "
             "ranked AS (SELECT root, id, la, ROW_NUMBER() OVER (PARTITION BY root ORDER BY "
             "la DESC, st DESC, id DESC) AS rn FROM act) "
             "SELECT t.id, t.source, t.model, COALESCE(t.title, r.title), r.started_at, t.ended_at, "
-            f"t.end_reason, t.message_count, t.tool_call_count, ranked.la, {sql.preview_sql('t')}, "
+            f"t.end_reason, t.message_count, t.tool_call_count, ranked.la, {self._sql.preview_sql('t')}, "
             "r.id, t.last_read_at FROM ranked JOIN sessions t ON t.id = ranked.id "
             "JOIN sessions r ON r.id = ranked.root WHERE ranked.rn = 1 AND r.archived = 0 "
-            f"AND r.hidden = 0 AND {sql.listable('r')} ORDER BY ranked.la DESC, r.started_at DESC "
+            f"AND r.hidden = 0 AND {self._sql.listable('r')} ORDER BY ranked.la DESC, r.started_at DESC "
             "LIMIT :limit")
         deadline = time.monotonic() + timeout_seconds
         with self._reading() as conn:
@@ -1589,6 +1605,7 @@ class SessionStore:
 def _changes(conn: Connection) -> int:
     # pysqlite reports rowcount -1 for a DML statement that starts with WITH.
     return int(conn.exec_driver_sql("SELECT changes()").scalar() or 0)
+
 
 
 def _preview(raw: str | None) -> str | None:

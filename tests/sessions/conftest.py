@@ -9,21 +9,132 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
+import uuid
 
+import pytest
+import sqlalchemy as sa
+
+from hermes_data import migrate
+from hermes_data.sessions.schema import metadata
 from hermes_data.sessions.store import SessionStore
 
-from ..conftest import FIXTURES
+from ..conftest import FIXTURES, PG_ADMIN_URL
 
 LEGACY = FIXTURES / "legacy-sessions"
 LEGACY_DB = LEGACY / "state_fork_v21.db"
 
 
+BACKENDS = ("sqlite", "postgresql")
+_TABLES = ", ".join(t.name for t in reversed(metadata.sorted_tables))
+
+
+@pytest.fixture(scope="session")
+def pg_session_url():
+    """One PostgreSQL database for the whole session, upgraded to head once; every test
+    starts from TRUNCATE … RESTART IDENTITY (``synchronous_commit=off``: scratch data)."""
+    name = f"hd_ses_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(
+            hide_password=False)
+        migrate.upgrade("sessions", url)
+        yield url
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+def _truncate(url: str) -> None:
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"TRUNCATE {_TABLES} RESTART IDENTITY")
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    """The backend under test (``sqlite`` or ``postgresql``)."""
+    return request.param
+
+
+#: Modules checking inherently SQLite-specific behaviour: their PostgreSQL run is skipped.
+SQLITE_ONLY_MODULES = {
+    "test_configured_pragmas": "PRAGMAs",
+    "test_open_path": "file open path, WAL, read pool, guards, FTS5 fail-open",
+    "test_process_read_budget": "per-process mode=ro read pool",
+    "test_write_guards": "replaced-file / WAL-generation guards",
+    "test_schema_and_adoption": "PRAGMA table_info shapes and upstream file adoption "
+                                "(PostgreSQL schema: test_postgres_schema.py)",
+}
+#: Single tests that are SQLite-specific.
+SQLITE_ONLY_TESTS = {
+    "test_walks_use_the_parent_index": "EXPLAIN QUERY PLAN",
+    "test_last_active_evaluated_only_for_parents_with_several_candidates":
+        "progress-handler VM-step counting",
+}
+#: Modules not yet ported to PostgreSQL (skipped with this reason, never silently).
+PG_PENDING_MODULES = {
+    "test_maintenance": "maintenance.py on PostgreSQL is not done yet",
+    "test_messages_fts": "FTS5 objects / NUL-prefixed multimodal content not ported yet",
+    "test_search": "search routing on PostgreSQL not done yet",
+    "test_search_properties": "search routing on PostgreSQL not done yet",
+}
+
+
+def _pg_skip_reason(request) -> str | None:
+    module = request.module.__name__.rsplit(".", 1)[-1]
+    test = request.node.originalname if hasattr(request.node, "originalname") else ""
+    for table, kind in ((SQLITE_ONLY_MODULES, "SQLite-specific"),
+                        (PG_PENDING_MODULES, "not yet on PostgreSQL")):
+        if module in table:
+            return f"{kind}: {table[module]}"
+    if test in SQLITE_ONLY_TESTS:
+        return f"SQLite-specific: {SQLITE_ONLY_TESTS[test]}"
+    return None
+
+
 @pytest.fixture
-def store(tmp_path):
-    """A fresh store on a real file."""
+def store(backend, tmp_path, request):
+    """A fresh store: a real SQLite file, or the emptied session PostgreSQL database."""
+    if backend == "postgresql":
+        reason = _pg_skip_reason(request)
+        if reason:
+            pytest.skip(reason)
+    if backend == "sqlite":
+        with SessionStore(tmp_path / "state.db") as s:
+            yield s
+        return
+    url = request.getfixturevalue("pg_session_url")
+    _truncate(url)
+    with SessionStore(url) as s:
+        yield s
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+    """A SQLite store, for tests of SQLite-only behaviour."""
     with SessionStore(tmp_path / "state.db") as s:
         yield s
+
+
+@pytest.fixture
+def pg_store(pg_session_url):
+    """A PostgreSQL store, for the PostgreSQL equivalents of SQLite-only tests."""
+    _truncate(pg_session_url)
+    with SessionStore(pg_session_url) as s:
+        yield s
+
+
+def sqlite_only(store, reason: str) -> None:
+    """Skip the PostgreSQL run of a test that checks SQLite-specific behaviour."""
+    if store.engine.dialect.name != "sqlite":
+        pytest.skip(f"SQLite-specific: {reason}")
 
 
 @pytest.fixture
