@@ -165,6 +165,12 @@ def identify(conn: sqlite3.Connection | Connection) -> str:
     if "alembic_version" in names:
         return "alembic"
     user_tables = {n for n in names if not n.startswith("sqlite_")}
+    if isinstance(conn, Connection) and conn.dialect.name != "sqlite":
+        # On a server both stores may share one database (the session store keeps its own
+        # version table there); its tables are not foreign to us.
+        from ..sessions.schema import metadata as sessions_metadata
+
+        user_tables -= set(sessions_metadata.tables) | {"alembic_version_sessions"}
     if not user_tables:
         return "empty"
     missing = [t for t in IDENTITY_TABLES if t not in names]

@@ -64,3 +64,14 @@ def test_both_stores_share_one_database(pg_url):
     # Re-running either upgrade finds its own head.
     assert migrate.upgrade("sessions", pg_url).up_to_date
     assert migrate.upgrade("telemetry", pg_url).up_to_date
+
+
+def test_both_stores_share_one_database_in_either_order(pg_url):
+    """The session store first, then the telemetry store: the session tables are not foreign
+    to the telemetry store on a shared server database."""
+    migrate.upgrade("sessions", pg_url)
+    report = migrate.upgrade("telemetry", pg_url)
+    assert report.after_revision == migrate.head_revision("telemetry")
+    assert report.adopted_from is None
+    assert migrate.check("telemetry", pg_url) == []
+    assert migrate.check("sessions", pg_url) == []
