@@ -13,6 +13,28 @@ Three parts, each usable on its own:
   fetched by id with bounded prefixes, so a multi-MB tool row is never materialised in
   Python.
 
+**PostgreSQL** (same contract, same result rows; :func:`search_messages` dispatches on the
+connection's dialect). The plan is the same (:func:`plan_search`); the routes run against
+the indexes of s01_baseline instead of FTS5 tables:
+
+* ``fts`` — the sanitizer's output compiled into a ``tsquery`` built from bound parameters
+  (:func:`pg_tsquery`: a term is ``phraseto_tsquery('simple', :t)``, a ``word*`` prefix
+  ``to_tsquery('simple', :t)`` with ``'word':*``, a phrase ``<->``; ``NOT`` ⇒ ``&& !!``, ``OR``
+  ⇒ ``||``), matched against ``sql.PG_FTS_DOCUMENT`` — the expression of the GIN index
+  ``messages_fts_tsv`` — so the planner uses it. Relevance: ``ts_rank`` over the newest
+  :data:`PG_RANK_CANDIDATES` matches (ranking recomputes the document, so it is bounded).
+  Snippets: ``ts_headline`` over a :data:`PG_HEADLINE_CHARS`-character prefix.
+* ``trigram`` — ``m.content ILIKE '%tok%' ESCAPE '\'`` per token (the ``pg_trgm`` GIN index
+  ``messages_fts_trgm`` serves it), over the rows the SQLite trigram index holds (no tool
+  rows, no cron/subagent/delegate sessions); newest first.
+* ``like`` / ``cjk_like`` — the same escaped LIKE compilation with ``ILIKE``.
+
+Tokenizer difference (documented, tested): PostgreSQL's parser keeps file paths, host names,
+e-mail addresses and URLs as one lexeme (``gateway/run.py``), where FTS5's unicode61 splits
+them. A word found only inside such a compound is reached by the zero-result fallback of
+§7.2 step 6 (the trigram route), which both backends run when the standard route finds
+nothing and every token has ≥ 3 characters.
+
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays
 locked past the busy timeout raises — that is never turned into a silent "no results".
@@ -367,7 +389,18 @@ def _names(value: str | Iterable[str] | None) -> list[str]:
 
 
 def read_capabilities(conn: Connection) -> SearchCapabilities:
-    """Which indexes can answer now: FTS5 module, tables present, ``fts_stale`` (PK read)."""
+    """Which indexes can answer now: FTS5 module, tables present, ``fts_stale`` (PK read).
+
+    PostgreSQL: the two GIN indexes of s01_baseline (server-maintained, never stale); a
+    capability override of :func:`opening.force_capabilities` applies to both backends."""
+    if conn.dialect.name == "postgresql":
+        forced = opening._forced_capabilities
+        names = {r[0] for r in conn.exec_driver_sql(
+            "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = 'messages' AND indexname IN ('messages_fts_tsv', 'messages_fts_trgm')")}
+        fts = "messages_fts_tsv" in names and (forced is None or forced.fts5)
+        tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
+        return SearchCapabilities(fts5=fts, trigram=tri, stale=False)
     caps = opening.capabilities(conn)
     names = {r[0] for r in conn.exec_driver_sql(
         "SELECT name FROM sqlite_master WHERE type = 'table' "
@@ -440,7 +473,10 @@ def search_messages(conn: Connection, query: str | None, *,
     caps = read_capabilities(conn)
     plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources)
     log.debug("search %r -> %r via %s (%s)", query, sanitized, plan.route, plan.reason)
-    hits = _run_plan(conn, plan, filters, limit, offset, sort)
+    if conn.dialect.name == "postgresql":
+        hits = _pg_run_plan(conn, plan, filters, limit, offset, sort)
+    else:
+        hits = _run_plan(conn, plan, filters, limit, offset, sort)
     if not hits:
         return []
     if "context" in names:
@@ -562,6 +598,220 @@ def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
 
 
 # -------------------------------------------------------------------------------------
+# PostgreSQL execution
+# -------------------------------------------------------------------------------------
+
+#: The standard route ranks (``ts_rank``) only the newest this-many matches: ranking
+#: recomputes each row's document, so an unbounded rank of a common word would scan them all.
+PG_RANK_CANDIDATES = 1000
+#: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
+PG_HEADLINE_CHARS = 8192
+_PG_HEADLINE_OPTS = (f"StartSel={HIGHLIGHT_START}, StopSel={HIGHLIGHT_END}, MaxWords=40, "
+                     "MinWords=15")
+#: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
+#: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
+_PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
+_PG_WORD_RE = re.compile(r"^\w+$")
+#: Sessions whose rows the SQLite trigram index holds (TRI_SESSION of sql.py, PostgreSQL twin).
+_PG_TRI_SESSION = ("s.source NOT IN ('cron', 'subagent') "
+                   "AND hermes_json_get(s.model_config, '_delegate_from') IS NULL")
+
+
+def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str | None:
+    """SQL ``tsquery`` expression for a sanitized query, every term a bound parameter.
+
+    FTS5 precedence (NOT > AND > OR): ``OR`` starts a new group, terms of a group are AND-ed
+    (``&&``), ``NOT x`` becomes ``&& !!x``. A bare term is ``phraseto_tsquery('simple', :t)``
+    (the parser splits it like the document: ``chat-send`` ⇒ ``'chat-send' <-> 'chat' <->
+    'send'``); ``word*`` ⇒ ``to_tsquery('simple', :t)`` with ``'word':*``; a quoted phrase ⇒
+    ``phraseto_tsquery`` of its text. ``None`` when no positive term is left."""
+    groups: list[list[str]] = [[]]
+    negate = False
+    n = 0
+    for tok in query_tokens(sanitized):
+        if tok == "OR":
+            groups.append([])
+            negate = False
+            continue
+        if tok in ("AND", "NEAR"):
+            continue
+        if tok == "NOT":
+            negate = True
+            continue
+        text = _bare(tok)
+        if not text.strip():
+            negate = False
+            continue
+        key = f"{prefix}{n}"
+        n += 1
+        if tok.endswith("*") and _PG_WORD_RE.match(text):
+            params[key] = "'" + text + "':*"
+            term = f"to_tsquery('simple', :{key})"
+        else:
+            params[key] = text
+            term = f"phraseto_tsquery('simple', :{key})"
+        if negate and groups[-1]:
+            groups[-1].append(f"!!{term}")
+        elif not negate:
+            groups[-1].append(term)
+        negate = False
+    ors = ["(" + " && ".join(g) + ")" for g in groups if any(not t.startswith("!!") for t in g)]
+    return "(" + " || ".join(ors) + ")" if ors else None
+
+
+def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
+
+
+def _pg_attempt(conn: Connection, what: str, fn) -> list[SearchResult] | None:
+    """Run one route in a savepoint: a rejected statement leaves the read transaction usable
+    and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
+    raised, never turned into "no results"."""
+    try:
+        with conn.begin_nested():
+            return fn()
+    except sa.exc.DBAPIError as exc:
+        if _pg_busy(exc):
+            raise
+        log.debug("PostgreSQL search route %s failed: %s", what, exc.orig)
+        return None
+
+
+def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
+                 offset: int, sort: str | None) -> list[SearchResult]:
+    if plan.route in ("like", "cjk_like"):
+        return _pg_attempt(conn, plan.route,
+                           lambda: _pg_like(conn, plan, filters, limit, offset, sort)) or []
+    assert plan.match is not None
+    if plan.route == "trigram":
+        return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+            conn, plan.match, filters, limit, offset, sort)) or []
+    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, plan.match, filters, limit, offset,
+                                                    sort))
+    if hits is None:
+        return []  # rejected (as FTS5's OperationalError): no fallback, no error
+    if hits or plan.trigram_fallback is None:
+        return hits
+    if offset and _pg_attempt(conn, "fts", lambda: _pg_fts(conn, plan.match, filters, 1, 0,
+                                                           sort)):
+        return hits  # an empty later page, not an empty result
+    # The parser keeps paths/hosts/e-mails as one lexeme (and puts no boundary between Latin
+    # and adjacent CJK): retry as substrings through the trigram index.
+    return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+        conn, plan.trigram_fallback, filters, limit, offset, sort)) or []
+
+
+def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+            sort: str | None) -> list[SearchResult]:
+    from .sql import PG_FTS_DOCUMENT
+
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
+                              "hl": PG_HEADLINE_CHARS}
+    tsq = pg_tsquery(match, params)
+    if tsq is None:
+        return []
+    where = filters.sql(params)
+    head = (f"ts_headline('simple', concat_ws(' ', left(m.content, :hl), m.tool_name, "
+            f"left(m.tool_calls, :hl)), {tsq}, '{_PG_HEADLINE_OPTS}')")
+    if sort in (None, "rank"):
+        # Rank the newest PG_RANK_CANDIDATES matches (GIN index scan), then page.
+        sql_text = (
+            f"WITH cand AS (SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} ORDER BY m.id DESC LIMIT :cand), "
+            f"page AS (SELECT m.id, ts_rank({PG_FTS_DOCUMENT}, {tsq}) AS r FROM cand "
+            "JOIN messages m ON m.id = cand.id ORDER BY r DESC, m.id DESC "
+            "LIMIT :limit OFFSET :offset) "
+            f"SELECT {_HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
+            "JOIN sessions s ON s.id = m.session_id ORDER BY page.r DESC, m.id DESC")
+    else:
+        direction = "DESC" if sort == "newest" else "ASC"
+        sql_text = (
+            f"WITH page AS (SELECT m.id, m.timestamp FROM messages m JOIN sessions s "
+            f"ON s.id = m.session_id WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} "
+            f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT :limit OFFSET :offset) "
+            f"SELECT {_HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
+            f"JOIN sessions s ON s.id = m.session_id "
+            f"ORDER BY page.timestamp {direction}, m.id {direction}")
+    rows = conn.execute(sa.text(sql_text), params).fetchall()
+    return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
+
+
+_PG_SPLIT_MARKS_RE = re.compile(
+    re.escape(HIGHLIGHT_END) + r"((?:[^\s\w]|_){1,3})" + re.escape(HIGHLIGHT_START))
+
+
+def _pg_join_marks(snippet: Any) -> Any:
+    """``>>>read<<<_>>>file<<<`` ⇒ ``>>>read_file<<<``: ts_headline marks each lexeme of a
+    phrase the parser split at punctuation; FTS5's snippet marks the phrase as one span."""
+    if not isinstance(snippet, str):
+        return snippet
+    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet)
+
+
+def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+                sort: str | None) -> list[SearchResult]:
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    groups = _like_groups(match)
+    if not groups:
+        return []
+    ors = []
+    n = 0
+    for group in groups:
+        ands = []
+        for term in group:
+            key = f"g{n}"
+            n += 1
+            params[key] = "%" + enc.escape_like(term.text) + "%"
+            clause = f"m.content ILIKE :{key} ESCAPE '\\'"
+            ands.append(f"NOT ({clause})" if term.negated else clause)
+        ors.append("(" + " AND ".join(ands) + ")")
+    params["first"] = next(t.text for g in groups for t in g if not t.negated)
+    where = filters.sql(params)
+    direction = "ASC" if sort == "oldest" else "DESC"
+    order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
+             else "m.id DESC")
+    rows = conn.execute(sa.text(
+        f"SELECT {_HIT_COLS}, {_PG_LIKE_SNIPPET} FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
+        f"AND ({' OR '.join(ors)}) AND {_PG_TRI_SESSION} AND {where} "
+        f"ORDER BY {order} LIMIT :limit OFFSET :offset"), params).fetchall()
+    return [_result(r, r[8], "trigram") for r in rows]
+
+
+#: LIKE-route snippet on PostgreSQL: 120 characters around the first term (case-insensitive
+#: position, like the match itself).
+_PG_LIKE_SNIPPET = ("substr(m.content, greatest(1, strpos(lower(m.content), lower(:first)) - 40), "
+                    "120)")
+
+
+def _pg_like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
+             sort: str | None) -> list[SearchResult]:
+    if not plan.groups:
+        return []
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    ors = []
+    n = 0
+    for group in plan.groups:
+        ands = []
+        for term in group:
+            key = f"p{n}"
+            n += 1
+            params[key] = "%" + enc.escape_like(term.text) + "%"
+            clause = "(" + " OR ".join(c.format(p=":" + key).replace(" LIKE ", " ILIKE ")
+                                       for c in _LIKE_COLS) + ")"
+            ands.append(f"NOT {clause}" if term.negated else clause)
+        ors.append("(" + " AND ".join(ands) + ")")
+    params["first"] = next(t.text for g in plan.groups for t in g if not t.negated)
+    where = filters.sql(params)
+    direction = "ASC" if sort == "oldest" else "DESC"
+    rows = conn.execute(sa.text(
+        f"SELECT {_HIT_COLS}, {_PG_LIKE_SNIPPET} FROM messages m "
+        f"JOIN sessions s ON s.id = m.session_id WHERE ({' OR '.join(ors)}) AND {where} "
+        f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset"), params).fetchall()
+    return [_result(r, r[8], plan.route) for r in rows]
+
+
+# -------------------------------------------------------------------------------------
 # Context window (§7.3)
 # -------------------------------------------------------------------------------------
 
@@ -589,10 +839,21 @@ def fetch_context(conn: Connection, hits: Sequence[tuple[int, str, float]],
     visible = "COALESCE(n.display_kind, '') <> 'hidden'" + (
         "" if include_inactive else " AND (n.active = 1 OR n.compacted = 1)")
     out: dict[int, tuple[ContextMessage, ...]] = {}
+    pg = conn.dialect.name == "postgresql"
+    prefix = enc.content_prefix(conn.dialect.name)
+    if pg:
+        # PostgreSQL text holds no NUL: its marker is ordinary text, cut by characters.
+        cut = ("CASE WHEN left(m.content, :jl) = :jp THEN left(m.content, :jn) "
+               "ELSE left(m.content, :cn) END")
+    else:
+        # The multimodal marker starts with NUL, which SQLite's text functions stop at:
+        # compare and cut it as bytes (decoded in Python, a cut character replaced).
+        cut = ("CASE WHEN substr(CAST(m.content AS BLOB), 1, :jl) = CAST(:jp AS BLOB) "
+               "THEN substr(CAST(m.content AS BLOB), 1, :jn) ELSE substr(m.content, 1, :cn) END")
     for start in range(0, len(hits), CONTEXT_CHUNK):
         chunk = hits[start:start + CONTEXT_CHUNK]
-        params: dict[str, Any] = {"jp": enc.JSON_CONTENT_PREFIX.encode(),
-                                  "jl": len(enc.JSON_CONTENT_PREFIX.encode()),
+        params: dict[str, Any] = {"jp": prefix.encode() if not pg else prefix,
+                                  "jl": len(prefix.encode()) if not pg else len(prefix),
                                   "jn": _CONTEXT_JSON_PREFIX,
                                   "cn": CONTEXT_CHARS}
         values = []
@@ -609,26 +870,22 @@ def fetch_context(conn: Connection, hits: Sequence[tuple[int, str, float]],
             " SELECT hid, 1, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
             f"  AND (n.timestamp, n.id) > (hits.ts, hits.hid) AND {visible} "
             "  ORDER BY n.timestamp ASC, n.id ASC LIMIT 1) FROM hits) "
-            "SELECT nb.hid, nb.side, m.role, "
-            # The multimodal marker starts with NUL, which SQLite's text functions stop at:
-            # compare and cut it as bytes (decoded in Python, a cut character replaced).
-            " CASE WHEN substr(CAST(m.content AS BLOB), 1, :jl) = CAST(:jp AS BLOB) "
-            "  THEN substr(CAST(m.content AS BLOB), 1, :jn) ELSE substr(m.content, 1, :cn) END "
+            f"SELECT nb.hid, nb.side, m.role, {cut} "
             "FROM nb JOIN messages m ON m.id = nb.nid ORDER BY nb.hid, nb.side"),
             params).fetchall()
         for hid, _side, role, content in rows:
             out.setdefault(hid, ())
-            out[hid] = out[hid] + (ContextMessage(role, _flatten(content)),)
+            out[hid] = out[hid] + (ContextMessage(role, _flatten(content, prefix)),)
     return out
 
 
-def _flatten(raw: Any) -> str:
+def _flatten(raw: Any, prefix: str = enc.JSON_CONTENT_PREFIX) -> str:
     if raw is None:
         return ""
     if not isinstance(raw, str):
         raw = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-    if raw.startswith(enc.JSON_CONTENT_PREFIX):
-        body = raw[len(enc.JSON_CONTENT_PREFIX):]
+    if raw.startswith(prefix):
+        body = raw[len(prefix):]
         try:
             parsed = json.loads(body)
             texts = _texts(parsed)

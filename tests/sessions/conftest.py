@@ -82,8 +82,6 @@ SQLITE_ONLY_TESTS = {
 PG_PENDING_MODULES = {
     "test_maintenance": "maintenance.py on PostgreSQL is not done yet",
     "test_messages_fts": "FTS5 objects / NUL-prefixed multimodal content not ported yet",
-    "test_search": "search routing on PostgreSQL not done yet",
-    "test_search_properties": "search routing on PostgreSQL not done yet",
 }
 
 

@@ -1,4 +1,5 @@
-"""Property tests of session search (hypothesis, against a real store file).
+"""Property tests of session search (hypothesis, against a real store file and the real
+PostgreSQL server: the corpus fixture runs once per backend).
 
 1. For any text, ``search_messages`` never raises — on every route (unicode61, trigram, LIKE
    for tool rows, LIKE with FTS5 missing).
@@ -7,6 +8,8 @@
    letters and digits, Latin/Greek/Cyrillic letters; case and diacritics fold alike on both
    sides) or of CJK characters (≥ 3 through the trigram index, 1–2 through LIKE), not one of
    the upper-case operators ``AND``/``OR``/``NOT``, with spaces around it in the message.
+   On PostgreSQL the same words are lexemes of the 'simple' parser (a word between spaces
+   is parsed alike in the message and in the query).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from hypothesis import strategies as st
 from hermes_data.sessions import opening
 from hermes_data.sessions.search import OPERATORS, sanitize_fts_query
 from hermes_data.sessions.store import SessionStore
+
+from .conftest import BACKENDS, _truncate
 
 PROFILE = settings(max_examples=150, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -36,10 +41,14 @@ QUERY = st.one_of(
 )
 
 
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    path = tmp_path_factory.mktemp("search-props") / "state.db"
-    with SessionStore(path) as s:
+@pytest.fixture(scope="module", params=BACKENDS)
+def corpus(request, tmp_path_factory):
+    if request.param == "sqlite":
+        target = tmp_path_factory.mktemp("search-props") / "state.db"
+    else:
+        target = request.getfixturevalue("pg_session_url")
+        _truncate(target)
+    with SessionStore(target) as s:
         s.create_session("cli1", "cli")
         s.create_session("cron1", "cron")
         rows = [{"role": "user", "content": t, "timestamp": 1_000.0 + i} for i, t in enumerate([
