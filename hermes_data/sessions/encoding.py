@@ -1,4 +1,24 @@
-"""Value encodings of the session store (spec sessions.md §6.1) and title sanitizing (§4.5)."""
+"""Value encodings of the session store (spec sessions.md §6.1) and title sanitizing (§4.5).
+
+Multimodal ``content`` (a list or dict of parts) is stored as text: a marker prefix followed
+by its JSON. The marker is decided **per dialect**, because the two engines' text types
+differ:
+
+* **SQLite** — ``"\x00json:"`` (:data:`JSON_CONTENT_PREFIX`), the upstream format every
+  existing ``state.db`` holds. Plain strings are stored as given.
+* **PostgreSQL** — ``"\ufdd0json:"`` (:data:`PG_JSON_CONTENT_PREFIX`). PostgreSQL ``text``
+  cannot hold NUL at all, so the SQLite marker (and any string containing NUL) cannot be
+  written there. U+FDD0 is a Unicode *noncharacter* ("for process-internal use"), valid in
+  UTF-8 and in PostgreSQL text, and never produced by normal text input. To stay lossless
+  for *every* string anyway, a plain string that contains NUL or starts with U+FDD0 is
+  stored as the marker plus its JSON *string* (``"\ufdd0json:" + json.dumps(s)``); decoding
+  a JSON string gives back exactly ``s``. So on PostgreSQL the marker is unambiguous: a
+  stored value starts with it if and only if it was encoded by this module.
+
+:func:`encode_content` / :func:`decode_content` take the dialect; :func:`translate_content`
+converts a stored value between the two forms (``hermes-data copy`` uses it), keeping the
+JSON text verbatim, so a copied message reads back identically on both engines.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +31,11 @@ from typing import Any
 
 log = logging.getLogger("hermes_data.sessions.encoding")
 
-#: Prefix marking JSON-encoded multimodal content.
+#: Prefix marking JSON-encoded multimodal content (SQLite; the upstream format).
 JSON_CONTENT_PREFIX = "\x00json:"
+#: Prefix marking JSON-encoded content on PostgreSQL (text cannot hold NUL there).
+PG_JSON_CONTENT_PREFIX = "\ufdd0json:"
+_PG_ESCAPE_LEAD = "\ufdd0"
 MAX_TITLE_LENGTH = 100
 
 _SURROGATES = re.compile(r"[\ud800-\udfff]")
@@ -29,25 +52,76 @@ def scrub(value: str | None) -> str | None:
     return _SURROGATES.sub("\ufffd", value)
 
 
-def encode_content(value: Any) -> Any:
-    """Store form of ``content``: multimodal parts become ``\\x00json:`` + JSON."""
+def content_prefix(dialect: str = "sqlite") -> str:
+    """The multimodal marker of ``dialect`` (``sqlite`` or ``postgresql``)."""
+    return PG_JSON_CONTENT_PREFIX if dialect == "postgresql" else JSON_CONTENT_PREFIX
+
+
+def encode_content(value: Any, dialect: str = "sqlite") -> Any:
+    """Store form of ``content``: multimodal parts become the dialect's marker + JSON.
+
+    On PostgreSQL a string holding NUL or starting with U+FDD0 is stored as marker + JSON
+    string (see the module docstring), so every string round-trips."""
     if value is None or isinstance(value, (bytes, int, float)):
         return value
+    prefix = content_prefix(dialect)
     if isinstance(value, str):
-        return scrub(value)
+        text = scrub(value)
+        if dialect == "postgresql" and ("\x00" in text or text.startswith(_PG_ESCAPE_LEAD)):
+            return prefix + json.dumps(text, ensure_ascii=False)
+        return text
     if isinstance(value, (list, dict)):
-        return JSON_CONTENT_PREFIX + json.dumps(value, ensure_ascii=False)
-    return scrub(str(value))
+        return prefix + json.dumps(value, ensure_ascii=False)
+    return encode_content(str(value), dialect)
 
 
-def decode_content(value: Any) -> Any:
+def decode_content(value: Any, dialect: str = "sqlite") -> Any:
     """Reverse :func:`encode_content`; an undecodable payload is returned raw with a warning."""
-    if isinstance(value, str) and value.startswith(JSON_CONTENT_PREFIX):
+    prefix = content_prefix(dialect)
+    if isinstance(value, str) and value.startswith(prefix):
         try:
-            return json.loads(value[len(JSON_CONTENT_PREFIX):])
+            return json.loads(value[len(prefix):])
         except ValueError:
             log.warning("undecodable JSON message content; returning it raw")
     return value
+
+
+def translate_content(value: Any, source: str, target: str) -> Any:
+    """A stored ``content`` value of dialect ``source`` in the store form of ``target``.
+
+    The marker is swapped and the JSON text kept verbatim (so checksums and reads agree);
+    a SQLite string PostgreSQL cannot hold as text (NUL inside, or a leading U+FDD0) — and an
+    undecodable SQLite marker value, which readers return raw — becomes a JSON string; a PostgreSQL JSON *string* becomes the plain string again on SQLite.
+    ``decode_content(translate_content(v, a, b), b) == decode_content(v, a)`` for every
+    stored ``v``."""
+    if source == target or not isinstance(value, str):
+        return value
+    src, dst = content_prefix(source), content_prefix(target)
+    if target == "postgresql":
+        if value.startswith(src) and "\x00" not in value[len(src):] \
+                and _parses(value[len(src):]):
+            return dst + value[len(src):]
+        if "\x00" in value or value.startswith(_PG_ESCAPE_LEAD):
+            return dst + json.dumps(value, ensure_ascii=False)
+        return value
+    if value.startswith(src):
+        body = value[len(src):]
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            return value  # undecodable on both sides: returned raw by either reader
+        if isinstance(parsed, str) and not parsed.startswith(dst):
+            return parsed
+        return dst + body
+    return value
+
+
+def _parses(body: str) -> bool:
+    try:
+        json.loads(body)
+    except ValueError:
+        return False
+    return True
 
 
 def encode_tool_calls(value: Any) -> str | None:

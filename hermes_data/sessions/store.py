@@ -1009,7 +1009,7 @@ class SessionStore:
         platform_id = m.get("platform_message_id", m.get("message_id"))
         ts = enc.coerce_timestamp(m.get("timestamp"))
         return (
-            role, enc.encode_content(m.get("content")), m.get("tool_call_id"),
+            role, enc.encode_content(m.get("content"), self._sql.dialect), m.get("tool_call_id"),
             enc.encode_tool_calls(m.get("tool_calls")), enc.scrub(m.get("tool_name")),
             ts if ts is not None else default_ts, m.get("token_count"), m.get("finish_reason"),
             enc.scrub(m.get("reasoning")) if assistant else None,
@@ -1103,10 +1103,9 @@ class SessionStore:
                                     header_in_fn=True)
         return inserted
 
-    @staticmethod
-    def _message(r: Sequence[Any]) -> MessageRow:
+    def _message(self, r: Sequence[Any]) -> MessageRow:
         return MessageRow(
-            id=r[0], session_id=r[1], role=r[2], content=enc.decode_content(r[3]),
+            id=r[0], session_id=r[1], role=r[2], content=enc.decode_content(r[3], self._sql.dialect),
             tool_call_id=r[4], tool_calls=enc.decode_tool_calls(r[5]), tool_name=r[6],
             timestamp=r[7], token_count=r[8], finish_reason=r[9], reasoning=r[10],
             reasoning_content=r[11], reasoning_details=r[12], codex_reasoning_items=r[13],

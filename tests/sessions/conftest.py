@@ -81,7 +81,6 @@ SQLITE_ONLY_TESTS = {
 #: Modules not yet ported to PostgreSQL (skipped with this reason, never silently).
 PG_PENDING_MODULES = {
     "test_maintenance": "maintenance.py on PostgreSQL is not done yet",
-    "test_messages_fts": "FTS5 objects / NUL-prefixed multimodal content not ported yet",
 }
 
 

@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from hermes_data.sessions.errors import SessionExportTooLargeError, SessionResumeTooLargeError
+from hermes_data.sessions import encoding as enc
 from hermes_data.sessions.store import SessionStore
+
+from .conftest import sqlite_only
+
+_FTS5 = "FTS5 virtual tables and triggers (PostgreSQL: GIN indexes, test_search.py)"
 
 
 def _match(store, table, term):
@@ -19,6 +24,7 @@ def _match(store, table, term):
 
 
 def test_tool_calls_indexed_and_tool_prefix_only(store):
+    sqlite_only(store, _FTS5)
     store.create_session("s", "cli")
     a = store.append_message("s", "assistant", "calling", tool_calls=[{"function": {"name": "read_file"}}])
     t = store.append_message("s", "tool", "x " * 4100 + " needlebeyond")
@@ -30,6 +36,7 @@ def test_tool_calls_indexed_and_tool_prefix_only(store):
 
 
 def test_trigram_boundary(store):
+    sqlite_only(store, _FTS5)
     store.create_session("c", "cron")
     store.create_session("u", "cli")
     store.create_child_session("u", "d", "delegate")
@@ -43,6 +50,7 @@ def test_trigram_boundary(store):
 
 
 def test_narrow_triggers_and_integrity(store):
+    sqlite_only(store, _FTS5)
     store.create_session("s", "cli")
     ids = store.append_messages_batch("s", [{"role": "user", "content": f"term{i} common"} for i in range(20)])
     with store.engine.begin() as conn:
@@ -68,6 +76,7 @@ def test_narrow_triggers_and_integrity(store):
 
 
 def test_rebuild_window_gate(store):
+    sqlite_only(store, _FTS5)
     store.create_session("s", "cli")
     store.append_messages_batch("s", [{"role": "user", "content": f"w{i}"} for i in range(6)])
     with store.engine.begin() as conn:
@@ -88,6 +97,7 @@ def test_rebuild_window_gate(store):
 
 
 def test_batch_is_all_or_nothing_and_chunks(store):
+    sqlite_only(store, "COMMIT traced on the raw SQLite writer")
     store.create_session("s", "cli")
     with pytest.raises(ValueError):
         store.append_messages_batch("s", [{"role": "user", "content": "a"}, {"content": "no role"},
@@ -119,6 +129,40 @@ def test_encodings_round_trip(store):
     assert store.get_session("s").tool_call_count == 2
 
 
+def test_multimodal_and_nul_content_round_trip_on_each_backend(store):
+    # PostgreSQL text holds no NUL: its marker is U+FDD0 + "json:", and strings PostgreSQL
+    # cannot hold as text (NUL inside, leading U+FDD0) are stored as JSON strings.
+    dialect = store.engine.dialect.name
+    store.create_session("s", "cli")
+    parts = [{"type": "text", "text": "see 图"}, {"type": "image_url", "image_url": {"url": "data:x"}}]
+    values = [parts, {"type": "text", "text": "one part"}, "a\x00b", "\ufdd0json:[1]",
+              "\x00json:[2]", "plain"]
+    ids = [store.append_message("s", "user", v, timestamp=float(i)) for i, v in enumerate(values)]
+    expected = list(values)
+    if dialect == "sqlite":
+        expected[4] = [2]  # the upstream format: a user string spelled like the marker is JSON
+    assert [m.content for m in store.get_messages("s")] == expected
+    with store.engine.connect() as conn:
+        raw = conn.exec_driver_sql("SELECT content FROM messages WHERE id = ?", (ids[0],)).scalar()
+    assert raw.startswith(enc.content_prefix(dialect))
+    assert raw.startswith("\ufdd0json:" if dialect == "postgresql" else "\x00json:")
+    # The search context flattens the multimodal neighbour on both backends.
+    store.append_message("s", "user", "needle after parts", timestamp=0.5)
+    (hit,) = store.search_messages("needle")
+    assert hit.context[0].content == "see 图"
+
+
+@pytest.mark.parametrize("value", [
+    "\x00json:[1, {\"a\": 2}]", "\x00json:not json", "nul\x00inside", "\ufdd0lead", "plain 文",
+    "\x00json:\"a string\"", "\x00json:\"\\u0000json:x\"", None, 5])
+def test_translate_content_between_dialects_reads_back_identically(value):
+    to_pg = enc.translate_content(value, "sqlite", "postgresql")
+    back = enc.translate_content(to_pg, "postgresql", "sqlite")
+    assert not (isinstance(to_pg, str) and "\x00" in to_pg)
+    assert enc.decode_content(to_pg, "postgresql") == enc.decode_content(value, "sqlite")
+    assert enc.decode_content(back, "sqlite") == enc.decode_content(value, "sqlite")
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.text(max_size=200))
 def test_any_text_content_round_trips(tmp_path_factory, text):
@@ -128,6 +172,19 @@ def test_any_text_content_round_trips(tmp_path_factory, text):
         s.append_message("s", "user", text)
         got = s.get_messages("s")[0].content
     assert got == text.encode("utf-8", "surrogatepass").decode("utf-8", "replace") or "\ufffd" in got
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_content_round_trips_on_postgresql(pg_session_url, text):
+    from .conftest import _truncate
+
+    _truncate(pg_session_url)
+    with SessionStore(pg_session_url) as s:
+        s.create_session("s", "cli")
+        s.append_message("s", "user", text)
+        got = s.get_messages("s")[0].content
+    assert got == enc.scrub(text)
 
 
 def test_get_messages_modes(store):
@@ -168,6 +225,7 @@ def _steps(store, session_id, after_id, limit=100):
 
 
 def test_keyset_paging_3000_rows_and_constant_steps_on_50k(store):
+    sqlite_only(store, "VM-step counting (PostgreSQL plan: test_postgres_store.py)")
     store.create_session("s", "cli")
     store.create_session("other", "cli")
     store.append_messages_batch("s", [{"role": "user", "content": f"m{i}"} for i in range(3000)])
