@@ -11,6 +11,21 @@ Rules every function here keeps:
 * Chunked deletes claim their rows by a key high-water mark (``id > :hwm ORDER BY id LIMIT n``
   over a temp table of the doomed ids): O(n) in total, never a re-scan from the start.
 * Checkpoints are PASSIVE; sizes are ``page_count × page_size`` (:func:`logical_size_bytes`).
+
+PostgreSQL (a :class:`~hermes_data.sessions.pg_store.PgSessionStore`): delete, prune, archive
+and the stale-open sweep run the same statements (dialect twins from ``store._sql``; the
+doomed-id list is a session temp table, ``pg_temp.doomed``). What is SQLite-only stays so:
+
+* :func:`vacuum` runs ``VACUUM (ANALYZE)`` on the store's tables on an **autocommit**
+  connection (VACUUM cannot run in a transaction block). It returns space inside the
+  tables to PostgreSQL for reuse and refreshes planner statistics; it does not shrink files
+  (``VACUUM FULL`` would take exclusive locks on a shared server — left to the operator).
+  Sizes are ``pg_total_relation_size`` of the store's tables (heap + indexes + TOAST).
+* :func:`freelist_ratio` is a SQLite fact (``None`` on PostgreSQL), and the auto-maintenance
+  VACUUM gate does not consult it there: the interval gate and ``pruned > 0`` decide.
+* The auto-maintenance lock is a ``pg_try_advisory_lock`` held on its own connection (the
+  store is shared by several hosts, a lock file would not be), instead of ``flock`` on
+  ``<db>.auto-maintenance.lock``.
 """
 
 from __future__ import annotations
@@ -196,14 +211,20 @@ def _holder_alive(holder: str) -> bool:
         return True
 
 
+def _doomed(conn: Connection) -> str:
+    # The temp table of doomed ids, schema-qualified per dialect (a constant, never input).
+    return "pg_temp.doomed" if conn.dialect.name == "postgresql" else "temp.doomed"
+
+
 def _delete_claimed(conn: Connection, progress: Progress | None, total: int) -> int:
-    """Delete the sessions listed in ``temp.doomed`` chunk by chunk, each chunk claimed by
-    the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
+    """Delete the sessions listed in the doomed temp table chunk by chunk, each chunk claimed
+    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
     hwm = ""
     done = 0
+    doomed = _doomed(conn)
     while True:
         ids = [r[0] for r in conn.exec_driver_sql(
-            "SELECT id FROM temp.doomed WHERE id > ? ORDER BY id LIMIT ?", (hwm, CHUNK_IDS))]
+            f"SELECT id FROM {doomed} WHERE id > ? ORDER BY id LIMIT ?", (hwm, CHUNK_IDS))]
         if not ids:
             break
         marks = ", ".join("?" * len(ids))
@@ -224,8 +245,10 @@ def _delete_claimed(conn: Connection, progress: Progress | None, total: int) -> 
 
 def _fill_doomed(conn: Connection, ids: list[str]) -> None:
     conn.exec_driver_sql("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)")
-    conn.exec_driver_sql("DELETE FROM temp.doomed")
-    conn.exec_driver_sql("INSERT OR IGNORE INTO temp.doomed(id) VALUES (?)", [(i,) for i in ids])
+    doomed = _doomed(conn)
+    conn.exec_driver_sql(f"DELETE FROM {doomed}")
+    conn.exec_driver_sql(f"INSERT INTO {doomed}(id) VALUES (?) ON CONFLICT DO NOTHING",
+                         [(i,) for i in ids])
 
 
 def _remove_transcripts(sessions_dir: str | os.PathLike | None, ids: list[str]) -> None:
@@ -250,6 +273,7 @@ def delete_session(store: SessionStore, session_id: str, sessions_dir: str | os.
     to delete changed since the caller looked (TOCTOU fence for export-before-delete).
     """
     deleted: list[str] = []
+    frag = store._sql
 
     def work(conn: Connection) -> bool:
         if conn.exec_driver_sql("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).first() is None:
@@ -263,8 +287,8 @@ def delete_session(store: SessionStore, session_id: str, sessions_dir: str | os.
                 part = frontier[i:i + CHUNK_IDS]
                 marks = ", ".join("?" * len(part))
                 rows = conn.exec_driver_sql(
-                    f"SELECT id FROM sessions WHERE {sql.J('model_config', '_delegate_from')} IN ({marks}) "
-                    f"OR (parent_session_id IN ({marks}) AND {sql.J('model_config', '_delegate_from')} "
+                    f"SELECT id FROM sessions WHERE {frag.J('model_config', '_delegate_from')} IN ({marks}) "
+                    f"OR (parent_session_id IN ({marks}) AND {frag.J('model_config', '_delegate_from')} "
                     "IS NOT NULL)", (*part, *part)).fetchall()
                 nxt += [r[0] for r in rows if r[0] not in seen]
             seen.update(nxt)
@@ -313,7 +337,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
             for sid in ids:
                 if sid in live_locks:
                     continue
-                if live_leases and conn.execute(sql.ROOT_OF, {"id": sid}).scalar() in live_leases:
+                if live_leases and conn.execute(store._sql.ROOT_OF, {"id": sid}).scalar() in live_leases:
                     continue
                 kept.append(sid)
             ids = kept
@@ -353,15 +377,38 @@ def archive_sessions(store: SessionStore, older_than_days: float | None = None,
 # ---------------------------------------------------------------------------------------
 
 
+def _is_pg(store: SessionStore) -> bool:
+    return store._sql.dialect == "postgresql"
+
+
+def _pg_tables(store: SessionStore) -> list[str]:
+    from .sessions.schema import metadata
+
+    return [t.name for t in metadata.sorted_tables]
+
+
 def logical_size_bytes(store: SessionStore) -> int:
-    """``page_count × page_size`` read through SQLite (never ``stat``: a live reader blocks
-    the fold-back of the WAL and stat-based deltas came out negative)."""
+    """SQLite: ``page_count × page_size`` (never ``stat``: a live reader blocks the fold-back
+    of the WAL and stat-based deltas came out negative). PostgreSQL: the summed
+    ``pg_total_relation_size`` of the store's tables."""
+    if _is_pg(store):
+        from sqlalchemy import text
+
+        names = _pg_tables(store)
+        params = {f"t{i}": n for i, n in enumerate(names)}
+        return int(store._read(lambda c: c.execute(text(
+            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r' "
+            f"AND c.relname IN ({', '.join(':' + k for k in params)})"), params).scalar()))
     return store._read(lambda c: c.exec_driver_sql("PRAGMA page_count").scalar()
                        * c.exec_driver_sql("PRAGMA page_size").scalar())
 
 
 def freelist_ratio(store: SessionStore) -> float | None:
-    """``freelist_count / page_count`` on an existing connection; None when unreadable."""
+    """``freelist_count / page_count`` on an existing connection; None when unreadable (and
+    always on PostgreSQL, which has no freelist)."""
+    if _is_pg(store):
+        return None
     try:
         free, pages = store._read(lambda c: (c.exec_driver_sql("PRAGMA freelist_count").scalar(),
                                               c.exec_driver_sql("PRAGMA page_count").scalar()))
@@ -371,11 +418,28 @@ def freelist_ratio(store: SessionStore) -> float | None:
     return (free / pages) if pages else None
 
 
-def vacuum(store: SessionStore) -> dict[str, int]:
-    """Optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again.
+def _pg_vacuum(store: SessionStore) -> None:
+    from .errors import ConfigurationError
 
-    Refused on quarantined or replaced handles. Returns logical sizes before and after.
-    """
+    if store.read_only:
+        raise ConfigurationError(f"{store.path}: this session store handle is read-only")
+    tables = ", ".join(_pg_tables(store))  # metadata names: fixed identifiers
+    with store.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql(f"VACUUM (ANALYZE) {tables}")
+
+
+def vacuum(store: SessionStore) -> dict[str, int]:
+    """SQLite: optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again;
+    refused on quarantined or replaced handles. PostgreSQL: ``VACUUM (ANALYZE)`` of the
+    store's tables on an autocommit connection (see the module docstring).
+
+    Returns logical sizes before and after."""
+    if _is_pg(store):
+        before = logical_size_bytes(store)
+        _pg_vacuum(store)
+        after = logical_size_bytes(store)
+        return {"before_bytes": before, "after_bytes": after, "reclaimed_bytes": before - after}
     store._guard()
     before = logical_size_bytes(store)
     for table in sql.FTS_VIRTUAL_TABLES:
@@ -411,7 +475,8 @@ def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int
                                           {"cutoff": cutoff, "now": now})]
         leases = {r[0] for r in conn.exec_driver_sql(
             "SELECT conversation_id FROM session_turn_leases WHERE expires_at > ?", (now,))}
-        ids = [i for i in ids if not leases or conn.execute(sql.ROOT_OF, {"id": i}).scalar() not in leases]
+        ids = [i for i in ids
+               if not leases or conn.execute(store._sql.ROOT_OF, {"id": i}).scalar() not in leases]
         n = 0
         for sid in ids:  # predicates re-applied in the UPDATE
             n += conn.execute(text(
@@ -433,13 +498,11 @@ def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEF
     ``closed``, ``vacuumed``, ``freelist_ratio`` (when VACUUM was considered), ``error``."""
     result: dict[str, Any] = {"skipped": False, "pruned": 0, "closed": 0, "vacuumed": False}
     try:
-        fd = os.open(f"{store.path}.auto-maintenance.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError as exc:
+        lock = _MaintenanceLock(store)
+    except Exception as exc:  # noqa: BLE001 - startup maintenance never raises
         return {**result, "skipped": True, "error": str(exc)}
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
+        if not lock.acquire():
             return {**result, "skipped": True}
         try:
             now = time.time()
@@ -455,16 +518,56 @@ def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEF
                 if last_vac is None or now - float(last_vac) >= min_vacuum_interval_days * 86400:
                     ratio = freelist_ratio(store)
                     result["freelist_ratio"] = ratio
-                    if ratio is None or ratio > min_vacuum_freelist_ratio:
+                    # The freelist gate is SQLite's; PostgreSQL's VACUUM is never a rewrite.
+                    if _is_pg(store) or ratio is None or ratio > min_vacuum_freelist_ratio:
                         vacuum(store)
                         store.set_meta("last_vacuum", str(time.time()))
                         result["vacuumed"] = True
             store.set_meta("last_auto_prune", str(now))
         finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            lock.release()
     except Exception as exc:  # noqa: BLE001 - startup maintenance never raises
         log.warning("%s: auto-maintenance failed: %s", store.path, exc)
         result["error"] = f"{type(exc).__name__}: {exc}"
     finally:
-        os.close(fd)
+        lock.close()
     return result
+
+
+#: Advisory-lock key of the PostgreSQL auto-maintenance lock (any fixed bigint).
+PG_MAINTENANCE_LOCK_KEY = 0x6865726D6573_01
+
+
+class _MaintenanceLock:
+    """Non-blocking cross-process lock: ``flock`` on ``<db>.auto-maintenance.lock`` (SQLite),
+    a session-level ``pg_try_advisory_lock`` on a connection of its own (PostgreSQL)."""
+
+    def __init__(self, store: SessionStore) -> None:
+        self._fd: int | None = None
+        self._conn = None
+        if _is_pg(store):
+            self._conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+        else:
+            self._fd = os.open(f"{store.path}.auto-maintenance.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self) -> bool:
+        if self._conn is not None:
+            return bool(self._conn.exec_driver_sql(
+                f"SELECT pg_try_advisory_lock({PG_MAINTENANCE_LOCK_KEY})").scalar())
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> None:
+        if self._conn is not None:
+            self._conn.exec_driver_sql(f"SELECT pg_advisory_unlock({PG_MAINTENANCE_LOCK_KEY})")
+        else:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        elif self._fd is not None:
+            os.close(self._fd)

@@ -80,7 +80,6 @@ SQLITE_ONLY_TESTS = {
 }
 #: Modules not yet ported to PostgreSQL (skipped with this reason, never silently).
 PG_PENDING_MODULES = {
-    "test_maintenance": "maintenance.py on PostgreSQL is not done yet",
 }
 
 
