@@ -33,6 +33,21 @@ objects outside it — FTS5 virtual tables and their shadow tables in the sessio
 ``sqlite_sequence``, ``alembic_version`` — are skipped; the target's full-text index is
 maintained by its own triggers / generated columns as the rows arrive.
 
+**Foreign keys on PostgreSQL.** The metadata's foreign keys are enforced there (SQLite
+files never enforced them), so before copying into PostgreSQL every foreign key is checked on
+the source: a value with no referenced row (e.g. a legacy ``sessions.parent_session_id``
+naming a deleted session) makes the copy **refuse** with :class:`CopyDanglingReferenceError`
+naming the table, column, rows and missing keys — the target cannot hold them, and the copy
+never drops or rewrites data; repair the source (e.g. set the column to NULL) and rerun.
+A table referencing itself (``sessions.parent_session_id``) is copied **parents first**
+(level by level from the roots, key order within a level) in one target transaction, so it
+is either absent or complete when a copy is interrupted; a reference cycle is refused.
+
+**Value translation.** Where a store encodes a value per dialect (the session store's
+multimodal ``messages.content`` marker: ``\x00json:`` on SQLite, ``\ufdd0json:`` on
+PostgreSQL — see ``hermes_data.sessions.encoding``), rows are translated as they are
+copied and the source side of every checksum is taken over the translated values.
+
 The source should be quiet for the final pass: rows changed after a table was copied are
 not copied again (the verification step then reports the table).
 """
@@ -66,6 +81,10 @@ Progress = Callable[[str, int, int], None]
 
 class CopyTargetNotEmptyError(HermesDataError):
     """The target holds rows that are not an interrupted copy of the source."""
+
+
+class CopyDanglingReferenceError(HermesDataError):
+    """The source holds foreign-key values without a referenced row; the target enforces them."""
 
 
 class CopyVerificationError(HermesDataError):
@@ -155,14 +174,40 @@ def _canonical(kind: str, value: Any) -> bytes:
     return b"t" + str(value).encode("utf-8", "surrogatepass")
 
 
+Translator = Callable[[Any], Any]
+
+
+def value_translators(store: str, table: sa.Table, source: str, target: str
+                      ) -> dict[int, Translator]:
+    """Per-column converters (by column position) of ``table`` from dialect ``source`` to
+    ``target``; empty when the two store values alike."""
+    if source == target or store != "sessions" or table.name != "messages":
+        return {}
+    from .sessions.encoding import translate_content
+
+    pos = [c.name for c in table.c].index("content")
+    return {pos: lambda v: translate_content(v, source, target)}
+
+
+def _translate(row: Sequence[Any], translators: dict[int, Translator]) -> Sequence[Any]:
+    if not translators:
+        return row
+    out = list(row)
+    for i, fn in translators.items():
+        out[i] = fn(out[i])
+    return out
+
+
 def _ordered(table: sa.Table) -> sa.Select:
     return sa.select(*table.c).order_by(*table.primary_key.columns)
 
 
 def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
-                   upto: tuple | None = None) -> tuple[int, str]:
+                   upto: tuple | None = None,
+                   translators: dict[int, Translator] | None = None) -> tuple[int, str]:
     """``(rows, sha256)`` of ``table`` on ``conn`` over the canonical dump in key order
-    (only the rows with key ``<= upto`` when given)."""
+    (only the rows with key ``<= upto`` when given; values passed through ``translators``
+    first, see :func:`value_translators`)."""
     kinds = [_kind(c) for c in table.c]
     digest = hashlib.sha256()
     rows = 0
@@ -171,6 +216,7 @@ def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
         stmt = stmt.where(_upto(table, upto))
     result = conn.execute(stmt.execution_options(yield_per=batch))
     for row in result:
+        row = _translate(row, translators or {})
         digest.update(b"\x1e".join(_canonical(k, v) for k, v in zip(kinds, row)))
         digest.update(b"\x1d")
         rows += 1
@@ -278,16 +324,23 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
             known = set(sa.inspect(s).get_table_names())
             report.skipped = sorted(known - {t.name for t in spec.metadata.sorted_tables}
                                     - {"alembic_version"})
-            marks = _check_target(s, d, tables, report, force)
+            if d.dialect.name == "postgresql":
+                _check_references(s, tables, report)
+            marks = _check_target(s, d, tables, report, force, store)
         if force and any(marks.values()):
             with write_transaction(dst) as d:
                 for table in reversed(tables):
                     d.execute(sa.delete(table))
             marks = {name: None for name in marks}
         for table in tables:
-            report.tables.append(_copy_table(src, dst, table, marks[table.name], batch, progress))
+            tr = value_translators(store, table, src.dialect.name, dst.dialect.name)
+            if _self_reference(table) is not None and marks[table.name] is None:
+                report.tables.append(_copy_parents_first(src, dst, table, batch, progress, tr))
+            else:
+                report.tables.append(_copy_table(src, dst, table, marks[table.name], batch,
+                                                 progress, tr))
         _copy_ledger(src, dst, spec.metadata, report)
-        _verify(src, dst, tables, spec.metadata, report)
+        _verify(src, dst, tables, spec.metadata, report, store)
     finally:
         src.dispose()
         dst.dispose()
@@ -315,7 +368,7 @@ def _require_head(store: str, url: URL, report: CopyReport) -> None:
 
 
 def _check_target(s: Connection, d: Connection, tables: Iterable[sa.Table], report: CopyReport,
-                  force: bool) -> dict[str, tuple | None]:
+                  force: bool, store: str = "telemetry") -> dict[str, tuple | None]:
     """Each table's high-water mark in the target; refuses a target that is not a prefix."""
     marks: dict[str, tuple | None] = {}
     foreign = []
@@ -323,8 +376,10 @@ def _check_target(s: Connection, d: Connection, tables: Iterable[sa.Table], repo
         mark = _high_water(d, table)
         marks[table.name] = mark
         # A prefix: same rows, value for value, as the source's up to the target's last key.
+        tr = value_translators(store, table, s.dialect.name, d.dialect.name)
         if mark is not None and (_count(d, table) != _count(s, table, mark)
-                                 or table_checksum(d, table) != table_checksum(s, table, upto=mark)):
+                                 or table_checksum(d, table)
+                                 != table_checksum(s, table, upto=mark, translators=tr)):
             foreign.append(table.name)
     if foreign and not force:
         raise CopyTargetNotEmptyError(
@@ -335,7 +390,8 @@ def _check_target(s: Connection, d: Connection, tables: Iterable[sa.Table], repo
 
 
 def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, batch: int,
-                progress: Progress | None) -> TableCopy:
+                progress: Progress | None,
+                translators: dict[int, Translator] | None = None) -> TableCopy:
     t0 = time.perf_counter()
     out = TableCopy(table.name)
     names = [c.name for c in table.c]
@@ -353,7 +409,8 @@ def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, b
             if not rows:
                 break
             with write_transaction(dst) as d:
-                d.execute(insert, [dict(zip(names, r)) for r in rows])
+                d.execute(insert, [dict(zip(names, _translate(r, translators or {})))
+                                   for r in rows])
             mark = _key_of(table, rows[-1])
             out.copied_rows += len(rows)
             done += len(rows)
@@ -386,11 +443,12 @@ def _copy_ledger(src: Engine, dst: Engine, metadata: sa.MetaData, report: CopyRe
 
 
 def _verify(src: Engine, dst: Engine, tables: list[sa.Table], metadata: sa.MetaData,
-            report: CopyReport) -> None:
+            report: CopyReport, store: str = "telemetry") -> None:
     with src.connect() as s, dst.connect() as d:
         for out in report.tables:
             table = metadata.tables[out.table]
-            out.source_rows, out.source_checksum = table_checksum(s, table)
+            tr = value_translators(store, table, s.dialect.name, d.dialect.name)
+            out.source_rows, out.source_checksum = table_checksum(s, table, translators=tr)
             out.target_rows, out.target_checksum = table_checksum(d, table)
         for name in LEDGER_TABLES:
             if name in metadata.tables:
@@ -400,3 +458,107 @@ def _verify(src: Engine, dst: Engine, tables: list[sa.Table], metadata: sa.MetaD
                 ledger.target_rows, ledger.target_checksum = table_checksum(d, table)
                 ledger.copied_rows = ledger.source_rows
                 report.tables.append(ledger)
+
+
+# --------------------------------------------------------------------------- foreign keys
+#: Rows named in a dangling-reference error (the count is always complete).
+_NAMED_ROWS = 20
+
+
+def _self_reference(table: sa.Table) -> sa.ForeignKey | None:
+    """The foreign key of ``table`` that references ``table`` itself (single column)."""
+    for fk in table.foreign_keys:
+        if fk.column.table is table:
+            return fk
+    return None
+
+
+def _check_references(s: Connection, tables: Iterable[sa.Table], report: CopyReport) -> None:
+    """Refuse a source whose foreign-key values name missing rows (the target enforces them)."""
+    problems = []
+    for table in tables:
+        pk = list(table.primary_key.columns)
+        for fk in sorted(table.foreign_keys, key=lambda f: f.parent.name):
+            col, ref = fk.parent, fk.column
+            target = ref.table.alias("ref")
+            missing = (sa.select(*pk, col).where(col.is_not(None)).where(~sa.exists().where(
+                target.c[ref.name] == col)).order_by(*pk))
+            count = s.execute(sa.select(sa.func.count()).select_from(missing.subquery())).scalar()
+            if count:
+                rows = s.execute(missing.limit(_NAMED_ROWS)).fetchall()
+                named = ", ".join(f"{'/'.join(map(str, r[:-1]))} -> {r[-1]!r}" for r in rows)
+                more = f" (and {count - len(rows)} more)" if count > len(rows) else ""
+                problems.append(f"{table.name}.{col.name}: {count} row(s) reference a missing "
+                                f"{ref.table.name}.{ref.name}: {named}{more}")
+    if problems:
+        raise CopyDanglingReferenceError(
+            f"{report.source}: the target enforces foreign keys and the source holds references "
+            "to rows that do not exist; nothing was copied. " + "; ".join(problems)
+            + ". Repair the source (e.g. set those columns to NULL) and rerun the copy.")
+
+
+def _parents_first(s: Connection, table: sa.Table, fk: sa.ForeignKey, report_name: str
+                   ) -> list[tuple]:
+    """Primary keys of ``table`` ordered so that every row follows the row it references."""
+    pk = list(table.primary_key.columns)
+    rows = s.execute(sa.select(*pk, fk.parent).order_by(*pk)).fetchall()
+    children: dict[Any, list[tuple]] = {}
+    level: list[tuple] = []
+    keys = {tuple(r[:-1]) for r in rows}
+    for r in rows:
+        key, parent = tuple(r[:-1]), r[-1]
+        if parent is None or (parent,) == key or (parent,) not in keys:
+            level.append(key)  # roots (a dangling parent was refused before: never here)
+        else:
+            children.setdefault((parent,), []).append(key)
+    order: list[tuple] = []
+    while level:
+        order.extend(level)
+        level = sorted(k for p in level for k in children.pop(p, []))
+    if len(order) != len(rows):
+        stuck = sorted(keys - set(order))[:_NAMED_ROWS]
+        raise CopyDanglingReferenceError(
+            f"{report_name}.{fk.parent.name}: {len(rows) - len(order)} row(s) form a reference "
+            f"cycle that cannot be inserted under an enforced foreign key: "
+            f"{', '.join('/'.join(map(str, k)) for k in stuck)}")
+    return order
+
+
+def _copy_parents_first(src: Engine, dst: Engine, table: sa.Table, batch: int,
+                        progress: Progress | None, translators: dict[int, Translator]
+                        ) -> TableCopy:
+    """Copy a self-referencing table parents first, in one target transaction."""
+    t0 = time.perf_counter()
+    out = TableCopy(table.name)
+    fk = _self_reference(table)
+    assert fk is not None
+    names = [c.name for c in table.c]
+    pk = list(table.primary_key.columns)
+    with src.connect() as s:
+        order = _parents_first(s, table, fk, table.name)
+        total = len(order)
+        with write_transaction(dst) as d:
+            for start in range(0, total, batch):
+                keys = order[start:start + batch]
+                fetched: dict[tuple, Sequence[Any]] = {}
+                for i in range(0, len(keys), 900):  # IN-list chunks
+                    part = keys[i:i + 900]
+                    cond = (pk[0].in_([k[0] for k in part]) if len(pk) == 1
+                            else sa.tuple_(*pk).in_(part))
+                    for r in s.execute(sa.select(*table.c).where(cond)):
+                        fetched[_key_of(table, r)] = r
+                d.execute(sa.insert(table), [dict(zip(names, _translate(fetched[k], translators)))
+                                             for k in keys])
+                out.copied_rows += len(keys)
+                log.info("%s: %d / %d rows (parents first)", table.name, out.copied_rows, total)
+                if progress:
+                    progress(table.name, out.copied_rows, total)
+        if table.autoincrement_column is not None:
+            out.id_counter = _id_counter(s, table)
+    if out.id_counter is not None:
+        with write_transaction(dst) as d:
+            _set_id_counter(d, table, out.id_counter)
+    if progress and total == 0:
+        progress(table.name, 0, 0)
+    out.seconds = time.perf_counter() - t0
+    return out
