@@ -57,7 +57,8 @@ def test_prune_spares_open_pinned_and_guarded_sessions_and_orphans_children(stor
     assert [c.id for c in mt.list_prune_candidates(store, include_pinned=True)] \
         and mt.count_prune_matches(store, include_pinned=True) == 3
     assert mt.prune_sessions(store, exclude_active_write_guards=True) == 1
-    ids = {r[0] for r in store.engine.connect().exec_driver_sql("SELECT id FROM sessions")}
+    with store.engine.connect() as conn:  # closed: a leaked read would block the next TRUNCATE
+        ids = {r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")}
     assert ids == {"open", "pinned", "locked", "recent", "kid"}
     assert store.get_session("kid").parent_session_id is None  # orphaned, not deleted
     assert store.get_messages("old") == []
@@ -81,7 +82,8 @@ def test_prune_of_more_than_900_ids_and_linear_steps(store):
         return count[0]
 
     small, large = steps_to_prune(2000, "a"), steps_to_prune(8000, "b")
-    assert store.engine.connect().exec_driver_sql("SELECT COUNT(*) FROM sessions").scalar() == 0
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM sessions").scalar() == 0
     if store.engine.dialect.name == "sqlite":
         assert large < 4 * small * 1.5, (small, large)  # O(n): 4x rows, ~4x steps (not 16x)
 
