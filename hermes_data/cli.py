@@ -53,6 +53,8 @@ def cmd_upgrade(args) -> int:
             print(f"  repair: {repair}")
         for extra in r.extra_objects:
             print(f"  left alone: {extra}")
+        for warning in r.warnings:
+            print(f"  warning: {warning}")
         slow = sorted(r.step_seconds.items(), key=lambda kv: -kv[1])[:5]
         if slow:
             print("  slowest steps: " + ", ".join(f"{k} {_fmt_seconds(v)}" for k, v in slow))

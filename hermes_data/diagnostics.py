@@ -248,6 +248,17 @@ def doctor(store: str, url=None) -> DoctorReport:
     except Exception as exc:  # report, never crash: doctor exists for broken databases
         report.problems.append(f"cannot open the database: {exc}")
         return report
+    if path is None:
+        from .engine import create_engine_for as _engine_for
+
+        server = _engine_for(store, resolved)
+        try:
+            with server.connect() as conn:
+                warning = migrate.server_collation_warning(conn)
+        finally:
+            server.dispose()
+        if warning:
+            report.warnings.append(warning)
     report.facts.update(revision=st.revision, head=st.head, journal_mode=st.journal_mode,
                         journal_reason=st.journal_reason, size_bytes=st.size_bytes)
     if st.legacy:

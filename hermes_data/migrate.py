@@ -69,6 +69,7 @@ class UpgradeReport:
     seconds: float = 0.0
     journal_mode: str = "unknown"
     up_to_date: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -190,6 +191,28 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
 def display_url(url: URL) -> str:
     """``url`` as text with any password hidden."""
     return url.render_as_string(hide_password=True)
+
+
+#: Collations under which text order is byte order (what SQLite does, and what the canonical
+#: ISO-8601 timestamp comparisons of the stores assume).
+BYTE_ORDER_COLLATIONS = frozenset({"C", "POSIX", "C.UTF-8", "C.utf8", "ucs_basic"})
+
+
+def server_collation_warning(conn: Connection) -> str | None:
+    """On PostgreSQL: a warning when the database's collation is not byte order, else None."""
+    if conn.dialect.name != "postgresql":
+        return None
+    row = conn.exec_driver_sql(
+        "SELECT * FROM pg_database WHERE datname = current_database()"
+    ).mappings().one()
+    collation = row["datcollate"]
+    if row.get("datlocprovider") == "i":  # PostgreSQL 15+: an ICU default collation
+        collation = f"{row.get('daticulocale')} (ICU)"
+    if collation in BYTE_ORDER_COLLATIONS:
+        return None
+    return (f"database collation is {collation!r}, not byte order: timestamps are stored as "
+            "ISO-8601 text and time windows compare them as text; create the database with "
+            "LC_COLLATE 'C' (e.g. CREATE DATABASE … LOCALE 'C.UTF-8' TEMPLATE template0)")
 
 
 def _pg_lock_key(store: str) -> int:
@@ -343,6 +366,12 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
         log.info("%s store already at %s; nothing to do", spec.name, target)
         return
     pg = conn.dialect.name == "postgresql"
+    if pg:
+        with conn.begin():
+            warning = server_collation_warning(conn)
+        if warning:
+            log.warning("%s", warning)
+            report.warnings.append(warning)
     with _process_lock:
         if pg:
             conn.exec_driver_sql(f"SELECT pg_advisory_lock({_pg_lock_key(spec.name)})")

@@ -92,3 +92,30 @@ def test_check_on_postgres_names_a_dropped_index(pg_url):
     engine.dispose()
     bad = run_cli("check", "--store", "telemetry", "--url", pg_url)
     assert bad.returncode == 1 and "idx_llm_turn" in bad.stdout
+
+
+def test_non_byte_order_collation_is_warned_about(pg_url):
+    """Timestamps are ISO text compared as text: a database whose collation is not byte order
+    is upgraded, but the report (and doctor) say so with the fix."""
+    import uuid
+
+    from hermes_data.diagnostics import doctor
+
+    from ..conftest import PG_ADMIN_URL
+
+    assert migrate.upgrade("telemetry", pg_url).warnings == []  # the test server is C.UTF-8
+    name = f"hd_coll_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        # An ICU default collation (this server has no libc locales besides C).
+        conn.exec_driver_sql(f"CREATE DATABASE \"{name}\" TEMPLATE template0 "
+                             "LOCALE_PROVIDER icu ICU_LOCALE 'en-US'")
+    url = sa.engine.make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        report = migrate.upgrade("telemetry", url)
+        assert report.warnings and "not byte order" in report.warnings[0]
+        assert any("LC_COLLATE" in w for w in doctor("telemetry", url).warnings)
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
