@@ -4,6 +4,11 @@ The baseline revision ``s01_baseline`` is idempotent on an upstream ``state.db``
 inspect the file before it runs (adoption is never a blind stamp), and afterwards reconcile
 add-only towards the head metadata, run the FTS checks of spec sessions.md §4.7 and report
 foreign objects, all inside the upgrade's one ``BEGIN IMMEDIATE`` transaction.
+
+Later revisions (``s02_pg_stored_tsvector``) change PostgreSQL only: on SQLite they are
+no-ops, adoption still happens in the baseline, and ``after_upgrade`` runs once the head is
+reached — after the last revision applied — exactly as with a single-revision history. A
+file stamped at an earlier revision is "behind" and is simply upgraded (no re-adoption).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import AdoptionError
 from ..migrate import StoreSpec, UpgradeReport, current_revision
-from ..shape import INTERNAL_TABLES, IndexShape, Shape, metadata_shape, metadata_shape_on
+from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
 from .schema import metadata
 
@@ -180,17 +185,23 @@ def ignore_table(name: str) -> bool:
 
 
 def expected_shape_on(conn: Connection) -> Shape:
-    """Head shape on PostgreSQL: the reflected metadata plus the full-text GIN indexes
-    (``messages_fts_trgm`` only where the ``pg_trgm`` extension is installed)."""
+    """Head shape on PostgreSQL: the reflected metadata plus what only PostgreSQL has — the
+    stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
+    that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
+    the ``pg_trgm`` extension is installed). The column stays out of the Core metadata:
+    that metadata is the SQLite authority, and no insert may name a generated column."""
     base = metadata_shape_on(conn, metadata)
+    tables = dict(base.tables)
+    tables["messages"] = tables["messages"] + (
+        ColumnShape(sql.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
     indexes = dict(base.indexes)
-    names = ["messages_fts_tsv"]
+    names = ["messages_fts_document"]
     if conn.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").first():
         names.append("messages_fts_trgm")
     for name in names:
         cols = sql.PG_FTS_INDEX_COLUMNS[name]
         indexes[name] = IndexShape(name, "messages", cols, False)
-    return replace(base, indexes=indexes)
+    return replace(base, tables=tables, indexes=indexes)
 
 
 def expected_shape() -> Shape:

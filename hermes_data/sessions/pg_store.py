@@ -240,9 +240,11 @@ class PgSessionStore(SessionStore):
 
     def _clone_rows(self, conn: Connection, parent: str, child: str, watermark: int,
                     ceiling: int | None) -> tuple[int, int]:
-        # Column-exact copy (extra columns included) except id/session_id/active/compacted.
+        # Column-exact copy (extra columns included) except id/session_id/active/compacted and
+        # generated columns (fts_document, s02: PostgreSQL computes it, no insert may name it).
         cols = [c["name"] for c in sa.inspect(conn).get_columns("messages")
-                if c["name"] not in ("id", "session_id", "active", "compacted")]
+                if c["name"] not in ("id", "session_id", "active", "compacted")
+                and not c.get("computed")]
         col_sql = ", ".join('"' + c.replace('"', '""') + '"' for c in cols)
         cond = "session_id = ? AND active = 1 AND id > ?" + (" AND id <= ?" if ceiling is not None else "")
         params: tuple[Any, ...] = (parent, watermark) + ((ceiling,) if ceiling is not None else ())

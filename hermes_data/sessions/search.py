@@ -15,25 +15,30 @@ Three parts, each usable on its own:
 
 **PostgreSQL** (same contract, same result rows; :func:`search_messages` dispatches on the
 connection's dialect). The plan is the same (:func:`plan_search`); the routes run against
-the indexes of s01_baseline instead of FTS5 tables:
+the objects of s01_baseline and s02_pg_stored_tsvector instead of FTS5 tables:
 
 * ``fts`` — the sanitizer's output compiled into a ``tsquery`` built from bound parameters
-  (:func:`pg_tsquery`: a term is ``phraseto_tsquery('simple', :t)``, a ``word*`` prefix
-  ``to_tsquery('simple', :t)`` with ``'word':*``, a phrase ``<->``; ``NOT`` ⇒ ``&& !!``, ``OR``
-  ⇒ ``||``), matched against ``sql.PG_FTS_DOCUMENT`` — the expression of the GIN index
-  ``messages_fts_tsv`` — so the planner uses it. Relevance: ``ts_rank`` over the newest
-  :data:`PG_RANK_CANDIDATES` matches (ranking recomputes the document, so it is bounded).
-  Snippets: ``ts_headline`` over a :data:`PG_HEADLINE_CHARS`-character prefix.
+  (:func:`pg_tsquery`: a term is ``phraseto_tsquery('simple', regexp_replace(:t, SPLIT))``,
+  a ``word*`` prefix puts ``:*`` on the term's last word, a phrase ``<->``; ``NOT`` ⇒
+  ``&& !!``, ``OR`` ⇒ ``||``), matched against the stored generated column
+  ``messages.fts_document`` (GIN index ``messages_fts_document``). Relevance: ``ts_rank``
+  on that stored vector over the newest :data:`PG_RANK_CANDIDATES` matches. Snippets:
+  ``ts_headline`` over a :data:`PG_HEADLINE_CHARS`-character prefix, with the same
+  punctuation boundaries made visible to the parser (so ``gateway`` is marked inside
+  ``gateway/run.py``) and removed again from the snippet.
 * ``trigram`` — ``m.content ILIKE '%tok%' ESCAPE '\'`` per token (the ``pg_trgm`` GIN index
   ``messages_fts_trgm`` serves it), over the rows the SQLite trigram index holds (no tool
   rows, no cron/subagent/delegate sessions); newest first.
 * ``like`` / ``cjk_like`` — the same escaped LIKE compilation with ``ILIKE``.
 
-Tokenizer difference (documented, tested): PostgreSQL's parser keeps file paths, host names,
-e-mail addresses and URLs as one lexeme (``gateway/run.py``), where FTS5's unicode61 splits
-them. A word found only inside such a compound is reached by the zero-result fallback of
-§7.2 step 6 (the trigram route), which both backends run when the standard route finds
-nothing and every token has ≥ 3 characters.
+Tokenisation on PostgreSQL (``sql.PG_FTS_SPLIT``): every run of ASCII characters that are not
+letters or digits is a word boundary — in the document and in every query term alike — so
+``gateway/run.py``, ``user@host``, ``read_file`` split into unicode61's words and ``gateway``
+finds them on the standard route. Non-ASCII punctuation is left to the 'simple' parser (a
+boundary under a Unicode ``LC_CTYPE``). Case folds on both sides ('simple' lower-cases).
+Remaining difference: diacritics are not folded (``cafe`` does not find ``café``; FTS5's
+``remove_diacritics`` does), and the document is one text, so a phrase may span from
+``content`` into ``tool_name`` where FTS5's columns keep them apart.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays
@@ -391,14 +396,14 @@ def _names(value: str | Iterable[str] | None) -> list[str]:
 def read_capabilities(conn: Connection) -> SearchCapabilities:
     """Which indexes can answer now: FTS5 module, tables present, ``fts_stale`` (PK read).
 
-    PostgreSQL: the two GIN indexes of s01_baseline (server-maintained, never stale); a
+    PostgreSQL: the two GIN indexes of the head (server-maintained, never stale); a
     capability override of :func:`opening.force_capabilities` applies to both backends."""
     if conn.dialect.name == "postgresql":
         forced = opening._forced_capabilities
         names = {r[0] for r in conn.exec_driver_sql(
             "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-            "AND tablename = 'messages' AND indexname IN ('messages_fts_tsv', 'messages_fts_trgm')")}
-        fts = "messages_fts_tsv" in names and (forced is None or forced.fts5)
+            "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm')")}
+        fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
         return SearchCapabilities(fts5=fts, trigram=tri, stale=False)
     caps = opening.capabilities(conn)
@@ -601,8 +606,8 @@ def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
 # PostgreSQL execution
 # -------------------------------------------------------------------------------------
 
-#: The standard route ranks (``ts_rank``) only the newest this-many matches: ranking
-#: recomputes each row's document, so an unbounded rank of a common word would scan them all.
+#: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
+#: this-many matches, so a common word never ranks every matching row.
 PG_RANK_CANDIDATES = 1000
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
@@ -611,20 +616,32 @@ _PG_HEADLINE_OPTS = (f"StartSel={HIGHLIGHT_START}, StopSel={HIGHLIGHT_END}, MaxW
 #: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
 #: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
 _PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
-_PG_WORD_RE = re.compile(r"^\w+$")
 #: Sessions whose rows the SQLite trigram index holds (TRI_SESSION of sql.py, PostgreSQL twin).
 _PG_TRI_SESSION = ("s.source NOT IN ('cron', 'subagent') "
                    "AND hermes_json_get(s.model_config, '_delegate_from') IS NULL")
+
+
+_PG_LAST_WORD_RE = re.compile(r"[^\W_]+(?=[\W_]*$)")
+_PG_WORD_CHAR_RE = re.compile(r"[^\W_]")
+
+
+def _pg_prefix_quote(word: str) -> str:
+    """``word`` as a prefix tsquery lexeme: ``'word':*`` (quotes doubled, backslashes escaped)."""
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "':*"
 
 
 def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str | None:
     """SQL ``tsquery`` expression for a sanitized query, every term a bound parameter.
 
     FTS5 precedence (NOT > AND > OR): ``OR`` starts a new group, terms of a group are AND-ed
-    (``&&``), ``NOT x`` becomes ``&& !!x``. A bare term is ``phraseto_tsquery('simple', :t)``
-    (the parser splits it like the document: ``chat-send`` ⇒ ``'chat-send' <-> 'chat' <->
-    'send'``); ``word*`` ⇒ ``to_tsquery('simple', :t)`` with ``'word':*``; a quoted phrase ⇒
-    ``phraseto_tsquery`` of its text. ``None`` when no positive term is left."""
+    (``&&``), ``NOT x`` becomes ``&& !!x``. A term is split exactly as the stored document
+    is (``regexp_replace`` with ``sql.PG_FTS_SPLIT``, then the 'simple' parser) and matched
+    as a phrase: ``chat-send`` ⇒ ``'chat' <-> 'send'``, ``gateway/run.py`` ⇒ ``'gateway' <->
+    'run' <-> 'py'``. A prefix term (``word*``, ``foo_ba*``, ``"some phra"*``) puts ``:*`` on
+    its last word, as FTS5 does: ``'foo' <-> 'ba':*``. ``None`` when no positive term is
+    left."""
+    from .sql import PG_FTS_SPLIT
+
     groups: list[list[str]] = [[]]
     negate = False
     n = 0
@@ -639,17 +656,23 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str
             negate = True
             continue
         text = _bare(tok)
-        if not text.strip():
+        last = _PG_LAST_WORD_RE.search(text) if tok.endswith("*") else None
+        if not text.strip() or (tok.endswith("*") and last is None):
             negate = False
             continue
         key = f"{prefix}{n}"
         n += 1
-        if tok.endswith("*") and _PG_WORD_RE.match(text):
-            params[key] = "'" + text + "':*"
+        if last is not None:
+            params[key] = _pg_prefix_quote(last.group(0))
             term = f"to_tsquery('simple', :{key})"
+            head = text[:last.start()]
+            if _PG_WORD_CHAR_RE.search(head):
+                params[key + "h"] = head
+                term = (f"tsquery_phrase(phraseto_tsquery('simple', regexp_replace(:{key}h, "
+                        f"'{PG_FTS_SPLIT}', ' ', 'g')), {term})")
         else:
             params[key] = text
-            term = f"phraseto_tsquery('simple', :{key})"
+            term = f"phraseto_tsquery('simple', regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g'))"
         if negate and groups[-1]:
             groups[-1].append(f"!!{term}")
         elif not negate:
@@ -695,15 +718,15 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
     if offset and _pg_attempt(conn, "fts", lambda: _pg_fts(conn, plan.match, filters, 1, 0,
                                                            sort)):
         return hits  # an empty later page, not an empty result
-    # The parser keeps paths/hosts/e-mails as one lexeme (and puts no boundary between Latin
-    # and adjacent CJK): retry as substrings through the trigram index.
+    # The parser puts no boundary between Latin and adjacent CJK (``修改youer服务端``), and
+    # a word may sit inside a longer one: retry as substrings through the trigram index.
     return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
         conn, plan.trigram_fallback, filters, limit, offset, sort)) or []
 
 
 def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
             sort: str | None) -> list[SearchResult]:
-    from .sql import PG_FTS_DOCUMENT
+    from .sql import PG_FTS_DOCUMENT, PG_FTS_SPLIT
 
     params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
                               "hl": PG_HEADLINE_CHARS}
@@ -711,8 +734,12 @@ def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset:
     if tsq is None:
         return []
     where = filters.sql(params)
-    head = (f"ts_headline('simple', concat_ws(' ', left(m.content, :hl), m.tool_name, "
-            f"left(m.tool_calls, :hl)), {tsq}, '{_PG_HEADLINE_OPTS}')")
+    # The parser reads the headline text as it read the document: each ASCII punctuation run
+    # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
+    head = (f"ts_headline('simple', regexp_replace(concat_ws(' ', left(m.content, :hl), "
+            f"m.tool_name, left(m.tool_calls, :hl)), '{PG_FTS_SPLIT}', :fence, 'g'), {tsq}, "
+            f"'{_PG_HEADLINE_OPTS}')")
+    params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
     if sort in (None, "rank"):
         # Rank the newest PG_RANK_CANDIDATES matches (GIN index scan), then page.
         sql_text = (
@@ -736,6 +763,10 @@ def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset:
     return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
 
 
+#: Parser boundary fenced around punctuation in the headline text (never a word character).
+_PG_FENCE = "\x01"
+
+
 _PG_SPLIT_MARKS_RE = re.compile(
     re.escape(HIGHLIGHT_END) + r"((?:[^\s\w]|_){1,3})" + re.escape(HIGHLIGHT_START))
 
@@ -745,7 +776,7 @@ def _pg_join_marks(snippet: Any) -> Any:
     phrase the parser split at punctuation; FTS5's snippet marks the phrase as one span."""
     if not isinstance(snippet, str):
         return snippet
-    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet)
+    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet.replace(_PG_FENCE, ""))
 
 
 def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,

@@ -482,23 +482,38 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# PostgreSQL full-text objects (created by s01_baseline's PostgreSQL branch)
+# PostgreSQL full-text objects (s01_baseline's PostgreSQL branch, then s02_pg_stored_tsvector)
 # ---------------------------------------------------------------------------------------
 
-#: Reflected column lists of the two GIN indexes (expression index: no named column).
+#: Reflected column lists of the two GIN indexes at the head.
 PG_FTS_INDEX_COLUMNS: dict[str, tuple] = {
-    "messages_fts_tsv": (None,),
+    "messages_fts_document": ("fts_document",),
     "messages_fts_trgm": ("content",),
 }
 
-#: PostgreSQL: the document of the standard index — IDX(m) plus tool_name and tool_calls, the
-#: same text FTS5 indexes. Must stay identical to messages_fts_tsv's expression (s01_baseline)
-#: so the planner uses that GIN index.
-PG_FTS_DOCUMENT = (
-    "to_tsvector('simple'::regconfig, CASE WHEN m.role = 'tool' THEN "
-    f"substr(COALESCE(m.content, ''), 1, {TOOL_INDEX_PREFIX}) ELSE COALESCE(m.content, '') END "
-    "|| ' ' || COALESCE(m.tool_name, '') || ' ' || COALESCE(m.tool_calls, ''))"
+#: PostgreSQL-only column of ``messages`` (s02): a stored generated ``tsvector``. It is not
+#: part of the Core metadata (the SQLite authority), so no insert ever names it.
+PG_FTS_COLUMN = "fts_document"
+
+#: Runs of ASCII non-alphanumerics — replaced by one space before the 'simple' parser reads a
+#: document or a query term, so paths/hosts/e-mails/URLs split into unicode61's words.
+#: Explicit ranges, not ``[:alnum:]`` (ASCII-only under a plain C collation). Never contains
+#: a colon (safe inside ``sa.text``).
+PG_FTS_SPLIT = r"[^0-9A-Za-z\u0080-\U0010FFFF]+"
+
+#: The text FTS5 indexes (IDX(m) plus tool_name and tool_calls), unqualified column names.
+PG_FTS_SOURCE = (
+    f"CASE WHEN role = 'tool' THEN substr(COALESCE(content, ''), 1, {TOOL_INDEX_PREFIX}) "
+    "ELSE COALESCE(content, '') END "
+    "|| ' ' || COALESCE(tool_name, '') || ' ' || COALESCE(tool_calls, '')"
 )
+
+#: The generation expression of ``messages.fts_document`` (s02_pg_stored_tsvector).
+PG_FTS_GENERATED = (f"to_tsvector('simple'::regconfig, regexp_replace({PG_FTS_SOURCE}, "
+                    f"'{PG_FTS_SPLIT}', ' ', 'g'))")
+
+#: PostgreSQL: the document the standard route matches and ranks — the stored column.
+PG_FTS_DOCUMENT = f"m.{PG_FTS_COLUMN}"
 
 
 class Fragments:

@@ -44,7 +44,8 @@ def _fts_tables(path):
 def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     fresh = tmp_path / "fresh.db"
     report = migrate.upgrade("sessions", fresh)
-    assert report.applied == ["s01_baseline"]
+    # s02 (PostgreSQL's stored tsvector) is a no-op here: the file is what s01 creates.
+    assert report.applied == ["s01_baseline", "s02_pg_stored_tsvector"]
     ref = tmp_path / "ref.db"
     engine = sa.create_engine(f"sqlite:///{ref}")
     metadata.create_all(engine)
@@ -64,6 +65,50 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     assert _objects(fresh) == _objects(ref)
     assert _fts_tables(fresh) == _fts_tables(ref)
     assert [n for t, n, _ in _objects(fresh) if t == "trigger"] == list(sql.FTS_TRIGGERS)
+
+
+def _schema_sql(path) -> list[tuple]:
+    con = sqlite3.connect(path)
+    try:
+        return [tuple(r) for r in con.execute(
+            "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY rowid")]
+    finally:
+        con.close()
+
+
+def _rows(path) -> list[tuple]:
+    con = sqlite3.connect(path)
+    try:
+        return [tuple(r) for t in ("sessions", "messages", "state_meta")
+                for r in con.execute(f'SELECT * FROM "{t}" ORDER BY rowid')]
+    finally:
+        con.close()
+
+
+def test_s02_is_a_no_op_on_sqlite(tmp_path):
+    """A file at s01_baseline (an install of the previous release) moves to s02 with its
+    schema untouched — same sqlite_master rows, same rows — and checks clean."""
+    path = tmp_path / "state.db"
+    assert migrate.upgrade("sessions", path, revision="s01_baseline").applied == ["s01_baseline"]
+    with SessionStore(path) as s:  # opening upgrades to the head
+        s.create_session("s", "cli")
+        s.append_message("s", "user", "crash in gateway/run.py today")
+    con = sqlite3.connect(path)
+    try:
+        con.execute("UPDATE alembic_version SET version_num = 's01_baseline'")
+        con.commit()
+    finally:
+        con.close()
+    before_schema, before_rows = _schema_sql(path), _rows(path)
+    report = migrate.upgrade("sessions", path)
+    assert report.before_revision == "s01_baseline"
+    assert report.applied == ["s02_pg_stored_tsvector"] and report.repairs == []
+    assert report.after_revision == migrate.head_revision("sessions") == "s02_pg_stored_tsvector"
+    assert _schema_sql(path) == before_schema
+    assert _rows(path) == before_rows and len(before_rows) >= 3
+    assert migrate.check("sessions", path) == []
+    with SessionStore(path) as s:
+        assert [h.route for h in s.search_messages("gateway")] == ["fts"]
 
 
 def test_fresh_table_info_matches_spec(store):

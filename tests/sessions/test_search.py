@@ -365,16 +365,50 @@ def test_postgresql_routes_use_the_gin_indexes(pg_store):
     pg_store.create_session("s", "cli")
     pg_store.append_messages_batch("s", [{"role": "user", "content": f"row {i} 我们去广西桂林"}
                                          for i in range(50)])
-    assert "messages_fts_tsv" in _explain_search(pg_store, "row")
-    assert "messages_fts_tsv" in _explain_search(pg_store, "row", sort="newest")
+    assert "messages_fts_document" in _explain_search(pg_store, "row")
+    assert "messages_fts_document" in _explain_search(pg_store, "row", sort="newest")
     assert "messages_fts_trgm" in _explain_search(pg_store, "广西桂林")
 
 
-def test_postgresql_compound_lexemes_reached_by_the_substring_fallback(pg_store):
-    # The 'simple' parser keeps gateway/run.py as one lexeme; FTS5 splits it. The zero-result
-    # fallback (tokens >= 3 characters) finds the word inside it, as FTS5 would.
+def test_postgresql_splits_compounds_like_unicode61(pg_store):
+    # The stored document (s02) splits on every ASCII non-alphanumeric, as unicode61 does:
+    # a word inside a path, host, e-mail or URL is found on the standard route itself.
     pg_store.create_session("s", "cli")
     mid = pg_store.append_message("s", "user", "crash in gateway/run.py today")
+    mail = pg_store.append_message("s", "user", "write to Ops@Example.org or https://docs.io/a?b=1")
+    under = pg_store.append_message("s", "assistant", "calling", tool_calls=[
+        {"function": {"name": "read_file", "arguments": "{}"}}])
     hits = pg_store.search_messages("gateway")
-    assert [(h.id, h.route) for h in hits] == [(mid, "trigram")]
+    assert [(h.id, h.route) for h in hits] == [(mid, "fts")]
+    assert hits[0].snippet == "crash in >>>gateway<<</run.py today"
     assert [h.id for h in pg_store.search_messages("run.py")] == [mid]
+    (whole,) = pg_store.search_messages("gateway/run.py")
+    assert whole.id == mid and whole.snippet == "crash in >>>gateway/run.py<<< today"
+    assert [h.id for h in pg_store.search_messages("py")] == [mid]
+    # Case folds on both sides; hosts and URLs split too.
+    assert [(h.id, h.route) for h in pg_store.search_messages("EXAMPLE")] == [(mail, "fts")]
+    assert [h.id for h in pg_store.search_messages("docs")] == [mail]
+    # Phrases keep word order: 'run gateway' as a phrase is not 'gateway run'.
+    assert pg_store.search_messages('"run gateway"') == []
+    assert [h.id for h in pg_store.search_messages('"gateway run"')] == [mid]
+    # Prefixes put ':*' on the last word of the term, like FTS5.
+    assert [h.id for h in pg_store.search_messages("gatew*")] == [mid]
+    assert [h.id for h in pg_store.search_messages("read_fi*")] == [under]
+    assert [h.id for h in pg_store.search_messages('"gateway ru"*')] == [mid]
+    assert pg_store.search_messages("read_zz*") == []
+    assert [h.id for h in pg_store.search_messages("gateway NOT today")] == []
+    assert [h.id for h in pg_store.search_messages("gateway OR docs", sort="oldest")] \
+        == [mid, mail]
+
+
+def test_postgresql_tsquery_splits_terms_like_the_document():
+    from hermes_data.sessions.search import pg_tsquery
+
+    params: dict = {}
+    sql_text = pg_tsquery('chat-send "foo_ba"* NOT x', params)
+    assert "regexp_replace(:t0" in sql_text and "tsquery_phrase" in sql_text
+    assert params["t0"] == "chat-send"
+    assert params["t1"] == "'ba':*" and params["t1h"] == "foo_"
+    assert "!!phraseto_tsquery" in sql_text
+    # A prefix term with no word character left has nothing to match.
+    assert pg_tsquery("__*", {}) is None
