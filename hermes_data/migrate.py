@@ -30,12 +30,9 @@ import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.script import ScriptDirectory
 from sqlalchemy.engine import URL, Connection
 
 from .config import check_store, resolve_url, sqlite_path
@@ -44,6 +41,10 @@ from .engine import SqliteSettings, create_engine_for, journal_state
 from .errors import ConfigurationError, HermesDataError, NotAHermesDatabaseError
 from .shape import (INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape,
                     metadata_shape_on)
+
+if TYPE_CHECKING:  # Alembic is imported lazily: a settled database never needs it
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
 
 log = logging.getLogger("hermes_data.migrate")
 
@@ -98,6 +99,9 @@ class StoreSpec:
     #: Alembic's version table on PostgreSQL, where both stores may share one database
     #: (SQLite files keep ``alembic_version``).
     pg_version_table: str = "alembic_version"
+    #: The head revision id, written down so a settled database is recognised without
+    #: loading Alembic and the revision scripts (a test keeps it equal to the scripts' head).
+    head: str | None = None
     #: The head shape on a non-SQLite backend (defaults to the reflected metadata).
     expected_shape_on: Callable[[Connection], Shape] | None = None
 
@@ -142,6 +146,8 @@ def store_spec(store: str) -> StoreSpec:
 
 def alembic_config(store: str, url: str | os.PathLike | URL | None = None) -> Config:
     """An Alembic :class:`Config` for ``store`` that works from an installed wheel."""
+    from alembic.config import Config
+
     spec = store_spec(store)
     cfg = Config()
     cfg.set_main_option("script_location", str(spec.script_location))
@@ -153,6 +159,8 @@ def alembic_config(store: str, url: str | os.PathLike | URL | None = None) -> Co
 
 def head_revision(store: str) -> str:
     """The head revision id of ``store``'s history."""
+    from alembic.script import ScriptDirectory
+
     script = ScriptDirectory(str(store_spec(store).script_location))
     return script.get_current_head()
 
@@ -181,10 +189,47 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
     leaving the database as it was.
     """
+    if revision == "head":
+        settled = _settled_report(store, url)
+        if settled is not None:
+            return settled
+    from alembic import command
+
     cfg = alembic_config(store, url)
     report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
     cfg.attributes["hermes_report"] = report
     command.upgrade(cfg, revision)
+    return report
+
+
+def _settled_report(store: str, url) -> UpgradeReport | None:
+    """Read-only check, without Alembic, that the store is already at its head with nothing
+    to adopt; returns the up-to-date report, or ``None`` when the full path must run."""
+    spec = store_spec(store)
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    if spec.head is None or (path is not None and (not path.exists() or path.stat().st_size == 0)):
+        return None
+    started = time.perf_counter()
+    _preflight(spec, resolved)  # a foreign file is refused before any policy touches it
+    engine = create_engine_for(store, resolved, _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            if current_revision(conn, spec.version_table_for(conn)) != spec.head:
+                return None
+            if spec.needs_adoption and spec.needs_adoption(conn):
+                return None
+        mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
+    finally:
+        engine.dispose()
+    report = UpgradeReport(store=store, url=display_url(resolved), before_revision=spec.head,
+                           after_revision=spec.head, up_to_date=True, journal_mode=mode)
+    if path is not None:
+        changed = make_owner_only(path)
+        if changed:
+            report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
+    report.seconds = time.perf_counter() - started
+    log.info("%s store already at %s; nothing to do", store, spec.head)
     return report
 
 

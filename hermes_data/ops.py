@@ -9,17 +9,12 @@ back with its ledger row.
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
-
 import sqlalchemy as sa
 from alembic import op
 
+from .clock import utcnow_iso  # noqa: F401  (re-exported for revisions)
+
 log = logging.getLogger("hermes_data.ops")
-
-
-def utcnow_iso() -> str:
-    """Current UTC time in the telemetry store's canonical text form (``datetime.isoformat``)."""
-    return datetime.now(timezone.utc).isoformat()
 
 
 def column_names(table: str) -> list[str]:

@@ -29,7 +29,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import AdoptionError, NotAHermesDatabaseError
 from ..migrate import StoreSpec, UpgradeReport
-from ..ops import utcnow_iso
+from ..clock import utcnow_iso
 from ..engine import TELEMETRY_BUSY_TIMEOUT_MS
 from ..shape import Shape, diff_shapes, live_shape
 from .schema import metadata
@@ -302,4 +302,5 @@ SPEC = StoreSpec(
     after_upgrade=_reconcile,
     needs_adoption=_needs_adoption,
     identify=identify,
+    head="v18",
 )

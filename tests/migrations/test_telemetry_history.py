@@ -252,3 +252,24 @@ def test_the_other_stores_database_is_refused_by_name(tmp_path):
     assert proc.returncode == 2
     assert "not a revision of the telemetry store" in proc.stderr and migrate.head_revision("sessions") in proc.stderr
     assert _sha(sessions_db) == before
+
+
+@pytest.mark.parametrize("store", ["telemetry", "sessions"])
+def test_written_down_head_matches_the_scripts(store):
+    assert migrate.store_spec(store).head == migrate.head_revision(store)
+
+
+def test_settled_upgrade_needs_neither_alembic_nor_the_query_modules(tmp_path):
+    """The common case — every process start on an up-to-date install — stays cheap."""
+    db = tmp_path / "t.db"
+    migrate.upgrade("telemetry", db)
+    code = (
+        "import sys; from hermes_data import migrate; "
+        "r = migrate.upgrade('telemetry', sys.argv[1]); assert r.up_to_date, r; "
+        "loaded = [m for m in ('alembic', 'hermes_data.telemetry.writes', "
+        "'hermes_data.telemetry.reads') if m in sys.modules]; print(loaded)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True,
+                         timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
