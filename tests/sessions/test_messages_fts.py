@@ -240,11 +240,11 @@ def test_keyset_paging_3000_rows_and_constant_steps_on_50k(store):
     # grow to 50,000 rows (interleaved with another session) and count VM steps per page
     for _ in range(4):
         store.append_messages_batch("other", [{"role": "user", "content": "o"}] * 500)
-        store.append_messages_batch("s", [{"role": "user", "content": "x"}] * 11_250)
-    assert store.message_count("s") == 48_000
+        store.append_messages_batch("s", [{"role": "user", "content": "x"}] * 11_750)
+    assert store.message_count("s") == 50_000
     first = store.get_messages("s", limit=1)[0].id
     steps = []
-    for position in (0, 10_000, 25_000, 47_800):
+    for position in (0, 10_000, 25_000, 49_800):
         after_id = store.get_messages("s", limit=1, offset=position)[0].id - 1 if position else first - 1
         n, rows, plan = _steps(store, "s", after_id)
         assert len(rows) == 100
