@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,43 @@ def _checkpoint_watch():
 def checkpoint_log() -> list[str]:
     """Checkpoint statements seen so far in this test session."""
     return _CHECKPOINTS
+
+
+@contextmanager
+def scratch_store_database(store: str, prefix: str):
+    """A PostgreSQL database for a whole test session, upgraded to ``store``'s head once.
+
+    ``synchronous_commit=off`` for this scratch database only: the tests check atomicity and
+    results, not fsync durability, and it keeps thousands of tiny commits fast.
+    """
+    import uuid
+
+    import sqlalchemy as sa
+
+    from hermes_data import migrate
+
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+        migrate.upgrade(store, url)
+        yield url
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+def truncate_tables(url: str, tables: str) -> None:
+    """``TRUNCATE tables RESTART IDENTITY`` on a scratch PostgreSQL database."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
+    finally:
+        engine.dispose()

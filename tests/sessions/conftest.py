@@ -9,16 +9,12 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import uuid
-
 import pytest
-import sqlalchemy as sa
 
-from hermes_data import migrate
 from hermes_data.sessions.schema import metadata
 from hermes_data.sessions.store import SessionStore
 
-from ..conftest import FIXTURES, PG_ADMIN_URL
+from ..conftest import FIXTURES, scratch_store_database, truncate_tables
 
 LEGACY = FIXTURES / "legacy-sessions"
 LEGACY_DB = LEGACY / "state_fork_v21.db"
@@ -31,30 +27,13 @@ _TABLES = ", ".join(t.name for t in reversed(metadata.sorted_tables))
 @pytest.fixture(scope="session")
 def pg_session_url():
     """One PostgreSQL database for the whole session, upgraded to head once; every test
-    starts from TRUNCATE … RESTART IDENTITY (``synchronous_commit=off``: scratch data)."""
-    name = f"hd_ses_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
-        url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(
-            hide_password=False)
-        migrate.upgrade("sessions", url)
+    starts from ``TRUNCATE … RESTART IDENTITY`` of the store's tables."""
+    with scratch_store_database("sessions", "hd_ses") as url:
         yield url
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
 
 
 def _truncate(url: str) -> None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"TRUNCATE {_TABLES} RESTART IDENTITY")
-    finally:
-        engine.dispose()
+    truncate_tables(url, _TABLES)
 
 
 @pytest.fixture(params=BACKENDS)

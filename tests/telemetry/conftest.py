@@ -11,17 +11,15 @@ the PostgreSQL parameter with a reason (:func:`sqlite_only`).
 
 from __future__ import annotations
 
-import uuid
 from datetime import datetime, timezone
 
 import pytest
-import sqlalchemy as sa
 
 from hermes_data import migrate
 from hermes_data.telemetry.schema import metadata
 from hermes_data.telemetry.store import TelemetryStore
 
-from ..conftest import PG_ADMIN_URL
+from ..conftest import scratch_store_database, truncate_tables
 
 #: A fixed "now" so window tests are exact and independent of the wall clock.
 NOW = datetime(2026, 7, 20, 15, 30, 0, tzinfo=timezone.utc)
@@ -37,33 +35,14 @@ def iso(*args: int) -> str:
 
 @pytest.fixture(scope="session")
 def pg_session_url():
-    """One PostgreSQL database for the whole session, upgraded to head once.
-
-    ``synchronous_commit=off`` for this scratch database only: the tests check atomicity and
-    results, not fsync durability, and it keeps thousands of tiny commits fast.
-    """
-    name = f"hd_tel_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    try:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-            conn.exec_driver_sql(f'ALTER DATABASE "{name}" SET synchronous_commit = off')
-        url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-        migrate.upgrade("telemetry", url)
+    """One PostgreSQL database for the whole session, upgraded to head once; every test
+    starts from ``TRUNCATE … RESTART IDENTITY`` of the store's tables."""
+    with scratch_store_database("telemetry", "hd_tel") as url:
         yield url
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        admin.dispose()
 
 
 def _truncate(url: str) -> None:
-    engine = sa.create_engine(url, poolclass=sa.pool.NullPool)
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"TRUNCATE {_TABLES} RESTART IDENTITY")
-    finally:
-        engine.dispose()
+    truncate_tables(url, _TABLES)
 
 
 @pytest.fixture
