@@ -341,6 +341,11 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
                                                  progress, tr))
         _copy_ledger(src, dst, spec.metadata, report)
         _verify(src, dst, tables, spec.metadata, report, store)
+        if dst.dialect.name == "postgresql":
+            # A bulk load leaves the planner without statistics until autovacuum gets to it.
+            with dst.begin() as d:
+                for table in tables:
+                    d.exec_driver_sql(f'ANALYZE "{table.name}"')
     finally:
         src.dispose()
         dst.dispose()
@@ -357,7 +362,8 @@ def _require_head(store: str, url: URL, report: CopyReport) -> None:
     engine = create_engine_for(store, url)
     try:
         with engine.connect() as conn:
-            revision = migrate.current_revision(conn)
+            revision = migrate.current_revision(
+                conn, migrate.store_spec(store).version_table_for(conn))
     finally:
         engine.dispose()
     head = migrate.head_revision(store)

@@ -169,3 +169,41 @@ def test_generated_column_is_not_in_the_core_metadata():
     from hermes_data.sessions.schema import metadata
 
     assert sql.PG_FTS_COLUMN not in metadata.tables["messages"].c
+
+
+def test_copy_between_two_postgresql_databases_of_the_session_store(pg_url):
+    """PostgreSQL → PostgreSQL: the source's session history is read from its own version
+    table (alembic_version_sessions), and the target is analysed after the bulk load."""
+    import sqlalchemy as sa
+
+    from hermes_data.copy import copy_store
+    from hermes_data.sessions.store import SessionStore
+
+    from ..conftest import PG_ADMIN_URL
+
+    with SessionStore(pg_url) as store:
+        store.create_session("a", "cli")
+        store.append_messages_batch("a", [{"role": "user", "content": "hello copy"}])
+    import uuid
+
+    name = f"hd_cp_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    target = sa.engine.make_url(pg_url).set(database=name).render_as_string(hide_password=False)
+    try:
+        report = copy_store(pg_url, target, store="sessions")
+        assert all(t.verified for t in report.tables)
+        engine = sa.create_engine(target)
+        with engine.connect() as conn:
+            analysed = conn.exec_driver_sql(
+                "SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'messages'"
+            ).scalar()
+        engine.dispose()
+        assert analysed
+        with SessionStore(target) as copied:
+            assert [m.content for m in copied.get_messages("a")] == ["hello copy"]
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
