@@ -274,7 +274,7 @@ class SessionStore:
             raise DeletedWalGenerationError(str(self.path), f"refusing to open: {pids} (deleted)")
         engine = self._connect_writer()
         with self._reading_on_writer() as conn:
-            behind = migrate.current_revision(conn) != migrate.head_revision("sessions") \
+            behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
                 or bool(missing_core(conn))
         if behind:
             report = migrate.upgrade("sessions", self.url)
