@@ -19,6 +19,12 @@ from .errors import HermesDataError
 log = logging.getLogger("hermes_data.cli")
 
 
+def emit(*args, **kwargs) -> None:
+    """Write to the terminal. The command-line modules (this one and the ``cli_*`` modules
+    registered below) print only through here; the library itself never prints."""
+    print(*args, **kwargs)
+
+
 def _stores(choice: str) -> list[str]:
     return list(STORES) if choice == "all" else [choice]
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import json
 import sys
 
+from .cli import emit
 from .config import STORES
 
 
 def _progress(table: str, done: int, total: int) -> None:
-    print(f"\r  {table}: {done:,} / {total:,} rows", end="" if done < total else "\n",
+    emit(f"\r  {table}: {done:,} / {total:,} rows", end="" if done < total else "\n",
           file=sys.stderr, flush=True)
 
 
@@ -24,20 +25,20 @@ def cmd_copy(args) -> int:
         report = copy_store(args.source, args.target, store=args.store, batch=args.batch,
                             force=args.force, progress=None if args.json else _progress)
     except CopyVerificationError as exc:
-        print(f"hermes-data: copy NOT verified: {exc}", file=sys.stderr)
+        emit(f"hermes-data: copy NOT verified: {exc}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        emit(json.dumps(report.to_dict(), indent=2))
         return 0
-    print(f"{report.store}: {report.source} -> {report.target}"
+    emit(f"{report.store}: {report.source} -> {report.target}"
           f"{' (resumed)' if report.resumed else ''}{' (target emptied first: --force)' if report.forced else ''}")
     for t in report.tables:
         counter = f", id counter {t.id_counter}" if t.id_counter is not None else ""
-        print(f"  {t.table}: {t.target_rows:,} rows ({t.copied_rows:,} copied now{counter}) "
+        emit(f"  {t.table}: {t.target_rows:,} rows ({t.copied_rows:,} copied now{counter}) "
               f"checksum {'ok' if t.verified else 'MISMATCH'}")
     for name in report.skipped:
-        print(f"  skipped (not in the store's metadata): {name}")
-    print(f"  verified: {report.copied_rows:,} rows copied in {report.seconds:.2f} s")
+        emit(f"  skipped (not in the store's metadata): {name}")
+    emit(f"  verified: {report.copied_rows:,} rows copied in {report.seconds:.2f} s")
     return 0
 
 

@@ -12,12 +12,13 @@ import sys
 from dataclasses import asdict
 
 from . import maintenance as mt
+from .cli import emit
 from .sessions.store import SessionStore
 
 
 def _progress(label: str):
     def report(done: int, total: int) -> None:
-        print(f"\r{label}: {done:,}/{total:,}", end="" if done < total else "\n",
+        emit(f"\r{label}: {done:,}/{total:,}", end="" if done < total else "\n",
               file=sys.stderr, flush=True)
     return report
 
@@ -32,28 +33,28 @@ def cmd_prune(args) -> int:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
             spared = mt.count_open_prune_matches(store, args.older_than_days, **filters)
             if args.json:
-                print(json.dumps({"would_delete": [asdict(r) for r in rows],
+                emit(json.dumps({"would_delete": [asdict(r) for r in rows],
                                   "open_spared": spared}, indent=2))
                 return 0
             for r in rows:
-                print(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
-            print(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
+                emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
+            emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
                   f"{spared} open session(s) matching the filters are spared")
             return 0
         n = mt.prune_sessions(store, args.older_than_days, progress=_progress("pruning"),
                               exclude_active_write_guards=True, **filters)
-    print(json.dumps({"deleted": n}) if args.json else f"deleted {n} session(s)")
+    emit(json.dumps({"deleted": n}) if args.json else f"deleted {n} session(s)")
     return 0
 
 
 def cmd_vacuum(args) -> int:
     with SessionStore(args.url) as store:
-        print("optimizing FTS indexes and vacuuming…", file=sys.stderr, flush=True)
+        emit("optimizing FTS indexes and vacuuming…", file=sys.stderr, flush=True)
         res = mt.vacuum(store)
     if args.json:
-        print(json.dumps(res))
+        emit(json.dumps(res))
     else:
-        print(f"{res['before_bytes']:,} -> {res['after_bytes']:,} bytes "
+        emit(f"{res['before_bytes']:,} -> {res['after_bytes']:,} bytes "
               f"(reclaimed {res['reclaimed_bytes']:,})")
     return 0
 
@@ -61,7 +62,7 @@ def cmd_vacuum(args) -> int:
 def cmd_export(args) -> int:
     with SessionStore(args.url, read_only=True) as store:
         if store.get_session(args.session) is None:
-            print(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
+            emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
         store.assert_export_safe(args.session)
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
@@ -75,8 +76,8 @@ def cmd_export(args) -> int:
                     out.write(json.dumps(asdict(m), ensure_ascii=False, default=str) + "\n")
                 n += len(page)
                 after = page[-1].id
-                print(f"\rexported {n:,} message(s)", end="", file=sys.stderr, flush=True)
-            print(file=sys.stderr)
+                emit(f"\rexported {n:,} message(s)", end="", file=sys.stderr, flush=True)
+            emit(file=sys.stderr)
         finally:
             if out is not sys.stdout:
                 out.close()

@@ -11,6 +11,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
+from .cli import emit
 from .sessions.search import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
 from .sessions.store import SessionStore
 
@@ -65,18 +66,18 @@ def cmd_search(args: argparse.Namespace) -> int:
             role_filter=args.roles, limit=args.limit, offset=args.offset, sort=args.sort,
             include_inactive=args.include_inactive, fields=fields)
     if args.json:
-        print(json.dumps([h.to_json(fields) for h in hits], indent=2, ensure_ascii=False))
+        emit(json.dumps([h.to_json(fields) for h in hits], indent=2, ensure_ascii=False))
         return 0
     if not hits:
-        print("no results")
+        emit("no results")
         return 0
     color = sys.stdout.isatty()
     for h in hits:
         tool = f" [{h.tool_name}]" if h.tool_name else ""
-        print(f"{h.session_id} #{h.id} {h.role}{tool} · {h.source} · {_when(h.timestamp)}")
-        print(f"    {_highlight(h.snippet or '', color)}")
+        emit(f"{h.session_id} #{h.id} {h.role}{tool} · {h.source} · {_when(h.timestamp)}")
+        emit(f"    {_highlight(h.snippet or '', color)}")
         for c in h.context or ():
-            print(f"      {c.role}: {' '.join(c.content.split())[:100]}")
-    print(f"{len(hits)} result{'s' if len(hits) != 1 else ''}"
+            emit(f"      {c.role}: {' '.join(c.content.split())[:100]}")
+    emit(f"{len(hits)} result{'s' if len(hits) != 1 else ''}"
           + (f" (from {args.offset + 1})" if args.offset else ""))
     return 0
