@@ -426,6 +426,27 @@ _HIT_COLS = ("m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.
 _LIKE_COLS = ("COALESCE(m.content, '') LIKE {p} ESCAPE '\\'",
               "COALESCE(m.tool_name, '') LIKE {p} ESCAPE '\\'",
               "COALESCE(m.tool_calls, '') LIKE {p} ESCAPE '\\'")
+#: PostgreSQL: the same columns, case-insensitively (SQLite's LIKE already folds ASCII).
+_ILIKE_COLS = tuple(c.replace(" LIKE ", " ILIKE ") for c in _LIKE_COLS)
+
+
+def _pattern_where(groups, templates: Sequence[str], params: dict[str, Any]) -> str:
+    """``(… AND …) OR (…)`` over the term groups: each term binds an escaped ``%term%``
+    parameter matched by any of ``templates`` (``{p}`` stands for the parameter), negated
+    terms are NOT-ed. Also binds ``first``, the first positive term (the snippet window)."""
+    ors = []
+    n = 0
+    for group in groups:
+        ands = []
+        for term in group:
+            key = f"p{n}"
+            n += 1
+            params[key] = "%" + enc.escape_like(term.text) + "%"
+            clause = "(" + " OR ".join(t.format(p=":" + key) for t in templates) + ")"
+            ands.append(f"NOT {clause}" if term.negated else clause)
+        ors.append("(" + " AND ".join(ands) + ")")
+    params["first"] = next(t.text for g in groups for t in g if not t.negated)
+    return " OR ".join(ors)
 
 
 @dataclass
@@ -563,33 +584,23 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
 
 
 def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
-          sort: str | None) -> list[SearchResult]:
+          sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
     if not plan.groups:
         return []
     params: dict[str, Any] = {"limit": limit, "offset": offset}
-    ors = []
-    n = 0
-    for group in plan.groups:
-        ands = []
-        for term in group:
-            key = f"p{n}"
-            n += 1
-            params[key] = "%" + enc.escape_like(term.text) + "%"
-            clause = "(" + " OR ".join(c.format(p=":" + key) for c in _LIKE_COLS) + ")"
-            ands.append(f"NOT {clause}" if term.negated else clause)
-        ors.append("(" + " AND ".join(ands) + ")")
-    first = next(t.text for g in plan.groups for t in g if not t.negated)
-    params["first"] = first
+    matches = _pattern_where(plan.groups, _ILIKE_COLS if postgresql else _LIKE_COLS, params)
     where = filters.sql(params)
     # Newest first by id (insertion order, the store's transcript order; spec §7.2 says
     # timestamp): walking the rowid b-tree lets LIMIT stop the scan at the first page of
     # matches — a common 2-character CJK term on 200,000 rows: ~95 ms → ~2 ms.
     direction = "ASC" if sort == "oldest" else "DESC"
     # Snippet: a 120-character window around the first term (never the whole content).
+    snippet = (_PG_LIKE_SNIPPET if postgresql
+               else "substr(m.content, max(1, instr(m.content, :first) - 40), 120)")
     rows = conn.execute(sa.text(
-        f"SELECT {_HIT_COLS}, substr(m.content, max(1, instr(m.content, :first) - 40), 120) "
+        f"SELECT {_HIT_COLS}, {snippet} "
         f"FROM messages m JOIN sessions s ON s.id = m.session_id "
-        f"WHERE ({' OR '.join(ors)}) AND {where} "
+        f"WHERE ({matches}) AND {where} "
         f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset"),
         params).fetchall()
     return [_result(r, r[8], plan.route) for r in rows]
@@ -704,7 +715,7 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
                  offset: int, sort: str | None) -> list[SearchResult]:
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
-                           lambda: _pg_like(conn, plan, filters, limit, offset, sort)) or []
+                           lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
     assert plan.match is not None
     if plan.route == "trigram":
         return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
@@ -785,18 +796,7 @@ def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, off
     groups = _like_groups(match)
     if not groups:
         return []
-    ors = []
-    n = 0
-    for group in groups:
-        ands = []
-        for term in group:
-            key = f"g{n}"
-            n += 1
-            params[key] = "%" + enc.escape_like(term.text) + "%"
-            clause = f"m.content ILIKE :{key} ESCAPE '\\'"
-            ands.append(f"NOT ({clause})" if term.negated else clause)
-        ors.append("(" + " AND ".join(ands) + ")")
-    params["first"] = next(t.text for g in groups for t in g if not t.negated)
+    matches = _pattern_where(groups, ("m.content ILIKE {p} ESCAPE '\\'",), params)
     where = filters.sql(params)
     direction = "ASC" if sort == "oldest" else "DESC"
     order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
@@ -804,7 +804,7 @@ def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, off
     rows = conn.execute(sa.text(
         f"SELECT {_HIT_COLS}, {_PG_LIKE_SNIPPET} FROM messages m "
         f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
-        f"AND ({' OR '.join(ors)}) AND {_PG_TRI_SESSION} AND {where} "
+        f"AND ({matches}) AND {_PG_TRI_SESSION} AND {where} "
         f"ORDER BY {order} LIMIT :limit OFFSET :offset"), params).fetchall()
     return [_result(r, r[8], "trigram") for r in rows]
 
@@ -813,33 +813,6 @@ def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, off
 #: position, like the match itself).
 _PG_LIKE_SNIPPET = ("substr(m.content, greatest(1, strpos(lower(m.content), lower(:first)) - 40), "
                     "120)")
-
-
-def _pg_like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
-             sort: str | None) -> list[SearchResult]:
-    if not plan.groups:
-        return []
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    ors = []
-    n = 0
-    for group in plan.groups:
-        ands = []
-        for term in group:
-            key = f"p{n}"
-            n += 1
-            params[key] = "%" + enc.escape_like(term.text) + "%"
-            clause = "(" + " OR ".join(c.format(p=":" + key).replace(" LIKE ", " ILIKE ")
-                                       for c in _LIKE_COLS) + ")"
-            ands.append(f"NOT {clause}" if term.negated else clause)
-        ors.append("(" + " AND ".join(ands) + ")")
-    params["first"] = next(t.text for g in plan.groups for t in g if not t.negated)
-    where = filters.sql(params)
-    direction = "ASC" if sort == "oldest" else "DESC"
-    rows = conn.execute(sa.text(
-        f"SELECT {_HIT_COLS}, {_PG_LIKE_SNIPPET} FROM messages m "
-        f"JOIN sessions s ON s.id = m.session_id WHERE ({' OR '.join(ors)}) AND {where} "
-        f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset"), params).fetchall()
-    return [_result(r, r[8], plan.route) for r in rows]
 
 
 # -------------------------------------------------------------------------------------
