@@ -395,6 +395,20 @@ def _check_target(s: Connection, d: Connection, tables: Iterable[sa.Table], repo
     return marks
 
 
+def _finish_table(s: Connection, dst: Engine, table: sa.Table, out: TableCopy, total: int,
+                  progress: Progress | None, t0: float) -> None:
+    """Carry the source's id counter over (AUTOINCREMENT / sequence), report an empty table's
+    progress once, and time the table."""
+    if table.autoincrement_column is not None:
+        out.id_counter = _id_counter(s, table)
+    if out.id_counter is not None:
+        with write_transaction(dst) as d:
+            _set_id_counter(d, table, out.id_counter)
+    if progress and total == 0:
+        progress(table.name, 0, 0)
+    out.seconds = time.perf_counter() - t0
+
+
 def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, batch: int,
                 progress: Progress | None,
                 translators: dict[int, Translator] | None = None) -> TableCopy:
@@ -423,14 +437,7 @@ def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, b
             log.info("%s: %d / %d rows", table.name, done, total)
             if progress:
                 progress(table.name, done, total)
-        if table.autoincrement_column is not None:
-            out.id_counter = _id_counter(s, table)
-    if out.id_counter is not None:
-        with write_transaction(dst) as d:
-            _set_id_counter(d, table, out.id_counter)
-    if progress and total == 0:
-        progress(table.name, 0, 0)
-    out.seconds = time.perf_counter() - t0
+        _finish_table(s, dst, table, out, total, progress, t0)
     return out
 
 
@@ -559,12 +566,5 @@ def _copy_parents_first(src: Engine, dst: Engine, table: sa.Table, batch: int,
                 log.info("%s: %d / %d rows (parents first)", table.name, out.copied_rows, total)
                 if progress:
                     progress(table.name, out.copied_rows, total)
-        if table.autoincrement_column is not None:
-            out.id_counter = _id_counter(s, table)
-    if out.id_counter is not None:
-        with write_transaction(dst) as d:
-            _set_id_counter(d, table, out.id_counter)
-    if progress and total == 0:
-        progress(table.name, 0, 0)
-    out.seconds = time.perf_counter() - t0
+        _finish_table(s, dst, table, out, total, progress, t0)
     return out
