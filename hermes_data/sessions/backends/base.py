@@ -1,0 +1,153 @@
+"""The backend interface of the session store: what query functions and the
+:class:`~hermes_data.sessions.store.SessionStore` facade need from a database.
+
+A backend owns connections and transactions; it knows nothing of sessions or messages.
+Query functions (``lifecycle``, ``messages``, ``lineage``, ``listing``, ``maintenance`` …)
+take a SQLAlchemy ``Connection`` (or, on the transcript hot path, a :class:`Driver`) plus
+the dialect's :class:`~hermes_data.sessions.sql.Fragments`, and run on either backend.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence, TypeVar
+
+from sqlalchemy.engine import Connection, Engine, URL
+
+from ..sql import Fragments
+
+T = TypeVar("T")
+
+#: Patience budgets (spec sessions.md §8.5), seconds.
+ROUTINE_PATIENCE_S = 20.0
+TRANSCRIPT_PATIENCE_S = 60.0
+OPEN_PATIENCE_S = 20.0
+
+
+class Cursor(Protocol):
+    """The part of a DB-API cursor the hot path uses."""
+
+    rowcount: int
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> Sequence[Any]: ...
+
+
+class Driver(Protocol):
+    """A connection inside a write transaction, at the DB-API level: statements are the
+    dialect's rendered driver text (``Fragments`` attributes), values positional."""
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ...) -> Cursor: ...
+
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any: ...
+
+
+class MaintenanceLock(Protocol):
+    """A non-blocking cross-process lock for startup maintenance."""
+
+    def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class SessionBackend(ABC):
+    """One open session-store database (a SQLite file or a PostgreSQL database)."""
+
+    #: ``sqlite`` or ``postgresql``.
+    dialect: str
+    #: The dialect's statements.
+    sql: Fragments
+    #: The database URL, and the file path (SQLite) or the rendered URL (PostgreSQL).
+    url: URL
+    path: Path
+    read_only: bool
+    #: Repairs the open (or the upgrade it ran) made, for the CLI's report.
+    open_repairs: list[str]
+    #: Which full-text indexes this handle can use (SQLite probes them; always True on PostgreSQL).
+    fts_available: dict[str, bool]
+    #: Set when structural corruption was seen: the handle refuses further work.
+    quarantined: bool = False
+
+    # -- transactions -------------------------------------------------------------------
+
+    @abstractmethod
+    def write(self, fn: Callable[[Connection], T], *,
+              patience: float = ROUTINE_PATIENCE_S) -> T:
+        """Run ``fn`` in one write transaction; retry lock conflicts with jitter until
+        ``patience`` runs out (then :class:`~hermes_data.errors.DatabaseBusyError`)."""
+
+    @abstractmethod
+    def write_driver(self, fn: Callable[[Driver], T], *,
+                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
+        """Like :meth:`write`, handing ``fn`` the DB-API level :class:`Driver` (hot paths:
+        no per-call compilation). ``fn`` must pass the header value its admission statement
+        returns to :meth:`check_header` before the transaction can commit."""
+
+    def check_header(self, application_id: int | None) -> None:
+        """Compare the file header read inside a write with the one seen at open
+        (SQLite's replaced-file guard); a no-op where there is no file."""
+
+    @abstractmethod
+    def reading(self) -> AbstractContextManager[Connection]:
+        """A connection inside a read transaction (a pooled reader where there is one)."""
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` on :meth:`reading`'s connection."""
+        with self.reading() as conn:
+            return fn(conn)
+
+    @abstractmethod
+    def reading_on_writer(self) -> AbstractContextManager[Connection]:
+        """The writer's own connection in a read transaction (sees this handle's commits)."""
+
+    @abstractmethod
+    def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
+        """Run a read that is interrupted past ``timeout_s`` with :class:`TimeoutError`."""
+
+    @abstractmethod
+    def changes(self, conn: Connection, result: Any) -> int:
+        """Rows a ``WITH … UPDATE`` just changed."""
+
+    # -- handle -------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (raises once closed)."""
+
+    @property
+    @abstractmethod
+    def journal_mode(self) -> str:
+        """``wal`` / ``delete`` … on SQLite; ``n/a`` on PostgreSQL."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close every connection. Idempotent."""
+
+    def owner_profile(self, root: Path) -> str | None:
+        """Profile owning this database under ``root`` (only a file can belong to one)."""
+        return None
+
+    # -- maintenance --------------------------------------------------------------------
+
+    @abstractmethod
+    def logical_size_bytes(self) -> int:
+        """Bytes the store's data occupies (SQLite: page_count × page_size)."""
+
+    @abstractmethod
+    def freelist_ratio(self) -> float | None:
+        """Free pages / pages (SQLite); None where unknown or meaningless."""
+
+    @abstractmethod
+    def vacuum(self) -> None:
+        """Compact / analyze the store (SQLite: FTS optimize, VACUUM between PASSIVE
+        checkpoints; PostgreSQL: ``VACUUM (ANALYZE)`` of the store's tables)."""
+
+    @abstractmethod
+    def maintenance_lock(self) -> MaintenanceLock:
+        """A cross-process lock for startup maintenance (not yet acquired)."""

@@ -1,0 +1,197 @@
+"""The lineage statements (spec sessions.md §3.3): recursive CTEs, one statement per walk.
+
+:class:`LineageStatements` builds them for one dialect; ``Fragments`` (``sql/__init__.py``)
+holds one instance per dialect. Module-level names (``CHAIN_FROM``, ``TIP_OF`` …) are the
+SQLite statements.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import text
+
+from .predicates import (MAX_LINEAGE_DEPTH, RESUME_MAX_HOPS, edge, fork, last_active,
+                         reset_child)
+
+# ---------------------------------------------------------------------------------------
+# Lineage CTEs (§3.3), one statement each, O(1) work per hop.
+#
+# Cycle safety without carrying the visited path (a growing string scanned at every hop
+# cost more than half of a 500-segment walk):
+#
+# * Forward walks (chain, tip, resume) step from a row to one of its *children*. Every row
+#   has a single parent_session_id, so the predecessor of any visited row other than the
+#   start is its parent: the first id a forward walk can repeat is therefore the start
+#   itself. The walk carries its origin and stops when it comes back to it.
+# * Upward walks (root, resume lineage, ancestors) step to the parent and may enter a cycle
+#   that does not contain the start (a "rho"). They carry a mark — the row at the last
+#   power-of-two depth (Brent) — and stop at a row equal to its mark, which happens within
+#   about four times the length of tail plus cycle. Readers keep each id at its first depth
+#   (GROUP BY id, MIN(depth)): after the first repeat a deterministic walk only repeats, so
+#   that list is exactly the walk truncated at its first repeated id.
+#
+# The continuation of a parent with a single candidate child is that child; the spec's
+# ordering (continued, then live, then LAST_ACTIVE, started_at, id) — whose LAST_ACTIVE is
+# a correlated subquery over messages — is evaluated only for parents with several.
+# ---------------------------------------------------------------------------------------
+
+
+def _candidates(cur: str, p: str = "p", c: str = "c", d: str = "sqlite") -> str:
+    # Compression children of `cur` (idx_sessions_parent drives the lookup).
+    return (f"FROM sessions {p} JOIN sessions {c} ON {c}.parent_session_id = {p}.id "
+            f"WHERE {p}.id = {cur} AND {edge(p, c, d)}")
+
+
+def _next_child(cur: str, d: str = "sqlite") -> str:
+    # The continuation of `cur`: the only candidate, else prefer a child that itself
+    # continued, then a live one, then the freshest (§3.3).
+    ordered = (
+        f"(SELECT c2.id {_candidates(cur, 'p2', 'c2', d)} "
+        "ORDER BY CASE WHEN c2.end_reason = 'compression' THEN 0 "
+        "WHEN c2.ended_at IS NULL THEN 1 ELSE 2 END, "
+        f"{last_active('c2')} DESC, c2.started_at DESC, c2.id DESC LIMIT 1)"
+    )
+    return (f"(SELECT CASE COUNT(*) WHEN 0 THEN NULL WHEN 1 THEN MAX(c.id) ELSE {ordered} END "
+            f"{_candidates(cur, d=d)})")
+
+
+def _seed(seed: str, d: str) -> str:
+    # PostgreSQL types a recursive CTE from its seed: a bare parameter must be cast.
+    return f"CAST({seed} AS TEXT)" if d == "postgresql" else seed
+
+
+def _chain_cte(name: str, seed: str, d: str = "sqlite") -> str:
+    # chain(id, depth, origin): stops when the walk returns to its origin (see above).
+    seed = _seed(seed, d)
+    return (
+        f"{name}(id, depth, origin) AS ("
+        f"SELECT {seed}, 0, {seed} "
+        "UNION ALL "
+        f"SELECT {_next_child(name + '.id', d)}, {name}.depth + 1, {name}.origin "
+        f"FROM {name} WHERE {name}.id IS NOT NULL "
+        f"AND ({name}.depth = 0 OR {name}.id <> {name}.origin) "
+        f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
+    )
+
+
+def _chain_rows(name: str) -> str:
+    # The rows of a forward walk up to (not including) its return to the origin.
+    return f"{name}.id IS NOT NULL AND ({name}.depth = 0 OR {name}.id <> {name}.origin)"
+
+
+def _up_cte(name: str, seed: str, d: str = "sqlite") -> str:
+    # up(id, depth, mark, mark_depth): walk parents while the compression edge holds; stop at
+    # a row that equals the row of the last power-of-two depth (see above).
+    seed = _seed(seed, d)
+    nd = f"{name}.depth + 1"
+    return (
+        f"{name}(id, depth, mark, mark_depth) AS ("
+        f"SELECT {seed}, 0, {seed}, 0 "
+        "UNION ALL "
+        f"SELECT p.id, {nd}, "
+        f"CASE WHEN ({nd} & {name}.depth) = 0 THEN p.id ELSE {name}.mark END, "
+        f"CASE WHEN ({nd} & {name}.depth) = 0 THEN {nd} ELSE {name}.mark_depth END "
+        f"FROM {name} JOIN sessions c ON c.id = {name}.id "
+        "JOIN sessions p ON p.id = c.parent_session_id "
+        f"WHERE {edge('p', 'c', d)} "
+        f"AND ({name}.depth = {name}.mark_depth OR {name}.id <> {name}.mark) "
+        f"AND {name}.depth < {MAX_LINEAGE_DEPTH})"
+    )
+
+
+class LineageStatements:
+    """The lineage statements for dialect ``d`` (``sqlite`` / ``postgresql``)."""
+
+    def __init__(self, d: str) -> None:
+        distinct = "IS DISTINCT FROM" if d == "postgresql" else "IS NOT"
+        #: Each id of an upward walk once, at its first depth (the walk truncated at its first repeat).
+        _UP_FIRST = "SELECT id, MIN(depth) AS depth FROM up GROUP BY id"
+
+        #: Chain root→tip forward from :start (ordered by depth; the first element is :start).
+        self.CHAIN_FROM = text(
+            f"WITH RECURSIVE {_chain_cte('chain', ':start', d)} "
+            f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
+        )
+        #: Compression tip of :start (the last element of its chain).
+        self.TIP_OF = text(
+            f"WITH RECURSIVE {_chain_cte('chain', ':start', d)} "
+            f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth DESC LIMIT 1"
+        )
+        #: Compression root of :id (walk up while the edge holds).
+        self.ROOT_OF = text(
+            f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+            f"SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC LIMIT 1"
+        )
+        #: Resume lineage of :id: the compression path root … :id, root first.
+        self.RESUME_LINEAGE_OF = text(
+            f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+            f"SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC"
+        )
+        #: Bounded count of the resume lineage's active or compacted rows (:id, :cap).
+        self.RESUME_LINEAGE_COUNT = text(
+            f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+            "SELECT COUNT(*) FROM (SELECT 1 FROM messages m WHERE m.session_id IN "
+            "(SELECT id FROM up) AND (m.active = 1 OR m.compacted = 1) LIMIT :cap) AS capped"
+        )
+        #: Lineage ids of :id: the chain from its compression root, root first (one statement).
+        self.LINEAGE_OF = text(
+            f"WITH RECURSIVE {_up_cte('up', ':id', d)}, "
+            f"root(id) AS (SELECT id FROM ({_UP_FIRST}) AS uf ORDER BY depth DESC LIMIT 1), "
+            f"{_chain_cte('chain', '(SELECT id FROM root)', d)} "
+            f"SELECT id FROM chain WHERE {_chain_rows('chain')} ORDER BY depth"
+        )
+        #: Resume target of :start: tip, then up to 32 hops to the newest non-fork, non-reset
+        #: child; the deepest visited node with a message wins, else the tip.
+        self.RESUME_TARGET_OF = text(
+            f"WITH RECURSIVE {_chain_cte('chain', ':start', d)}, "
+            f"tip(id) AS (SELECT id FROM chain WHERE {_chain_rows('chain')} "
+            "ORDER BY depth DESC LIMIT 1), "
+            "walk(id, depth) AS (SELECT id, 0 FROM tip UNION ALL "
+            "SELECT (SELECT c.id FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+            f"WHERE p.id = walk.id AND NOT {fork('c', 'p', d)} AND NOT {reset_child('c', d=d)} "
+            "ORDER BY c.started_at DESC, c.id DESC LIMIT 1), walk.depth + 1 "
+            f"FROM walk WHERE walk.id IS NOT NULL AND walk.depth < {RESUME_MAX_HOPS}) "
+            "SELECT COALESCE((SELECT w.id FROM walk w WHERE w.id IS NOT NULL AND EXISTS "
+            "(SELECT 1 FROM messages m WHERE m.session_id = w.id) ORDER BY w.depth DESC LIMIT 1), "
+            "(SELECT id FROM tip))"
+        )
+
+        #: Lineage set of :id (ancestors and descendants over EDGE; UNION makes it cycle-safe).
+        self.LINEAGE_SET_CTE = (
+            "WITH RECURSIVE "
+            f"anc(id) AS (SELECT {_seed(':id', d)} UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
+            f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c', d)}), "
+            f"des(id) AS (SELECT {_seed(':id', d)} UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
+            f"JOIN sessions c ON c.parent_session_id = p.id WHERE {edge('p', 'c', d)}), "
+            "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) "
+        )
+        #: The flag columns a lineage-wide update may touch (identifier allow-list).
+        self.LINEAGE_FLAGS = ("archived", "pinned", "hidden", "last_read_at")
+        #: Lineage-wide flag updates, one per allowed column (:id, :value).
+        self.LINEAGE_FLAG_UPDATE = {
+            flag: text(self.LINEAGE_SET_CTE + f"UPDATE sessions SET {flag} = :value "
+                       f"WHERE id IN (SELECT id FROM lineage) AND {flag} {distinct} :value")
+            for flag in self.LINEAGE_FLAGS
+        }
+        #: Pinning also un-hides the lineage (seed 003 #106171) — callers skip it for Bot Chat lineages.
+        self.LINEAGE_UNHIDE = text(self.LINEAGE_SET_CTE + "UPDATE sessions SET hidden = 0 "
+                                   "WHERE id IN (SELECT id FROM lineage) AND hidden <> 0")
+        #: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
+        self.LINEAGE_HAS_HIDDEN_BOT_CHAT = text(
+            self.LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
+            "(SELECT id FROM lineage) AND hidden = 1 AND title = 'Bot Chat')")
+        #: Compression ancestors of :id (excluding :id) — used by title transfer.
+        self.ANCESTORS_OF = text(
+            f"WITH RECURSIVE {_up_cte('up', ':id', d)} "
+            f"SELECT id FROM ({_UP_FIRST}) AS uf WHERE depth > 0 ORDER BY depth"
+        )
+
+
+_SQLITE = LineageStatements("sqlite")
+CHAIN_FROM = _SQLITE.CHAIN_FROM
+TIP_OF = _SQLITE.TIP_OF
+ROOT_OF = _SQLITE.ROOT_OF
+RESUME_LINEAGE_OF = _SQLITE.RESUME_LINEAGE_OF
+RESUME_LINEAGE_COUNT = _SQLITE.RESUME_LINEAGE_COUNT
+LINEAGE_OF = _SQLITE.LINEAGE_OF
+RESUME_TARGET_OF = _SQLITE.RESUME_TARGET_OF
+ANCESTORS_OF = _SQLITE.ANCESTORS_OF

@@ -1,0 +1,120 @@
+"""Reason sets, constants and the SQL predicates every lineage-aware statement shares.
+
+The predicates are builders (``edge(p, c)``, ``listable(s)``, ``last_active(s)``) that return
+SQL text for table aliases taken from the callers' own statements — never user input — and
+bind no values. ``d`` selects the dialect spelling (``sqlite`` / ``postgresql``).
+"""
+
+from __future__ import annotations
+
+RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
+                     "resume_pending_expired")
+AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume",
+                         "startup_orphan_reap", "tui_shutdown", "ws_disconnect",
+                         "idle_timeout", "lru_evict")
+#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §11.8).
+EPOCH_MIN = 946684800
+EPOCH_MAX = 4102444800
+#: Defensive bound on lineage walks; cycle detection stops a walk long before it.
+MAX_LINEAGE_DEPTH = 100_000
+#: Forward hops of the resume-target walk beyond the compression tip (§4.4).
+RESUME_MAX_HOPS = 32
+#: Tool results are indexed only up to this many characters.
+TOOL_INDEX_PREFIX = 8192
+
+
+def _sql_list(values: tuple[str, ...]) -> str:
+    # Constants of this module only (never user input).
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
+
+
+def J(expr: str, key: str, d: str = "sqlite") -> str:
+    """Non-throwing JSON marker lookup: malformed ``model_config`` never raises.
+
+    SQLite: ``json_extract`` of a validated document. PostgreSQL: ``hermes_json_get`` (created
+    by s01_baseline), i.e. ``doc::jsonb ->> key`` returning NULL for invalid JSON."""
+    if d == "postgresql":
+        return f"hermes_json_get({expr}, '{key}')"
+    return f"json_extract(CASE WHEN json_valid({expr}) THEN {expr} ELSE '{{}}' END, '$.{key}')"
+
+
+
+# ---------------------------------------------------------------------------------------
+# Lineage predicates (§3.2) — one builder shared by listing, reopen and resume
+# ---------------------------------------------------------------------------------------
+
+
+def _marker_is(mc: str, key: str, target: str, d: str = "sqlite") -> str:
+    # Never NULL: an absent marker is "no", so NOT FORK(...) stays two-valued.
+    return f"COALESCE({J(mc, key, d)} = {target}, {'false' if d == 'postgresql' else 0})"
+
+
+def fork(c: str, p: str, d: str = "sqlite") -> str:
+    """FORK(c, p): the child is a tool run or carries a marker naming its own parent."""
+    mc = f"{c}.model_config"
+    return (f"(COALESCE({c}.source, '') = 'tool' "
+            f"OR {_marker_is(mc, '_branched_from', p + '.id', d)} "
+            f"OR {_marker_is(mc, '_delegate_from', p + '.id', d)} "
+            f"OR {_marker_is(mc, '_reset_from', p + '.id', d)})")
+
+
+def edge(p: str, c: str, d: str = "sqlite") -> str:
+    """EDGE(p, c): the canonical compression edge from parent ``p`` to child ``c``."""
+    return (f"({c}.parent_session_id = {p}.id AND {p}.end_reason = 'compression' "
+            f"AND NOT {fork(c, p, d)})")
+
+
+def branch_child(c: str, alias: str = "bp", d: str = "sqlite") -> str:
+    """BRANCH_CHILD(c): marker names the parent, or the legacy ``branched`` parent rule."""
+    return (f"({_marker_is(c + '.model_config', '_branched_from', c + '.parent_session_id', d)} "
+            "OR EXISTS ("
+            f"SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
+            f"AND {alias}.end_reason = 'branched' AND {c}.started_at >= {alias}.ended_at))")
+
+
+def legacy_reset_child(c: str, alias: str = "rp") -> str:
+    """The legacy (marker-less) reset-child heuristic: same non-empty key, reset-ended parent."""
+    return (f"EXISTS (SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
+            f"AND {alias}.end_reason IN ({_sql_list(RESET_END_REASONS)}) "
+            f"AND COALESCE({c}.session_key, '') <> '' AND {c}.session_key = {alias}.session_key)")
+
+
+def reset_child(c: str, alias: str = "rp", d: str = "sqlite") -> str:
+    """RESET_CHILD(c): marker names the parent, or the legacy same-key heuristic."""
+    return (f"({_marker_is(c + '.model_config', '_reset_from', c + '.parent_session_id', d)} "
+            f"OR {legacy_reset_child(c, alias)})")
+
+
+def listable(s: str, d: str = "sqlite") -> str:
+    """LISTABLE(s): a root, branch child or reset child, and never a delegate run."""
+    return (f"(({s}.parent_session_id IS NULL OR {branch_child(s, d=d)} "
+            f"OR {reset_child(s, d=d)}) AND {J(s + '.model_config', '_delegate_from', d)} IS NULL)")
+
+
+def _in_window(expr: str) -> str:
+    return f"({expr} >= {EPOCH_MIN} AND {expr} < {EPOCH_MAX})"
+
+
+def last_active(s: str) -> str:
+    """LAST_ACTIVE(s): freshest plausible heartbeat or message time, else plausible start."""
+    return (
+        "COALESCE((SELECT MAX(v) FROM ("
+        f"SELECT CASE WHEN {_in_window(s + '.last_activity_at')} THEN {s}.last_activity_at END AS v "
+        f"UNION ALL SELECT MAX(la_m.timestamp) FROM messages la_m WHERE la_m.session_id = {s}.id "
+        f"AND la_m.timestamp >= {EPOCH_MIN} AND la_m.timestamp < {EPOCH_MAX}) AS la_v), "
+        f"CASE WHEN {_in_window(s + '.started_at')} THEN {s}.started_at END)"
+    )
+
+
+
+def preview_sql(s: str, d: str = "sqlite") -> str:
+    """Preview of session ``s``: first visible user message, newlines flattened, 63 chars."""
+    ch = "chr" if d == "postgresql" else "char"
+    return (
+        f"(SELECT substr(replace(replace(pv.content, {ch}(13), ' '), {ch}(10), ' '), 1, 63) "
+        f"FROM messages pv WHERE pv.session_id = {s}.id AND pv.role = 'user' "
+        "AND pv.content IS NOT NULL AND COALESCE(pv.display_kind, '') <> 'hidden' "
+        "ORDER BY pv.timestamp, pv.id LIMIT 1)"
+    )
+
+
