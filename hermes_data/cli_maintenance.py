@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from . import maintenance as mt
+from .sessions import maintenance as mt
 from .cli import emit
 from .sessions.store import SessionStore
 

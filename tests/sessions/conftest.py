@@ -88,7 +88,25 @@ def store(backend, tmp_path, request):
     url = request.getfixturevalue("pg_session_url")
     _truncate(url)
     with SessionStore(url) as s:
+        qmark_for_tests(s)
         yield s
+
+
+def qmark_for_tests(store: SessionStore) -> None:
+    """Let the tests' own ad-hoc driver SQL (written with ``?``) run on a PostgreSQL store's
+    engine: rendered to psycopg's ``%s`` by the dialect's own renderer. The library never
+    relies on this: its statements are rendered once per dialect in ``sessions/sql``."""
+    from sqlalchemy import event
+
+    render = store.backend.sql.render
+
+    def rewrite(conn, cursor, statement, parameters, context, executemany):
+        if context is not None and context.compiled is None and "?" in statement \
+                and "%s" not in statement:
+            statement = render(statement)
+        return statement, parameters
+
+    event.listen(store.engine, "before_cursor_execute", rewrite, retval=True)
 
 
 @pytest.fixture
@@ -103,6 +121,7 @@ def pg_store(pg_session_url):
     """A PostgreSQL store, for the PostgreSQL equivalents of SQLite-only tests."""
     _truncate(pg_session_url)
     with SessionStore(pg_session_url) as s:
+        qmark_for_tests(s)
         yield s
 
 

@@ -30,7 +30,7 @@ from hermes_data.sessions.store import SessionStore
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 DELETE = SqliteSettings(busy_timeout_ms=1000, journal_mode="delete")
 RACE = "close() raced a still-running writer"
-STORE_LOG = "hermes_data.sessions.store"
+STORE_LOG = "hermes_data.sessions.backends.sqlite"
 
 
 def _fds_on(path: Path) -> int:
@@ -112,7 +112,7 @@ def test_a_write_in_flight_at_close_completes_after_one_reopen(tmp_path, setting
     lock, writer = _busy_retrying(store, path, settings)
     try:
         store.close()  # the writer thread is still inside append_message
-        assert store._writer is None
+        assert store.backend._writer is None
     finally:
         lock.__exit__(None, None, None)  # the sibling lets go: the write continues
     writer.join(30)
@@ -123,7 +123,7 @@ def test_a_write_in_flight_at_close_completes_after_one_reopen(tmp_path, setting
     assert warning.levelno == logging.WARNING and str(path) in warning.getMessage()
     assert _stored(path, "a") == (["m0"], 1)  # landed, counter with it
     # The reopened connection was closed again with the write; the handle stays closed.
-    assert store._writer is None and store._engine is None
+    assert store.backend._writer is None and store.backend._engine is None
     assert _fds_on(path) == 0
     with pytest.raises(ConfigurationError, match="closed.*reopen it allows was already used"):
         store.append_message("a", "user", "after")
@@ -136,14 +136,14 @@ def test_the_reopen_does_no_schema_work(tmp_path, caplog):
     store = SessionStore(path, settings=WAL)
     store.create_session("a", "cli")
     statements: list[str] = []
-    real_connect = store._connect_writer
+    real_connect = store.backend._connect_writer
 
     def traced_connect():
         engine = real_connect()
-        store._raw.set_trace_callback(statements.append)
+        store.backend._raw.set_trace_callback(statements.append)
         return engine
 
-    store._connect_writer = traced_connect
+    store.backend._connect_writer = traced_connect
     caplog.set_level(logging.WARNING, logger=STORE_LOG)
     lock, writer = _busy_retrying(store, path, WAL)
     try:
@@ -208,7 +208,7 @@ def test_a_read_only_handle_is_never_reopened(tmp_path, caplog):
     (err,) = errors
     assert isinstance(err, ConfigurationError) and "read-only handle is never reopened" in str(err)
     assert _race_warnings(caplog) == []
-    assert ro._writer is None and ro._engine is None and _fds_on(path) == 0
+    assert ro.backend._writer is None and ro.backend._engine is None and _fds_on(path) == 0
     assert _stored(path, "a") == ([], 0)
 
 
@@ -229,7 +229,7 @@ def test_a_handle_whose_file_was_replaced_during_the_race_is_not_reopened(tmp_pa
     writer.join(30)
     assert isinstance(writer.error, StateDbReplacedError), repr(writer.error)
     assert _race_warnings(caplog) == []
-    assert store._writer is None and _fds_on(path) == 0
+    assert store.backend._writer is None and _fds_on(path) == 0
     con = sqlite3.connect(path)  # the restored file got nothing of the lost handle's write
     assert con.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 0
     con.close()
@@ -252,7 +252,7 @@ def test_a_quarantined_handle_is_never_reopened(tmp_path, caplog):
     path = tmp_path / "state.db"
     store = SessionStore(path, settings=DELETE)
     store.create_session("a", "cli")
-    page, size = store._read(lambda c: (
+    page, size = store.backend.read(lambda c: (
         c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
         c.exec_driver_sql("PRAGMA page_size").scalar()))
     subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size)],
@@ -270,4 +270,4 @@ def test_a_quarantined_handle_is_never_reopened(tmp_path, caplog):
     assert isinstance(writer.error, StateDbCorruptError), repr(writer.error)
     assert writer.done == []
     assert _race_warnings(caplog) == []
-    assert store._writer is None and _fds_on(path) == 0
+    assert store.backend._writer is None and _fds_on(path) == 0

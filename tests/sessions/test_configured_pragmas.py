@@ -23,19 +23,19 @@ def _values(con, names):
 
 def test_writer_and_read_connections_get_the_configured_pragmas(tmp_path):
     with SessionStore(tmp_path / "state.db", settings=WAL, config=CONFIG) as s:
-        writer = _values(s._raw, list(CONFIG["database"]))
+        writer = _values(s.backend._raw, list(CONFIG["database"]))
         assert writer == {**PER_CONNECTION, "wal_autocheckpoint": 500, "journal_size_limit": 1 << 20}
         assert s.read_pool is not None
-        seen = s._read(lambda c: _values(c.connection.driver_connection, PER_CONNECTION))
+        seen = s.backend.read(lambda c: _values(c.connection.driver_connection, PER_CONNECTION))
         assert seen == PER_CONNECTION
         assert s.read_pool.idle_count() == 1  # that really was a pooled reader
     with SessionStore(tmp_path / "state.db", config=lambda: CONFIG, read_only=True) as ro:
-        assert _values(ro._raw, PER_CONNECTION) == PER_CONNECTION
+        assert _values(ro.backend._raw, PER_CONNECTION) == PER_CONNECTION
 
 
 def test_unconfigured_handles_keep_the_engine_defaults(tmp_path):
     with SessionStore(tmp_path / "state.db", settings=WAL) as s:
-        assert _values(s._raw, ["synchronous", "journal_size_limit", "temp_store"]) == \
+        assert _values(s.backend._raw, ["synchronous", "journal_size_limit", "temp_store"]) == \
             {"synchronous": 1, "journal_size_limit": 67108864, "temp_store": 0}
 
 
@@ -44,7 +44,7 @@ def test_invalid_values_warn_and_are_skipped_never_breaking_the_open(tmp_path, c
                         "wal_autocheckpoint": None, "synchronous": "sometimes"}}
     with caplog.at_level(logging.WARNING, logger="hermes_data.sessions.opening"):
         with SessionStore(tmp_path / "state.db", settings=WAL, config=bad) as s:
-            assert _values(s._raw, ["cache_size", "mmap_size", "temp_store", "synchronous"]) == \
+            assert _values(s.backend._raw, ["cache_size", "mmap_size", "temp_store", "synchronous"]) == \
                 {"cache_size": -2000, "mmap_size": 0, "temp_store": 0, "synchronous": 1}
             s.create_session("a", "cli")
     text = caplog.text

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hermes_data.sessions import sql
+from hermes_data.sessions import messages, sql
 from hermes_data.sessions.errors import (CompressionPublishError, CompressionSessionClosedError,
                                          SessionNotFoundError)
 from hermes_data.sessions.store import SessionStore
@@ -77,13 +77,13 @@ def test_reopen_stamps_legacy_reset_children(store):
 def test_publish_is_atomic(store, monkeypatch):
     store.create_session("p", "cli")
     store.append_message("p", "user", "hi")
-    original = store._insert_rows
+    original = messages.insert_rows
 
     def boom(*a, **k):
         original(*a, **k)
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(store, "_insert_rows", boom)
+    monkeypatch.setattr(messages, "insert_rows", boom)
     with pytest.raises(RuntimeError):
         store.publish_compression_child("p", "c", "cli", [{"role": "user", "content": "sum"}])
     monkeypatch.undo()

@@ -99,7 +99,7 @@ def test_last_active_evaluated_only_for_parents_with_several_candidates(store):
     # hop must cost far more than the walk itself, because only then is the ordering computed.
     from .conftest import make_chain
     ids = make_chain(store, 200)
-    raw = store._raw
+    raw = store.backend._raw
     q = str(sql.TIP_OF)
     vm = [0]
 

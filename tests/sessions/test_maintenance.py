@@ -11,7 +11,8 @@ import time
 
 import pytest
 
-from hermes_data import maintenance as mt
+from hermes_data.sessions import maintenance as mt
+from hermes_data.sessions.sql.backend import PG_MAINTENANCE_LOCK_KEY
 
 OLD = time.time() - 200 * 86400
 
@@ -74,11 +75,11 @@ def test_prune_of_more_than_900_ids_and_linear_steps(store):
             assert mt.prune_sessions(store, source="cli") == n
             return 0
         count = [0]
-        store._raw.set_progress_handler(lambda: count.__setitem__(0, count[0] + 1), 100)
+        store.backend._raw.set_progress_handler(lambda: count.__setitem__(0, count[0] + 1), 100)
         try:
             assert mt.prune_sessions(store, source="cli") == n
         finally:
-            store._raw.set_progress_handler(None, 0)
+            store.backend._raw.set_progress_handler(None, 0)
         return count[0]
 
     small, large = steps_to_prune(2000, "a"), steps_to_prune(8000, "b")
@@ -117,7 +118,7 @@ def _hold_maintenance_lock(store):
             import sys, sqlalchemy as sa
             e = sa.create_engine(sys.argv[1])
             with e.connect() as c:
-                c.exec_driver_sql("SELECT pg_advisory_lock({mt.PG_MAINTENANCE_LOCK_KEY})")
+                c.exec_driver_sql("SELECT pg_advisory_lock({PG_MAINTENANCE_LOCK_KEY})")
                 c.commit()
                 print("locked", flush=True)
                 sys.stdin.readline()

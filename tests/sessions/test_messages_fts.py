@@ -105,10 +105,10 @@ def test_batch_is_all_or_nothing_and_chunks(store):
     assert store.get_messages("s") == [] and store.get_session("s").message_count == 0
     # The transcript hot path commits on the writer's DBAPI connection: trace it there.
     commits = []
-    store._raw.set_trace_callback(lambda stmt: commits.append(1) if stmt == "COMMIT" else None)
+    store.backend._raw.set_trace_callback(lambda stmt: commits.append(1) if stmt == "COMMIT" else None)
     assert store.append_messages_batch("s", [{"role": "user", "content": str(i)} for i in range(5)],
                                        chunk_rows=2) == 5
-    store._raw.set_trace_callback(None)
+    store.backend._raw.set_trace_callback(None)
     assert len(commits) == 3
     msgs = store.get_messages("s")
     assert all(b.timestamp > a.timestamp for a, b in zip(msgs, msgs[1:]))

@@ -26,6 +26,7 @@ from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions import guards
 from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError,
                                          StateDbCorruptError, StateDbReplacedError)
+from hermes_data.sessions.backends.sqlite import SqliteBackend
 from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
 from hermes_data.telemetry import TelemetryStore
 
@@ -139,7 +140,7 @@ def test_open_patience_gives_up_with_a_clear_error_when_work_is_needed(tmp_path)
 
 def test_io_error_at_begin_is_retried_once_on_the_same_connection(store):
     store.create_session("s", "cli")
-    raw_before = id(store._raw)
+    raw_before = id(store.backend._raw)
     fds_before = psutil.Process().num_fds()
     fired = []
 
@@ -148,16 +149,16 @@ def test_io_error_at_begin_is_retried_once_on_the_same_connection(store):
             fired.append(1)
             raise sqlite3.OperationalError("disk I/O error")
 
-    store._before_begin = fail_once
+    store.backend._before_begin = fail_once
     assert store.append_message("s", "user", "after one EIO") > 0  # raw hot path
     fired.clear()
     assert store.set_session_title("s", "t")  # SQLAlchemy path
-    assert id(store._raw) == raw_before and psutil.Process().num_fds() == fds_before
+    assert id(store.backend._raw) == raw_before and psutil.Process().num_fds() == fds_before
 
-    store._before_begin = lambda: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
+    store.backend._before_begin = lambda: (_ for _ in ()).throw(sqlite3.OperationalError("disk I/O error"))
     with pytest.raises(sqlite3.OperationalError, match="disk I/O"):  # persistent: once only
         store.append_message("s", "user", "x")
-    store._before_begin = None
+    store.backend._before_begin = None
     calls = []
 
     def callback(conn):
@@ -166,35 +167,35 @@ def test_io_error_at_begin_is_retried_once_on_the_same_connection(store):
         raise sa.exc.OperationalError("UPDATE", (), sqlite3.OperationalError("disk I/O error"))
 
     with pytest.raises(sa.exc.OperationalError):
-        store._write(callback)
+        store.backend.write(callback)
     assert calls == [1]  # never retried once the callback started
     assert store.get_session("s").title == "t"  # rolled back
 
 
-def test_read_only_open_retries_transient_io_errors(tmp_path):
+def test_read_only_open_retries_transient_io_errors(tmp_path, monkeypatch):
     path = tmp_path / "state.db"
     with SessionStore(path) as s:
         s.create_session("a", "cli")
 
-    class Flaky(SessionStore):
-        failures = 2
-        attempts = 0
+    real = SqliteBackend._connect_read_only
+    state = {"failures": 2, "attempts": 0}
 
-        def _connect_read_only(self):
-            type(self).attempts += 1
-            if type(self).attempts <= type(self).failures:
-                raise sqlite3.OperationalError("disk I/O error")
-            return super()._connect_read_only()
+    def flaky(self):
+        state["attempts"] += 1
+        if state["attempts"] <= state["failures"]:
+            raise sqlite3.OperationalError("disk I/O error")
+        return real(self)
 
-    with Flaky(path, read_only=True) as ro:
-        assert Flaky.attempts == 3 and ro.get_session("a").source == "cli"
+    monkeypatch.setattr(SqliteBackend, "_connect_read_only", flaky)
+    with SessionStore(path, read_only=True) as ro:
+        assert state["attempts"] == 3 and ro.get_session("a").source == "cli"
         assert ro.fts_available == {"messages_fts": True, "messages_fts_trigram": True}
         with pytest.raises(Exception, match="read-only"):
             ro.create_session("b", "cli")
-    Flaky.failures, Flaky.attempts = 99, 0
+    state.update(failures=99, attempts=0)
     with pytest.raises(sqlite3.OperationalError) as info:
-        Flaky(path, read_only=True)
-    assert Flaky.attempts == 4
+        SessionStore(path, read_only=True)
+    assert state["attempts"] == 4
     assert is_transient_sqlite_error(info.value)
     assert not is_transient_sqlite_error(sqlite3.DatabaseError("database disk image is malformed"))
 
@@ -354,7 +355,7 @@ def test_structural_corruption_quarantines_the_handle(tmp_path):
     path = tmp_path / "state.db"
     with SessionStore(path) as s:
         s.create_session("a", "cli")
-        page, size = s._read(lambda c: (
+        page, size = s.backend.read(lambda c: (
             c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
             c.exec_driver_sql("PRAGMA page_size").scalar()))
         # Another process damages the sessions b-tree (this process never opens the file).
@@ -383,7 +384,7 @@ def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
                     time.sleep(0.05)  # a slow read: keeps the connection checked out
                     return conn.exec_driver_sql("SELECT id FROM sessions").scalar()
                 for _ in range(3):
-                    assert s._read(slow) == "a"
+                    assert s.backend.read(slow) == "a"
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
 

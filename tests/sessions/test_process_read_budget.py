@@ -30,7 +30,7 @@ def test_process_cap_holds_across_files_and_misses_fall_back_to_the_writer(tmp_p
         def reader(s: SessionStore) -> None:
             try:
                 def slow(conn):
-                    pooled = conn.connection.driver_connection is not s._raw
+                    pooled = conn.connection.driver_connection is not s.backend._raw
                     on_reader.append(pooled)
                     if pooled:  # hold the reader until the process cap is reached (or 10 s)
                         with held:
@@ -39,7 +39,7 @@ def test_process_cap_holds_across_files_and_misses_fall_back_to_the_writer(tmp_p
                             held.wait_for(lambda: active[0] >= guards.PROCESS_READ_BUDGET,
                                           timeout=10)
                     return conn.exec_driver_sql("SELECT id FROM sessions").scalar()
-                assert s._read(slow) == "a"
+                assert s.backend.read(slow) == "a"
             except BaseException as exc:  # noqa: BLE001
                 errors.append(exc)
 

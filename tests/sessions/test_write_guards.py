@@ -23,7 +23,7 @@ def _settle(s: SessionStore) -> None:
     """Let the directory timestamp age past the settle margin and take one full check."""
     time.sleep(0.08)
     s.append_message("a", "user", "settling write")
-    assert s._identity._dir_ok is not None  # the fast path is armed
+    assert s.backend._identity._dir_ok is not None  # the fast path is armed
 
 
 def test_fast_path_costs_one_stat_per_write(tmp_path, monkeypatch):
@@ -71,7 +71,7 @@ def test_a_fresh_directory_change_disarms_the_fast_path(tmp_path):
         _settle(s)
         (tmp_path / "neighbour.txt").write_text("x")  # any entry change in the directory
         s.append_message("a", "user", "full check again")
-        assert s._identity._dir_ok is None  # the new timestamp is too recent to trust
+        assert s.backend._identity._dir_ok is None  # the new timestamp is too recent to trust
 
 
 COPY_OVER = textwrap.dedent("""

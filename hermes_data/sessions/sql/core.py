@@ -163,6 +163,9 @@ class CoreStatements:
             "RETURNING ended_at, end_reason, "
             + ("CAST(NULL AS BIGINT)" if pg
                else "(SELECT application_id FROM pragma_application_id())"))
+        #: The file header's application_id (SQLite) — NULL where there is no file.
+        self.FILE_HEADER = ("SELECT CAST(NULL AS BIGINT)" if pg
+                            else "SELECT application_id FROM pragma_application_id()")
         #: The tool_calls of the rows a watermark clone copies (:parent, :watermark[, :ceiling]).
         self.CLONE_TOOL_CALLS = text(
             "SELECT tool_calls FROM messages WHERE session_id = :parent AND active = 1 "

@@ -1,0 +1,49 @@
+"""Session-store backends, chosen by the URL's dialect from one registry.
+
+``open_backend(url, …)`` returns the :class:`~.base.SessionBackend` for a resolved URL:
+:class:`~.sqlite.SqliteBackend` for ``sqlite`` files, :class:`~.postgresql.PostgresBackend`
+for ``postgresql`` databases. Backend modules are imported on first use, so SQLite callers
+never import the PostgreSQL one.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+from sqlalchemy.engine import URL
+
+from ...errors import ConfigurationError
+from .base import OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, SessionBackend
+
+__all__ = ["OPEN_PATIENCE_S", "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionBackend",
+           "open_backend", "register"]
+
+#: dialect name → (module, class name) of its backend.
+_REGISTRY: dict[str, tuple[str, str]] = {
+    "sqlite": ("hermes_data.sessions.backends.sqlite", "SqliteBackend"),
+    "postgresql": ("hermes_data.sessions.backends.postgresql", "PostgresBackend"),
+}
+
+
+def register(dialect: str, module: str, cls: str) -> None:
+    """Add (or replace) the backend class serving ``dialect``."""
+    _REGISTRY[dialect] = (module, cls)
+
+
+def backend_class(url: URL) -> Callable[..., SessionBackend]:
+    """The backend class for ``url``'s dialect; a clear error names an unsupported one."""
+    name = url.get_backend_name()
+    try:
+        module, cls = _REGISTRY[name]
+    except KeyError:
+        raise ConfigurationError(
+            f"{url.render_as_string(hide_password=True)}: the session store runs on "
+            f"{' or '.join(sorted(_REGISTRY))}, not {name!r}") from None
+    backend: Callable[..., SessionBackend] = getattr(importlib.import_module(module), cls)
+    return backend
+
+
+def open_backend(url: URL, **options: Any) -> SessionBackend:
+    """Open the backend for ``url`` with backend-specific ``options``."""
+    return backend_class(url)(url, **options)

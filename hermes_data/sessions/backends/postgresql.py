@@ -1,0 +1,253 @@
+"""The PostgreSQL backend of the session store (``postgresql+psycopg://…``).
+
+What differs from SQLite is gated here, once:
+
+* **Connections.** A pooled engine; the handle keeps one writer connection (writes are
+  serialised by the handle's lock, as on SQLite) and reads check out pooled connections.
+  None of the SQLite machinery applies: no PRAGMAs, no ``mode=ro`` read pool, no WAL /
+  replaced-file guards, no ``application_id``, no FTS5 stale/rebuild (full-text search is
+  index-maintained by the server).
+* **Driver statements** come from ``sql.for_dialect("postgresql")``, rendered once in
+  psycopg's paramstyle; nothing is rewritten per call.
+* **Transactions** are plain ``BEGIN`` … ``COMMIT`` (row locks, not a database write lock);
+  a serialization failure or deadlock is retried with the same patience budget as a busy
+  SQLite file.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import text
+from sqlalchemy.engine import Connection, Engine, URL
+
+from ... import migrate
+from ...engine import create_engine_for
+from ...errors import ConfigurationError, DatabaseBusyError
+from ..sql import backend as q
+from ..sql import for_dialect
+from .base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
+
+log = logging.getLogger("hermes_data.sessions.backends.postgresql")
+
+T = TypeVar("T")
+
+#: SQLSTATEs retried like a busy SQLite file: serialization_failure, deadlock_detected,
+#: lock_not_available.
+_RETRY_SQLSTATES = {"40001", "40P01", "55P03"}
+
+
+def sqlstate(exc: BaseException) -> str | None:
+    """The SQLSTATE of a psycopg error wrapped by SQLAlchemy, if any."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None)
+
+
+class PgDriver:
+    """:class:`~hermes_data.sessions.backends.base.Driver` over a SQLAlchemy connection:
+    driver statements go straight to psycopg (``exec_driver_sql``)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> Any:
+        """Run one statement with positional values."""
+        return self._conn.exec_driver_sql(statement, tuple(parameters))
+
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """Run one statement for every row."""
+        return self._conn.exec_driver_sql(statement, [tuple(r) for r in rows])
+
+
+class PostgresBackend(SessionBackend):
+    """A session store in a PostgreSQL database (see the module docstring)."""
+
+    dialect = "postgresql"
+    sql = for_dialect("postgresql")
+
+    def __init__(self, url: URL, *, read_only: bool = False, pool_size: int = 8) -> None:
+        self.url = url
+        self.path = Path(url.render_as_string(hide_password=True))
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self._closed = False
+        self.quarantined = False
+        self.open_repairs: list[str] = []
+        #: Full-text search is index-maintained: always available.
+        self.fts_available = {"messages_fts": True, "messages_fts_trigram": True}
+        self._engine: Engine | None = create_engine_for(
+            "sessions", url, pool_size=pool_size, max_overflow=32, pool_timeout=60)
+        try:
+            if not read_only:
+                spec = migrate.store_spec("sessions")
+                with self._engine.connect() as conn:
+                    rev = migrate.current_revision(conn, spec.version_table_for(conn))
+                if rev != migrate.head_revision("sessions"):
+                    report = migrate.upgrade("sessions", url)
+                    self.open_repairs.extend(report.repairs)
+            self._writer: Connection | None = self._engine.connect()
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    # -- handle ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the writer and dispose of the pool. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None
+
+    def checkpoint(self) -> None:
+        """No-op: checkpoints are the server's business on PostgreSQL."""
+
+    @property
+    def engine(self) -> Engine:
+        """The pooled engine."""
+        if self._engine is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        return self._engine
+
+    @property
+    def journal_mode(self) -> str:
+        """``n/a``: PostgreSQL has no journal mode."""
+        return "n/a"
+
+    # -- transactions ------------------------------------------------------------------
+
+    def write(self, fn: Callable[[Connection], T], *,
+              patience: float = ROUTINE_PATIENCE_S) -> T:
+        """Run ``fn`` in one transaction on the writer; retry serialization failures and
+        deadlocks with jitter until ``patience`` runs out."""
+        if self.read_only:
+            raise ConfigurationError(f"{self.path}: this session store handle is read-only")
+        start = time.monotonic()
+        deadline = start + patience
+        while True:
+            with self._lock:
+                if self._writer is None:
+                    raise ConfigurationError(f"{self.path}: the session store is closed")
+                try:
+                    with self._writer.begin():
+                        return fn(self._writer)
+                except sa.exc.DBAPIError as exc:
+                    if sqlstate(exc) not in _RETRY_SQLSTATES:
+                        raise
+                    err = exc
+            now = time.monotonic()
+            if now >= deadline:
+                raise DatabaseBusyError(
+                    f"{self.path}: write kept conflicting for over {patience:.1f} s; retry later"
+                ) from err
+            time.sleep(min(random.uniform(0.02, 0.15), deadline - now))
+
+    def write_driver(self, fn: Callable[[Driver], T], *,
+                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
+        """:meth:`write` with the connection wrapped as a :class:`PgDriver`."""
+        return self.write(lambda conn: fn(PgDriver(conn)), patience=patience)
+
+    @contextmanager
+    def reading_on_writer(self) -> Iterator[Connection]:
+        """The writer connection in a transaction (sees this handle's commits)."""
+        with self._lock:
+            if self._writer is None:
+                raise ConfigurationError(f"{self.path}: the session store is closed")
+            with self._writer.begin():
+                yield self._writer
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A pooled connection in a read transaction."""
+        if self._engine is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        with self._engine.connect() as conn, conn.begin():
+            yield conn
+
+    def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
+        """Run ``fn`` under ``SET LOCAL statement_timeout`` (query_canceled → TimeoutError)."""
+        with self.reading() as conn:
+            conn.exec_driver_sql(q.pg_statement_timeout(timeout_s))
+            try:
+                return fn(conn)
+            except sa.exc.OperationalError as exc:
+                if sqlstate(exc) == "57014":  # query_canceled
+                    raise TimeoutError(f"read exceeded {timeout_s} s") from exc
+                raise
+
+    def changes(self, conn: Connection, result: Any) -> int:
+        """PostgreSQL reports the rows a WITH … UPDATE changed in its rowcount."""
+        return max(0, int(result.rowcount or 0))
+
+    # -- maintenance -------------------------------------------------------------------
+
+    @staticmethod
+    def _tables() -> list[str]:
+        from ..schema import metadata
+
+        return [t.name for t in metadata.sorted_tables]
+
+    def logical_size_bytes(self) -> int:
+        """The summed ``pg_total_relation_size`` of the store's tables."""
+        names = self._tables()
+        params = {f"t{i}": n for i, n in enumerate(names)}
+        return int(self.read(lambda c: c.execute(text(q.pg_relation_size(len(names))),
+                                                  params).scalar()))
+
+    def freelist_ratio(self) -> float | None:
+        """None: PostgreSQL has no freelist."""
+        return None
+
+    def vacuum(self) -> None:
+        """``VACUUM (ANALYZE)`` of the store's tables on an autocommit connection (VACUUM
+        cannot run in a transaction block). It returns space inside the tables to
+        PostgreSQL for reuse and refreshes planner statistics; it does not shrink files
+        (``VACUUM FULL`` would take exclusive locks on a shared server)."""
+        if self.read_only:
+            raise ConfigurationError(f"{self.path}: this session store handle is read-only")
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql(q.pg_vacuum(self._tables()))
+
+    def maintenance_lock(self) -> "AdvisoryLock":
+        """A session-level ``pg_try_advisory_lock`` held on a connection of its own (the
+        store is shared by several hosts; a lock file would not be)."""
+        return AdvisoryLock(self.engine)
+
+
+class AdvisoryLock:
+    """Non-blocking cross-host lock: a session-level advisory lock on its own connection."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._conn: Connection | None = engine.connect().execution_options(
+            isolation_level="AUTOCOMMIT")
+
+    def acquire(self) -> bool:
+        """Take the lock if no session holds it."""
+        assert self._conn is not None
+        return bool(self._conn.exec_driver_sql(q.PG_TRY_MAINTENANCE_LOCK).scalar())
+
+    def release(self) -> None:
+        """Drop the lock."""
+        if self._conn is not None:
+            self._conn.exec_driver_sql(q.PG_MAINTENANCE_UNLOCK)
+
+    def close(self) -> None:
+        """Close the lock's connection (drops the lock)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,684 @@
+"""The SQLite backend of the session store: one ``state.db`` file.
+
+Open path (spec sessions.md §8.1): writability preflight, owner-only creation, the
+deleted-sidecar refusal, the engine policy (busy timeout first, journal mode, configured
+pragmas, foreign keys), a read-gated upgrade or adoption, read-gated open-time heals, the
+file identity for the live-handle guards, and — in WAL — a bounded ``mode=ro`` read pool.
+
+Transactions (§8.5): one writer connection per handle, every write inside
+``BEGIN IMMEDIATE``, SQLite's busy handler capped at 1 s and an application-level jittered
+retry up to a patience budget (20 s routine, 60 s for transcript writes). An I/O error at
+``BEGIN IMMEDIATE`` itself is retried once on the same connection. A writer closed under a
+running write by a racing ``close()`` is reopened once. Structural corruption quarantines
+the handle; FTS-scoped corruption drops the FTS triggers and marks the index stale
+(fail-open), and the write is retried once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine, URL
+
+from ... import migrate
+from ...config import hermes_home
+from ...engine import SqliteSettings, create_sqlite_engine, journal_state
+from ...errors import ConfigurationError, DatabaseBusyError
+from .. import guards, opening
+from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
+                      StateDbReplacedError)
+from ..migration import BUSY_TIMEOUT_MS, missing_core
+from ..sql import backend as q
+from ..sql import for_dialect
+from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
+                   SessionBackend)
+
+log = logging.getLogger("hermes_data.sessions.backends.sqlite")
+
+T = TypeVar("T")
+
+#: Best-effort PASSIVE checkpoint cadence (successful writes).
+CHECKPOINT_EVERY = 50
+#: Read-only opens: transient I/O errors retried this many times, this far apart (§8.6).
+READ_ONLY_OPEN_RETRIES = 3
+READ_ONLY_RETRY_PAUSE_S = 0.05
+#: A profile directory name (``<root>/profiles/<name>/state.db``).
+_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """A lock conflict (``database is locked`` / ``busy``), worth a retry."""
+    msg = str(getattr(exc, "orig", exc)).lower()
+    return "locked" in msg or "busy" in msg or "no more rows available" in msg
+
+
+class SqliteBackend(SessionBackend):
+    """A session-store SQLite file (see the module docstring)."""
+
+    dialect = "sqlite"
+    sql = for_dialect("sqlite")
+
+    #: Test seam: called right before every ``BEGIN IMMEDIATE`` (fault injection).
+    _before_begin: Callable[[], None] | None = None
+    #: The handle's one reopen after a ``close()`` race has been used (§8.5).
+    _race_reopened = False
+
+    def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
+                 pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
+                 read_only: bool = False) -> None:
+        self.url = url
+        self.path = path
+        self.read_only = read_only
+        self._settings = settings or SqliteSettings(busy_timeout_ms=BUSY_TIMEOUT_MS)
+        self._pragmas = list(pragmas or [])
+        self._lock = threading.RLock()
+        self._writes = 0
+        self._closed = False
+        self._engine: Engine | None = None
+        self._writer: Connection | None = None
+        self._raw: sqlite3.Connection | None = None
+        self._read_pool: guards.ReadPool | None = None
+        self._read_engine: Engine | None = None
+        self._identity: guards.FileIdentity | None = None
+        self._app_id = 0
+        self._sticky: BaseException | None = None  # replaced / split WAL / corrupt
+        self.quarantined = False
+        self.fts_available = {"messages_fts": False, "messages_fts_trigram": False}
+        self.open_repairs: list[str] = []
+        initialized = False
+        try:
+            if read_only:
+                self._open_read_only()
+            else:
+                self._open_with_patience(open_patience_s)
+            initialized = True
+        finally:
+            if not initialized:  # every exception path closes what it opened (§8.12)
+                self._dispose()
+
+    # -- open / close ------------------------------------------------------------------
+
+    def _open_with_patience(self, open_patience_s: float) -> None:
+        deadline = time.monotonic() + open_patience_s
+        while True:
+            try:
+                self._open()
+                return
+            except BaseException as exc:
+                self._dispose()
+                if isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError)) \
+                        and is_busy(exc):
+                    remaining = deadline - time.monotonic()
+                    if remaining > 0:
+                        time.sleep(min(random.uniform(0.25, 1.0), remaining))
+                        continue
+                    raise DatabaseBusyError(
+                        f"{self.path}: another process held the write lock for over "
+                        f"{open_patience_s:.0f} s while opening; the database is healthy, retry"
+                    ) from exc
+                raise
+
+    def _open(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # Writability preflight (§8.1 step 2), ahead of the first creation so that a repaired
+        # directory can take the new file: owner bits by path inside the home tree, else refuse.
+        self.open_repairs.extend(opening.writability_preflight(self.path, hermes_home()))
+        if not self.path.exists():
+            try:  # first creation: owner-only, before any connection (no locks can exist)
+                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            except FileExistsError:
+                pass
+        self._refuse_deleted_sidecars("open")
+        engine = self._connect_writer()
+        with self.reading_on_writer() as conn:
+            behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
+                or bool(missing_core(conn))
+        if behind:
+            report = migrate.upgrade("sessions", self.url)
+            self.open_repairs.extend(report.repairs)
+        self._open_checks()
+        wal = journal_state(engine).mode == "wal"
+        assert self._raw is not None
+        self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
+        self._identity = guards.FileIdentity.record(self.path, wal=wal)
+        self._harden_permissions()
+        self.fts_available = self._probe_fts(self._raw)
+        if wal:
+            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
+            self._read_engine = guards.make_read_engine(self._read_pool)
+
+    def _harden_permissions(self) -> None:
+        # chmod by path only: opening+closing the file would drop this process's POSIX locks.
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                os.chmod(f"{self.path}{suffix}", 0o600)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.debug("could not chmod %s%s: %s", self.path, suffix, exc)
+
+    def _refuse_deleted_sidecars(self, what: str) -> None:
+        holders = guards.deleted_sidecar_holders(self.path)
+        if holders:  # a second opener would mint a second WAL generation (§8.10)
+            pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
+            self._sticky = DeletedWalGenerationError(str(self.path),
+                                                     f"refusing to {what}: {pids} (deleted)")
+            raise self._sticky
+
+    def _connect_read_only(self) -> sqlite3.Connection:
+        """One ``mode=ro`` connection attempt (a seam: tests inject transient I/O errors)."""
+        return guards.connect_read_only(self.path)
+
+    def _open_read_only(self) -> None:
+        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (§8.6).
+
+        A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
+        times, 50 ms apart; a persistent one propagates.
+        """
+        con: sqlite3.Connection | None = None
+        for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
+            try:
+                con = self._connect_read_only()
+                opening.apply_pragmas(con, self._pragmas, str(self.path))
+                con.execute(q.FOREIGN_KEYS_ON)
+                con.execute(q.SCHEMA_PROBE).fetchall()
+                break
+            except sqlite3.OperationalError as exc:
+                if con is not None:
+                    con.close()
+                    con = None
+                if not guards.is_disk_io_error(exc) or attempt == READ_ONLY_OPEN_RETRIES:
+                    raise
+                log.info("%s: transient I/O error on a read-only open (%s); retrying",
+                         self.path, exc)
+                time.sleep(READ_ONLY_RETRY_PAUSE_S)
+        assert con is not None
+        self._raw = con
+        self._engine = sa.create_engine("sqlite://", creator=lambda: con,
+                                        poolclass=sa.pool.StaticPool)
+
+        @event.listens_for(self._engine, "begin")
+        def _begin(conn: Connection) -> None:
+            conn.exec_driver_sql(q.BEGIN)
+
+        self._writer = self._engine.connect()
+        with self.reading_on_writer() as conn:
+            missing = missing_core(conn)
+        if missing:
+            raise SchemaBehindError(", ".join(missing))
+        self.fts_available = self._probe_fts(con)
+
+    @staticmethod
+    def _probe_fts(con: sqlite3.Connection) -> dict[str, bool]:
+        out = {}
+        for table in ("messages_fts", "messages_fts_trigram"):
+            try:
+                con.execute(q.fts_probe(table)).fetchall()
+                out[table] = True
+            except sqlite3.OperationalError as exc:
+                msg = str(exc).lower()
+                if "no such table" not in msg and "no such module" not in msg \
+                        and "no such tokenizer" not in msg:
+                    raise
+                out[table] = False
+        return out
+
+    def _open_checks(self) -> None:
+        """Read-gated open-time heals (§8.4): zero writes on a settled database."""
+        with self.reading_on_writer() as conn:
+            state = opening.read_fts_state(conn)
+            need_fts = state.needs_work()
+            need_heal = opening.needs_null_active_heal(conn)
+            need_gen = opening.read_generation(conn) is None
+            need_app_id = not conn.exec_driver_sql(q.APPLICATION_ID).scalar()
+            need_ver = opening.needs_fts_storage_version(conn, state)
+        if not (need_fts or need_heal or need_gen or need_app_id or need_ver):
+            return
+
+        def work(conn: Connection) -> None:
+            if need_fts:
+                opening.apply_fts_checks(conn, self.open_repairs)
+            if need_heal and opening.needs_null_active_heal(conn):
+                n = opening.heal_null_active(conn)
+                self.open_repairs.append(f"set active = 1 on {n} message(s)")
+            if need_gen or need_app_id:
+                opening.mint_generation(conn)
+            if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
+                opening.write_fts_storage_version(conn)
+
+        # Inside the open's patience loop: busy propagates to it (no nested retry budget).
+        self._attempt(work, raw=False, guarded=False)
+
+    def _dispose(self) -> None:
+        if self._read_pool is not None:
+            self._read_pool.dispose()
+            self._read_pool = None
+            self._read_engine = None
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            except Exception as exc:  # noqa: BLE001 - closing must go on
+                log.debug("closing the writer failed: %s", exc)
+            finally:
+                self._writer = None
+        if self.read_only and self._raw is not None:
+            self._raw.close()
+        self._raw = None
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
+    def close(self) -> None:
+        """PASSIVE checkpoint (not on read-only or quarantined handles), close every
+        connection, forget the sidecar identity. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if (self._writer is not None and not self.read_only and not self.quarantined
+                    and journal_state(self._engine).mode == "wal"):
+                self.checkpoint()
+            if self._identity is not None:
+                self._identity.forget_sidecars()  # a clean last close may unlink them
+            self._dispose()
+
+    def checkpoint(self) -> None:
+        """Best-effort ``PRAGMA wal_checkpoint(PASSIVE)`` outside any transaction (never raises).
+
+        Sent on the writer's DBAPI connection (driver transactions are off), so no BEGIN
+        wraps it; PASSIVE is the only mode this library issues (spec §8.8).
+        """
+        if self.quarantined or self._raw is None:
+            return
+        try:
+            self._raw.execute(q.CHECKPOINT_PASSIVE).fetchall()
+        except sqlite3.Error as exc:
+            log.debug("PASSIVE checkpoint skipped: %s", exc)
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine of the writer's file."""
+        if self._engine is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        return self._engine
+
+    @property
+    def journal_mode(self) -> str:
+        """Journal mode the engine policy settled on (``wal`` / ``delete``)."""
+        if self.read_only:
+            assert self._raw is not None
+            return str(self._raw.execute(q.JOURNAL_MODE).fetchone()[0]).lower()
+        return journal_state(self.engine).mode
+
+    @property
+    def read_pool(self) -> guards.ReadPool | None:
+        """The handle's read pool (WAL writable handles only)."""
+        return self._read_pool
+
+    def owner_profile(self, root: Path) -> str | None:
+        """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``."""
+        try:
+            path = self.path.resolve()
+            root = root.expanduser().resolve()
+        except OSError:
+            return None
+        if path == root / "state.db":
+            return "default"
+        if path.name == "state.db" and path.parent.parent == root / "profiles":
+            name = path.parent.name
+            return name if _PROFILE_NAME.match(name) else None
+        return None
+
+    # -- transactions ------------------------------------------------------------------
+
+    def guard(self) -> None:
+        """Live-handle guards before a write (§8.11): sticky failures, replaced file, split WAL."""
+        if self._sticky is not None:
+            raise self._sticky
+        if self._identity is None:
+            return
+        found = self._identity.check(self.path)
+        if found is not None:
+            kind, why = found
+            self._sticky = (StateDbReplacedError if kind == "replaced"
+                            else DeletedWalGenerationError)(str(self.path), why)
+            raise self._sticky
+
+    def check_header(self, application_id: int | None) -> None:
+        """Refuse (stickily) a file whose ``application_id`` changed since the open."""
+        if application_id and self._app_id and application_id != self._app_id:
+            self._sticky = StateDbReplacedError(
+                str(self.path), f"the file's application_id changed ({self._app_id} -> "
+                f"{application_id}): it was replaced under a live handle")
+            raise self._sticky
+
+    def _attempt(self, fn: Callable[[Any], T], *, raw: bool, guarded: bool = True,
+                 header_in_fn: bool = False) -> T:
+        """One write transaction: ``BEGIN IMMEDIATE`` → ``fn`` → ``COMMIT`` (§8.5).
+
+        ``header_in_fn``: ``fn`` itself passes the file's ``application_id`` to
+        :meth:`check_header` before the transaction can commit, so the separate header read
+        is skipped. An I/O error raised by ``BEGIN IMMEDIATE`` itself (``fn`` not started,
+        nothing mutated) is retried once on the same connection; once ``fn`` has started,
+        every error rolls back and propagates. Never closes the connection to heal anything.
+        """
+        if self._writer is None or self._raw is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        if self.read_only:
+            raise ConfigurationError(f"{self.path}: this session store handle is read-only")
+        if guarded:
+            self.guard()
+        con = self._raw
+        tx = None
+        for attempt in (0, 1):
+            try:
+                if self._before_begin is not None:
+                    self._before_begin()
+                if raw:
+                    con.execute(q.BEGIN_IMMEDIATE)
+                else:
+                    tx = self._writer.begin()
+                break
+            except (sqlite3.OperationalError, sa.exc.OperationalError) as exc:
+                if attempt == 0 and guards.is_disk_io_error(exc):
+                    log.warning("%s: I/O error at BEGIN IMMEDIATE (%s); retrying once on the "
+                                "same connection", self.path, exc)
+                    continue
+                raise
+        try:
+            if guarded and self._app_id and not header_in_fn:
+                self.check_header(con.execute(q.APPLICATION_ID).fetchone()[0])
+            result = fn(con if raw else self._writer)
+            if raw:
+                con.execute(q.COMMIT)
+            else:
+                assert tx is not None
+                tx.commit()
+        except BaseException:
+            try:
+                if raw:
+                    if con.in_transaction:
+                        con.execute(q.ROLLBACK)
+                elif tx is not None and tx.is_active:
+                    tx.rollback()
+            except (sqlite3.Error, sa.exc.DBAPIError) as exc:
+                log.debug("rollback failed: %s", exc)
+            raise
+        return result
+
+    def _connect_writer(self) -> Engine:
+        """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
+        configured pragmas and foreign keys on every connection, and the writer connection.
+        No schema work: the open runs that next; the close-race reopen never does."""
+        engine = create_sqlite_engine(self.path, self._settings)
+        pragmas = self._pragmas
+
+        @event.listens_for(engine, "connect")
+        def _fk_on(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
+            # After the engine's journal-mode policy: configured pragmas (§8.3), then
+            # foreign keys on every connection (spec §2, §8.1 step 5).
+            opening.apply_pragmas(dbapi_conn, pragmas, str(self.path))
+            dbapi_conn.execute(q.FOREIGN_KEYS_ON)
+
+        self._engine = engine
+        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
+        self._raw = self._writer.connection.driver_connection
+        return engine
+
+    def _reopen_after_close_race(self) -> bool:
+        """``close()`` raced a write still running on another thread: the writer is gone.
+
+        Reopen once per handle with the same connection setup and no schema work (§8.5), so
+        the in-flight write lands instead of vanishing; the caller closes the connection again
+        when that write is done (the handle stays closed). Refused — with the handle's sticky
+        error or a "closed" error, never a silent loss — for read-only, replaced, corrupt or
+        WAL-split handles, a handle that was never opened, and a second race. Call under
+        ``self._lock``.
+        """
+        closed = f"{self.path}: the session store is closed"
+        if self._sticky is not None:  # replaced / split WAL / quarantined (corrupt)
+            raise self._sticky
+        if self.read_only:
+            raise ConfigurationError(f"{closed}; a read-only handle is never reopened")
+        if not self._closed or self._identity is None:
+            raise ConfigurationError(closed)
+        if self._race_reopened:
+            raise ConfigurationError(
+                f"{closed}; close() ran while writes were still in flight and the one reopen "
+                "it allows was already used: stop writing before closing the store")
+        self.guard()  # a file replaced since the close must not be written
+        self._refuse_deleted_sidecars("reopen")  # same refusal as the open (§8.10)
+        self._race_reopened = True
+        log.warning("%s: close() raced a still-running writer (a write was in flight when the "
+                    "handle closed); reopening the writer connection once, without schema work, "
+                    "to finish it", self.path)
+        try:
+            self._connect_writer()
+        except BaseException:
+            self._dispose()
+            raise
+        return True
+
+    def _end_close_race(self) -> None:
+        """Close the connection a close-race reopen made (PASSIVE checkpoint first, as close())."""
+        with self._lock:
+            if self._writer is not None and not self.quarantined \
+                    and journal_state(self._engine).mode == "wal":
+                self.checkpoint()
+            self._dispose()
+
+    def write(self, fn: Callable[[Connection], T], *,
+              patience: float = ROUTINE_PATIENCE_S) -> T:
+        """Run ``fn`` inside ``BEGIN IMMEDIATE`` on the writer; retry busy with jitter."""
+        return self._write(fn, patience=patience, raw=False, header_in_fn=False)
+
+    def write_driver(self, fn: Callable[[Driver], T], *,
+                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
+        """Run ``fn`` on the writer's sqlite3 connection inside ``BEGIN IMMEDIATE`` (statements
+        prepared once by sqlite3's cache, no SQLAlchemy execution per call)."""
+        return self._write(fn, patience=patience, raw=True, header_in_fn=True)
+
+    def _write(self, fn: Callable[[Any], T], *, patience: float, raw: bool,
+               header_in_fn: bool) -> T:
+        start = time.monotonic()
+        deadline = start + patience
+        fts_healed = False
+        reopened = False
+        try:
+            while True:
+                with self._lock:
+                    if self._writer is None and not reopened:
+                        reopened = self._reopen_after_close_race()
+                    try:
+                        result = self._attempt(fn, raw=raw, header_in_fn=header_in_fn)
+                        self._writes += 1
+                        if self._writes % CHECKPOINT_EVERY == 0 and self.journal_mode == "wal":
+                            self.checkpoint()
+                        return result
+                    except (sa.exc.DBAPIError, sqlite3.Error) as exc:
+                        if guards.is_fts_corruption(exc) and not fts_healed:
+                            self._fail_open_fts(exc)
+                            fts_healed = True
+                            continue
+                        if guards.is_structural_corruption(exc):
+                            self._quarantine(exc)
+                        if not is_busy(exc):
+                            raise
+                        err = exc
+                now = time.monotonic()
+                if now >= deadline:
+                    raise DatabaseBusyError(
+                        f"{self.path}: another process held the write lock for over "
+                        f"{patience:.1f} s; the database is healthy, retry later") from err
+                pause = (random.uniform(0.02, 0.15) if now - start < 2.0
+                         else random.uniform(0.25, 1.0))
+                time.sleep(min(pause, deadline - now))
+        finally:
+            if reopened:
+                self._end_close_race()
+
+    def _fail_open_fts(self, exc: BaseException) -> None:
+        """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
+        in one transaction (search falls back to LIKE); the caller retries its write once.
+        Never rebuilds from the live write path (§8.11)."""
+        log.error("%s: FTS index corrupt (%s): FTS triggers dropped, fts_stale set; search uses "
+                  "LIKE until an exclusive open rebuilds the index", self.path, exc)
+
+        def work(conn: Connection) -> None:
+            opening._mark_stale(conn)
+            opening._drop_fts_triggers(conn, opening.read_fts_state(conn))
+
+        self._attempt(work, raw=False)
+        self.fts_available = {t: False for t in self.fts_available}
+
+    def _quarantine(self, exc: BaseException) -> None:
+        if self._sticky is None:
+            log.error("%s: structural corruption (%s): handle quarantined", self.path, exc)
+            self.quarantined = True
+            self._sticky = StateDbCorruptError(str(self.path), str(getattr(exc, "orig", exc)))
+        raise self._sticky from exc
+
+    @contextmanager
+    def reading_on_writer(self) -> Iterator[Connection]:
+        """The handle's own connection, in a deferred transaction, under the handle's lock."""
+        with self._lock:
+            if self._writer is None:
+                raise ConfigurationError(f"{self.path}: the session store is closed")
+            w = self._writer
+            if not self.read_only:
+                w.execution_options(hermes_begin="DEFERRED")
+            try:
+                with w.begin():
+                    yield w
+            finally:
+                if not self.read_only:
+                    w.execution_options(hermes_begin="IMMEDIATE")
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for a read: a pooled ``mode=ro`` reader (WAL), else the writer.
+
+        A budget miss first closes one idle reader of a peer handle and retries once; still
+        nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
+        """
+        engine = self._read_engine
+        conn = None
+        if engine is not None and self._read_pool is not None:
+            for attempt in (0, 1):
+                try:
+                    conn = engine.connect()
+                    break
+                except guards.NoReadPermit as miss:
+                    if attempt or miss.scope not in ("path", "process") \
+                            or not guards.evict_peer(self._read_pool, miss.scope):
+                        break
+        if conn is None:
+            with self.reading_on_writer() as w:
+                yield w
+            return
+        try:
+            with conn.begin():
+                yield conn
+        finally:
+            conn.close()
+
+    def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
+        """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        with self.reading() as conn:
+            raw = conn.connection.driver_connection
+            raw.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
+            try:
+                return fn(conn)
+            except sa.exc.OperationalError as exc:
+                if "interrupted" in str(exc.orig).lower():
+                    raise TimeoutError(f"read exceeded {timeout_s} s") from exc
+                raise
+            finally:
+                raw.set_progress_handler(None, 0)
+
+    def changes(self, conn: Connection, result: Any) -> int:
+        """pysqlite reports rowcount -1 for a DML statement that starts with WITH: ask SQLite."""
+        return int(conn.exec_driver_sql(q.CHANGES).scalar() or 0)
+
+    # -- maintenance -------------------------------------------------------------------
+
+    def logical_size_bytes(self) -> int:
+        """``page_count × page_size`` (never ``stat``: a live reader blocks the fold-back of
+        the WAL and stat-based deltas came out negative)."""
+        return int(self.read(lambda c: c.exec_driver_sql(q.PAGE_COUNT).scalar()
+                             * c.exec_driver_sql(q.PAGE_SIZE).scalar()))
+
+    def freelist_ratio(self) -> float | None:
+        """``freelist_count / page_count``; None when unreadable."""
+        try:
+            free, pages = self.read(lambda c: (c.exec_driver_sql(q.FREELIST_COUNT).scalar(),
+                                               c.exec_driver_sql(q.PAGE_COUNT).scalar()))
+        except Exception as exc:  # noqa: BLE001 - unknown ratio falls back to the time throttle
+            log.info("freelist ratio unreadable: %s", exc)
+            return None
+        return (free / pages) if pages else None
+
+    def vacuum(self) -> None:
+        """Optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again;
+        refused on quarantined or replaced handles."""
+        self.guard()
+        for table in ("messages_fts", "messages_fts_trigram"):
+            if self.read(lambda c, t=table: c.exec_driver_sql(q.OBJECT_EXISTS, (t,)).first()):
+                self.write(lambda c, t=table: c.exec_driver_sql(q.fts_optimize(t)))
+        with self._lock:
+            raw = self._raw
+            if raw is None:
+                raise ConfigurationError(f"{self.path}: the session store is closed")
+            self.checkpoint()
+            raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
+            self.checkpoint()
+            if self._identity is not None:  # VACUUM may have recreated the sidecars
+                self._identity = guards.FileIdentity.record(self.path,
+                                                            wal=self.journal_mode == "wal")
+
+    def maintenance_lock(self) -> "FileLock":
+        """``flock`` on ``<db>.auto-maintenance.lock`` (never on the database file itself)."""
+        return FileLock(Path(f"{self.path}.auto-maintenance.lock"))
+
+
+class FileLock:
+    """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""
+
+    def __init__(self, path: Path) -> None:
+        import fcntl
+
+        self._fcntl = fcntl
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self) -> bool:
+        """Take the lock if nobody holds it."""
+        assert self._fd is not None
+        try:
+            self._fcntl.flock(self._fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Drop the lock."""
+        if self._fd is not None:
+            self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Close the lock file (drops the lock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+

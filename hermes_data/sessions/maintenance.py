@@ -1,0 +1,385 @@
+"""Session-store maintenance: delete, prune, archive, VACUUM (spec sessions.md §7.4–§7.6).
+
+Rules every function here keeps:
+
+* Prune only ever matches **ended** sessions (``s.ended_at IS NOT NULL`` is the first clause of
+  every filter); pinned sessions are spared unless ``include_pinned=True``; with
+  ``exclude_active_write_guards`` sessions holding a live compression lock or turn lease are
+  spared too. Children of deleted rows are orphaned, never deleted.
+* LIKE filters built from user text escape ``\\``, ``%`` and ``_`` and use ``ESCAPE '\\'``
+  (an unescaped ``_`` in a ``cwd`` prefix once deleted a sibling project's history).
+* Chunked deletes claim their rows by a key high-water mark (``id > :hwm ORDER BY id LIMIT n``
+  over a temp table of the doomed ids): O(n) in total, never a re-scan from the start.
+* Checkpoints are PASSIVE; sizes are ``page_count × page_size`` (:func:`logical_size_bytes`).
+
+PostgreSQL: delete, prune, archive and the stale-open sweep run the same statements (dialect
+twins from ``store.backend.sql``; the doomed-id list is a session temp table,
+``pg_temp.doomed``). What differs is the backend's (:meth:`vacuum`, sizes, the lock):
+
+* :func:`vacuum` runs ``VACUUM (ANALYZE)`` on the store's tables on an **autocommit**
+  connection (VACUUM cannot run in a transaction block). It returns space inside the
+  tables to PostgreSQL for reuse and refreshes planner statistics; it does not shrink files
+  (``VACUUM FULL`` would take exclusive locks on a shared server — left to the operator).
+  Sizes are ``pg_total_relation_size`` of the store's tables (heap + indexes + TOAST).
+* :func:`freelist_ratio` is a SQLite fact (``None`` on PostgreSQL), and the auto-maintenance
+  VACUUM gate does not consult it there: the interval gate and ``pruned > 0`` decide.
+* The auto-maintenance lock is a ``pg_try_advisory_lock`` held on its own connection (the
+  store is shared by several hosts, a lock file would not be), instead of ``flock`` on
+  ``<db>.auto-maintenance.lock``.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import psutil
+from sqlalchemy.engine import Connection
+
+from .backends import ROUTINE_PATIENCE_S
+from .sql import for_dialect
+from .sql import maintenance as mq
+from .sql.maintenance import (ENDED_GUARD, SWEEP_END_REASON, SWEEPABLE_SOURCES,
+                              MaintenanceStatements, prune_where)
+from .store import SessionStore
+
+__all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
+           "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
+           "SWEEPABLE_SOURCES", "SWEEP_END_REASON", "archive_sessions", "count_open_prune_matches",
+           "count_prune_matches", "delete_session", "freelist_ratio", "list_prune_candidates",
+           "logical_size_bytes", "maybe_auto_prune_and_vacuum", "prune_sessions", "prune_where",
+           "sweep_stale_open_sessions", "vacuum"]
+
+log = logging.getLogger("hermes_data.maintenance")
+
+#: Ids per ``IN (…)`` list / per delete chunk (SQLite's old 999-variable ceiling).
+CHUNK_IDS = 900
+DEFAULT_RETENTION_DAYS = 90
+DEFAULT_MIN_INTERVAL_HOURS = 24
+DEFAULT_MIN_VACUUM_INTERVAL_DAYS = 30
+DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
+_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
+
+Progress = Callable[[int, int], None]
+
+_STATEMENTS = {d: MaintenanceStatements(d, for_dialect(d).render)
+               for d in ("sqlite", "postgresql")}
+
+
+def _ms(store: SessionStore) -> MaintenanceStatements:
+    return _STATEMENTS[store.backend.dialect]
+
+
+@dataclass(frozen=True)
+class PruneCandidate:
+    """One session a prune would delete (dry run)."""
+
+    id: str
+    source: str
+    title: str | None
+    model: str | None
+    started_at: float
+    last_active: float | None
+    ended_at: float | None
+    message_count: int
+    archived: bool
+
+
+def _with_age(older_than_days: float | None, filters: dict[str, Any]) -> dict[str, Any]:
+    out = dict(filters)
+    if (older_than_days is not None and out.get("last_active_before") is None
+            and out.get("started_before") is None):
+        out["last_active_before"] = time.time() - float(older_than_days) * 86400
+    return out
+
+
+def list_prune_candidates(store: SessionStore,
+                          older_than_days: float | None = DEFAULT_RETENTION_DAYS,
+                          **filters: Any) -> list[PruneCandidate]:
+    """Dry run: what a prune with these filters would delete, least recently active first."""
+    where, params = prune_where(**_with_age(older_than_days, filters))
+    rows = store.backend.read(lambda c: c.execute(mq.prune_candidates(where), params).fetchall())
+    return [PruneCandidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]))
+            for r in rows]
+
+
+def count_prune_matches(store: SessionStore,
+                        older_than_days: float | None = DEFAULT_RETENTION_DAYS,
+                        **filters: Any) -> int:
+    """How many ended sessions the filters match."""
+    where, params = prune_where(**_with_age(older_than_days, filters))
+    return int(store.backend.read(
+        lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
+
+
+def count_open_prune_matches(store: SessionStore,
+                             older_than_days: float | None = DEFAULT_RETENTION_DAYS,
+                             **filters: Any) -> int:
+    """Open sessions the same filters would match (for "N open sessions were spared")."""
+    where, params = prune_where(**_with_age(older_than_days, filters))
+    return int(store.backend.read(
+        lambda c: c.execute(mq.count_matches(mq.open_twin(where)), params).scalar()) or 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Deleting (inside one write transaction on the store's writer)
+# ---------------------------------------------------------------------------------------
+
+
+def _holder_alive(holder: str) -> bool:
+    m = _PID.search(holder or "")
+    if not m:
+        return True
+    pid = int(m.group(1))
+    if pid == os.getpid():
+        return True
+    try:
+        return psutil.pid_exists(pid)
+    except Exception:  # noqa: BLE001 - any doubt counts as alive
+        return True
+
+
+def _delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progress | None,
+                    total: int) -> int:
+    """Delete the sessions listed in the doomed temp table chunk by chunk, each chunk claimed
+    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
+    hwm = ""
+    done = 0
+    while True:
+        ids = [r[0] for r in conn.exec_driver_sql(ms.NEXT_DOOMED, (hwm, CHUNK_IDS))]
+        if not ids:
+            break
+        orphan, del_messages, detach, del_sessions = ms.delete_chunk(len(ids))
+        conn.exec_driver_sql(orphan, (*ids, *ids))
+        conn.exec_driver_sql(del_messages, tuple(ids))
+        conn.exec_driver_sql(detach, tuple(ids))
+        conn.exec_driver_sql(del_sessions, tuple(ids))
+        hwm = ids[-1]
+        done += len(ids)
+        if progress is not None:
+            progress(done, total)
+    conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
+    return done
+
+
+def _fill_doomed(conn: Connection, ms: MaintenanceStatements, ids: list[str]) -> None:
+    conn.exec_driver_sql(ms.CREATE_DOOMED)
+    conn.exec_driver_sql(ms.CLEAR_DOOMED)
+    conn.exec_driver_sql(ms.ADD_DOOMED, [(i,) for i in ids])
+
+
+def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[str]) -> None:
+    if sessions_dir is None:
+        return
+    base = Path(sessions_dir)
+    for sid in ids:
+        paths = [base / f"{sid}.json", base / f"{sid}.jsonl",
+                 *map(Path, glob.glob(str(base / f"request_dump_{glob.escape(sid)}_*.json")))]
+        for p in paths:
+            try:
+                p.unlink()
+            except OSError:
+                pass  # file errors are swallowed (§7.4)
+
+
+def delete_session(store: SessionStore, session_id: str,
+                   sessions_dir: str | os.PathLike[str] | None = None,
+                   expected_delete_ids: set[str] | None = None) -> bool:
+    """Delete a session and its delegate descendants in one transaction (§7.4).
+
+    Returns False when the session is missing or, given ``expected_delete_ids``, when the set
+    to delete changed since the caller looked (TOCTOU fence for export-before-delete).
+    """
+    deleted: list[str] = []
+    ms = _ms(store)
+    frag = store.backend.sql
+
+    def work(conn: Connection) -> bool:
+        if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
+            return False
+        delegates: list[str] = []
+        seen = {session_id}
+        frontier = [session_id]
+        while frontier:
+            nxt: list[str] = []
+            for i in range(0, len(frontier), CHUNK_IDS):
+                part = frontier[i:i + CHUNK_IDS]
+                rows = conn.exec_driver_sql(ms.delegates_of(len(part), frag.J),
+                                            (*part, *part)).fetchall()
+                nxt += [r[0] for r in rows if r[0] not in seen]
+            seen.update(nxt)
+            delegates += nxt
+            frontier = nxt
+        if expected_delete_ids is not None and set(expected_delete_ids) != {session_id, *delegates}:
+            return False
+        _fill_doomed(conn, ms, [session_id, *delegates])
+        _delete_claimed(conn, ms, None, len(delegates) + 1)
+        deleted.extend([session_id, *delegates])
+        return True
+
+    ok = store.backend.write(work)
+    if ok:
+        _remove_transcripts(sessions_dir, deleted)
+    return ok
+
+
+def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_RETENTION_DAYS,
+                   source: str | None = None, sessions_dir: str | os.PathLike[str] | None = None,
+                   exclude_active_write_guards: bool = False, progress: Progress | None = None,
+                   **filters: Any) -> int:
+    """Delete ended sessions matching the filters in one transaction; returns the count.
+
+    Open and (by default) pinned sessions are never deleted; with
+    ``exclude_active_write_guards`` neither are sessions under a live compression lock or
+    whose conversation holds a live turn lease (their expired/dead guard rows are removed).
+    """
+    if source is not None:
+        filters["source"] = source
+    where, params = prune_where(**_with_age(older_than_days, filters))
+    deleted: list[str] = []
+    ms = _ms(store)
+    frag = store.backend.sql
+
+    def work(conn: Connection) -> int:
+        ids = [r[0] for r in conn.execute(mq.matching_ids(where), params)]
+        if exclude_active_write_guards and ids:
+            now = time.time()
+            locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}
+            leases = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LEASES, (now,))}
+            live_locks = {k for k, h in locks.items() if _holder_alive(h)}
+            live_leases = {k for k, h in leases.items() if _holder_alive(h)}
+            kept = []
+            for sid in ids:
+                if sid in live_locks:
+                    continue
+                if live_leases and conn.execute(frag.ROOT_OF, {"id": sid}).scalar() in live_leases:
+                    continue
+                kept.append(sid)
+            ids = kept
+            for i in range(0, len(ids), CHUNK_IDS):  # fence late writers of the doomed rows
+                part = tuple(ids[i:i + CHUNK_IDS])
+                for stmt in ms.fence_guards(len(part)):
+                    conn.exec_driver_sql(stmt, part)
+        if not ids:
+            return 0
+        _fill_doomed(conn, ms, ids)
+        n = _delete_claimed(conn, ms, progress, len(ids))
+        deleted.extend(ids)
+        return n
+
+    n = store.backend.write(work, patience=ROUTINE_PATIENCE_S)
+    _remove_transcripts(sessions_dir, deleted)
+    return n
+
+
+def archive_sessions(store: SessionStore, older_than_days: float | None = None,
+                     source: str | None = None, **filters: Any) -> int:
+    """Archive each match's whole lineage (idempotent: defaults to ``archived=False``)."""
+    if source is not None:
+        filters["source"] = source
+    filters.setdefault("archived", False)
+    matches = [c.id for c in list_prune_candidates(store, older_than_days, **filters)]
+    for sid in matches:
+        store.set_session_archived(sid, True)
+    return len(matches)
+
+
+# ---------------------------------------------------------------------------------------
+# Sizes, VACUUM and auto-maintenance
+# ---------------------------------------------------------------------------------------
+
+
+def logical_size_bytes(store: SessionStore) -> int:
+    """SQLite: ``page_count × page_size``; PostgreSQL: the summed ``pg_total_relation_size``
+    of the store's tables."""
+    return store.backend.logical_size_bytes()
+
+
+def freelist_ratio(store: SessionStore) -> float | None:
+    """``freelist_count / page_count``; None when unreadable (always on PostgreSQL)."""
+    return store.backend.freelist_ratio()
+
+
+def vacuum(store: SessionStore) -> dict[str, int]:
+    """SQLite: optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again;
+    refused on quarantined or replaced handles. PostgreSQL: ``VACUUM (ANALYZE)`` of the
+    store's tables on an autocommit connection (see the module docstring).
+
+    Returns logical sizes before and after."""
+    before = logical_size_bytes(store)
+    store.backend.vacuum()
+    after = logical_size_bytes(store)
+    return {"before_bytes": before, "after_bytes": after, "reclaimed_bytes": before - after}
+
+
+def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int:
+    """Close (never delete) stale open automation sessions without live guard rows."""
+    cutoff = time.time() - retention_days * 86400
+    frag = store.backend.sql
+
+    def work(conn: Connection) -> int:
+        now = time.time()
+        ids = [r[0] for r in conn.execute(mq.sweep_candidates(), {"cutoff": cutoff, "now": now})]
+        leases = {r[0] for r in conn.execute(mq.LIVE_LEASE_CONVERSATIONS, {"now": now})}
+        ids = [i for i in ids
+               if not leases or conn.execute(frag.ROOT_OF, {"id": i}).scalar() not in leases]
+        n = 0
+        close = mq.sweep_close()
+        for sid in ids:  # predicates re-applied in the UPDATE
+            n += conn.execute(close, {"now": now, "cutoff": cutoff, "id": sid}).rowcount
+        return n
+
+    return store.backend.write(work)
+
+
+def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEFAULT_RETENTION_DAYS,
+                                min_interval_hours: float = DEFAULT_MIN_INTERVAL_HOURS,
+                                vacuum_enabled: bool = True,
+                                sessions_dir: str | os.PathLike[str] | None = None,
+                                min_vacuum_interval_days: float = DEFAULT_MIN_VACUUM_INTERVAL_DAYS,
+                                min_vacuum_freelist_ratio: float = DEFAULT_MIN_VACUUM_FREELIST_RATIO
+                                ) -> dict[str, Any]:
+    """Startup maintenance (§7.6); never raises. Result keys: ``skipped``, ``pruned``,
+    ``closed``, ``vacuumed``, ``freelist_ratio`` (when VACUUM was considered), ``error``."""
+    result: dict[str, Any] = {"skipped": False, "pruned": 0, "closed": 0, "vacuumed": False}
+    try:
+        lock = store.backend.maintenance_lock()
+    except Exception as exc:  # noqa: BLE001 - startup maintenance never raises
+        return {**result, "skipped": True, "error": str(exc)}
+    try:
+        if not lock.acquire():
+            return {**result, "skipped": True}
+        try:
+            now = time.time()
+            last = store.get_meta("last_auto_prune")
+            if last is not None and now - float(last) < min_interval_hours * 3600:
+                return {**result, "skipped": True}
+            result["pruned"] = prune_sessions(store, older_than_days=retention_days,
+                                              sessions_dir=sessions_dir,
+                                              exclude_active_write_guards=True)
+            result["closed"] = sweep_stale_open_sessions(store, retention_days)
+            if vacuum_enabled and result["pruned"] > 0:
+                last_vac = store.get_meta("last_vacuum")
+                if last_vac is None or now - float(last_vac) >= min_vacuum_interval_days * 86400:
+                    ratio = freelist_ratio(store)
+                    result["freelist_ratio"] = ratio
+                    # The freelist gate is SQLite's; PostgreSQL's VACUUM is never a rewrite.
+                    if store.backend.dialect == "postgresql" or ratio is None or ratio > min_vacuum_freelist_ratio:
+                        vacuum(store)
+                        store.set_meta("last_vacuum", str(time.time()))
+                        result["vacuumed"] = True
+            store.set_meta("last_auto_prune", str(now))
+        finally:
+            lock.release()
+    except Exception as exc:  # noqa: BLE001 - startup maintenance never raises
+        log.warning("%s: auto-maintenance failed: %s", store.path, exc)
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        lock.close()
+    return result

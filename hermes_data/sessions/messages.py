@@ -1,0 +1,174 @@
+"""The transcript (spec sessions.md §6): encoding rows, admission, appends, reads, counts
+and the size guards' bounded counts.
+
+Query functions take a SQLAlchemy ``Connection`` (or, on the append hot path, a DB-API
+level :class:`~hermes_data.sessions.backends.base.Driver`) and the dialect's
+:class:`~hermes_data.sessions.sql.Fragments`; they run unchanged on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import encoding as enc
+from .errors import CompressionSessionClosedError, SessionNotFoundError
+from .rows import MessageRow
+from .sql import Fragments
+
+#: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
+EncodedRow = tuple[Any, ...]
+#: Position of ``timestamp`` and ``tool_calls`` inside an :data:`EncodedRow`.
+_TS = 5
+_TOOL_CALLS = 3
+
+
+def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = True,
+               default_ts: float | None = None) -> EncodedRow:
+    """Validate and encode one message mapping (see
+    :class:`~hermes_data.sessions.rows.NewMessage`) into the ``INSERT_MESSAGE`` order.
+
+    Reasoning fields are kept on assistant rows of a batch (and on every single append)."""
+    if type(m) is not dict and not isinstance(m, Mapping):
+        raise ValueError(f"message #{index} is not a mapping: {type(m).__name__}")
+    role = m.get("role")
+    if not isinstance(role, str) or not role:
+        raise ValueError(f"message #{index} has no role")
+    assistant = role == "assistant" or not batch
+    platform_id = m.get("platform_message_id", m.get("message_id"))
+    ts = enc.coerce_timestamp(m.get("timestamp"))
+    return (
+        role, enc.encode_content(m.get("content"), dialect), m.get("tool_call_id"),
+        enc.encode_tool_calls(m.get("tool_calls")), enc.scrub(m.get("tool_name")),
+        ts if ts is not None else default_ts, m.get("token_count"), m.get("finish_reason"),
+        enc.scrub(m.get("reasoning")) if assistant else None,
+        enc.scrub(m.get("reasoning_content")) if assistant else None,
+        enc.encode_json_text(m.get("reasoning_details")) if assistant else None,
+        enc.encode_json_text(m.get("codex_reasoning_items")) if assistant else None,
+        enc.encode_json_text(m.get("codex_message_items")) if assistant else None,
+        None if platform_id is None else str(platform_id), int(m.get("observed") or 0),
+        1 if m.get("_compressed_summary") else 0, m.get("effect_disposition"), 1,
+        enc.scrub(m.get("api_content")), enc.scrub(m.get("display_kind")),
+        enc.encode_display_metadata(m.get("display_metadata")),
+    )
+
+
+def with_timestamps(rows: list[EncodedRow]) -> list[EncodedRow]:
+    """Rows without a timestamp get strictly increasing defaults (≥ 1 µs apart)."""
+    out = []
+    prev: float | None = None
+    now = enc.now()
+    for r in rows:
+        ts = r[_TS]
+        if ts is None:
+            ts = now if prev is None else max(now, prev + 1e-6)
+            r = r[:_TS] + (ts,) + r[_TS + 1:]
+        prev = ts
+        out.append(r)
+    return out
+
+
+def tool_call_count(rows: Sequence[EncodedRow]) -> int:
+    """Tool calls carried by encoded rows (the ``tool_call_count`` increment)."""
+    return sum(enc.count_tool_calls(r[_TOOL_CALLS]) for r in rows)
+
+
+def admit(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
+          session_id: str, count: int, tools: int) -> None:
+    """Admission + counters in one statement (hot path). Missing session →
+    :class:`SessionNotFoundError`; continued by compression →
+    :class:`CompressionSessionClosedError`; the file header it returns goes to
+    ``check_header`` (the caller's transaction rolls back if it no longer matches)."""
+    row = tx.execute(q.ADMIT_AND_COUNT, (count, tools, session_id)).fetchone()
+    if row is None:  # a replaced file explains a missing session better than "not found"
+        check_header(tx.execute(q.FILE_HEADER).fetchone()[0])
+        raise SessionNotFoundError(session_id)
+    ended_at, end_reason, app_id = row
+    check_header(app_id)
+    if ended_at is not None and end_reason == "compression":
+        raise CompressionSessionClosedError(session_id)
+
+
+def append_one(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
+               session_id: str, row: EncodedRow) -> int:
+    """Admit and insert one encoded row; returns its id."""
+    admit(tx, q, check_header, session_id, 1, tool_call_count((row,)))
+    return int(tx.execute(q.INSERT_MESSAGE_RETURNING, (session_id, *row)).fetchone()[0])
+
+
+def append_chunk(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
+                 session_id: str, rows: list[EncodedRow]) -> int:
+    """Admit and insert a chunk of encoded rows in the caller's transaction."""
+    admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
+    tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+    return len(rows)
+
+
+def insert_rows(conn: Connection, q: Fragments, session_id: str,
+                rows: list[EncodedRow]) -> int:
+    """Insert encoded rows (timestamps defaulted) without admission; returns their tool calls."""
+    rows = with_timestamps(rows)
+    conn.exec_driver_sql(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+    return tool_call_count(rows)
+
+
+def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermark: int,
+               ceiling: int | None) -> tuple[int, int]:
+    """Copy the parent's active rows above ``watermark`` (up to ``ceiling``) into ``child``,
+    column-exact (upstream extra columns included) except id / session_id / active /
+    compacted and generated columns. Returns (rows, tool calls)."""
+    cols = [c["name"] for c in sa.inspect(conn).get_columns("messages")
+            if c["name"] not in ("id", "session_id", "active", "compacted")
+            and not c.get("computed")]
+    params = {"parent": parent, "watermark": watermark, "ceiling": ceiling}
+    tools = sum(enc.count_tool_calls(r[0]) for r in conn.execute(q.CLONE_TOOL_CALLS, params))
+    n = conn.execute(q.clone_messages(cols), {**params, "child": child}).rowcount
+    return n, tools
+
+
+def message_row(r: Sequence[Any], dialect: str) -> MessageRow:
+    """A :class:`MessageRow` from a ``MESSAGE_COLS`` row."""
+    return MessageRow(
+        id=r[0], session_id=r[1], role=r[2], content=enc.decode_content(r[3], dialect),
+        tool_call_id=r[4], tool_calls=enc.decode_tool_calls(r[5]), tool_name=r[6],
+        timestamp=r[7], token_count=r[8], finish_reason=r[9], reasoning=r[10],
+        reasoning_content=r[11], reasoning_details=r[12], codex_reasoning_items=r[13],
+        codex_message_items=r[14], platform_message_id=r[15], observed=r[16] or 0,
+        compressed_summary=bool(r[17]), effect_disposition=r[18], active=bool(r[19]),
+        compacted=bool(r[20]), api_content=r[21], display_kind=r[22],
+        display_metadata=enc.decode_display_metadata(r[23]))
+
+
+def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_inactive: bool,
+                 limit: int | None, offset: int, latest: bool,
+                 after_id: int | None) -> list[MessageRow]:
+    """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4)."""
+    params: list[Any] = [session_id]
+    if after_id is not None:
+        params.append(int(after_id))
+    paged = limit is not None or bool(offset)
+    if paged:
+        params += [q.NO_LIMIT if limit is None else int(limit), int(offset or 0)]
+    stmt = q.select_messages(include_inactive=include_inactive, after_id=after_id is not None,
+                             latest=latest, paged=paged)
+    rows = conn.exec_driver_sql(stmt, tuple(params)).fetchall()
+    if latest:
+        rows.reverse()
+    return [message_row(r, q.dialect) for r in rows]
+
+
+def message_count(conn: Connection, q: Fragments, session_id: str,
+                  include_inactive: bool) -> int:
+    """Number of (active) message rows of one session."""
+    stmt = q.COUNT_ALL if include_inactive else q.COUNT_ACTIVE
+    return int(conn.exec_driver_sql(stmt, (session_id,)).scalar() or 0)
+
+
+def bounded_count(conn: Connection, q: Fragments, session_id: str, cap: int, *,
+                  lineage: bool) -> int:
+    """Active rows of one session (or active/compacted rows of its resume lineage),
+    counted only up to ``cap``."""
+    stmt = q.RESUME_LINEAGE_COUNT if lineage else q.BOUNDED_ACTIVE_COUNT
+    return int(conn.execute(stmt, {"id": session_id, "cap": cap}).scalar() or 0)
