@@ -34,6 +34,8 @@ from urllib.parse import quote
 import psutil
 import sqlalchemy as sa
 
+from .sql import opening as open_sql
+
 log = logging.getLogger("hermes_data.sessions.guards")
 
 #: Read connections per database path (shared by every handle on it) and per process.
@@ -383,7 +385,7 @@ class ReadPool(sa.pool.Pool):
         try:
             con = connect_read_only(self.db_path, factory=_ReadConnection)
             con._permits = (self.budget, PROCESS_BUDGET)  # type: ignore[attr-defined]
-            con.execute("PRAGMA foreign_keys=ON")
+            con.execute(open_sql.FOREIGN_KEYS_ON)
             for stmt in self.pragmas:  # best-effort: config failures never break an open
                 try:
                     con.execute(stmt).fetchall()

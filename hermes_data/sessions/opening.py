@@ -37,6 +37,7 @@ from sqlalchemy.engine import Connection
 
 from . import sql
 from .errors import StateDbPermissionError
+from .sql import opening as open_sql
 
 log = logging.getLogger("hermes_data.sessions.opening")
 
@@ -70,11 +71,8 @@ def capabilities(conn: Connection) -> FtsCapabilities:
         return _forced_capabilities
     if _probed is not None:
         return _probed
-    fts5 = _probe(conn, "CREATE VIRTUAL TABLE temp.hermes_fts5_probe USING fts5(x)",
-                  "hermes_fts5_probe")
-    trigram = fts5 and _probe(
-        conn, "CREATE VIRTUAL TABLE temp.hermes_trigram_probe USING fts5(x, tokenize='trigram')",
-        "hermes_trigram_probe")
+    fts5 = _probe(conn, open_sql.FTS5_PROBE_DDL, "hermes_fts5_probe")
+    trigram = fts5 and _probe(conn, open_sql.TRIGRAM_PROBE_DDL, "hermes_trigram_probe")
     _probed = FtsCapabilities(fts5, trigram)
     return _probed
 
@@ -83,7 +81,7 @@ def _probe(conn: Connection, ddl: str, name: str) -> bool:
     try:
         with conn.begin_nested():
             conn.exec_driver_sql(ddl)
-            conn.exec_driver_sql(f"DROP TABLE temp.{name}")
+            conn.exec_driver_sql(open_sql.drop_probe_table(name))
         return True
     except sa.exc.OperationalError as exc:
         msg = str(exc).lower()
@@ -160,16 +158,12 @@ class FtsState:
 
 def read_fts_state(conn: Connection) -> FtsState:
     """Read-only snapshot of the FTS objects of the database behind ``conn``."""
-    rows = conn.exec_driver_sql(
-        "SELECT name, sql FROM sqlite_master WHERE name IN ("
-        + ", ".join("'" + n + "'" for n in (*sql.FTS_VIRTUAL_TABLES, *sql.FTS_VIEWS, *sql.FTS_TRIGGERS))
-        + ")").fetchall()
+    rows = conn.exec_driver_sql(open_sql.FTS_OBJECTS).fetchall()
     objects = {r[0]: r[1] or "" for r in rows}
     base = objects.get("messages_fts")
     layout = "absent" if base is None else ("current" if "tool_name" in _collapse(base) else "legacy")
-    stale = conn.exec_driver_sql(
-        "SELECT 1 FROM state_meta WHERE key = 'fts_stale'").first() is not None
-    nonempty = conn.exec_driver_sql("SELECT 1 FROM messages LIMIT 1").first() is not None
+    stale = conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None
+    nonempty = conn.exec_driver_sql(open_sql.MESSAGES_NONEMPTY_PROBE).first() is not None
     return FtsState(layout, objects, stale, nonempty, capabilities(conn))
 
 
@@ -251,27 +245,25 @@ def _drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
     dropped = []
     for name in sql.FTS_TRIGGERS:
         if name in state.objects:
-            conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+            conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
             dropped.append(name)
     return dropped
 
 
 def _mark_stale(conn: Connection) -> None:
-    conn.exec_driver_sql("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
-                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                         (str(time.time()),))
+    conn.exec_driver_sql(open_sql.MARK_FTS_STALE, (str(time.time()),))
 
 
 def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None:
-    keys = "'fts_rebuild_high_water', 'fts_rebuild_progress'" + (", 'fts_stale'" if stale_too else "")
-    conn.exec_driver_sql(f"DELETE FROM state_meta WHERE key IN ({keys})")
+    conn.exec_driver_sql(open_sql.CLEAR_REBUILD_MARKERS_AND_STALE if stale_too
+                         else open_sql.CLEAR_REBUILD_MARKERS)
 
 
 def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
-    """Create the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
+    """Add the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
     created = []
     objs = sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if trigram else ())
-    existing = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master").fetchall()}
+    existing = {r[0] for r in conn.exec_driver_sql(open_sql.SCHEMA_OBJECT_NAMES).fetchall()}
     for name, ddl in objs:
         if name not in existing:
             conn.exec_driver_sql(ddl)
@@ -316,9 +308,9 @@ def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list
     for name in state.broad_updates:
         table = "messages_fts" if name == "messages_fts_update" else "messages_fts_trigram"
         layout = state.layout if table == "messages_fts" else state.trigram_layout
-        conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+        conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
         if layout == "legacy":
-            conn.exec_driver_sql(sql.legacy_trigger_ddl(table, "update"))
+            conn.exec_driver_sql(open_sql.legacy_update_trigger(table))
         else:
             ddl = dict(sql.FTS_OBJECTS_V3)[name]
             conn.exec_driver_sql(ddl)
@@ -347,8 +339,8 @@ def _repair_legacy(conn: Connection, state: FtsState, db_path: Path | None, done
 
     def work() -> None:
         for table in halves:
-            for kind in ("insert", "delete", "update"):
-                conn.exec_driver_sql(sql.legacy_trigger_ddl(table, kind))
+            for ddl in open_sql.legacy_triggers(table):
+                conn.exec_driver_sql(ddl)
             if state.messages_nonempty:
                 for stmt in sql.legacy_repopulate(table):
                     conn.execute(stmt)
@@ -380,19 +372,19 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
         with rebuild_admission(db_path, wait_s=0.0) as admitted:
             if admitted:
                 for name in sql.FTS_TRIGGERS:
-                    conn.exec_driver_sql(f"DROP TRIGGER IF EXISTS {name}")
+                    conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
                 if state.layout == "legacy":
                     tables = [t for t in sql.FTS_VIRTUAL_TABLES if t in state.objects]
                     for table in tables:
-                        for kind in ("insert", "delete", "update"):
-                            conn.exec_driver_sql(sql.legacy_trigger_ddl(table, kind))
+                        for ddl in open_sql.legacy_triggers(table):
+                            conn.exec_driver_sql(ddl)
                         for stmt in sql.legacy_repopulate(table):
                             conn.execute(stmt)
                 else:
                     for name in ("messages_fts_trigram", "messages_fts"):
-                        conn.exec_driver_sql(f"DROP TABLE IF EXISTS {name}")
+                        conn.exec_driver_sql(open_sql.drop_fts_table(name))
                     for name in sql.FTS_VIEWS:
-                        conn.exec_driver_sql(f"DROP VIEW IF EXISTS {name}")
+                        conn.exec_driver_sql(open_sql.drop_fts_view(name))
                     create_current_layout(conn, trigram=state.caps.trigram)
                     conn.execute(sql.FTS_REBUILD)
                     if state.caps.trigram:
@@ -419,32 +411,29 @@ def stale_recovery_pending(state: FtsState) -> bool:
 
 def needs_null_active_heal(conn: Connection) -> bool:
     """Read probe: any message with NULL ``active`` (served by idx_messages_active_null)."""
-    return conn.exec_driver_sql(
-        "SELECT 1 FROM messages WHERE active IS NULL LIMIT 1").first() is not None
+    return conn.exec_driver_sql(open_sql.NULL_ACTIVE_PROBE).first() is not None
 
 
 def heal_null_active(conn: Connection) -> int:
     """Set NULL ``active`` to 1 (write; call only after :func:`needs_null_active_heal`)."""
-    return conn.exec_driver_sql("UPDATE messages SET active = 1 WHERE active IS NULL").rowcount
+    return conn.exec_driver_sql(open_sql.HEAL_NULL_ACTIVE).rowcount
 
 
 def read_generation(conn: Connection) -> str | None:
     """The ``db_file_generation`` token, or None before the first writable open."""
-    row = conn.exec_driver_sql(
-        "SELECT value FROM state_meta WHERE key = 'db_file_generation'").first()
+    row = conn.exec_driver_sql(open_sql.READ_GENERATION).first()
     return row[0] if row else None
 
 
 def mint_generation(conn: Connection) -> str:
-    """Insert a generation token if absent and return the winner's token."""
-    conn.exec_driver_sql("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
-                         "('db_file_generation', ?)", (secrets.token_hex(16),))
+    """Mint a generation token if absent and return the winner's token."""
+    conn.exec_driver_sql(open_sql.MINT_GENERATION, (secrets.token_hex(16),))
     token = read_generation(conn)
     assert token is not None
-    app_id = conn.exec_driver_sql("PRAGMA application_id").scalar()
+    app_id = conn.exec_driver_sql(open_sql.READ_APPLICATION_ID).scalar()
     if not app_id:
         value = (int(token[:8], 16) & 0x7FFFFFFF) or 1
-        conn.exec_driver_sql(f"PRAGMA application_id = {int(value)}")
+        conn.exec_driver_sql(open_sql.set_pragma("application_id", value))
     return token
 
 
@@ -452,32 +441,29 @@ def needs_fts_storage_version(conn: Connection, state: FtsState) -> bool:
     """Read: should ``fts_storage_version`` be written as '3' (§4.7)?"""
     if state.layout != "current" or state.stale:
         return False
-    row = conn.exec_driver_sql(
-        "SELECT value FROM state_meta WHERE key = 'fts_storage_version'").first()
+    row = conn.exec_driver_sql(open_sql.READ_FTS_STORAGE_VERSION).first()
     if row is not None and row[0] == "3":
         return False
-    if conn.exec_driver_sql(
-            "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'").first():
+    if conn.exec_driver_sql(open_sql.FTS_REBUILD_HIGH_WATER_PROBE).first():
         return False
     if state.messages_nonempty and not conn.exec_driver_sql(
-            "SELECT 1 FROM messages_fts_docsize LIMIT 1").first():
+            open_sql.FTS_DOCSIZE_NONEMPTY_PROBE).first():
         return False
     return True
 
 
 def write_fts_storage_version(conn: Connection) -> None:
     """Record the current external-content layout as complete."""
-    conn.exec_driver_sql("INSERT INTO state_meta(key, value) VALUES ('fts_storage_version', '3') "
-                         "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+    conn.exec_driver_sql(open_sql.WRITE_FTS_STORAGE_VERSION)
 
 
 # ---------------------------------------------------------------------------------------
 # Configured pragmas (spec §8.3)
 # ---------------------------------------------------------------------------------------
 
-#: Integer pragmas a ``database:`` configuration section may set (identifier allow-list).
-CONFIG_INT_PRAGMAS = ("cache_size", "mmap_size", "temp_store", "wal_autocheckpoint",
-                      "journal_size_limit")
+#: Integer pragmas a ``database:`` configuration section may set (identifier allow-list,
+#: kept with the SQL that formats them in sql/opening.py).
+CONFIG_INT_PRAGMAS = open_sql.CONFIG_INT_PRAGMAS
 _SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
@@ -509,7 +495,7 @@ def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]
         if isinstance(value, bool) or not isinstance(value, int):
             log.warning("database.%s = %r is not an integer; skipped", name, value)
             continue
-        out.append(f"PRAGMA {name} = {int(value)}")
+        out.append(open_sql.set_pragma(name, value))
     if "synchronous" in section and section["synchronous"] is not None:
         value = section["synchronous"]
         level: int | None = None
@@ -528,7 +514,7 @@ def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]
             log.warning("database.synchronous = %r refused on macOS (FULL is required there); "
                         "left untouched", value)
         else:
-            out.append(f"PRAGMA synchronous = {level}")
+            out.append(open_sql.set_pragma("synchronous", level))
     return out
 
 

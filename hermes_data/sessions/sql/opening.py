@@ -1,0 +1,142 @@
+"""Statements of the open-time probes and heals of the SQLite session store (spec sessions.md
+§2.7, §4.7, §8.3, §8.4), used by :mod:`hermes_data.sessions.opening` and the read
+connections of :mod:`hermes_data.sessions.guards`.
+
+SQLite only; sent with ``exec_driver_sql`` or on a DB-API connection, ``?`` placeholders.
+Every value is bound, except the integers of ``PRAGMA`` assignments (SQLite cannot bind
+those; they are passed through ``int()``). Identifiers come only from the fixed
+allow-lists below and in :mod:`.fts`; the builders refuse anything else.
+"""
+
+from __future__ import annotations
+
+from .fts import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
+
+# ---------------------------------------------------------------------------------------
+# FTS capability probes (TEMP virtual tables, never main)
+# ---------------------------------------------------------------------------------------
+
+#: TEMP tables the capability probes create and drop again.
+PROBE_TABLES = ("hermes_fts5_probe", "hermes_trigram_probe")
+#: Probe: does this SQLite build have the FTS5 module?
+FTS5_PROBE_DDL = "CREATE VIRTUAL TABLE temp.hermes_fts5_probe USING fts5(x)"
+#: Probe: does this SQLite build have the FTS5 trigram tokenizer?
+TRIGRAM_PROBE_DDL = ("CREATE VIRTUAL TABLE temp.hermes_trigram_probe "
+                     "USING fts5(x, tokenize='trigram')")
+
+
+def drop_probe_table(name: str) -> str:
+    """Drop the TEMP capability-probe table ``name`` (one of :data:`PROBE_TABLES`)."""
+    if name not in PROBE_TABLES:
+        raise ValueError(f"unknown FTS probe table {name!r}")
+    return f"DROP TABLE temp.{name}"
+
+
+# ---------------------------------------------------------------------------------------
+# Reading the FTS state
+# ---------------------------------------------------------------------------------------
+
+#: The FTS virtual tables, views and triggers present in the file, with their DDL.
+FTS_OBJECTS = (
+    "SELECT name, sql FROM sqlite_master WHERE name IN ("
+    + ", ".join("'" + n + "'" for n in (*FTS_VIRTUAL_TABLES, *FTS_VIEWS, *FTS_TRIGGERS))
+    + ")")
+#: Probe: is the ``fts_stale`` marker set?
+FTS_STALE_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
+#: Probe: does ``messages`` hold any row?
+MESSAGES_NONEMPTY_PROBE = "SELECT 1 FROM messages LIMIT 1"
+#: Names of every schema object of the file.
+SCHEMA_OBJECT_NAMES = "SELECT name FROM sqlite_master"
+
+# ---------------------------------------------------------------------------------------
+# Applying the FTS checks
+# ---------------------------------------------------------------------------------------
+
+#: Set ``fts_stale`` (value: the time, bound) so search falls back to LIKE until a rebuild.
+MARK_FTS_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
+                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+#: Clear the deferred-rebuild window markers after a completed rebuild.
+CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
+                         "('fts_rebuild_high_water', 'fts_rebuild_progress')")
+#: Clear the deferred-rebuild window markers and ``fts_stale`` after a stale recovery.
+CLEAR_REBUILD_MARKERS_AND_STALE = (
+    "DELETE FROM state_meta WHERE key IN "
+    "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale')")
+
+
+def drop_fts_trigger(name: str) -> str:
+    """Drop the FTS trigger ``name`` (one of ``FTS_TRIGGERS``) if it exists."""
+    if name not in FTS_TRIGGERS:
+        raise ValueError(f"unknown FTS trigger {name!r}")
+    return f"DROP TRIGGER IF EXISTS {name}"
+
+
+def drop_fts_table(name: str) -> str:
+    """Drop the FTS virtual table ``name`` (one of ``FTS_VIRTUAL_TABLES``) if it exists."""
+    if name not in FTS_VIRTUAL_TABLES:
+        raise ValueError(f"unknown FTS table {name!r}")
+    return f"DROP TABLE IF EXISTS {name}"
+
+
+def drop_fts_view(name: str) -> str:
+    """Drop the FTS source view ``name`` (one of ``FTS_VIEWS``) if it exists."""
+    if name not in FTS_VIEWS:
+        raise ValueError(f"unknown FTS view {name!r}")
+    return f"DROP VIEW IF EXISTS {name}"
+
+
+def legacy_triggers(table: str) -> tuple[str, str, str]:
+    """The insert, delete and (narrowed) update triggers of legacy inline FTS ``table``."""
+    return (legacy_trigger_ddl(table, "insert"), legacy_trigger_ddl(table, "delete"),
+            legacy_trigger_ddl(table, "update"))
+
+
+def legacy_update_trigger(table: str) -> str:
+    """The narrowed update trigger of legacy inline FTS ``table``."""
+    return legacy_trigger_ddl(table, "update")
+
+
+# ---------------------------------------------------------------------------------------
+# Other gated heals (§8.4)
+# ---------------------------------------------------------------------------------------
+
+#: Probe: any message with NULL ``active`` (served by idx_messages_active_null).
+NULL_ACTIVE_PROBE = "SELECT 1 FROM messages WHERE active IS NULL LIMIT 1"
+#: Heal: NULL ``active`` becomes 1.
+HEAL_NULL_ACTIVE = "UPDATE messages SET active = 1 WHERE active IS NULL"
+#: The ``db_file_generation`` token.
+READ_GENERATION = "SELECT value FROM state_meta WHERE key = 'db_file_generation'"
+#: Insert a ``db_file_generation`` token (bound) unless one exists; the first writer wins.
+MINT_GENERATION = ("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
+                   "('db_file_generation', ?)")
+#: The file's ``application_id`` header field.
+READ_APPLICATION_ID = "PRAGMA application_id"
+#: The recorded ``fts_storage_version``.
+READ_FTS_STORAGE_VERSION = "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
+#: Probe: is a deferred FTS rebuild window open?
+FTS_REBUILD_HIGH_WATER_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'"
+#: Probe: does the unicode61 index hold any document?
+FTS_DOCSIZE_NONEMPTY_PROBE = "SELECT 1 FROM messages_fts_docsize LIMIT 1"
+#: Record the current external-content layout as complete (storage version 3).
+WRITE_FTS_STORAGE_VERSION = (
+    "INSERT INTO state_meta(key, value) VALUES ('fts_storage_version', '3') "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+
+# ---------------------------------------------------------------------------------------
+# Pragmas (§8.3)
+# ---------------------------------------------------------------------------------------
+
+#: Integer pragmas a ``database:`` configuration section may set (identifier allow-list).
+CONFIG_INT_PRAGMAS = ("cache_size", "mmap_size", "temp_store", "wal_autocheckpoint",
+                      "journal_size_limit")
+#: Every pragma an open assigns: the configurable integers, ``synchronous``, ``application_id``.
+ASSIGNABLE_PRAGMAS = CONFIG_INT_PRAGMAS + ("synchronous", "application_id")
+#: Enforce foreign keys on a connection (SQLite's default is off).
+FOREIGN_KEYS_ON = "PRAGMA foreign_keys=ON"
+
+
+def set_pragma(name: str, value: int) -> str:
+    """``PRAGMA name = value`` for ``name`` in :data:`ASSIGNABLE_PRAGMAS` and an integer value."""
+    if name not in ASSIGNABLE_PRAGMAS:
+        raise ValueError(f"pragma {name!r} is not assignable here")
+    return f"PRAGMA {name} = {int(value)}"
