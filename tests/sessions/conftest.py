@@ -42,36 +42,17 @@ def backend(request) -> str:
     return request.param
 
 
-#: Modules checking inherently SQLite-specific behaviour: their PostgreSQL run is skipped.
-SQLITE_ONLY_MODULES = {
-    "test_configured_pragmas": "PRAGMAs",
-    "test_open_path": "file open path, WAL, read pool, guards, FTS5 fail-open",
-    "test_process_read_budget": "per-process mode=ro read pool",
-    "test_write_guards": "replaced-file / WAL-generation guards",
-    "test_schema_and_adoption": "PRAGMA table_info shapes and upstream file adoption "
-                                "(PostgreSQL schema: test_postgres_schema.py)",
-}
-#: Single tests that are SQLite-specific.
-SQLITE_ONLY_TESTS = {
-    "test_walks_use_the_parent_index": "EXPLAIN QUERY PLAN",
-    "test_last_active_evaluated_only_for_parents_with_several_candidates":
-        "progress-handler VM-step counting",
-}
-#: Modules not yet ported to PostgreSQL (skipped with this reason, never silently).
-PG_PENDING_MODULES = {
-}
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "sqlite_only(reason): the test checks SQLite-specific behaviour; its "
+        "PostgreSQL run is skipped with that reason")
 
 
 def _pg_skip_reason(request) -> str | None:
-    module = request.module.__name__.rsplit(".", 1)[-1]
-    test = request.node.originalname if hasattr(request.node, "originalname") else ""
-    for table, kind in ((SQLITE_ONLY_MODULES, "SQLite-specific"),
-                        (PG_PENDING_MODULES, "not yet on PostgreSQL")):
-        if module in table:
-            return f"{kind}: {table[module]}"
-    if test in SQLITE_ONLY_TESTS:
-        return f"SQLite-specific: {SQLITE_ONLY_TESTS[test]}"
-    return None
+    marker = request.node.get_closest_marker("sqlite_only")
+    if marker is None:
+        return None
+    return f"SQLite-specific: {marker.args[0] if marker.args else 'SQLite only'}"
 
 
 @pytest.fixture

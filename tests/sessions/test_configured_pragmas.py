@@ -10,6 +10,8 @@ from hermes_data.engine import SqliteSettings
 from hermes_data.sessions import opening
 from hermes_data.sessions.store import SessionStore
 
+pytestmark = pytest.mark.sqlite_only("PRAGMAs")
+
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 CONFIG = {"database": {"cache_size": -4096, "mmap_size": 1 << 20, "temp_store": 2,
                        "wal_autocheckpoint": 500, "journal_size_limit": 1 << 20,

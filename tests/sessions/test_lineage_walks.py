@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 from hermes_data.sessions import sql
 
 
@@ -85,6 +87,7 @@ def test_long_cycle_terminates_and_is_listed_once(store):
     assert store.get_resume_lineage_ids(ids[0]) == ids[1:] + ids[:1]
 
 
+@pytest.mark.sqlite_only("EXPLAIN QUERY PLAN")
 def test_walks_use_the_parent_index(store):
     with store.engine.connect() as conn:
         for stmt in (sql.TIP_OF, sql.CHAIN_FROM, sql.RESUME_TARGET_OF):
@@ -94,6 +97,7 @@ def test_walks_use_the_parent_index(store):
             assert "SCAN c " not in plan + " " and "SCAN sessions" not in plan
 
 
+@pytest.mark.sqlite_only("progress-handler VM-step counting")
 def test_last_active_evaluated_only_for_parents_with_several_candidates(store):
     # VM work of a tip walk (progress-handler units of 100 steps): a second candidate at every
     # hop must cost far more than the walk itself, because only then is the ordering computed.

@@ -30,6 +30,8 @@ from hermes_data.sessions.backends.sqlite import SqliteBackend
 from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
 from hermes_data.telemetry import TelemetryStore
 
+pytestmark = pytest.mark.sqlite_only("file open path, WAL, read pool, guards, FTS5 fail-open")
+
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 WRITE_HEADS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "DROP", "ALTER", "CREATE")
 

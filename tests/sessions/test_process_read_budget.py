@@ -5,9 +5,13 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from hermes_data.engine import SqliteSettings
 from hermes_data.sessions import guards
 from hermes_data.sessions.store import SessionStore
+
+pytestmark = pytest.mark.sqlite_only("per-process mode=ro read pool")
 
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 

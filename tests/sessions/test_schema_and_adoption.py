@@ -21,6 +21,9 @@ from hermes_data.shape import diff_shapes, live_shape, metadata_shape
 from ..conftest import REPO
 from .conftest import manifest, table_digest
 
+pytestmark = pytest.mark.sqlite_only(
+    "PRAGMA table_info shapes and upstream file adoption (PostgreSQL schema: test_postgres_schema.py)")
+
 
 def _objects(path, types=("view", "trigger")):
     con = sqlite3.connect(path)

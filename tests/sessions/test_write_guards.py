@@ -16,6 +16,8 @@ from hermes_data.engine import SqliteSettings
 from hermes_data.sessions.errors import DeletedWalGenerationError, StateDbReplacedError
 from hermes_data.sessions.store import SessionStore
 
+pytestmark = pytest.mark.sqlite_only("replaced-file / WAL-generation guards")
+
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 
 
