@@ -61,6 +61,43 @@ def _record_init_error(where: str, exc: BaseException) -> None:
         _last_init_error = (where, exc)
 
 
+def configured_limit(config: Any, key: str, default: int) -> int:
+    """``sessions.<key>`` of the store's config (mapping or callable), read at call time;
+    missing, malformed or negative values give ``default``."""
+    cfg = config() if callable(config) else (config or {})
+    section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
+    raw = section.get(key, default) if isinstance(section, Mapping) else default
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        return default
+    return default if value < 0 else value
+
+
+def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
+                     read_only: bool, open_patience_s: float,
+                     pool_size: int | None) -> tuple[str, dict[str, Any]]:
+    # Where the store lives (for errors) and the options its backend takes; an option of the
+    # other backend is refused by name instead of being ignored.
+    options: dict[str, Any] = {"read_only": read_only}
+    if url.get_backend_name() == "sqlite":
+        path = sqlite_path(url)
+        if path is None:
+            raise ConfigurationError(f"{url!s}: the session store needs a SQLite file path")
+        if pool_size is not None:
+            raise ConfigurationError(f"{path}: pool_size applies to PostgreSQL stores only")
+        options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
+                       pragmas=opening.configured_pragmas(config))
+        return str(path), options
+    where = url.render_as_string(hide_password=True)
+    if settings is not None or open_patience_s != OPEN_PATIENCE_S:
+        raise ConfigurationError(f"{where}: settings and open_patience_s apply to SQLite "
+                                 "stores only")
+    if pool_size is not None:
+        options["pool_size"] = pool_size
+    return where, options
+
+
 class SessionStore:
     """Typed handle on one session store.
 
@@ -84,25 +121,8 @@ class SessionStore:
         url = resolve_url("sessions", path_or_url)
         self._config = config
         self._root = Path(hermes_root) if hermes_root is not None else hermes_home()
-        options: dict[str, Any] = {"read_only": read_only}
-        if url.get_backend_name() == "sqlite":
-            path = sqlite_path(url)
-            if path is None:
-                raise ConfigurationError(f"{url!s}: the session store needs a SQLite file path")
-            if pool_size is not None:
-                raise ConfigurationError(f"{path}: pool_size applies to PostgreSQL stores only")
-            options.update(path=Path(path), settings=settings,
-                           pragmas=opening.configured_pragmas(config),
-                           open_patience_s=open_patience_s)
-            where = str(path)
-        else:
-            if settings is not None or open_patience_s != OPEN_PATIENCE_S:
-                raise ConfigurationError(
-                    f"{url.render_as_string(hide_password=True)}: settings and open_patience_s "
-                    "apply to SQLite stores only")
-            if pool_size is not None:
-                options["pool_size"] = pool_size
-            where = url.render_as_string(hide_password=True)
+        where, options = _backend_options(url, config, settings=settings, read_only=read_only,
+                                          open_patience_s=open_patience_s, pool_size=pool_size)
         try:
             self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
@@ -176,16 +196,6 @@ class SessionStore:
         """Profile owning this file: ``<root>/state.db`` → ``default``,
         ``<root>/profiles/<name>/state.db`` → ``<name>``; anything else → None."""
         return self._backend.owner_profile(self._root)
-
-    def _limit(self, key: str, default: int) -> int:
-        cfg = self._config() if callable(self._config) else (self._config or {})
-        section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
-        raw = section.get(key, default) if isinstance(section, Mapping) else default
-        try:
-            value = int(raw)
-        except (TypeError, ValueError):
-            return default
-        return default if value < 0 else value
 
     # -- state_meta (§7.7) -------------------------------------------------------------
 
@@ -323,7 +333,8 @@ class SessionStore:
     def _guard_limit(self, key: str, default: int, max_messages: int | None) -> int:
         if max_messages is not None and max_messages < 0:
             raise ValueError(f"max_messages must be >= 0, got {max_messages}")
-        return self._limit(key, default) if max_messages is None else max_messages
+        return configured_limit(self._config, key, default) if max_messages is None \
+            else max_messages
 
     def assert_resume_safe(self, session_id: str, max_messages: int | None = None,
                            tip_only: bool = False) -> int:
