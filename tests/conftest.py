@@ -2,19 +2,47 @@
 
 from __future__ import annotations
 
+import atexit
+import hashlib
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-#: CI lays shared/ beside the checkout; locally it is ../shared as well.
-SHARED = Path(os.environ.get("HERMES_DATA_SHARED", REPO.parent / "shared"))
-FIXTURES = SHARED / "fixtures"
+#: The legacy databases the tests use, carried by the repository (tests/fixtures/README.md).
+FIXTURE_ARCHIVE = REPO / "tests" / "fixtures" / "legacy.tar.xz"
+FIXTURE_SHA256 = "c69858b4278f98b1968f7702a5560ec188b86484126a2563e87ead7ee4db63a8"
+
+
+def _unpack_fixtures() -> Path:
+    """Unpack the fixture archive once per test process into a private temporary directory
+    (removed at exit); the files are made read-only so a test can only open copies."""
+    data = FIXTURE_ARCHIVE.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != FIXTURE_SHA256:
+        raise RuntimeError(f"{FIXTURE_ARCHIVE}: checksum {digest} does not match the one in "
+                           "tests/conftest.py (see tests/fixtures/README.md)")
+    dest = Path(tempfile.mkdtemp(prefix="hermes-data-fixtures-"))
+    atexit.register(shutil.rmtree, dest, True)
+    with tarfile.open(FIXTURE_ARCHIVE) as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python without extraction filters
+            tar.extractall(dest)
+    for path in dest.rglob("*"):
+        if path.is_file():
+            path.chmod(0o444)
+    return dest
+
+
+FIXTURES = _unpack_fixtures()
 
 
 @pytest.fixture(autouse=True)
@@ -33,7 +61,7 @@ def copy_fixture(relpath: str, dest_dir: Path) -> Path:
     """Copy a shared fixture (and any sidecars) into ``dest_dir``; never open the original."""
     src = FIXTURES / relpath
     if not src.exists():
-        pytest.fail(f"fixture {src} is missing (shared/ must sit beside the checkout)")
+        pytest.fail(f"fixture {relpath} is not in {FIXTURE_ARCHIVE}")
     dest = dest_dir / src.name
     shutil.copyfile(src, dest)
     for suffix in ("-wal", "-shm"):

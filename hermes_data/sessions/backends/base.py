@@ -16,6 +16,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from sqlalchemy.engine import Connection, Engine, URL
 
+from ...errors import ConfigurationError
 from ..sql import Fragments
 
 T = TypeVar("T")
@@ -115,10 +116,15 @@ class SessionBackend(ABC):
 
     # -- handle -------------------------------------------------------------------------
 
+    #: The engine while the handle is open.
+    _engine: Engine | None = None
+
     @property
-    @abstractmethod
     def engine(self) -> Engine:
         """The SQLAlchemy engine (raises once closed)."""
+        if self._engine is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        return self._engine
 
     @property
     @abstractmethod

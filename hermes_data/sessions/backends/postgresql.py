@@ -117,13 +117,6 @@ class PostgresBackend(SessionBackend):
         """No-op: checkpoints are the server's business on PostgreSQL."""
 
     @property
-    def engine(self) -> Engine:
-        """The pooled engine."""
-        if self._engine is None:
-            raise ConfigurationError(f"{self.path}: the session store is closed")
-        return self._engine
-
-    @property
     def journal_mode(self) -> str:
         """``n/a``: PostgreSQL has no journal mode."""
         return "n/a"

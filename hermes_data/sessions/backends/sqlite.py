@@ -307,13 +307,6 @@ class SqliteBackend(SessionBackend):
             log.debug("PASSIVE checkpoint skipped: %s", exc)
 
     @property
-    def engine(self) -> Engine:
-        """The SQLAlchemy engine of the writer's file."""
-        if self._engine is None:
-            raise ConfigurationError(f"{self.path}: the session store is closed")
-        return self._engine
-
-    @property
     def journal_mode(self) -> str:
         """Journal mode the engine policy settled on (``wal`` / ``delete``)."""
         if self.read_only:
