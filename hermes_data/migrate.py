@@ -36,9 +36,9 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
 from .config import check_store, resolve_url, sqlite_path
-from .diagnostics import make_owner_only
 from .engine import SqliteSettings, create_engine_for, journal_state
 from .errors import ConfigurationError, HermesDataError, NotAHermesDatabaseError
+from .files import make_owner_only
 from .shape import (INTERNAL_TABLES, Difference, Shape, diff_shapes, live_shape, metadata_shape,
                     metadata_shape_on)
 

@@ -374,13 +374,9 @@ class SessionStore:
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.chmod(f"{self.path}{suffix}", 0o600)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.debug("could not chmod %s%s: %s", self.path, suffix, exc)
+        from ..files import make_owner_only
+
+        make_owner_only(self.path, on_error=lambda p, exc: log.debug("could not chmod %s: %s", p, exc))
 
     def _dispose(self) -> None:
         if self._read_pool is not None:
