@@ -6,7 +6,6 @@ Human output by default, ``--json`` for machines. The library itself never print
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
@@ -17,12 +16,6 @@ from .config import STORES
 from .errors import HermesDataError
 
 log = logging.getLogger("hermes_data.cli")
-
-
-def emit(*args, **kwargs) -> None:
-    """Write to the terminal. The command-line modules (this one and the ``cli_*`` modules
-    registered below) print only through here; the library itself never prints."""
-    print(*args, **kwargs)
 
 
 def _stores(choice: str) -> list[str]:
@@ -147,14 +140,16 @@ def cmd_doctor(args) -> int:
     return 1 if failed else 0
 
 
-#: Modules that add their own subcommands: each defines ``register(subparsers)`` and sets
-#: ``func`` on its parsers. Keeps each concern's CLI beside its code.
-_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search", "hermes_data.cli_maintenance",
-                                    "hermes_data.cli_copy")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``hermes-data`` (also used to check the README documents it)."""
+    """The argument parser of ``hermes-data`` (also used to check the README documents it).
+
+    Every subcommand is registered here. The modules that add their own (search, maintenance,
+    copy) each define ``register(subparsers)`` and set ``func`` on their parsers, keeping each
+    concern's CLI beside its code; they write through :mod:`hermes_data.cli_output` and never
+    import this module.
+    """
+    from . import cli_copy, cli_maintenance, cli_search
+
     parser = argparse.ArgumentParser(prog="hermes-data", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,8 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "holders, descriptors, quick_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
-    for module in _COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+    for module in (cli_search, cli_maintenance, cli_copy):
+        module.register(sub)
     return parser
 
 

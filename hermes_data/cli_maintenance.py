@@ -12,7 +12,7 @@ import sys
 from dataclasses import asdict
 
 from . import maintenance as mt
-from .cli import emit
+from .cli_output import emit
 from .sessions.store import SessionStore
 
 
