@@ -56,6 +56,8 @@ def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list
     are skipped (the list is a lower bound)."""
     targets = set(_with_sidecars(path.resolve()))
     deleted = deleted and os.path.isdir("/proc")
+    if not (live or deleted):
+        return []
     try:
         procs = ([(p.info["pid"], p) for p in psutil.process_iter(["pid", "name"])] if live
                  else [(pid, None) for pid in psutil.pids()])
@@ -63,8 +65,9 @@ def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list
         return None
     holders: list[Holder] = []
     for pid, proc in procs:
-        name = (proc.info.get("name") or "?") if proc is not None else None
+        name = None
         if proc is not None:
+            name = proc.info.get("name") or "?"
             try:
                 files = proc.open_files()
             except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
