@@ -6,23 +6,17 @@ Human output by default, ``--json`` for machines. The library itself never print
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import sys
 from typing import Sequence
 
 from . import migrate
+from .cli_output import emit
 from .config import STORES
 from .errors import HermesDataError
 
 log = logging.getLogger("hermes_data.cli")
-
-
-def emit(*args, **kwargs) -> None:
-    """Write to the terminal. The command-line modules (this one and the ``cli_*`` modules
-    registered below) print only through here; the library itself never prints."""
-    print(*args, **kwargs)
 
 
 def _stores(choice: str) -> list[str]:
@@ -43,48 +37,48 @@ def _fmt_seconds(s: float) -> str:
 def cmd_upgrade(args) -> int:
     reports = [migrate.upgrade(store, args.url) for store in _stores(args.store)]
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=2))
+        emit(json.dumps([r.to_dict() for r in reports], indent=2))
         return 0
     for r in reports:
-        print(f"{r.store}: {r.url}")
+        emit(f"{r.store}: {r.url}")
         if r.up_to_date:
-            print(f"  already at {r.after_revision}; nothing to do ({_fmt_seconds(r.seconds)})")
+            emit(f"  already at {r.after_revision}; nothing to do ({_fmt_seconds(r.seconds)})")
             continue
         if r.adopted_from:
-            print(f"  adopted legacy database: {r.adopted_from}")
-        print(f"  revision {r.before_revision or '(none)'} -> {r.after_revision}")
+            emit(f"  adopted legacy database: {r.adopted_from}")
+        emit(f"  revision {r.before_revision or '(none)'} -> {r.after_revision}")
         if r.applied:
-            print(f"  applied: {', '.join(r.applied)}")
+            emit(f"  applied: {', '.join(r.applied)}")
         for repair in r.repairs:
-            print(f"  repair: {repair}")
+            emit(f"  repair: {repair}")
         for extra in r.extra_objects:
-            print(f"  left alone: {extra}")
+            emit(f"  left alone: {extra}")
         for warning in r.warnings:
-            print(f"  warning: {warning}")
+            emit(f"  warning: {warning}")
         slow = sorted(r.step_seconds.items(), key=lambda kv: -kv[1])[:5]
         if slow:
-            print("  slowest steps: " + ", ".join(f"{k} {_fmt_seconds(v)}" for k, v in slow))
-        print(f"  journal mode: {r.journal_mode}; done in {_fmt_seconds(r.seconds)}")
+            emit("  slowest steps: " + ", ".join(f"{k} {_fmt_seconds(v)}" for k, v in slow))
+        emit(f"  journal mode: {r.journal_mode}; done in {_fmt_seconds(r.seconds)}")
     return 0
 
 
 def cmd_status(args) -> int:
     states = [migrate.status(store, args.url) for store in _stores(args.store)]
     if args.json:
-        print(json.dumps([s.to_dict() for s in states], indent=2))
+        emit(json.dumps([s.to_dict() for s in states], indent=2))
         return 0
     for s in states:
-        print(f"{s.store}: {s.url}")
+        emit(f"{s.store}: {s.url}")
         if not s.exists:
-            print("  not created yet (run: hermes-data upgrade)")
+            emit("  not created yet (run: hermes-data upgrade)")
             continue
         state = "legacy (not yet adopted)" if s.legacy else (s.revision or "unversioned")
         behind = "" if s.revision == s.head else f" (head is {s.head})"
-        print(f"  revision: {state}{behind}")
+        emit(f"  revision: {state}{behind}")
         if s.journal_mode:
-            print(f"  journal mode: {s.journal_mode} ({s.journal_reason})")
+            emit(f"  journal mode: {s.journal_mode} ({s.journal_reason})")
         if s.size_bytes is not None:
-            print(f"  size: {s.size_bytes:,} bytes")
+            emit(f"  size: {s.size_bytes:,} bytes")
     return 0
 
 
@@ -99,14 +93,14 @@ def cmd_check(args) -> int:
         if drift:
             exit_code = 1
     if args.json:
-        print(json.dumps(results, indent=2))
+        emit(json.dumps(results, indent=2))
         return exit_code
     for store, res in results.items():
-        print(f"{store}: {'schema matches the head' if not res['drift'] else 'SCHEMA DRIFT'}")
+        emit(f"{store}: {'schema matches the head' if not res['drift'] else 'SCHEMA DRIFT'}")
         for line in res["drift"]:
-            print(f"  - {line}")
+            emit(f"  - {line}")
         for line in res["extra"]:
-            print(f"  (extra, left alone) {line}")
+            emit(f"  (extra, left alone) {line}")
     return exit_code
 
 
@@ -116,45 +110,47 @@ def cmd_doctor(args) -> int:
     reports = [doctor(store, args.url) for store in _stores(args.store)]
     failed = any(r.problems for r in reports)
     if args.json:
-        print(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
+        emit(json.dumps([r.to_dict() for r in reports], indent=2, default=str))
         return 1 if failed else 0
     for r in reports:
-        print(f"{r.store}: {r.url}")
+        emit(f"{r.store}: {r.url}")
         sqlite = r.facts.get("sqlite", {})
-        print(f"  SQLite {sqlite.get('version')}"
-              f"{' (WAL-reset bug)' if sqlite.get('wal_reset_vulnerable') else ''}; "
-              f"FTS5 {'yes' if sqlite.get('fts5') else 'no'}, trigram {'yes' if sqlite.get('trigram') else 'no'}")
+        emit(f"  SQLite {sqlite.get('version')}"
+             f"{' (WAL-reset bug)' if sqlite.get('wal_reset_vulnerable') else ''}; "
+             f"FTS5 {'yes' if sqlite.get('fts5') else 'no'}, trigram {'yes' if sqlite.get('trigram') else 'no'}")
         if r.exists:
-            print(f"  revision {r.facts.get('revision')} (head {r.facts.get('head')}); "
-                  f"journal mode {r.facts.get('journal_mode')} ({r.facts.get('journal_reason')})")
+            emit(f"  revision {r.facts.get('revision')} (head {r.facts.get('head')}); "
+                 f"journal mode {r.facts.get('journal_mode')} ({r.facts.get('journal_reason')})")
             files = r.facts.get("files")
             if files:
-                print(f"  permissions {files['mode']}; sizes {files['sizes']}")
+                emit(f"  permissions {files['mode']}; sizes {files['sizes']}")
             if "holders" in r.facts:
                 holders = r.facts["holders"]
-                print(f"  held open by {len(holders)} process(es)"
-                      + (": " + ", ".join(f"{pid} {name}" for pid, name in holders) if holders else ""))
+                emit(f"  held open by {len(holders)} process(es)"
+                     + (": " + ", ".join(f"{pid} {name}" for pid, name in holders) if holders else ""))
             if "quick_check" in r.facts:
-                print(f"  quick_check: {', '.join(r.facts['quick_check'])}")
+                emit(f"  quick_check: {', '.join(r.facts['quick_check'])}")
         fds = r.facts.get("descriptors", {})
-        print(f"  descriptors: {fds.get('open')} open of {fds.get('soft_limit')}")
+        emit(f"  descriptors: {fds.get('open')} open of {fds.get('soft_limit')}")
         for w in r.warnings:
-            print(f"  warning: {w}")
+            emit(f"  warning: {w}")
         for p in r.problems:
-            print(f"  PROBLEM: {p}")
+            emit(f"  PROBLEM: {p}")
         if not r.problems:
-            print("  no problems found")
+            emit("  no problems found")
     return 1 if failed else 0
 
 
-#: Modules that add their own subcommands: each defines ``register(subparsers)`` and sets
-#: ``func`` on its parsers. Keeps each concern's CLI beside its code.
-_COMMAND_MODULES: tuple[str, ...] = ("hermes_data.cli_search", "hermes_data.cli_maintenance",
-                                    "hermes_data.cli_copy")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``hermes-data`` (also used to check the README documents it)."""
+    """The argument parser of ``hermes-data`` (also used to check the README documents it).
+
+    Every subcommand is registered here. The modules that add their own (search, maintenance,
+    copy) each define ``register(subparsers)`` and set ``func`` on their parsers, keeping each
+    concern's CLI beside its code; they write through :mod:`hermes_data.cli_output` and never
+    import this module.
+    """
+    from . import cli_copy, cli_maintenance, cli_search
+
     parser = argparse.ArgumentParser(prog="hermes-data", description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -171,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "holders, descriptors, quick_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
-    for module in _COMMAND_MODULES:
-        importlib.import_module(module).register(sub)
+    for module in (cli_search, cli_maintenance, cli_copy):
+        module.register(sub)
     return parser
 
 
@@ -187,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except HermesDataError as exc:
-        print(f"hermes-data: error: {exc}", file=sys.stderr)
+        emit(f"hermes-data: error: {exc}", file=sys.stderr)
         return 2
 
 

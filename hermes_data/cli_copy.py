@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
-from .cli import emit
+from .cli_output import emit
 from .config import STORES
 
 

@@ -11,8 +11,8 @@ import json
 import sys
 from dataclasses import asdict
 
+from .cli_output import emit
 from .sessions import maintenance as mt
-from .cli import emit
 from .sessions.store import SessionStore
 
 

@@ -11,7 +11,7 @@ import json
 import sys
 from datetime import datetime, timezone
 
-from .cli import emit
+from .cli_output import emit
 from .sessions.search import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
 from .sessions.store import SessionStore
 

@@ -1,34 +1,16 @@
-"""Process and file facts for ``hermes-data doctor``, from psutil (one portable implementation
-instead of hand-parsed ``/proc``).
+"""``hermes-data doctor``: examine a store without changing it.
 
-Nothing here opens the database file or its sidecars with ``open()``: closing any descriptor
-of a file drops every POSIX lock this process holds on it, including those of live SQLite
-connections. Files are examined by path (``stat``) and through SQLite itself.
+The file facts (holders, permissions, descriptor headroom) come from :mod:`hermes_data.files`,
+which never opens the database or its sidecars; the database itself is examined through SQLite.
 """
 
 from __future__ import annotations
 
-import os
 import sqlite3
-import stat
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
-
-import psutil
 
 from .engine import SqliteSettings, is_wal_reset_vulnerable, linked_sqlite_version
-
-SIDECARS = ("-wal", "-shm")
-
-
-@dataclass(frozen=True)
-class Holder:
-    """A process with a descriptor on a file."""
-
-    pid: int
-    name: str
-    path: str
-    deleted: bool = False
+from .files import MIN_FD_HEADROOM, descriptor_budget, file_facts, file_holders
 
 
 @dataclass
@@ -60,125 +42,6 @@ def sqlite_build() -> SqliteBuild:
                        fts5, trigram)
 
 
-def _targets(path: Path) -> dict[str, str]:
-    resolved = str(path.resolve())
-    return {resolved: "db", **{resolved + s: s for s in SIDECARS}}
-
-
-def file_holders(path: Path) -> list[Holder] | None:
-    """Processes holding ``path`` or its ``-wal``/``-shm`` open, including holders of
-    *deleted* sidecar inodes (a split WAL generation). ``None`` when the process table
-    cannot be read at all. Unreadable processes are skipped (the list is a lower bound)."""
-    targets = _targets(path)
-    holders: list[Holder] = []
-    try:
-        procs = list(psutil.process_iter(["pid", "name"]))
-    except psutil.Error:
-        return None
-    for proc in procs:
-        pid, name = proc.info["pid"], proc.info.get("name") or "?"
-        try:
-            files = proc.open_files()
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        holders += [Holder(pid, name, f.path) for f in files if f.path in targets]
-        holders += [Holder(pid, name, p, deleted=True) for p in _deleted_descriptors(pid)
-                    if p in targets]
-    return holders
-
-
-def _deleted_descriptors(pid: int) -> list[str]:
-    """Paths of *deleted* files ``pid`` still holds. psutil's ``open_files`` drops deleted
-    files, so on Linux the descriptor links are read directly (readlink only — nothing is
-    opened); elsewhere the answer is empty (unknown)."""
-    fd_dir = f"/proc/{pid}/fd"
-    out: list[str] = []
-    try:
-        entries = os.listdir(fd_dir)
-    except OSError:
-        return out
-    for entry in entries:
-        try:
-            target = os.readlink(f"{fd_dir}/{entry}")
-        except OSError:
-            continue
-        if target.endswith(" (deleted)"):
-            out.append(target[: -len(" (deleted)")])
-    return out
-
-
-@dataclass
-class DescriptorBudget:
-    """Open descriptors of this process against its soft limit."""
-
-    open: int | None
-    soft_limit: int | None
-
-    @property
-    def headroom(self) -> int | None:
-        if self.open is None or self.soft_limit in (None, -1):
-            return None
-        return self.soft_limit - self.open
-
-
-def descriptor_budget() -> DescriptorBudget:
-    """This process's open descriptors and soft ``RLIMIT_NOFILE``."""
-    proc = psutil.Process()
-    try:
-        used = proc.num_fds()
-    except (AttributeError, psutil.Error):
-        used = None
-    try:
-        soft = proc.rlimit(psutil.RLIMIT_NOFILE)[0]
-    except (AttributeError, psutil.Error):
-        soft = None
-    return DescriptorBudget(used, soft)
-
-
-@dataclass
-class FileFacts:
-    """Permissions and sizes of a database and its sidecars, read by ``stat``."""
-
-    path: str
-    exists: bool
-    mode: str | None = None
-    owner_only: bool | None = None
-    sizes: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
-def file_facts(path: Path) -> FileFacts:
-    """Mode bits and sizes of ``path`` and its sidecars (never opens them)."""
-    facts = FileFacts(str(path), path.exists())
-    if not facts.exists:
-        return facts
-    mode = path.stat().st_mode
-    facts.mode = stat.filemode(mode)
-    owner_only = not (mode & (stat.S_IRWXG | stat.S_IRWXO))
-    for suffix in ("", *SIDECARS):
-        p = Path(f"{path}{suffix}")
-        if p.exists():
-            st = p.stat()
-            facts.sizes[suffix or "db"] = st.st_size
-            owner_only = owner_only and not (st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
-    facts.owner_only = owner_only
-    return facts
-
-
-def make_owner_only(path: Path) -> list[str]:
-    """``chmod 0600`` the database and existing sidecars **by path** (never by descriptor).
-    Returns the files changed."""
-    changed = []
-    for suffix in ("", *SIDECARS):
-        p = Path(f"{path}{suffix}")
-        if p.exists() and (p.stat().st_mode & 0o777) != 0o600:
-            os.chmod(p, 0o600)
-            changed.append(str(p))
-    return changed
-
-
 @dataclass
 class DoctorReport:
     """Everything ``hermes-data doctor`` says about one store."""
@@ -192,10 +55,6 @@ class DoctorReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-#: Minimum descriptor headroom before new read connections are refused (spec sessions §8.7).
-MIN_FD_HEADROOM = 64
 
 
 def doctor(store: str, url=None) -> DoctorReport:

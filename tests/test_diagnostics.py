@@ -1,4 +1,4 @@
-"""Diagnostics and `hermes-data doctor`: real processes holding real files."""
+"""File facts and `hermes-data doctor`: real processes holding real files."""
 
 from __future__ import annotations
 
@@ -12,14 +12,8 @@ import textwrap
 import pytest
 
 from hermes_data import migrate
-from hermes_data.diagnostics import (
-    descriptor_budget,
-    doctor,
-    file_facts,
-    file_holders,
-    make_owner_only,
-    sqlite_build,
-)
+from hermes_data.diagnostics import doctor, sqlite_build
+from hermes_data.files import descriptor_budget, file_facts, file_holders, make_owner_only
 
 from .conftest import REPO, run_cli
 

@@ -7,8 +7,9 @@ Spec sessions.md §8.6–§8.11:
   budget (24) for its whole life; permits are taken non-blocking after a descriptor-headroom
   check (psutil), and released when the connection closes. A miss is never an error: the
   caller serves the read on its writer connection.
-* :func:`deleted_sidecar_holders` — processes (this one included) holding a *deleted*
-  ``-wal``/``-shm`` of a database: a second opener would mint a second WAL generation.
+* :func:`deleted_sidecar_holders` (from :mod:`hermes_data.files`) — processes (this one
+  included) holding a *deleted* ``-wal``/``-shm``: a second opener would mint a second WAL
+  generation.
 * :class:`FileIdentity` — ``(st_dev, st_ino)`` of the database and its sidecars, recorded at
   open and compared before each write (replaced-file and WAL-generation guards).
 * :func:`is_transient_sqlite_error`, :func:`is_fts_corruption`, :func:`is_structural_corruption`.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import resource
 import sqlite3
 import threading
 import time
@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
-import psutil
 import sqlalchemy as sa
 
+# Re-exported: the store and the tests reach these through this module.
+from ..files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
 from .sql import opening as open_sql
 
 log = logging.getLogger("hermes_data.sessions.guards")
@@ -41,13 +42,10 @@ log = logging.getLogger("hermes_data.sessions.guards")
 #: Read connections per database path (shared by every handle on it) and per process.
 PATH_READ_BUDGET = 8
 PROCESS_READ_BUDGET = 24
-#: Minimum free descriptors before a read connection may be opened.
-MIN_FD_HEADROOM = 64
 #: A failed read open suppresses further read opens on that handle for this long.
 READ_OPEN_BACKOFF_S = 60.0
 #: More live handles than this on one path in one process ⇒ one warning.
 MAX_HANDLES_PER_PATH = 4
-_FD_CACHE_S = 0.25
 
 
 def _sqlite_code(exc: BaseException) -> int | None:
@@ -99,31 +97,6 @@ def is_structural_corruption(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------
 # Holders and identities
 # ---------------------------------------------------------------------------------------
-
-
-def deleted_sidecar_holders(path: Path) -> list[tuple[int, str]]:
-    """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
-    of ``path``. Descriptor links are read with ``readlink`` (nothing is opened); unreadable
-    processes are skipped, so this is a lower bound. Empty where ``/proc`` does not exist."""
-    base = str(path.resolve())
-    wanted = {base + "-wal (deleted)", base + "-shm (deleted)"}
-    found: list[tuple[int, str]] = []
-    if not os.path.isdir("/proc"):
-        return found
-    for pid in psutil.pids():
-        fd_dir = f"/proc/{pid}/fd"
-        try:
-            entries = os.listdir(fd_dir)
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                target = os.readlink(f"{fd_dir}/{entry}")
-            except OSError:
-                continue
-            if target in wanted:
-                found.append((pid, target[: -len(" (deleted)")]))
-    return found
 
 
 def _ident(path: str) -> tuple[int, int] | None:
@@ -244,38 +217,6 @@ class FileIdentity:
 # ---------------------------------------------------------------------------------------
 # Descriptor budget and permits
 # ---------------------------------------------------------------------------------------
-
-_fd_cache: tuple[float, bool] | None = None
-_fd_lock = threading.Lock()
-
-
-def reset_descriptor_cache() -> None:
-    """Forget the cached headroom measurement (it is otherwise reused for 0.25 s)."""
-    global _fd_cache
-    with _fd_lock:
-        _fd_cache = None
-
-
-def descriptor_headroom_ok() -> bool:
-    """Soft ``RLIMIT_NOFILE`` minus open descriptors exceeds 64 (unmeasurable ⇒ allowed;
-    the probe itself failing with EMFILE/ENFILE ⇒ denied). Cached for 0.25 s."""
-    global _fd_cache
-    now = time.monotonic()
-    with _fd_lock:
-        if _fd_cache is not None and now - _fd_cache[0] < _FD_CACHE_S:
-            return _fd_cache[1]
-    try:
-        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-        used = psutil.Process().num_fds()
-        ok = soft == resource.RLIM_INFINITY or soft - used > MIN_FD_HEADROOM
-    except OSError as exc:
-        ok = exc.errno not in (24, 23)  # EMFILE, ENFILE
-    except (psutil.Error, AttributeError, ValueError):
-        ok = True
-    with _fd_lock:
-        _fd_cache = (now, ok)
-    return ok
-
 
 class Budget:
     """A non-blocking counting permit with a high-water mark (for tests and doctor)."""

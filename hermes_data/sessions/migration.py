@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import AdoptionError
-from ..migrate import StoreSpec, UpgradeReport, current_revision
+from ..migration_spec import StoreSpec, UpgradeReport, current_revision
 from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
 from .schema import metadata

@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..files import foreign_holders
 from . import sql
 from .errors import StateDbPermissionError
 from .sql import opening as open_sql
@@ -208,32 +209,6 @@ def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S)
         if admitted:
             fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-
-def foreign_holders(db_path: Path | None) -> int | None:
-    """Number of *other* processes holding the database or its sidecars (psutil; lower bound).
-
-    ``None`` when it cannot be determined.
-    """
-    if db_path is None:
-        return None
-    try:
-        import psutil
-    except ImportError:  # pragma: no cover - psutil is a required dependency
-        return None
-    targets = {str(db_path.resolve()) + suffix for suffix in ("", "-wal", "-shm")}
-    me = os.getpid()
-    count = 0
-    for proc in psutil.process_iter(["pid"]):
-        if proc.info["pid"] == me:
-            continue
-        try:
-            paths = {f.path.removesuffix(" (deleted)") for f in proc.open_files()}
-        except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
-            continue
-        if paths & targets:
-            count += 1
-    return count
 
 
 # ---------------------------------------------------------------------------------------

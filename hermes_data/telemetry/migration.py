@@ -28,7 +28,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import AdoptionError, NotAHermesDatabaseError
-from ..migrate import StoreSpec, UpgradeReport
+from ..migration_spec import StoreSpec, UpgradeReport
 from ..clock import utcnow_iso
 from ..engine import TELEMETRY_BUSY_TIMEOUT_MS
 from ..shape import Shape, diff_shapes, live_shape

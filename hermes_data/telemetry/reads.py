@@ -37,6 +37,7 @@ from .schema import (
     llm_calls, model_efficiency_cache, model_unavailable_alerts, pricing_snapshots, runs,
     subagent_edges,
 )
+from .keys import efficiency_cache_key
 from .store import Prepared, Target, TelemetryStore, read_tx
 from .types import (
     CachedPayload, DailySpend, DelegationJoin, DelegationLink, EfficiencyRun,
@@ -44,7 +45,6 @@ from .types import (
     ProviderStats, RunRow, ScopeSpend, StatsSummary, SubagentEdge, ToolUsage, TurnAggregate,
     UnattributedChildCost,
 )
-from .writes import efficiency_cache_key
 
 #: Upper bound used when a window has no end: sorts after every stored timestamp.
 OPEN_END = "9999-12-31T23:59:59.999999+00:00"

@@ -38,6 +38,7 @@ from .schema import (
     pricing_snapshots, runs, subagent_edges, tool_calls,
 )
 from . import sql as fragments
+from .keys import efficiency_cache_key
 from .store import Prepared, Target, TelemetryStore, write_tx
 from .types import TERMINAL_STATUSES, ApiErrorOutcome, ModelUnavailable, PricingEntry
 
@@ -746,11 +747,6 @@ def put_endpoint_payload_cache(target: Target, cache_name: str, cache_key: str,
         tx.run(EVICT_ENDPOINT_OLD, {"name": cache_name,
                                     "cutoff": (at - CACHE_MAX_AGE).isoformat()})
         tx.run(EVICT_ENDPOINT_EXCESS, {"name": cache_name, "keep": CACHE_MAX_ENTRIES})
-
-
-def efficiency_cache_key(window_hours: int, include_deleted: bool, limit_n: int) -> str:
-    """The upstream key of ``model_efficiency_cache``: ``str((window_hours, 0|1, limit))``."""
-    return str((int(window_hours), 1 if include_deleted else 0, int(limit_n)))
 
 
 def put_model_efficiency_cache(target: Target, window_hours: int, include_deleted: bool,

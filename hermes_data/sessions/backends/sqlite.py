@@ -35,6 +35,7 @@ from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
 from ...errors import ConfigurationError, DatabaseBusyError
+from ...files import make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
@@ -160,13 +161,8 @@ class SqliteBackend(SessionBackend):
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
-        for suffix in ("", "-wal", "-shm"):
-            try:
-                os.chmod(f"{self.path}{suffix}", 0o600)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                log.debug("could not chmod %s%s: %s", self.path, suffix, exc)
+        make_owner_only(self.path, on_error=lambda p, exc: log.debug("could not chmod %s: %s",
+                                                                     p, exc))
 
     def _refuse_deleted_sidecars(self, what: str) -> None:
         holders = guards.deleted_sidecar_holders(self.path)

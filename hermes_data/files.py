@@ -1,0 +1,251 @@
+"""By-path facts about a database file and its ``-wal``/``-shm`` sidecars, once for both stores:
+who holds them (psutil, plus descriptors of *deleted* sidecars), owner-only permissions, and
+this process's descriptor headroom.
+
+Nothing here opens the database file or its sidecars: closing any descriptor of a file drops
+every POSIX lock this process holds on it (locks are per process and inode), including those of
+live SQLite connections. Files are examined by ``stat``, changed by ``chmod`` on the path, and
+other processes' descriptors are read with ``readlink``.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import stat
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+SIDECARS = ("-wal", "-shm")
+_DELETED = " (deleted)"
+
+#: Minimum free descriptors before a read connection may be opened (spec sessions §8.7);
+#: doctor reports less than this as a problem.
+MIN_FD_HEADROOM = 64
+_FD_CACHE_S = 0.25
+
+
+def _with_sidecars(path: Path | str) -> list[str]:
+    return [f"{path}{suffix}" for suffix in ("", *SIDECARS)]
+
+
+# ---------------------------------------------------------------------------------------
+# Holders
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A process with a descriptor on a file."""
+
+    pid: int
+    name: str
+    path: str
+    deleted: bool = False
+
+
+def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list[Holder] | None:
+    """Processes holding ``path`` or its ``-wal``/``-shm`` open: ``live`` descriptors (psutil)
+    and ``deleted`` ones — holders of a *deleted* inode of those names (a split WAL
+    generation). ``None`` when the process table cannot be read at all. Unreadable processes
+    are skipped (the list is a lower bound)."""
+    targets = set(_with_sidecars(path.resolve()))
+    deleted = deleted and os.path.isdir("/proc")
+    if not (live or deleted):
+        return []
+    try:
+        procs = ([(p.info["pid"], p) for p in psutil.process_iter(["pid", "name"])] if live
+                 else [(pid, None) for pid in psutil.pids()])
+    except (psutil.Error, OSError):
+        return None
+    holders: list[Holder] = []
+    for pid, proc in procs:
+        name = None
+        if proc is not None:
+            name = proc.info.get("name") or "?"
+            try:
+                files = proc.open_files()
+            except (psutil.AccessDenied, psutil.NoSuchProcess, psutil.ZombieProcess):
+                continue
+            holders += [Holder(pid, name, f.path) for f in files if f.path in targets]
+        if deleted:
+            holders += [Holder(pid, name or _process_name(pid), p, deleted=True)
+                        for p in _deleted_descriptors(pid) if p in targets]
+    return holders
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name() or "?"
+    except psutil.Error:
+        return "?"
+
+
+def _deleted_descriptors(pid: int) -> list[str]:
+    """Paths of *deleted* files ``pid`` still holds. psutil's ``open_files`` drops deleted
+    files, so on Linux the descriptor links are read directly (readlink only — nothing is
+    opened); elsewhere the answer is empty (unknown)."""
+    fd_dir = f"/proc/{pid}/fd"
+    out: list[str] = []
+    try:
+        entries = os.listdir(fd_dir)
+    except OSError:
+        return out
+    for entry in entries:
+        try:
+            target = os.readlink(f"{fd_dir}/{entry}")
+        except OSError:
+            continue
+        if target.endswith(_DELETED):
+            out.append(target[: -len(_DELETED)])
+    return out
+
+
+def deleted_sidecar_holders(path: Path) -> list[tuple[int, str]]:
+    """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
+    of ``path``: a second opener would mint a second WAL generation. A lower bound; empty
+    where ``/proc`` does not exist."""
+    base = str(path.resolve())
+    return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
+
+
+def foreign_holders(db_path: Path | None) -> int | None:
+    """Number of *other* processes holding the database or its sidecars (psutil; lower bound).
+
+    ``None`` when it cannot be determined.
+    """
+    if db_path is None:
+        return None
+    holders = file_holders(db_path, deleted=False)
+    if holders is None:
+        return None
+    me = os.getpid()
+    return len({h.pid for h in holders if h.pid != me})
+
+
+# ---------------------------------------------------------------------------------------
+# Permissions and sizes, by path
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class FileFacts:
+    """Permissions and sizes of a database and its sidecars, read by ``stat``."""
+
+    path: str
+    exists: bool
+    mode: str | None = None
+    owner_only: bool | None = None
+    sizes: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def file_facts(path: Path) -> FileFacts:
+    """Mode bits and sizes of ``path`` and its sidecars (never opens them)."""
+    facts = FileFacts(str(path), path.exists())
+    if not facts.exists:
+        return facts
+    mode = path.stat().st_mode
+    facts.mode = stat.filemode(mode)
+    owner_only = not (mode & (stat.S_IRWXG | stat.S_IRWXO))
+    for suffix in ("", *SIDECARS):
+        p = Path(f"{path}{suffix}")
+        if p.exists():
+            st = p.stat()
+            facts.sizes[suffix or "db"] = st.st_size
+            owner_only = owner_only and not (st.st_mode & (stat.S_IRWXG | stat.S_IRWXO))
+    facts.owner_only = owner_only
+    return facts
+
+
+def make_owner_only(path: Path | str,
+                    on_error: Callable[[str, OSError], None] | None = None) -> list[str]:
+    """``chmod 0600`` the database and existing sidecars **by path** (never by descriptor:
+    open + ``fchmod`` + close would drop this process's POSIX locks on the file). Returns the
+    files changed. A failure raises, or with ``on_error`` is handed to it and the next file
+    is tried; a file that vanishes meanwhile is skipped."""
+    changed = []
+    for p in _with_sidecars(path):
+        try:
+            if (os.stat(p).st_mode & 0o777) != 0o600:
+                os.chmod(p, 0o600)
+                changed.append(p)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            if on_error is None:
+                raise
+            on_error(p, exc)
+    return changed
+
+
+# ---------------------------------------------------------------------------------------
+# Descriptor headroom
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class DescriptorBudget:
+    """Open descriptors of this process against its soft limit."""
+
+    open: int | None
+    soft_limit: int | None
+
+    @property
+    def headroom(self) -> int | None:
+        """Descriptors left; ``None`` when unmeasurable or unlimited."""
+        if self.open is None or self.soft_limit in (None, resource.RLIM_INFINITY):
+            return None
+        return self.soft_limit - self.open
+
+
+def descriptor_budget() -> DescriptorBudget:
+    """This process's open descriptors and soft ``RLIMIT_NOFILE``. The probe itself failing
+    with ``EMFILE``/``ENFILE`` raises that ``OSError``."""
+    proc = psutil.Process()
+    try:
+        used = proc.num_fds()
+    except (AttributeError, psutil.Error):
+        used = None
+    try:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (OSError, ValueError):
+        soft = None
+    return DescriptorBudget(used, soft)
+
+
+_fd_cache: tuple[float, bool] | None = None
+_fd_lock = threading.Lock()
+
+
+def reset_descriptor_cache() -> None:
+    """Forget the cached headroom measurement (it is otherwise reused for 0.25 s)."""
+    global _fd_cache
+    with _fd_lock:
+        _fd_cache = None
+
+
+def descriptor_headroom_ok() -> bool:
+    """Soft ``RLIMIT_NOFILE`` minus open descriptors exceeds :data:`MIN_FD_HEADROOM`
+    (unmeasurable ⇒ allowed; the probe itself failing with EMFILE/ENFILE ⇒ denied).
+    Cached for 0.25 s."""
+    global _fd_cache
+    now = time.monotonic()
+    with _fd_lock:
+        if _fd_cache is not None and now - _fd_cache[0] < _FD_CACHE_S:
+            return _fd_cache[1]
+    try:
+        headroom = descriptor_budget().headroom
+        ok = headroom is None or headroom > MIN_FD_HEADROOM
+    except OSError as exc:
+        ok = exc.errno not in (24, 23)  # EMFILE, ENFILE
+    with _fd_lock:
+        _fd_cache = (now, ok)
+    return ok
