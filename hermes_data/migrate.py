@@ -21,6 +21,7 @@ One path serves the CLI (``hermes-data upgrade``), ``alembic upgrade head`` (eac
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import logging
 import logging.config
 import os
@@ -48,7 +49,9 @@ if TYPE_CHECKING:  # Alembic is imported lazily: a settled database never needs 
 
 log = logging.getLogger("hermes_data.migrate")
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+#: The Alembic environments: <repo>/migrations in a checkout or an editable install, the
+#: package hermes_data.migrations inside an installed wheel (see pyproject.toml).
+MIGRATIONS_DIR = Path(str(importlib.resources.files("hermes_data.migrations")))
 
 #: Alembic's migration context is module-global: one upgrade per process at a time.
 _process_lock = threading.Lock()
