@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import sqlite3
 import subprocess
@@ -18,20 +17,11 @@ from hermes_data.cli import build_parser
 from ..conftest import REPO
 
 
-def _site_packages_of(module) -> Path:
-    """The directory a dependency was imported from (its site-packages)."""
-    path = Path(module.__file__).resolve().parent
-    return path.parent
-
-
-def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(tmp_path):
-    """The wheel built the way a release is built (pip's isolated build) ships the top-level
-    migrations/ as hermes_data.migrations plus py.typed; installed into a throwaway venv outside
-    the checkout, it upgrades both stores from the scripts inside that venv."""
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    [wheel] = (tmp_path / "dist").glob("hermes_data-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
+def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(installed_wheel):
+    """The wheel ships the top-level migrations/ as hermes_data.migrations plus py.typed;
+    installed into a throwaway venv outside the checkout, it upgrades both stores from the
+    scripts inside that venv."""
+    names = set(zipfile.ZipFile(installed_wheel.wheel).namelist())
     assert "hermes_data/py.typed" in names
     assert "hermes_data/migrations/__init__.py" in names
     # Every file of the top-level migrations/ and every module of hermes_data/ is shipped.
@@ -43,26 +33,8 @@ def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(tmp_path):
     assert len(revisions) == 18 and revisions[-1].endswith("0018_v18_turn_identity.py")
     assert "hermes_data/migrations/sessions/env.py" in names
 
-    # A throwaway venv outside the checkout; pip installs the wheel itself, the dependencies
-    # (already installed for this test run) are borrowed through a .pth file.
-    import alembic
-    import psutil
-    import sqlalchemy
-
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    python = venv / "bin" / "python"
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
-    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
-    deps = {str(_site_packages_of(m)) for m in (sqlalchemy, alembic, psutil)}
-    (site / "zz_borrowed_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES", "PYTHON"))}
-    env["HOME"] = str(elsewhere)
-
+    python, site, elsewhere, env = (installed_wheel.python, installed_wheel.site,
+                                    installed_wheel.elsewhere, installed_wheel.env)
     probe = subprocess.run(
         [str(python), "-c", "import hermes_data, importlib.resources as r; from hermes_data import migrate; "
          "print(hermes_data.__file__); print(r.files('hermes_data.migrations')); print(migrate.MIGRATIONS_DIR)"],
@@ -75,7 +47,8 @@ def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(tmp_path):
     heads = {"telemetry": migrate.head_revision("telemetry"), "sessions": migrate.head_revision("sessions")}
     for store, filename in (("telemetry", "telemetry.db"), ("sessions", "state.db")):
         db = elsewhere / filename
-        proc = subprocess.run([str(venv / "bin" / "hermes-data"), "upgrade", "--store", store, "--url", str(db)],
+        cli = installed_wheel.venv / "bin" / "hermes-data"
+        proc = subprocess.run([str(cli), "upgrade", "--store", store, "--url", str(db)],
                               cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0, proc.stderr
         con = sqlite3.connect(db)
