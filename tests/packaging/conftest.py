@@ -27,7 +27,8 @@ class InstalledWheel:
 
 def _site_packages_of(module) -> Path:
     """The directory a dependency was imported from (its site-packages)."""
-    return Path(module.__file__).resolve().parent.parent
+    path = Path(module.__file__).resolve()
+    return path.parent.parent if path.name == "__init__.py" else path.parent
 
 
 @pytest.fixture(scope="session")
@@ -41,6 +42,8 @@ def installed_wheel(tmp_path_factory) -> InstalledWheel:
     # pip installs the wheel itself; the dependencies (already installed for this test run)
     # are borrowed through a .pth file.
     import alembic
+    import mako
+    import markupsafe
     import psutil
     import sqlalchemy
     import typing_extensions
@@ -53,7 +56,8 @@ def installed_wheel(tmp_path_factory) -> InstalledWheel:
     site = Path(subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True).stdout.strip())
-    deps = {str(_site_packages_of(m)) for m in (sqlalchemy, alembic, psutil, typing_extensions)}
+    deps = {str(_site_packages_of(m)) for m in (sqlalchemy, alembic, mako, markupsafe, psutil,
+                                                     typing_extensions)}
     (site / "zz_borrowed_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
     elsewhere = root / "elsewhere"
     elsewhere.mkdir()
