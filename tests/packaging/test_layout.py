@@ -62,3 +62,17 @@ def test_setuptools_floor_accepts_the_license_string():
     [req] = [r for r in pyproject["build-system"]["requires"] if r.startswith("setuptools")]
     floor = tuple(int(p) for p in req.split(">=")[1].split(",")[0].split("."))
     assert floor >= (77,), req
+
+
+def test_a_stale_package_directory_is_reported_not_used(tmp_path, monkeypatch):
+    """An old checkout keeps hermes_data/migrations/ with only __pycache__ inside; as a
+    namespace package it would shadow <repo>/migrations. Locating the scripts says so."""
+    import importlib.resources
+
+    from hermes_data import migrate
+    from hermes_data.errors import ConfigurationError
+
+    (tmp_path / "telemetry" / "__pycache__").mkdir(parents=True)
+    monkeypatch.setattr(importlib.resources, "files", lambda package: tmp_path)
+    with pytest.raises(ConfigurationError, match="stale hermes_data/migrations/"):
+        migrate._migrations_dir()
