@@ -9,6 +9,8 @@ Store classes are imported lazily so ``import hermes_data`` stays cheap for the 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AdoptionError,
     ConfigurationError,
@@ -21,6 +23,11 @@ from .errors import (
 )
 
 __version__ = "0.1.0"
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers (never run)
+    from .migrate import UpgradeReport, check, status, upgrade
+    from .sessions.store import SessionStore
+    from .telemetry.store import TelemetryStore
 
 _LAZY = {
     "upgrade": ("hermes_data.migrate", "upgrade"),
@@ -38,7 +45,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 

@@ -59,7 +59,7 @@ import logging
 import os
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -215,8 +215,8 @@ def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
     if upto is not None:
         stmt = stmt.where(_upto(table, upto))
     result = conn.execute(stmt.execution_options(yield_per=batch))
-    for row in result:
-        row = _translate(row, translators or {})
+    for raw in result:
+        row = _translate(raw, translators or {})
         digest.update(b"\x1e".join(_canonical(k, v) for k, v in zip(kinds, row)))
         digest.update(b"\x1d")
         rows += 1
@@ -226,7 +226,7 @@ def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
 # --------------------------------------------------------------------------- id counters
 def _id_counter(conn: Connection, table: sa.Table) -> int:
     """The table's AUTOINCREMENT / sequence position (0 when nothing was ever handed out)."""
-    col = table.autoincrement_column
+    col = cast("sa.Column[int]", table.autoincrement_column)  # only tables with an id counter
     top = conn.execute(sa.select(sa.func.max(col))).scalar() or 0
     if conn.dialect.name == "sqlite":
         if sa.inspect(conn).has_table("sqlite_sequence"):
@@ -246,7 +246,7 @@ def _id_counter(conn: Connection, table: sa.Table) -> int:
 
 
 def _set_id_counter(conn: Connection, table: sa.Table, value: int) -> None:
-    col = table.autoincrement_column
+    col = cast("sa.Column[int]", table.autoincrement_column)  # only tables with an id counter
     if conn.dialect.name == "sqlite":
         updated = conn.exec_driver_sql("UPDATE sqlite_sequence SET seq = ? WHERE name = ?",
                                        (value, table.name)).rowcount
@@ -296,7 +296,7 @@ def _count(conn: Connection, table: sa.Table, upto: tuple | None = None) -> int:
     stmt = sa.select(sa.func.count()).select_from(table)
     if upto is not None:
         stmt = stmt.where(_upto(table, upto))
-    return int(conn.execute(stmt).scalar())
+    return int(conn.execute(stmt).scalar_one())  # COUNT(*) yields exactly one row
 
 
 def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL, *,

@@ -390,7 +390,7 @@ def passive_checkpoint(conn: Connection) -> tuple[int, int, int] | None:
     if not is_sqlite(conn):
         return None
     row = conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    return tuple(row) if row else None  # type: ignore[return-value]
+    return tuple(row) if row else None
 
 
 #: Statement kinds that change a database (used by tests and diagnostics to trace writes).

@@ -21,6 +21,7 @@ One path serves the CLI (``hermes-data upgrade``), ``alembic upgrade head`` (eac
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 import logging
 import logging.config
 import os
@@ -48,7 +49,22 @@ if TYPE_CHECKING:  # Alembic is imported lazily: a settled database never needs 
 
 log = logging.getLogger("hermes_data.migrate")
 
-MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
+
+def _migrations_dir() -> Path:
+    """The Alembic environments: <repo>/migrations in a checkout or an editable install, the
+    package hermes_data.migrations inside an installed wheel (see pyproject.toml)."""
+    found = importlib.resources.files("hermes_data.migrations")
+    if not isinstance(found, Path) or not (found / "telemetry" / "env.py").is_file():
+        # E.g. a hermes_data/migrations/ holding only __pycache__, left in a checkout from
+        # before the scripts moved to the top level, is a namespace package that wins.
+        raise ConfigurationError(
+            f"hermes_data.migrations resolves to {found}, which holds no telemetry/env.py "
+            "(a stale hermes_data/migrations/ directory shadows the top-level migrations/? "
+            "delete it)")
+    return found
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 #: Alembic's migration context is module-global: one upgrade per process at a time.
 _process_lock = threading.Lock()

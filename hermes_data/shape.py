@@ -35,7 +35,8 @@ class ColumnShape:
 class IndexShape:
     name: str
     table: str
-    columns: tuple[str, ...]
+    #: Column names; ``None`` stands for an expression (SQLite's index_info, SQLAlchemy reflection).
+    columns: tuple[str | None, ...]
     unique: bool
 
 
@@ -73,10 +74,10 @@ def sqlite_shape(conn: Connection, *, include_autoindexes: bool = False) -> Shap
                 continue
             if name.startswith("sqlite_autoindex") and not include_autoindexes:
                 continue
-            cols = tuple(
+            ix_cols = tuple(
                 r[2] for r in conn.exec_driver_sql(f"PRAGMA index_info({_q(name)})").fetchall()
             )
-            shape.indexes[name] = IndexShape(name, table, cols, unique)
+            shape.indexes[name] = IndexShape(name, table, ix_cols, unique)
     return shape
 
 
@@ -98,9 +99,10 @@ def reflected_shape(conn: Connection, schema: str | None = None) -> Shape:
             ))
         shape.tables[table] = tuple(cols)
         for ix in insp.get_indexes(table, schema=schema):
-            if ix.get("name"):
-                shape.indexes[ix["name"]] = IndexShape(
-                    ix["name"], table, tuple(ix["column_names"]), bool(ix["unique"])
+            ix_name = ix.get("name")
+            if ix_name:
+                shape.indexes[ix_name] = IndexShape(
+                    ix_name, table, tuple(ix["column_names"]), bool(ix["unique"])
                 )
     return shape
 
@@ -232,14 +234,14 @@ def diff_shapes(expected: Shape, actual: Shape, *, ordered: bool = False) -> lis
         if table not in expected.tables:
             out.append(Difference("extra_table", table))
     for name, ix in expected.indexes.items():
-        got = actual.indexes.get(name)
-        if got is None:
+        got_ix = actual.indexes.get(name)
+        if got_ix is None:
             out.append(Difference("missing_index", name, f"{ix.table}({', '.join(map(str, ix.columns))})"))
-        elif (got.table, got.columns, got.unique) != (ix.table, ix.columns, ix.unique):
+        elif (got_ix.table, got_ix.columns, got_ix.unique) != (ix.table, ix.columns, ix.unique):
             out.append(Difference(
                 "index_differs", name,
                 f"expected {ix.table}({', '.join(map(str, ix.columns))}) unique={ix.unique}; "
-                f"found {got.table}({', '.join(map(str, got.columns))}) unique={got.unique}",
+                f"found {got_ix.table}({', '.join(map(str, got_ix.columns))}) unique={got_ix.unique}",
             ))
     for name, ix in actual.indexes.items():
         if name not in expected.indexes:

@@ -20,7 +20,8 @@ TEXT = sa.Text()
 #: INTEGER on SQLite (a rowid alias when it is the primary key), BIGINT on PostgreSQL.
 INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 #: REAL on SQLite, DOUBLE PRECISION on PostgreSQL.
-REAL = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(), "postgresql")
+REAL: sa.types.TypeEngine[float] = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(),
+                                                          "postgresql")
 
 
 # SQLAlchemy's SQLite compiler wraps a textual default such as ``0.0`` in parentheses

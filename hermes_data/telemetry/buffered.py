@@ -114,7 +114,13 @@ class BufferedWriter:
                                         daemon=True)
         self._thread.start()
         ref = weakref.ref(self)
-        self._atexit = lambda: (w := ref()) is not None and w.close()
+
+        def _close_at_exit() -> None:
+            writer = ref()
+            if writer is not None:
+                writer.close()
+
+        self._atexit = _close_at_exit
         atexit.register(self._atexit)
 
     # -- producers ---------------------------------------------------------------------
@@ -200,7 +206,7 @@ class BufferedWriter:
                 wake.wait(self.max_delay)
                 wake.clear()
                 while queue:
-                    batch = []
+                    batch: list = []
                     pop = queue.popleft
                     while queue and len(batch) < self.max_batch:
                         batch.append(pop())
@@ -218,8 +224,8 @@ class BufferedWriter:
         if items:
             try:
                 with self.store.writer_queue, self._tx(conn) as cur:
-                    for kind, group in groupby(items, key=itemgetter(0)):
-                        group = list(group)
+                    for kind, grouped in groupby(items, key=itemgetter(0)):
+                        group = list(grouped)
                         first, second = self._sql[kind]
                         cur.executemany(first, [g[1] for g in group])
                         cur.executemany(second, [g[2] for g in group])

@@ -39,7 +39,7 @@ import threading
 import weakref
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -95,6 +95,7 @@ class Prepared:
         self.pg_stmt = stmt if pg_stmt is None else pg_stmt
         self._pg: Compiled | None = None
         # Fast path of args(): one C-level itemgetter when every value comes from params.
+        self._get: Callable[[Mapping[str, Any]], tuple]
         if len(self.order) > 1:
             self._get = operator.itemgetter(*self.order)
         elif self.order:
@@ -177,7 +178,7 @@ class _DbapiTx:
     @staticmethod
     def inserted_id(res: sqlite3.Cursor) -> int:
         """The rowid the last INSERT of ``res`` created."""
-        return res.lastrowid
+        return cast(int, res.lastrowid)  # set by every INSERT on sqlite3
 
 
 class _PgTx:
@@ -275,7 +276,7 @@ class TelemetryStore:
         self.engine: Engine = engine
         self.path: str = str(engine.url.database)
         self._local = threading.local()
-        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._held: weakref.WeakSet[_Held | _PgHeld] = weakref.WeakSet()
         self._held_guard = threading.Lock()
         # Chosen lazily, once a connection has settled the journal mode (see writer_queue).
         self._write_lock: AbstractContextManager | None = None
@@ -341,7 +342,7 @@ class TelemetryStore:
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager
-    def write(self) -> Iterator[_DbapiTx]:
+    def write(self) -> Iterator[_DbapiTx | _PgTx]:
         """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection (rolled back on error)."""
         conn = self.connection()
         with self.writer_queue:
@@ -354,7 +355,7 @@ class TelemetryStore:
             conn.commit()
 
     @contextmanager
-    def read(self, snapshot: bool = True) -> Iterator[_DbapiTx]:
+    def read(self, snapshot: bool = True) -> Iterator[_DbapiTx | _PgTx]:
         """Reads on this thread's connection; with ``snapshot`` inside a deferred
         ``BEGIN … COMMIT`` so several SELECTs see one state of the database."""
         conn = self.connection()
@@ -374,7 +375,7 @@ class TelemetryStore:
         with self.writer_queue:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                rowid = conn.execute(sql1, args1).lastrowid
+                rowid = cast(int, conn.execute(sql1, args1).lastrowid)  # set by every INSERT
                 conn.execute(sql2, args2)
             except BaseException:
                 conn.rollback()
@@ -388,7 +389,7 @@ Target = TelemetryStore | Connection | Engine
 
 
 @contextmanager
-def write_tx(target: Target) -> Iterator[_DbapiTx | _SaTx]:
+def write_tx(target: Target) -> Iterator[_DbapiTx | _PgTx | _SaTx]:
     """A write transaction on any :data:`Target` (``BEGIN IMMEDIATE`` on SQLite).
 
     A ``Connection`` already inside a transaction is used as is (the caller commits).
@@ -413,7 +414,7 @@ def write_tx(target: Target) -> Iterator[_DbapiTx | _SaTx]:
 
 
 @contextmanager
-def read_tx(target: Target, snapshot: bool = False) -> Iterator[_DbapiTx | _SaTx]:
+def read_tx(target: Target, snapshot: bool = False) -> Iterator[_DbapiTx | _PgTx | _SaTx]:
     """Reads on any :data:`Target` (``snapshot``: one transaction for several SELECTs)."""
     if isinstance(target, TelemetryStore):
         with target.read(snapshot) as tx:

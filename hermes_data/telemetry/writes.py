@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime, timedelta, timezone
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, cast
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func, literal_column
@@ -39,7 +39,7 @@ from .schema import (
 )
 from . import sql as fragments
 from .keys import efficiency_cache_key
-from .store import Prepared, Target, TelemetryStore, write_tx
+from .store import PgTelemetryStore, Prepared, Target, TelemetryStore, write_tx
 from .types import TERMINAL_STATUSES, ApiErrorOutcome, ModelUnavailable, PricingEntry
 
 log = logging.getLogger("hermes_data.telemetry.writes")
@@ -205,7 +205,7 @@ START_RUN = _both("start_run", lambda insert: insert(runs).values(
 ))
 
 # end_run: one upsert; the lazily created row gets started_at = ended_at (duration 0).
-_excl_status = literal_column("excluded.status")
+_excl_status: sa.ColumnElement[Any] = literal_column("excluded.status")
 END_RUN = _both("end_run", lambda insert: insert(runs).values(
     session_id=bp("session_id"), started_at=bp("end_ts"), ended_at=bp("end_ts"),
     status=bp("new_status"), duration_ms=literal_column("0"),
@@ -411,7 +411,7 @@ def record_llm_call(target: Target, session_id: str, ts: str | datetime | None, 
     if type(target) is TelemetryStore:
         return target.execute_pair(INSERT_LLM_CALL.sql, call, upsert.sql, run)
     if isinstance(target, TelemetryStore):  # PostgreSQL store
-        return target.execute_prepared_pair(INSERT_LLM_CALL, call, upsert, run)
+        return cast(PgTelemetryStore, target).execute_prepared_pair(INSERT_LLM_CALL, call, upsert, run)
     with write_tx(target) as tx:
         res = tx.run(INSERT_LLM_CALL, dict(zip(_LLM_COLS, call)))
         rowid = tx.inserted_id(res)
@@ -431,8 +431,8 @@ def record_tool_call(target: Target, session_id: str, ts: str | datetime | None,
         return target.execute_pair(INSERT_TOOL_CALL.sql, call, BUMP_RUN_TOOL_CALLS.sql,
                                    (session_id,))
     if isinstance(target, TelemetryStore):  # PostgreSQL store
-        return target.execute_prepared_pair(INSERT_TOOL_CALL, call, BUMP_RUN_TOOL_CALLS,
-                                            (session_id,))
+        return cast(PgTelemetryStore, target).execute_prepared_pair(
+            INSERT_TOOL_CALL, call, BUMP_RUN_TOOL_CALLS, (session_id,))
     with write_tx(target) as tx:
         res = tx.run(INSERT_TOOL_CALL, dict(zip(_TOOL_COLS, call)))
         rowid = tx.inserted_id(res)
@@ -638,7 +638,8 @@ def record_api_request_error(target: Target, payload: Mapping[str, object]) -> A
     retryable = payload.get("retryable")
     status_code = _opt_int(payload.get("status_code"))
     duration_ms = duration_ms_from_seconds(payload.get("api_duration"))
-    session_id = payload.get("session_id")
+    # Passed through as the host sent it (a str or absent).
+    session_id = cast("str | None", payload.get("session_id"))
     model_text = clean_text(model)
     message_text = clean_text(message)[:ERROR_MESSAGE_MAX]
 

@@ -7,34 +7,70 @@ import sqlite3
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
+import pytest
+
+from hermes_data import migrate
 from hermes_data.cli import build_parser
 
 from ..conftest import REPO
 
 
-def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(tmp_path):
-    # Built the way a release is built: pip's isolated build environment.
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(REPO)]
-    subprocess.run(cmd, check=True, capture_output=True, timeout=300)
-    [wheel] = (tmp_path / "dist").glob("hermes_data-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "hermes_data/migrations/telemetry/env.py" in names
-    assert "hermes_data/migrations/telemetry/versions/0018_v18_turn_identity.py" in names
-    site = tmp_path / "site"
-    zipfile.ZipFile(wheel).extractall(site)
-    db = tmp_path / "elsewhere" / "telemetry.db"
-    code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import hermes_data, hermes_data.cli as c; "
-        "assert hermes_data.__file__.startswith(sys.argv[1]), hermes_data.__file__; "
-        "sys.exit(c.main(['upgrade', '--store', 'telemetry', '--url', sys.argv[2]]))"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, str(site), str(db)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(installed_wheel):
+    """The wheel ships the top-level migrations/ as hermes_data.migrations plus py.typed;
+    installed into a throwaway venv outside the checkout, it upgrades both stores from the
+    scripts inside that venv."""
+    names = set(zipfile.ZipFile(installed_wheel.wheel).namelist())
+    assert "hermes_data/py.typed" in names
+    assert "hermes_data/migrations/__init__.py" in names
+    # Every file of the top-level migrations/ and every module of hermes_data/ is shipped.
+    for root, prefix in ((REPO / "migrations", "hermes_data/migrations"), (REPO / "hermes_data", "hermes_data")):
+        for path in root.rglob("*"):
+            if path.suffix in (".py", ".mako") and "__pycache__" not in path.parts:
+                assert f"{prefix}/{path.relative_to(root).as_posix()}" in names, path
+    revisions = sorted(n for n in names if n.startswith("hermes_data/migrations/telemetry/versions/"))
+    assert len(revisions) == 18 and revisions[-1].endswith("0018_v18_turn_identity.py")
+    assert "hermes_data/migrations/sessions/env.py" in names
+
+    python, site, elsewhere, env = (installed_wheel.python, installed_wheel.site,
+                                    installed_wheel.elsewhere, installed_wheel.env)
+    probe = subprocess.run(
+        [str(python), "-c", "import hermes_data, importlib.resources as r; from hermes_data import migrate; "
+         "print(hermes_data.__file__); print(r.files('hermes_data.migrations')); print(migrate.MIGRATIONS_DIR)"],
+        cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert probe.returncode == 0, probe.stderr
+    for line in probe.stdout.splitlines():
+        assert Path(line).resolve().is_relative_to(site.resolve()), line
+        assert not Path(line).resolve().is_relative_to(REPO), line
+
+    heads = {"telemetry": migrate.head_revision("telemetry"), "sessions": migrate.head_revision("sessions")}
+    for store, filename in (("telemetry", "telemetry.db"), ("sessions", "state.db")):
+        db = elsewhere / filename
+        cli = installed_wheel.venv / "bin" / "hermes-data"
+        proc = subprocess.run([str(cli), "upgrade", "--store", store, "--url", str(db)],
+                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        con = sqlite3.connect(db)
+        assert con.execute("SELECT version_num FROM alembic_version").fetchone() == (heads[store],)
+        con.close()
+
+
+def test_editable_install_finds_the_top_level_migrations(tmp_path):
+    """A checkout (editable install) resolves hermes_data.migrations to <repo>/migrations, also
+    when run from outside the repository."""
+    code = ("import hermes_data, importlib.resources as r; from hermes_data import migrate; "
+            "print(hermes_data.__file__); print(r.files('hermes_data.migrations')); print(migrate.MIGRATIONS_DIR)")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    con = sqlite3.connect(db)
-    assert con.execute("SELECT version_num FROM alembic_version").fetchone() == ("v18",)
-    con.close()
+    package, files, migrations_dir = proc.stdout.splitlines()
+    if not Path(package).resolve().is_relative_to(REPO):
+        pytest.skip(f"hermes_data is not installed from this checkout (imported from {package})")
+    assert not (REPO / "hermes_data" / "migrations").exists(), \
+        "a stale hermes_data/migrations/ (e.g. left-over __pycache__) shadows <repo>/migrations: remove it"
+    assert Path(files).resolve() == REPO / "migrations"
+    assert Path(migrations_dir).resolve() == REPO / "migrations"
+    assert (REPO / "migrations" / "telemetry" / "env.py").is_file()
 
 
 def test_every_cli_command_is_documented_in_readme():

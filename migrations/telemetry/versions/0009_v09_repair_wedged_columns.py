@@ -5,6 +5,8 @@ old blanket except-OperationalError pattern". Add-if-missing, same typedefs; a r
 column lands at the end of its table. No-op on healthy files.
 """
 
+from typing import Any
+
 import sqlalchemy as sa
 from alembic import op
 
@@ -21,7 +23,7 @@ depends_on = None
 
 
 def upgrade() -> None:
-    int0 = dict(server_default=sa.text("0"))
+    int0: dict[str, Any] = dict(server_default=sa.text("0"))
     for name in ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated",
                  "provider_assumed"):
         add_column_if_missing("llm_calls", sa.Column(name, INTEGER, **int0))
