@@ -107,7 +107,10 @@ def head_revision(store: str) -> str:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory(str(script_location(store_spec(store))))
-    return script.get_current_head()
+    head = script.get_current_head()
+    if head is None:
+        raise ConfigurationError(f"the {store} store's migration history has no head revision")
+    return head
 
 
 def _settings_for(spec: StoreSpec) -> SqliteSettings:

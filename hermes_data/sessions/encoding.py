@@ -67,6 +67,7 @@ def encode_content(value: Any, dialect: str = "sqlite") -> Any:
     prefix = content_prefix(dialect)
     if isinstance(value, str):
         text = scrub(value)
+        assert text is not None  # scrub keeps a str a str
         if dialect == "postgresql" and ("\x00" in text or text.startswith(_PG_ESCAPE_LEAD)):
             return prefix + json.dumps(text, ensure_ascii=False)
         return text

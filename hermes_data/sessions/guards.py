@@ -198,10 +198,12 @@ class FileIdentity:
         One ``stat`` of the directory while it is unchanged since the last full check;
         otherwise the full check (see the class docstring).
         """
-        fast = self._directory is not None and bool(self.sidecars) and self.db is not None
-        if fast and self._dir_ok is not None and _dir_state(self._directory) == self._dir_ok:
+        directory = self._directory
+        fast = directory is not None and bool(self.sidecars) and self.db is not None
+        if fast and directory is not None and self._dir_ok is not None \
+                and _dir_state(directory) == self._dir_ok:
             return None
-        before = _dir_state(self._directory) if fast else None
+        before = _dir_state(directory) if fast and directory is not None else None
         why = self.replaced(path)
         if why is not None:
             self._dir_ok = None
@@ -299,7 +301,7 @@ class ReadPool(sa.pool.Pool):
         self._lock = threading.Lock()
         self._closed = False
         self._suppressed_until = 0.0
-        super().__init__(self._open_reader, **kw)
+        super().__init__(self._open_reader, **kw)  # type: ignore[arg-type]  # sqlite3 is a DB-API connection
         key = str(path.resolve())
         with _registry_lock:
             peers = _pools.setdefault(key, weakref.WeakSet())

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 from sqlalchemy.engine import Connection
 
@@ -18,12 +18,12 @@ def chain(conn: Connection, q: Fragments, session_id: str) -> list[str]:
 
 def tip(conn: Connection, q: Fragments, session_id: str) -> str:
     """The live end of the compression chain through ``session_id``."""
-    return conn.execute(q.TIP_OF, {"start": session_id}).scalar()  # type: ignore[no-any-return]
+    return cast(str, conn.execute(q.TIP_OF, {"start": session_id}).scalar())  # the walk always holds its seed
 
 
 def root(conn: Connection, q: Fragments, session_id: str) -> str:
     """The first segment of the compression chain holding ``session_id``."""
-    return conn.execute(q.ROOT_OF, {"id": session_id}).scalar()  # type: ignore[no-any-return]
+    return cast(str, conn.execute(q.ROOT_OF, {"id": session_id}).scalar())  # the walk always holds its seed
 
 
 def lineage_ids(conn: Connection, q: Fragments, session_id: str) -> list[str]:
@@ -38,8 +38,7 @@ def resume_lineage_ids(conn: Connection, q: Fragments, session_id: str) -> list[
 
 def resume_target(conn: Connection, q: Fragments, session_id: str) -> str:
     """Where resuming ``session_id`` lands: the tip, or a newer non-fork continuation."""
-    return conn.execute(q.RESUME_TARGET_OF,  # type: ignore[no-any-return]
-                        {"start": session_id}).scalar()
+    return cast(str, conn.execute(q.RESUME_TARGET_OF, {"start": session_id}).scalar())  # the walk always holds its seed
 
 
 def ancestors(conn: Connection, q: Fragments, session_id: str) -> set[str]:

@@ -153,7 +153,7 @@ def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_ina
         params += [q.NO_LIMIT if limit is None else int(limit), int(offset or 0)]
     stmt = q.select_messages(include_inactive=include_inactive, after_id=after_id is not None,
                              latest=latest, paged=paged)
-    rows = conn.exec_driver_sql(stmt, tuple(params)).fetchall()
+    rows = list(conn.exec_driver_sql(stmt, tuple(params)).fetchall())
     if latest:
         rows.reverse()
     return [message_row(r, q.dialect) for r in rows]

@@ -23,6 +23,7 @@ from ..errors import AdoptionError
 from ..migration_spec import StoreSpec, UpgradeReport, current_revision
 from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
+from .sql import migration as mq
 from .schema import metadata
 
 log = logging.getLogger("hermes_data.sessions.migration")
@@ -46,22 +47,20 @@ PG_VERSION_TABLE = "alembic_version_sessions"
 def _tables(conn: Connection) -> set[str]:
     if conn.dialect.name != "sqlite":
         return set(sa.inspect(conn).get_table_names())
-    return {r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()}
+    return {str(r[0]) for r in conn.exec_driver_sql(mq.SQLITE_TABLES).fetchall()}
 
 
 def _columns(conn: Connection, table: str) -> list[str]:
     if conn.dialect.name != "sqlite":
         return [c["name"] for c in sa.inspect(conn).get_columns(table)]
-    return [r[1] for r in conn.exec_driver_sql(f'PRAGMA table_info("{table}")').fetchall()]
+    return [str(r[1]) for r in conn.exec_driver_sql(mq.table_info(table)).fetchall()]
 
 
 def _index_names(conn: Connection) -> set[str]:
     if conn.dialect.name != "sqlite":
         insp = sa.inspect(conn)
-        return {ix["name"] for t in insp.get_table_names() for ix in insp.get_indexes(t)}
-    return {r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+        return {str(ix["name"]) for t in insp.get_table_names() for ix in insp.get_indexes(t)}
+    return {str(r[0]) for r in conn.exec_driver_sql(mq.SQLITE_INDEXES).fetchall()}
 
 
 def missing_core(conn: Connection) -> list[str]:
@@ -75,7 +74,7 @@ def missing_core(conn: Connection) -> list[str]:
             continue
         have = set(_columns(conn, table.name))
         out.extend(f"{table.name}.{c.name}" for c in table.columns if c.name not in have)
-        out.extend(ix.name for ix in table.indexes if ix.name not in indexes)
+        out.extend(str(ix.name) for ix in table.indexes if ix.name not in indexes)
     return out
 
 
@@ -104,7 +103,7 @@ def before_upgrade(conn: Connection, report: UpgradeReport) -> None:
                                 "it was left unchanged")
     version = None
     if "schema_version" in tables:
-        row = conn.exec_driver_sql("SELECT MAX(version) FROM schema_version").first()
+        row = conn.exec_driver_sql(mq.UPSTREAM_SCHEMA_VERSION).first()
         version = row[0] if row else None
     layout = opening.read_fts_state(conn).layout if "messages" in tables else "absent"
     report.adopted_from = (f"upstream state.db (schema_version {version}, {layout} FTS layout)")
@@ -133,7 +132,7 @@ def reconcile(conn: Connection, report: UpgradeReport) -> None:
             try:
                 with conn.begin_nested():
                     conn.exec_driver_sql(
-                        f'ALTER TABLE "{table.name}" ADD COLUMN {_canonical_column_ddl(conn, col)}')
+                        mq.add_column(table.name, _canonical_column_ddl(conn, col)))
                 report.repairs.append(f"added column {table.name}.{col.name}")
             except sa.exc.OperationalError as exc:
                 msg = str(exc).lower()
@@ -143,8 +142,7 @@ def reconcile(conn: Connection, report: UpgradeReport) -> None:
                     raise
                 else:
                     log.warning("could not add column %s.%s: %s", table.name, col.name, exc)
-    indexes = {r[0] for r in conn.exec_driver_sql(
-        "SELECT name FROM sqlite_master WHERE type = 'index'").fetchall()}
+    indexes = _index_names(conn)
     for table in metadata.sorted_tables:
         for ix in table.indexes:
             if ix.name not in indexes:
@@ -196,7 +194,7 @@ def expected_shape_on(conn: Connection) -> Shape:
         ColumnShape(sql.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
     indexes = dict(base.indexes)
     names = ["messages_fts_document"]
-    if conn.exec_driver_sql("SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'").first():
+    if conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first():
         names.append("messages_fts_trgm")
     for name in names:
         cols = sql.PG_FTS_INDEX_COLUMNS[name]

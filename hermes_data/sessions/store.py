@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -309,8 +310,9 @@ class SessionStore:
         inserted = 0
         for start in range(0, len(encoded), size):
             chunk = encoded[start:start + size]
-            inserted += b.write_driver(lambda tx, chunk=chunk: msg.append_chunk(
-                tx, self._q, b.check_header, session_id, chunk))
+            inserted += b.write_driver(partial(msg.append_chunk, q=self._q,
+                                               check_header=b.check_header,
+                                               session_id=session_id, rows=chunk))
         return inserted
 
     def get_messages(self, session_id: str, include_inactive: bool = False,

@@ -71,7 +71,8 @@ def next_title_in_lineage(conn: Connection, q: Fragments, base: str) -> str:
 
 def session_by_title(conn: Connection, q: Fragments, title: str) -> str | None:
     """Id of the session holding exactly ``title``."""
-    return conn.exec_driver_sql(q.SESSION_BY_TITLE, (title,)).scalar()  # type: ignore[no-any-return]
+    sid = conn.exec_driver_sql(q.SESSION_BY_TITLE, (title,)).scalar()
+    return None if sid is None else str(sid)
 
 
 def resolve_by_title(conn: Connection, q: Fragments, title: str) -> str | None:
@@ -79,5 +80,5 @@ def resolve_by_title(conn: Connection, q: Fragments, title: str) -> str | None:
     rows = conn.exec_driver_sql(q.NUMBERED_TITLES, (enc.escape_like(title) + " #%",)).fetchall()
     for sid, t in rows:
         if t[len(title) + 2:].isdigit():
-            return sid  # type: ignore[no-any-return]
+            return str(sid)
     return session_by_title(conn, q, title)

@@ -199,7 +199,7 @@ class PostgresBackend(SessionBackend):
         names = self._tables()
         params = {f"t{i}": n for i, n in enumerate(names)}
         return int(self.read(lambda c: c.execute(text(q.pg_relation_size(len(names))),
-                                                  params).scalar()))
+                                                  params).scalar()) or 0)
 
     def freelist_ratio(self) -> float | None:
         """None: PostgreSQL has no freelist."""

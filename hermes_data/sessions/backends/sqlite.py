@@ -283,7 +283,7 @@ class SqliteBackend(SessionBackend):
                 return
             self._closed = True
             if (self._writer is not None and not self.read_only and not self.quarantined
-                    and journal_state(self._engine).mode == "wal"):
+                    and journal_state(self.engine).mode == "wal"):
                 self.checkpoint()
             if self._identity is not None:
                 self._identity.forget_sidecars()  # a clean last close may unlink them
@@ -463,7 +463,7 @@ class SqliteBackend(SessionBackend):
         """Close the connection a close-race reopen made (PASSIVE checkpoint first, as close())."""
         with self._lock:
             if self._writer is not None and not self.quarantined \
-                    and journal_state(self._engine).mode == "wal":
+                    and journal_state(self.engine).mode == "wal":
                 self.checkpoint()
             self._dispose()
 
@@ -587,6 +587,7 @@ class SqliteBackend(SessionBackend):
         deadline = time.monotonic() + timeout_s
         with self.reading() as conn:
             raw = conn.connection.driver_connection
+            assert raw is not None
             raw.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, 1000)
             try:
                 return fn(conn)
@@ -606,8 +607,11 @@ class SqliteBackend(SessionBackend):
     def logical_size_bytes(self) -> int:
         """``page_count × page_size`` (never ``stat``: a live reader blocks the fold-back of
         the WAL and stat-based deltas came out negative)."""
-        return int(self.read(lambda c: c.exec_driver_sql(q.PAGE_COUNT).scalar()
-                             * c.exec_driver_sql(q.PAGE_SIZE).scalar()))
+        def size(c: Connection) -> int:
+            return int(c.exec_driver_sql(q.PAGE_COUNT).scalar() or 0) \
+                * int(c.exec_driver_sql(q.PAGE_SIZE).scalar() or 0)
+
+        return self.read(size)
 
     def freelist_ratio(self) -> float | None:
         """``freelist_count / page_count``; None when unreadable."""
@@ -624,8 +628,14 @@ class SqliteBackend(SessionBackend):
         refused on quarantined or replaced handles."""
         self.guard()
         for table in ("messages_fts", "messages_fts_trigram"):
-            if self.read(lambda c, t=table: c.exec_driver_sql(q.OBJECT_EXISTS, (t,)).first()):
-                self.write(lambda c, t=table: c.exec_driver_sql(q.fts_optimize(t)))
+            def exists(c: Connection, t: str = table) -> bool:
+                return c.exec_driver_sql(q.OBJECT_EXISTS, (t,)).first() is not None
+
+            def optimize(c: Connection, t: str = table) -> None:
+                c.exec_driver_sql(q.fts_optimize(t))
+
+            if self.read(exists):
+                self.write(optimize)
         with self._lock:
             raw = self._raw
             if raw is None:

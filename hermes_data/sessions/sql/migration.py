@@ -1,0 +1,29 @@
+"""Statements the session store's migration hooks send while inspecting, adopting and
+reconciling a file (SQLite catalogue reads, add-only DDL) and probing PostgreSQL.
+Identifiers are the file's own catalogue names or the metadata's, always quoted.
+"""
+
+from __future__ import annotations
+
+#: Every table of a SQLite file.
+SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+#: Every index of a SQLite file.
+SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
+#: The newest upstream schema_version row.
+UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+#: Is the pg_trgm extension installed?
+PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def table_info(table: str) -> str:
+    """The columns of a SQLite table, in order."""
+    return f"PRAGMA table_info({_quote(table)})"
+
+
+def add_column(table: str, column_ddl: str) -> str:
+    """Add one column in its canonical form (DDL compiled from the metadata)."""
+    return f"ALTER TABLE {_quote(table)} ADD COLUMN {column_ddl}"
