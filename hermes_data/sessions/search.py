@@ -163,24 +163,25 @@ def search_messages(conn: Connection, query: str | None, *,
     if "context" in names:
         hits = _attach_context(conn, hits, include_inactive)
     if fields is not None:
-        blank = {n: None for n in RESULT_FIELDS if n not in names}
+        blank: dict[str, Any] = {n: None for n in RESULT_FIELDS if n not in names}
         hits = [replace(h, **blank) for h in hits]
     return hits
 
 
-def _or_trigram(plan: SearchPlan, hits: list[SearchResult], offset: int,
-                probe: Callable[[], Any], retry: Callable[[], list[SearchResult]]
+def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
+                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]]
                 ) -> list[SearchResult]:
-    """The standard route's ``hits``, or — when it found nothing and the plan has a trigram
-    fallback — the trigram index's (``retry``). On a later page, ``probe`` (the standard
-    route's first hit) tells an empty page from an empty result. Both backends: the
-    tokenizer puts no boundary between Latin and adjacent CJK (``修改youer服务端``), and a
-    word may sit inside a longer one; the trigram index finds them as substrings."""
-    if hits or plan.trigram_fallback is None:
+    """The standard route's ``hits`` for ``match``, or — when it found nothing and the plan
+    has a trigram ``fallback`` — ``retry(fallback)`` on the trigram index. On a later page,
+    ``probe(match)`` (the standard route's first hit) tells an empty page from an empty
+    result. Both backends: the tokenizer puts no boundary between Latin and adjacent CJK
+    (``修改youer服务端``), and a word may sit inside a longer one; the trigram index finds
+    them as substrings."""
+    if hits or fallback is None:
         return hits
-    if offset and probe():
+    if offset and probe(match):
         return hits  # an empty later page, not an empty result
-    return retry()
+    return retry(fallback)
 
 
 def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
@@ -203,10 +204,9 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
                                   else like_groups(plan.match)))
         return _like(conn, like, filters, limit, offset, sort)
     return _or_trigram(
-        plan, hits, offset,
-        probe=lambda: _fts_safe(conn, table, plan.match, filters, 1, 0, sort),
-        retry=lambda: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, plan.trigram_fallback, filters, limit,
-                                offset, sort))
+        hits, plan.match, plan.trigram_fallback, offset,
+        probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
+        retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, limit, offset, sort))
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,
@@ -236,7 +236,7 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     ids = [r[0] for r in rows]
     sp: dict[str, Any] = {"q": match}
     sp.update({f"i{k}": v for k, v in enumerate(ids)})
-    snippets = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
+    snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
     route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
     return [_result(r, snippets.get(r[0]), route) for r in rows]
 
@@ -293,7 +293,8 @@ def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
     return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
 
 
-def _pg_attempt(conn: Connection, what: str, fn) -> list[SearchResult] | None:
+def _pg_attempt(conn: Connection, what: str,
+                fn: Callable[[], list[SearchResult]]) -> list[SearchResult] | None:
     """Run one route in a savepoint: a rejected statement leaves the read transaction usable
     and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
     raised, never turned into "no results"."""
@@ -313,19 +314,18 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
     assert plan.match is not None
+    match = plan.match
     if plan.route == "trigram":
         return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, plan.match, filters, limit, offset, sort)) or []
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, plan.match, filters, limit, offset,
-                                                    sort))
+            conn, match, filters, limit, offset, sort)) or []
+    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
     return _or_trigram(
-        plan, hits, offset,
-        probe=lambda: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, plan.match, filters, 1, 0,
-                                                               sort)),
-        retry=lambda: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, plan.trigram_fallback, filters, limit, offset, sort)) or [])
+        hits, match, plan.trigram_fallback, offset,
+        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort)),
+        retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+            conn, m, filters, limit, offset, sort)) or [])
 
 
 def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
