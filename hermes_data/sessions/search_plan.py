@@ -265,6 +265,7 @@ def like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
 
 
 def cjk_like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
+    """LIKE terms of the CJK substring route: one group per token, so any token matches."""
     terms = [bare_token(t) for t in query_tokens(sanitized) if t not in OPERATORS]
     return tuple((LikeTerm(t),) for t in terms if t)
 
