@@ -1,0 +1,295 @@
+"""Every SQL text of message search (spec sessions.md §7.2–§7.3), both dialects.
+
+Named constants and small builders. A builder assembles its statement only from the fixed
+texts of this module and of :mod:`hermes_data.sessions.sql` (table names from
+:data:`FTS_VIRTUAL_TABLES`, orders from fixed maps, placeholder names it makes itself);
+every value — query text, terms, filters, limits — is a bound parameter, added to the
+``params`` mapping the caller passes and never formatted into the text.
+
+:mod:`hermes_data.sessions.search` runs these statements; the pure planning (sanitizer,
+tokens, routes) is :mod:`hermes_data.sessions.search_plan`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from .. import encoding as enc
+from ..search_plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
+from . import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT, J
+
+# -------------------------------------------------------------------------------------
+# Search state (read_capabilities)
+# -------------------------------------------------------------------------------------
+
+#: SQLite: which of the two FTS5 tables exist.
+SQLITE_FTS_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' "
+                     "AND name IN ('messages_fts', 'messages_fts_trigram')")
+#: SQLite: the ``fts_stale`` flag (the indexes are detached), a primary-key read.
+FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
+#: PostgreSQL: which of the two GIN indexes of the head exist.
+PG_SEARCH_INDEXES = (
+    "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
+    "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm')")
+
+# -------------------------------------------------------------------------------------
+# Fragments shared by the routes
+# -------------------------------------------------------------------------------------
+
+#: Columns of a hit row, in the order ``search._result`` reads them (a snippet may follow).
+HIT_COLS = ("m.id, m.session_id, m.role, m.timestamp, m.tool_name, s.source, s.model, "
+            "s.started_at")
+#: LIKE route: a term matches any of these columns (``{p}`` stands for its parameter).
+LIKE_COLS = ("COALESCE(m.content, '') LIKE {p} ESCAPE '\\'",
+             "COALESCE(m.tool_name, '') LIKE {p} ESCAPE '\\'",
+             "COALESCE(m.tool_calls, '') LIKE {p} ESCAPE '\\'")
+#: PostgreSQL: the same columns, case-insensitively (SQLite's LIKE already folds ASCII).
+ILIKE_COLS = tuple(c.replace(" LIKE ", " ILIKE ") for c in LIKE_COLS)
+#: PostgreSQL trigram route: the content only (the ``pg_trgm`` GIN index serves it).
+PG_TRIGRAM_COLS = ("m.content ILIKE {p} ESCAPE '\\'",)
+#: LIKE-route snippet: a 120-character window around the first term (never the whole
+#: content); PostgreSQL finds the term case-insensitively, like the match itself.
+LIKE_SNIPPET = "substr(m.content, max(1, instr(m.content, :first) - 40), 120)"
+PG_LIKE_SNIPPET = ("substr(m.content, greatest(1, strpos(lower(m.content), lower(:first)) - 40), "
+                   "120)")
+#: Sessions whose rows the SQLite trigram index holds (TRI_SESSION of sql, PostgreSQL twin).
+PG_TRI_SESSION = ("s.source NOT IN ('cron', 'subagent') "
+                  f"AND {J('s.model_config', '_delegate_from', 'postgresql')} IS NULL")
+#: Options of ``ts_headline``: the highlight markers of FTS5 snippets.
+PG_HEADLINE_OPTS = (f"StartSel={HIGHLIGHT_START}, StopSel={HIGHLIGHT_END}, MaxWords=40, "
+                    "MinWords=15")
+
+_FILTERS = (("src", "s.source", "IN"), ("xsrc", "s.source", "NOT IN"), ("role", "m.role", "IN"))
+
+
+def pattern_where(groups: Sequence[Sequence[LikeTerm]], templates: Sequence[str],
+                  params: dict[str, Any]) -> str:
+    """``(… AND …) OR (…)`` over the term groups: each term binds an escaped ``%term%``
+    parameter matched by any of ``templates`` (``{p}`` stands for the parameter), negated
+    terms are NOT-ed. Also binds ``first``, the first positive term (the snippet window)."""
+    ors = []
+    n = 0
+    for group in groups:
+        ands = []
+        for term in group:
+            key = f"p{n}"
+            n += 1
+            params[key] = "%" + enc.escape_like(term.text) + "%"
+            clause = "(" + " OR ".join(t.format(p=":" + key) for t in templates) + ")"
+            ands.append(f"NOT {clause}" if term.negated else clause)
+        ors.append("(" + " AND ".join(ands) + ")")
+    params["first"] = next(t.text for g in groups for t in g if not t.negated)
+    return " OR ".join(ors)
+
+
+def filter_where(params: dict[str, Any], *, sources: Sequence[str], excluded: Sequence[str],
+                 roles: Sequence[str], include_inactive: bool) -> str:
+    """The row filters every route applies: hidden rows never, rewound rows unless
+    ``include_inactive``, session sources and message roles bound one parameter each."""
+    parts = ["COALESCE(m.display_kind, '') <> 'hidden'"]
+    if not include_inactive:
+        parts.append("(m.active = 1 OR m.compacted = 1)")
+    for (key, col, op), values in zip(_FILTERS, (sources, excluded, roles)):
+        if values:
+            names = [f"{key}{i}" for i in range(len(values))]
+            params.update(zip(names, values))
+            parts.append(f"{col} {op} ({', '.join(':' + n for n in names)})")
+    return " AND ".join(parts)
+
+
+def _placeholders(prefix: str, count: int) -> str:
+    return ", ".join(f":{prefix}{k}" for k in range(count))
+
+
+def _direction(sort: str | None) -> str:
+    return "ASC" if sort == "oldest" else "DESC"
+
+
+# -------------------------------------------------------------------------------------
+# LIKE routes (both dialects)
+# -------------------------------------------------------------------------------------
+
+
+def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool) -> str:
+    """One page of LIKE hits (``matches`` from :func:`pattern_where`, ``where`` from
+    :func:`filter_where`), with the snippet window as a ninth column.
+
+    Newest first by id (insertion order, the store's transcript order; spec §7.2 says
+    timestamp): walking the rowid b-tree lets LIMIT stop the scan at the first page of
+    matches — a common 2-character CJK term on 200,000 rows: ~95 ms → ~2 ms."""
+    snippet = PG_LIKE_SNIPPET if postgresql else LIKE_SNIPPET
+    direction = _direction(sort)
+    return (f"SELECT {HIT_COLS}, {snippet} "
+            f"FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE ({matches}) AND {where} "
+            f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset")
+
+
+def pg_trigram_page(matches: str, where: str, sort: str | None) -> str:
+    """PostgreSQL trigram route: ILIKE on the content over the rows the SQLite trigram index
+    holds (no tool rows, no cron/subagent/delegate sessions)."""
+    direction = _direction(sort)
+    order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
+             else "m.id DESC")
+    return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
+            f"AND ({matches}) AND {PG_TRI_SESSION} AND {where} "
+            f"ORDER BY {order} LIMIT :limit OFFSET :offset")
+
+
+# -------------------------------------------------------------------------------------
+# SQLite FTS5 routes
+# -------------------------------------------------------------------------------------
+
+
+#: The two FTS5 tables: the unicode61 index (standard route) and the trigram index.
+FTS_TABLE = "messages_fts"
+FTS_TRIGRAM_TABLE = "messages_fts_trigram"
+
+
+def _fts_table(table: str) -> str:
+    if table not in FTS_VIRTUAL_TABLES:
+        raise ValueError(f"unknown FTS table {table!r}")
+    return table
+
+
+def fts_page(table: str, where: str, sort: str | None) -> str:
+    """One page of hits of FTS5 ``table`` for ``MATCH :q`` (no snippet: see
+    :func:`fts_snippets`)."""
+    table = _fts_table(table)
+    order = {None: f"{table}.rank", "rank": f"{table}.rank",
+             "newest": f"m.timestamp DESC, {table}.rank",
+             "oldest": f"m.timestamp ASC, {table}.rank"}[sort]
+    return (f"SELECT {HIT_COLS} FROM {table} JOIN messages m ON m.id = {table}.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q AND {where} "
+            f"ORDER BY {order} LIMIT :limit OFFSET :offset")
+
+
+def fts_snippets(table: str, count: int) -> str:
+    """``(rowid, snippet)`` of the ``count`` rows ``:i0 …`` of a page, for ``MATCH :q``
+    (computed by FTS5 from the indexed text, never in Python)."""
+    table = _fts_table(table)
+    return (f"SELECT rowid, snippet({table}, -1, '{HIGHLIGHT_START}', '{HIGHLIGHT_END}', "
+            f"'...', 40) FROM {table} WHERE {table} MATCH :q AND rowid IN "
+            f"({_placeholders('i', count)})")
+
+
+# -------------------------------------------------------------------------------------
+# PostgreSQL full-text route
+# -------------------------------------------------------------------------------------
+
+_PG_LAST_WORD_RE = re.compile(r"[^\W_]+(?=[\W_]*$)")
+_PG_WORD_CHAR_RE = re.compile(r"[^\W_]")
+
+
+def _pg_prefix_quote(word: str) -> str:
+    """``word`` as a prefix tsquery lexeme: ``'word':*`` (quotes doubled, backslashes escaped)."""
+    return "'" + word.replace("\\", "\\\\").replace("'", "''") + "':*"
+
+
+def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str | None:
+    """SQL ``tsquery`` expression for a sanitized query, every term a bound parameter.
+
+    FTS5 precedence (NOT > AND > OR): ``OR`` starts a new group, terms of a group are AND-ed
+    (``&&``), ``NOT x`` becomes ``&& !!x``. A term is split exactly as the stored document
+    is (``regexp_replace`` with ``sql.PG_FTS_SPLIT``, then the 'simple' parser) and matched
+    as a phrase: ``chat-send`` ⇒ ``'chat' <-> 'send'``, ``gateway/run.py`` ⇒ ``'gateway' <->
+    'run' <-> 'py'``. A prefix term (``word*``, ``foo_ba*``, ``"some phra"*``) puts ``:*`` on
+    its last word, as FTS5 does: ``'foo' <-> 'ba':*``. ``None`` when no positive term is
+    left."""
+    groups: list[list[str]] = [[]]
+    n = 0
+    for tok, negate in operands(query_tokens(sanitized)):
+        if tok is None:
+            groups.append([])
+            continue
+        text = bare_token(tok)
+        last = _PG_LAST_WORD_RE.search(text) if tok.endswith("*") else None
+        if not text.strip() or (tok.endswith("*") and last is None):
+            continue
+        key = f"{prefix}{n}"
+        n += 1
+        if last is not None:
+            params[key] = _pg_prefix_quote(last.group(0))
+            term = f"to_tsquery('simple', :{key})"
+            head = text[:last.start()]
+            if _PG_WORD_CHAR_RE.search(head):
+                params[key + "h"] = head
+                term = (f"tsquery_phrase(phraseto_tsquery('simple', regexp_replace(:{key}h, "
+                        f"'{PG_FTS_SPLIT}', ' ', 'g')), {term})")
+        else:
+            params[key] = text
+            term = f"phraseto_tsquery('simple', regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g'))"
+        if negate and groups[-1]:
+            groups[-1].append(f"!!{term}")
+        elif not negate:
+            groups[-1].append(term)
+    ors = ["(" + " && ".join(g) + ")" for g in groups if any(not t.startswith("!!") for t in g)]
+    return "(" + " || ".join(ors) + ")" if ors else None
+
+
+def pg_fts_page(tsq: str, where: str, sort: str | None) -> str:
+    """One page of the standard route on PostgreSQL, the headline as a ninth column.
+
+    ``tsq`` comes from :func:`pg_tsquery` (bound terms). Binds expected: ``limit``,
+    ``offset``, ``cand`` (ranked candidates), ``hl`` (headline characters) and ``fence`` (the
+    replacement that fences each ASCII punctuation run, so the parser reads the headline
+    text as it read the document; the fence is removed from the snippet afterwards)."""
+    head = (f"ts_headline('simple', regexp_replace(concat_ws(' ', left(m.content, :hl), "
+            f"m.tool_name, left(m.tool_calls, :hl)), '{PG_FTS_SPLIT}', :fence, 'g'), {tsq}, "
+            f"'{PG_HEADLINE_OPTS}')")
+    if sort in (None, "rank"):
+        # Rank the newest ``cand`` matches (GIN index scan), then page.
+        return (
+            f"WITH cand AS (SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} ORDER BY m.id DESC LIMIT :cand), "
+            f"page AS (SELECT m.id, ts_rank({PG_FTS_DOCUMENT}, {tsq}) AS r FROM cand "
+            "JOIN messages m ON m.id = cand.id ORDER BY r DESC, m.id DESC "
+            "LIMIT :limit OFFSET :offset) "
+            f"SELECT {HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
+            "JOIN sessions s ON s.id = m.session_id ORDER BY page.r DESC, m.id DESC")
+    direction = "DESC" if sort == "newest" else "ASC"
+    return (
+        f"WITH page AS (SELECT m.id, m.timestamp FROM messages m JOIN sessions s "
+        f"ON s.id = m.session_id WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} "
+        f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT :limit OFFSET :offset) "
+        f"SELECT {HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
+        f"JOIN sessions s ON s.id = m.session_id "
+        f"ORDER BY page.timestamp {direction}, m.id {direction}")
+
+
+# -------------------------------------------------------------------------------------
+# Context window (§7.3)
+# -------------------------------------------------------------------------------------
+
+#: A neighbour's content, bounded: a multimodal row (marker ``:jp`` of ``:jl`` units) is cut
+#: to ``:jn`` units, any other to ``:cn`` characters. The SQLite marker starts with NUL,
+#: which SQLite's text functions stop at: compare and cut it as bytes (decoded in Python, a
+#: cut character replaced). PostgreSQL text holds no NUL: its marker is ordinary text.
+CONTEXT_CUT = ("CASE WHEN substr(CAST(m.content AS BLOB), 1, :jl) = CAST(:jp AS BLOB) "
+               "THEN substr(CAST(m.content AS BLOB), 1, :jn) ELSE substr(m.content, 1, :cn) END")
+PG_CONTEXT_CUT = ("CASE WHEN left(m.content, :jl) = :jp THEN left(m.content, :jn) "
+                  "ELSE left(m.content, :cn) END")
+
+
+def context_neighbours(count: int, include_inactive: bool, *, postgresql: bool) -> str:
+    """``(hit id, side, role, bounded content)`` of the previous (side 0) and next (side 1)
+    visible message of ``count`` hits bound as ``(:h<k>, :s<k>, :t<k>)`` (id, session,
+    timestamp), each neighbour found through ``messages(session_id, timestamp)``."""
+    visible = "COALESCE(n.display_kind, '') <> 'hidden'" + (
+        "" if include_inactive else " AND (n.active = 1 OR n.compacted = 1)")
+    values = ", ".join(f"(:h{k}, :s{k}, :t{k})" for k in range(count))
+    cut = PG_CONTEXT_CUT if postgresql else CONTEXT_CUT
+    return (
+        f"WITH hits(hid, sid, ts) AS (VALUES {values}), "
+        "nb(hid, side, nid) AS ("
+        " SELECT hid, 0, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
+        f"  AND (n.timestamp, n.id) < (hits.ts, hits.hid) AND {visible} "
+        "  ORDER BY n.timestamp DESC, n.id DESC LIMIT 1) FROM hits"
+        " UNION ALL"
+        " SELECT hid, 1, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
+        f"  AND (n.timestamp, n.id) > (hits.ts, hits.hid) AND {visible} "
+        "  ORDER BY n.timestamp ASC, n.id ASC LIMIT 1) FROM hits) "
+        f"SELECT nb.hid, nb.side, m.role, {cut} "
+        "FROM nb JOIN messages m ON m.id = nb.nid ORDER BY nb.hid, nb.side")
