@@ -9,7 +9,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection

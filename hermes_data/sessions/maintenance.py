@@ -45,7 +45,7 @@ from sqlalchemy.engine import Connection
 from .backends import ROUTINE_PATIENCE_S
 from .sql import for_dialect
 from .sql import maintenance as mq
-from .sql.maintenance import (ENDED_GUARD, SWEEP_END_REASON, SWEEPABLE_SOURCES,
+from .sql.maintenance import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
 from .store import SessionStore
 

@@ -65,6 +65,11 @@ def force_capabilities(caps: FtsCapabilities | None) -> None:
     _forced_capabilities = caps
 
 
+def forced_capabilities() -> FtsCapabilities | None:
+    """The override set by :func:`force_capabilities`, if any."""
+    return _forced_capabilities
+
+
 def capabilities(conn: Connection) -> FtsCapabilities:
     """Probe FTS5 and the trigram tokenizer with TEMP virtual tables (never touches main)."""
     global _probed
@@ -216,7 +221,8 @@ def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S)
 # ---------------------------------------------------------------------------------------
 
 
-def _drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
+def drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
+    """Drop the FTS triggers present in ``state``; returns their names."""
     dropped = []
     for name in sql.FTS_TRIGGERS:
         if name in state.objects:
@@ -225,7 +231,8 @@ def _drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
     return dropped
 
 
-def _mark_stale(conn: Connection) -> None:
+def mark_stale(conn: Connection) -> None:
+    """Record ``fts_stale`` (search falls back to LIKE until a rebuild clears it)."""
     conn.exec_driver_sql(open_sql.MARK_FTS_STALE, (str(time.time()),))
 
 
@@ -265,7 +272,7 @@ def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list
         return done
     db_path = database_path(conn)
     if not state.caps.fts5:
-        dropped = _drop_fts_triggers(conn, state)
+        dropped = drop_fts_triggers(conn, state)
         if dropped:
             done.append(f"FTS5 unavailable: dropped triggers {', '.join(dropped)}; search uses LIKE")
         return done
@@ -334,8 +341,8 @@ def _guarded_rebuild(conn, state: FtsState, db_path, done: list[str], work) -> N
             done.append("FTS index rebuilt under the admission lock")
             return
     # Fail closed: detach the indexes, search falls back to LIKE, retry at a later open.
-    _mark_stale(conn)
-    _drop_fts_triggers(conn, read_fts_state(conn))
+    mark_stale(conn)
+    drop_fts_triggers(conn, read_fts_state(conn))
     log.warning("FTS rebuild admission lock busy: marked fts_stale; search uses LIKE until a "
                 "later open rebuilds")
     done.append("FTS rebuild deferred (admission lock busy): fts_stale set")
@@ -367,7 +374,7 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
                 _clear_rebuild_markers(conn, stale_too=True)
                 done.append("recovered stale FTS indexes (rebuilt, fts_stale cleared)")
                 return done
-    dropped = _drop_fts_triggers(conn, state)
+    dropped = drop_fts_triggers(conn, state)
     if dropped:
         done.append(f"fts_stale present: kept FTS triggers absent ({', '.join(dropped)})")
     log.info("fts_stale present and the database is shared (holders=%s): recovery deferred", holders)

@@ -95,7 +95,7 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
     PostgreSQL: the two GIN indexes of the head (server-maintained, never stale); a
     capability override of :func:`opening.force_capabilities` applies to both backends."""
     if conn.dialect.name == "postgresql":
-        forced = opening._forced_capabilities
+        forced = opening.forced_capabilities()
         names = {r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES)}
         fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)

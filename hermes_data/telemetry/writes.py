@@ -41,6 +41,8 @@ from . import sql as fragments
 from .keys import efficiency_cache_key
 from .store import PgTelemetryStore, Prepared, Target, TelemetryStore, write_tx
 from .types import TERMINAL_STATUSES, ApiErrorOutcome, ModelUnavailable, PricingEntry
+from .values import (clean_text, duration_ms_from_seconds, opt_int, opt_text, retryable_flag,
+                     to_iso)
 
 log = logging.getLogger("hermes_data.telemetry.writes")
 
@@ -51,83 +53,6 @@ CACHE_MAX_AGE = timedelta(hours=6)
 #: … and at most this many entries are kept (per cache name for the endpoint cache).
 CACHE_MAX_ENTRIES = 64
 
-_INT64_MAX = 2**63 - 1
-
-
-# --------------------------------------------------------------------------- values
-def utcnow_iso() -> str:
-    """Now, as the canonical UTC ISO text the store holds."""
-    return datetime.now(timezone.utc).isoformat()
-
-
-def to_iso(value: str | datetime | None) -> str:
-    """``value`` in the canonical stored form (``None`` → now; strings pass through)."""
-    if value is None:
-        return datetime.now(timezone.utc).isoformat()
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: pass an aware datetime (UTC)")
-        return value.astimezone(timezone.utc).isoformat()
-    return value
-
-
-def clean_text(value: object) -> str:
-    """Storable text: ``None`` → ``''``, non-strings → ``str()``, lone surrogates → U+FFFD."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        try:
-            value = str(value)
-        except Exception:  # a hostile __str__ must not cost the row
-            return ""
-    if value.isascii():
-        return value.replace("\x00", "\ufffd") if "\x00" in value else value
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        # Re-pair surrogate pairs, replace the unpaired ones with U+FFFD.
-        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return value.replace("\x00", "\ufffd") if "\x00" in value else value
-
-
-def _opt_text(value: object) -> str | None:
-    """Optional identifier: ``None`` / ``''`` → ``None`` (NULL), else storable text."""
-    if value is None or value == "":
-        return None
-    text = clean_text(value)
-    return text or None
-
-
-def _opt_int(value: object) -> int | None:
-    """An integer the column can hold, else ``None`` (bools, floats with fractions, junk)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
-        return _opt_int(int(value.strip()))
-    if isinstance(value, float) and value.is_integer():
-        return _opt_int(int(value))
-    return None
-
-
-def duration_ms_from_seconds(api_duration: object) -> int | None:
-    """``round(float(api_duration) * 1000)``, or ``None`` when the value cannot be read.
-
-    NaN, ±inf, non-numeric strings, bools, containers and results beyond a 64-bit integer
-    all give ``None`` — the honest value for a duration we could not read.
-    """
-    if api_duration is None or isinstance(api_duration, bool):
-        return None
-    try:
-        ms = round(float(api_duration) * 1000)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return None
-    return ms if -_INT64_MAX - 1 <= ms <= _INT64_MAX else None
-
-
-def _retryable_flag(value: object) -> int | None:
-    return 1 if value is True else 0 if value is False else None
 
 
 # --------------------------------------------------------------------------- statements
@@ -334,10 +259,10 @@ def start_run(target: Target, session_id: str, model: str | None = None,
     Idempotent. On an existing row — e.g. one a call created lazily — nothing is
     overwritten; only facts still NULL (platform, cron job, model, parent, profile) are filled.
     """
-    params = {"session_id": session_id, "platform": _opt_text(platform),
-              "cron_job_id": _opt_text(cron_job_id), "model": _opt_text(model),
-              "started_at": to_iso(started_at), "parent_session_id": _opt_text(parent_session_id),
-              "profile": _opt_text(profile)}
+    params = {"session_id": session_id, "platform": opt_text(platform),
+              "cron_job_id": opt_text(cron_job_id), "model": opt_text(model),
+              "started_at": to_iso(started_at), "parent_session_id": opt_text(parent_session_id),
+              "profile": opt_text(profile)}
     with write_tx(target) as tx:
         tx.run(START_RUN, params)
 
@@ -468,10 +393,10 @@ def record_subagent_start(target: Target, child_session_id: str, parent_session_
     if not child_session_id or not parent_session_id:
         return False
     params = {"child_session_id": child_session_id, "parent_session_id": parent_session_id,
-              "parent_turn_id": _opt_text(parent_turn_id),
-              "parent_subagent_id": _opt_text(parent_subagent_id),
-              "child_subagent_id": _opt_text(child_subagent_id),
-              "child_role": _opt_text(child_role), "started_at": to_iso(started_at)}
+              "parent_turn_id": opt_text(parent_turn_id),
+              "parent_subagent_id": opt_text(parent_subagent_id),
+              "child_subagent_id": opt_text(child_subagent_id),
+              "child_role": opt_text(child_role), "started_at": to_iso(started_at)}
     with write_tx(target) as tx:
         return tx.run(INSERT_EDGE, params).rowcount == 1
 
@@ -488,8 +413,8 @@ def record_subagent_stop(target: Target, child_session_id: str, parent_session_i
     if not child_session_id:
         return
     params = {"child": child_session_id, "parent": parent_session_id,
-              "stopped": to_iso(stopped_at), "status": _opt_text(child_status),
-              "role": _opt_text(child_role)}
+              "stopped": to_iso(stopped_at), "status": opt_text(child_status),
+              "role": opt_text(child_role)}
     with write_tx(target) as tx:
         if tx.run(STOP_EDGE, params).rowcount == 0 and parent_session_id:
             tx.run(BACKFILL_EDGE, params)
@@ -587,14 +512,14 @@ def record_llm_call_error(target: Target, *, session_id: str | None, model: obje
     """
     params = {
         "ts": to_iso(ts), "session_id": clean_text(session_id),
-        "turn_id": _opt_text(turn_id), "task_id": _opt_text(task_id),
-        "api_request_id": _opt_text(api_request_id), "api_call_count": _opt_int(api_call_count),
+        "turn_id": opt_text(turn_id), "task_id": opt_text(task_id),
+        "api_request_id": opt_text(api_request_id), "api_call_count": opt_int(api_call_count),
         "model": clean_text(model), "provider": clean_text(provider),
-        "status_code": _opt_int(status_code), "error_type": clean_text(error_type),
+        "status_code": opt_int(status_code), "error_type": clean_text(error_type),
         "error_message": clean_text(error_message)[:ERROR_MESSAGE_MAX],
-        "reason": clean_text(reason), "retryable": _retryable_flag(retryable),
-        "retry_count": _opt_int(retry_count), "max_retries": _opt_int(max_retries),
-        "duration_ms": _opt_int(duration_ms),
+        "reason": clean_text(reason), "retryable": retryable_flag(retryable),
+        "retry_count": opt_int(retry_count), "max_retries": opt_int(max_retries),
+        "duration_ms": opt_int(duration_ms),
     }
     with write_tx(target) as tx:
         row = tx.run(INSERT_LLM_CALL_ERROR, params).fetchone()
@@ -636,7 +561,7 @@ def record_api_request_error(target: Target, payload: Mapping[str, object]) -> A
     model = _first_present(_get(_get(payload.get("request"), "body"), "model"),
                            _get(payload.get("api_kwargs"), "model"), payload.get("model"))
     retryable = payload.get("retryable")
-    status_code = _opt_int(payload.get("status_code"))
+    status_code = opt_int(payload.get("status_code"))
     duration_ms = duration_ms_from_seconds(payload.get("api_duration"))
     # Passed through as the host sent it (a str or absent).
     session_id = cast("str | None", payload.get("session_id"))

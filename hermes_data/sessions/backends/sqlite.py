@@ -525,8 +525,8 @@ class SqliteBackend(SessionBackend):
                   "LIKE until an exclusive open rebuilds the index", self.path, exc)
 
         def work(conn: Connection) -> None:
-            opening._mark_stale(conn)
-            opening._drop_fts_triggers(conn, opening.read_fts_state(conn))
+            opening.mark_stale(conn)
+            opening.drop_fts_triggers(conn, opening.read_fts_state(conn))
 
         self._attempt(work, raw=False)
         self.fts_available = {t: False for t in self.fts_available}

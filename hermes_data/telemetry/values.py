@@ -1,0 +1,80 @@
+"""Normalising values at the telemetry write boundary: timestamps to the canonical ISO
+text, hook payload fields to storable text and integers (lone surrogates, NUL, junk and
+overflow never cost a row)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+_INT64_MAX = 2**63 - 1
+
+
+def to_iso(value: str | datetime | None) -> str:
+    """``value`` in the canonical stored form (``None`` → now; strings pass through)."""
+    if value is None:
+        return datetime.now(timezone.utc).isoformat()
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r}: pass an aware datetime (UTC)")
+        return value.astimezone(timezone.utc).isoformat()
+    return value
+
+
+def clean_text(value: object) -> str:
+    """Storable text: ``None`` → ``''``, non-strings → ``str()``, lone surrogates → U+FFFD."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        try:
+            value = str(value)
+        except Exception:  # a hostile __str__ must not cost the row
+            return ""
+    if value.isascii():
+        return value.replace("\x00", "\ufffd") if "\x00" in value else value
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # Re-pair surrogate pairs, replace the unpaired ones with U+FFFD.
+        value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return value.replace("\x00", "\ufffd") if "\x00" in value else value
+
+
+def opt_text(value: object) -> str | None:
+    """Optional identifier: ``None`` / ``''`` → ``None`` (NULL), else storable text."""
+    if value is None or value == "":
+        return None
+    text = clean_text(value)
+    return text or None
+
+
+def opt_int(value: object) -> int | None:
+    """An integer the column can hold, else ``None`` (bools, floats with fractions, junk)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
+    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        return opt_int(int(value.strip()))
+    if isinstance(value, float) and value.is_integer():
+        return opt_int(int(value))
+    return None
+
+
+def duration_ms_from_seconds(api_duration: object) -> int | None:
+    """``round(float(api_duration) * 1000)``, or ``None`` when the value cannot be read.
+
+    NaN, ±inf, non-numeric strings, bools, containers and results beyond a 64-bit integer
+    all give ``None`` — the honest value for a duration we could not read.
+    """
+    if api_duration is None or isinstance(api_duration, bool):
+        return None
+    try:
+        ms = round(float(api_duration) * 1000)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return ms if -_INT64_MAX - 1 <= ms <= _INT64_MAX else None
+
+
+def retryable_flag(value: object) -> int | None:
+    """``True`` → 1, ``False`` → 0, anything else (unknown) → NULL."""
+    return 1 if value is True else 0 if value is False else None
