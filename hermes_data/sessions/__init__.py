@@ -1,0 +1,45 @@
+"""Session store: :class:`SessionStore`, its typed rows and its errors.
+
+Names are re-exported lazily (importing the package loads neither a backend nor the query
+modules); type checkers see the real definitions.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .errors import (CompressionPublishError, CompressionSessionBusyError,
+                         CompressionSessionClosedError, DeletedWalGenerationError,
+                         SchemaBehindError, SessionExportTooLargeError,
+                         SessionNotFoundError, SessionResumeTooLargeError, SessionStoreError,
+                         StateDbCorruptError, StateDbPermissionError, StateDbReplacedError)
+    from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
+                       SessionRow)
+    from .search_plan import ContextMessage, SearchResult
+    from .store import SessionStore
+
+_EXPORTS = {
+    "SessionStore": "store",
+    "MessageRow": "rows", "NewMessage": "rows", "PublishResult": "rows",
+    "RecentSessionRow": "rows", "SessionListRow": "rows", "SessionRow": "rows",
+    "ContextMessage": "search_plan", "SearchResult": "search_plan",
+    "CompressionPublishError": "errors", "CompressionSessionBusyError": "errors",
+    "CompressionSessionClosedError": "errors", "DeletedWalGenerationError": "errors",
+    "SchemaBehindError": "errors", "SessionExportTooLargeError": "errors",
+    "SessionNotFoundError": "errors", "SessionResumeTooLargeError": "errors",
+    "SessionStoreError": "errors", "StateDbCorruptError": "errors",
+    "StateDbPermissionError": "errors", "StateDbReplacedError": "errors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
