@@ -82,3 +82,11 @@ def test_mypy_sees_the_real_store_classes_from_the_installed_wheel(installed_whe
     output = _run_mypy(probe, "--python-executable", str(installed_wheel.python), env=installed_wheel.env)
     assert (installed_wheel.site / "hermes_data" / "py.typed").is_file()
     _check(output)
+
+
+def test_the_package_and_its_migrations_type_check():
+    """``mypy`` with the project's configuration (pyproject ``[tool.mypy]``) finds nothing."""
+    run = subprocess.run([sys.executable, "-m", "mypy"], cwd=REPO, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert "Success" in run.stdout
