@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import sys
 import threading
 import time
 from contextlib import contextmanager
@@ -150,6 +151,15 @@ class SqliteSettings:
     pool_size: int = 8
     max_overflow: int = 56
     extra_pragmas: dict[str, int | str] = field(default_factory=dict)
+    #: ``sys.platform`` as the policy sees it (injectable: tests exercise macOS anywhere).
+    platform: str | None = None
+
+    def synchronous_for(self, mode: str) -> str:
+        """The ``synchronous`` level for journal ``mode``: on macOS a WAL file gets FULL (its
+        fsync does not reach the platter; spec sessions.md §8.2), elsewhere the setting."""
+        if mode == "wal" and (self.platform or sys.platform) == "darwin":
+            return "FULL"
+        return self.synchronous
 
     def configured_mode(self) -> str | None:
         mode = self.journal_mode or os.environ.get(JOURNAL_MODE_ENV, "").strip().lower() or None
@@ -310,8 +320,11 @@ def _install_sqlite_events(engine: Engine, path: str, settings: SqliteSettings) 
         _apply_journal_policy(dbapi_conn, path, settings, state)
         cur = dbapi_conn.cursor()
         try:
-            # NORMAL is durable at checkpoint level under WAL and much faster than FULL.
-            cur.execute(f"PRAGMA synchronous={settings.synchronous}")
+            # NORMAL is durable at checkpoint level under WAL and much faster than FULL; macOS
+            # in WAL needs FULL and a full fsync at checkpoints (its plain fsync does not flush).
+            cur.execute(f"PRAGMA synchronous={settings.synchronous_for(state.mode)}")
+            if state.mode == "wal" and (settings.platform or sys.platform) == "darwin":
+                cur.execute("PRAGMA checkpoint_fullfsync=1")
             # Bound the WAL: the default (-1) let it grow to the size of the database.
             cur.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
             for name, value in settings.extra_pragmas.items():
@@ -411,3 +424,22 @@ def trace_writes(engine: Engine) -> tuple[list[str], Callable[[], None]]:
 
     event.listen(engine, "before_cursor_execute", _before)
     return seen, lambda: event.remove(engine, "before_cursor_execute", _before)
+
+
+def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathLike[str] = "",
+                            settings: SqliteSettings | None = None) -> JournalState:
+    """Apply the journal-mode policy (spec sessions.md §8.2) to a caller's own DB-API
+    connection: busy timeout first, then read the mode and switch only when the policy says so
+    (WAL-reset-vulnerable builds keep fresh files in DELETE; an existing WAL file stays WAL;
+    ``HERMES_DATA_JOURNAL_MODE`` overrides), then ``synchronous`` and ``journal_size_limit``.
+    Returns the mode in effect and why. ``path`` only names the file in log lines."""
+    settings = settings or SqliteSettings()
+    label = str(path) or "<connection>"
+    dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+    state = JournalState()
+    _apply_journal_policy(dbapi_conn, label, settings, state)
+    dbapi_conn.execute(f"PRAGMA synchronous={settings.synchronous_for(state.mode)}")
+    if state.mode == "wal" and (settings.platform or sys.platform) == "darwin":
+        dbapi_conn.execute("PRAGMA checkpoint_fullfsync=1")
+    dbapi_conn.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
+    return state

@@ -43,6 +43,8 @@ def _unpack_fixtures() -> Path:
 
 
 FIXTURES = _unpack_fixtures()
+#: The journal-mode override this test run was started with (None: the default policy).
+RUN_JOURNAL_MODE = os.environ.get("HERMES_DATA_JOURNAL_MODE") or None
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +55,12 @@ def _isolated_home(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("HERMES_TELEMETRY_HOME", raising=False)
     monkeypatch.delenv("HERMES_DATA_TELEMETRY_URL", raising=False)
     monkeypatch.delenv("HERMES_DATA_SESSIONS_URL", raising=False)
-    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+    # CI runs the suite twice: the default policy and HERMES_DATA_JOURNAL_MODE=wal. The mode
+    # the run was started with applies to every test; a test that needs one mode sets it.
+    if RUN_JOURNAL_MODE:
+        monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", RUN_JOURNAL_MODE)
+    else:
+        monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
     yield home
 
 

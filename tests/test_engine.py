@@ -212,3 +212,44 @@ def test_connections_are_per_thread(tmp_path):
         t.join()
     assert len(ids) == 4
     engine.dispose()
+
+
+def test_apply_wal_with_fallback_applies_the_policy_to_a_callers_connection(tmp_path):
+    import sqlite3
+
+    from hermes_data.engine import apply_wal_with_fallback
+
+    fresh = sqlite3.connect(tmp_path / "fresh.db", isolation_level=None)
+    state = apply_wal_with_fallback(fresh, tmp_path / "fresh.db",
+                                    SqliteSettings(sqlite_version=(3, 40, 1)))
+    assert state.mode == "delete" and "WAL-reset" in state.reason
+    assert fresh.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+    assert fresh.execute("PRAGMA busy_timeout").fetchone()[0] == 30000
+    safe = sqlite3.connect(tmp_path / "safe.db", isolation_level=None)
+    state = apply_wal_with_fallback(safe, tmp_path / "safe.db",
+                                    SqliteSettings(sqlite_version=(3, 51, 3)))
+    assert state.mode == "wal" and safe.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert safe.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+    assert safe.execute("PRAGMA journal_size_limit").fetchone()[0] == 64 * 1024 * 1024
+    safe.close()
+    again = sqlite3.connect(tmp_path / "safe.db", isolation_level=None)  # an existing WAL file
+    state = apply_wal_with_fallback(again, "", SqliteSettings(sqlite_version=(3, 40, 1)))
+    assert state.mode == "wal" and "kept in WAL" in state.reason
+    for con in (fresh, again):
+        con.close()
+
+
+@pytest.mark.parametrize("platform,mode,sync,fullfsync", [
+    ("darwin", "wal", 2, 1), ("darwin", "delete", 1, 0), ("linux", "wal", 1, 0)])
+def test_macos_in_wal_gets_synchronous_full_and_fullfsync(tmp_path, platform, mode, sync,
+                                                          fullfsync):
+    settings = SqliteSettings(journal_mode=mode, sqlite_version=(3, 51, 3), platform=platform)
+    engine = create_sqlite_engine(tmp_path / "t.db", settings)
+    try:
+        with engine.connect() as conn:
+            raw = conn.connection.driver_connection
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == mode
+            assert raw.execute("PRAGMA synchronous").fetchone()[0] == sync
+            assert raw.execute("PRAGMA checkpoint_fullfsync").fetchone()[0] == fullfsync
+    finally:
+        engine.dispose()
