@@ -121,24 +121,31 @@ def _checkpoint_watch():
     """Trace every statement of every sqlite3 connection opened in this process during the
     run; fail the session if any checkpoint other than PASSIVE was issued."""
     import sqlite3
+    import sqlite3.dbapi2
 
+    # SQLAlchemy's pysqlite dialect connects through sqlite3.dbapi2.connect, the library's
+    # own raw connections through sqlite3.connect: watch both.
     real_connect = sqlite3.connect
+    real_dbapi_connect = sqlite3.dbapi2.connect
 
-    def traced_connect(*args, **kwargs):
-        con = real_connect(*args, **kwargs)
+    def trace(statement: str) -> None:
+        if "wal_checkpoint" in statement.lower():
+            _CHECKPOINTS.append(statement)
 
-        def trace(statement: str) -> None:
-            if "wal_checkpoint" in statement.lower():
-                _CHECKPOINTS.append(statement)
+    def traced(real):
+        def connect(*args, **kwargs):
+            con = real(*args, **kwargs)
+            con.set_trace_callback(trace)
+            return con
+        return connect
 
-        con.set_trace_callback(trace)
-        return con
-
-    sqlite3.connect = traced_connect
+    sqlite3.connect = traced(real_connect)
+    sqlite3.dbapi2.connect = traced(real_dbapi_connect)
     try:
         yield
     finally:
         sqlite3.connect = real_connect
+        sqlite3.dbapi2.connect = real_dbapi_connect
     bad = [s for s in _CHECKPOINTS if "passive" not in s.lower()]
     assert not bad, f"non-PASSIVE checkpoints issued during the run: {bad[:5]}"
 

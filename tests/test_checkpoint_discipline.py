@@ -34,3 +34,18 @@ def test_runtime_watch_is_active(checkpoint_log):
     con.execute("PRAGMA wal_checkpoint(PASSIVE)")
     con.close()
     assert any("PASSIVE" in s for s in checkpoint_log)
+
+
+def test_runtime_watch_sees_sqlalchemy_and_store_connections(tmp_path, checkpoint_log):
+    """SQLAlchemy connects through ``sqlite3.dbapi2.connect``: the store's own engine
+    connections are watched too (a TRUNCATE there would fail the session)."""
+    from hermes_data.engine import SqliteSettings
+    from hermes_data.sessions.store import SessionStore
+
+    before = len(checkpoint_log)
+    with SessionStore(tmp_path / "state.db", settings=SqliteSettings(
+            busy_timeout_ms=1000, journal_mode="wal", sqlite_version=(3, 51, 3))) as store:
+        store.create_session("s", "cli")
+        with store.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    assert len(checkpoint_log) >= before + 2  # ours above, and close()'s own PASSIVE
