@@ -54,6 +54,12 @@ CHECKPOINT_EVERY = 50
 #: Read-only opens: transient I/O errors retried this many times, this far apart (§8.6).
 READ_ONLY_OPEN_RETRIES = 3
 READ_ONLY_RETRY_PAUSE_S = 0.05
+#: Reads wait this long in all for a writer holding the file (rollback-journal modes: a
+#: committing writer, VACUUM or a prune blocks readers), then DatabaseBusyError.
+READ_PATIENCE_S = 20.0
+#: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
+#: file; an FTS table's constructor failed while its shadow tables were being rewritten).
+_READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
 #: A profile directory name (``<root>/profiles/<name>/state.db``).
 _PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -99,10 +105,8 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            if read_only:
-                self._open_read_only()
-            else:
-                self._open_with_patience(open_patience_s)
+            self._open_with_patience(open_patience_s,
+                                     self._open_read_only if read_only else self._open)
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (§8.12)
@@ -110,11 +114,11 @@ class SqliteBackend(SessionBackend):
 
     # -- open / close ------------------------------------------------------------------
 
-    def _open_with_patience(self, open_patience_s: float) -> None:
+    def _open_with_patience(self, open_patience_s: float, open_once: Callable[[], None]) -> None:
         deadline = time.monotonic() + open_patience_s
         while True:
             try:
-                self._open()
+                open_once()
                 return
             except BaseException as exc:
                 self._dispose()
@@ -581,6 +585,31 @@ class SqliteBackend(SessionBackend):
                 yield conn
         finally:
             conn.close()
+
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` in a read transaction; a lock conflict (or the schema changing under a
+        VACUUM) retries the whole read with jitter for up to :data:`READ_PATIENCE_S`, then
+        :class:`DatabaseBusyError` — never a raw driver error."""
+        start = time.monotonic()
+        deadline = start + READ_PATIENCE_S
+        while True:
+            try:
+                with self.reading() as conn:
+                    return fn(conn)
+            except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
+                msg = str(getattr(exc, "orig", exc)).lower()
+                if not any(m in msg for m in _READ_RETRY):
+                    raise
+                err = exc
+            now = time.monotonic()
+            if now >= deadline:
+                raise DatabaseBusyError(
+                    f"{self.path}: another process kept the database locked for over "
+                    f"{READ_PATIENCE_S:.1f} s while reading; the database is healthy, retry "
+                    "later") from err
+            pause = (random.uniform(0.02, 0.15) if now - start < 2.0
+                     else random.uniform(0.25, 1.0))
+            time.sleep(min(pause, deadline - now))
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""
