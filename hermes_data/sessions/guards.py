@@ -81,6 +81,12 @@ def is_fts_corruption(exc: BaseException) -> bool:
     return _sqlite_code(exc) == 267 or "fts5" in _message(exc)
 
 
+def is_fts_unavailable(exc: BaseException) -> bool:
+    """An FTS table this SQLite build cannot load (``no such tokenizer`` / ``no such module``)."""
+    msg = _message(exc)
+    return "no such tokenizer" in msg or "no such module: fts5" in msg
+
+
 _CORRUPT_MARKERS = ("malformed", "file is not a database", "not a database", "database corruption")
 
 

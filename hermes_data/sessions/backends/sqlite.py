@@ -41,7 +41,7 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q
-from ..sql import for_dialect
+from ..sql import FTS_TRIGGERS, for_dialect
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
 
@@ -235,18 +235,37 @@ class SqliteBackend(SessionBackend):
         return out
 
     def _open_checks(self) -> None:
-        """Read-gated open-time heals (§8.4): zero writes on a settled database."""
+        """Read-gated open-time heals (§8.4): zero writes on a settled database.
+
+        An FTS table this SQLite build cannot use (a store made where the trigram tokenizer or
+        FTS5 existed, opened where it does not) with its triggers still present would fail
+        every append: its triggers are dropped and the index marked stale (fail-open, as for
+        FTS corruption); search answers through LIKE until a capable build rebuilds it."""
+        assert self._raw is not None
+        unusable = [t for t, ok in self._probe_fts(self._raw).items() if not ok]
         with self.reading_on_writer() as conn:
             state = opening.read_fts_state(conn)
-            need_fts = state.needs_work()
+            present = [t for t in unusable if t in state.objects]
+            need_fail_open = bool(present) and any(n in state.objects for n in
+                                                   FTS_TRIGGERS)
+            need_fts = state.needs_work() and not present
             need_heal = opening.needs_null_active_heal(conn)
             need_gen = opening.read_generation(conn) is None
             need_app_id = not conn.exec_driver_sql(q.APPLICATION_ID).scalar()
             need_ver = opening.needs_fts_storage_version(conn, state)
-        if not (need_fts or need_heal or need_gen or need_app_id or need_ver):
+        if not (need_fts or need_fail_open or need_heal or need_gen or need_app_id or need_ver):
             return
 
         def work(conn: Connection) -> None:
+            if need_fail_open:
+                opening.mark_stale(conn)
+                dropped = opening.drop_fts_triggers(conn, opening.read_fts_state(conn))
+                log.warning("%s: %s unusable on this SQLite build: FTS triggers dropped (%s), "
+                            "fts_stale set; search uses LIKE until a build that has them "
+                            "rebuilds the index", self.path, ", ".join(present),
+                            ", ".join(dropped))
+                self.open_repairs.append(
+                    f"dropped FTS triggers: {', '.join(present)} unusable on this SQLite build")
             if need_fts:
                 opening.apply_fts_checks(conn, self.open_repairs)
             if need_heal and opening.needs_null_active_heal(conn):
@@ -500,7 +519,8 @@ class SqliteBackend(SessionBackend):
                             self.checkpoint()
                         return result
                     except (sa.exc.DBAPIError, sqlite3.Error) as exc:
-                        if guards.is_fts_corruption(exc) and not fts_healed:
+                        if (guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc)) \
+                                and not fts_healed:
                             self._fail_open_fts(exc)
                             fts_healed = True
                             continue
