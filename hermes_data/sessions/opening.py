@@ -24,13 +24,14 @@ import os
 import re
 import secrets
 import shlex
+import sqlite3
 import stat
 import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -38,6 +39,8 @@ from sqlalchemy.engine import Connection
 from ..files import foreign_holders
 from . import sql
 from .errors import StateDbPermissionError
+from .guards import is_disk_io_error
+from .sql import backend as backend_sql
 from .sql import opening as open_sql
 
 log = logging.getLogger("hermes_data.sessions.opening")
@@ -619,3 +622,45 @@ def writability_preflight(db_path: Path, home: Path) -> list[str]:
             log.warning("%s", msg)
             done.append(msg)
     return done
+
+
+def probe_fts_tables(con: sqlite3.Connection) -> dict[str, bool]:
+    """Which of the store's FTS tables this connection can load (a missing table, FTS5
+    module or tokenizer answers False; any other error propagates)."""
+    out = {}
+    for table in sql.FTS_VIRTUAL_TABLES:
+        try:
+            con.execute(backend_sql.fts_probe(table)).fetchall()
+            out[table] = True
+        except sqlite3.OperationalError as exc:
+            msg = str(exc).lower()
+            if "no such table" not in msg and "no such module" not in msg \
+                    and "no such tokenizer" not in msg:
+                raise
+            out[table] = False
+    return out
+
+
+def connect_read_only_retrying(connect: Callable[[], sqlite3.Connection], path: Path,
+                               pragmas: list[str], *, retries: int,
+                               pause_s: float) -> sqlite3.Connection:
+    """A ``mode=ro`` connection with the configured pragmas and foreign keys, proven readable.
+
+    A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried ``retries``
+    times, ``pause_s`` apart; a persistent one (or any other error) propagates."""
+    for attempt in range(retries + 1):
+        con: sqlite3.Connection | None = None
+        try:
+            con = connect()
+            apply_pragmas(con, pragmas, str(path))
+            con.execute(open_sql.FOREIGN_KEYS_ON)
+            con.execute(backend_sql.SCHEMA_PROBE).fetchall()
+            return con
+        except sqlite3.OperationalError as exc:
+            if con is not None:
+                con.close()
+            if not is_disk_io_error(exc) or attempt == retries:
+                raise
+            log.info("%s: transient I/O error on a read-only open (%s); retrying", path, exc)
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

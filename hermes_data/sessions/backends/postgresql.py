@@ -33,6 +33,7 @@ from ...engine import create_engine_for
 from ...errors import ConfigurationError, DatabaseBusyError
 from ..sql import backend as q
 from ..sql import for_dialect
+from .locks import AdvisoryLock
 from .base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
 
 log = logging.getLogger("hermes_data.sessions.backends.postgresql")
@@ -216,31 +217,8 @@ class PostgresBackend(SessionBackend):
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql(q.pg_vacuum(self._tables()))
 
-    def maintenance_lock(self) -> "AdvisoryLock":
+    def maintenance_lock(self) -> AdvisoryLock:
         """A session-level ``pg_try_advisory_lock`` held on a connection of its own (the
         store is shared by several hosts; a lock file would not be)."""
         return AdvisoryLock(self.engine)
 
-
-class AdvisoryLock:
-    """Non-blocking cross-host lock: a session-level advisory lock on its own connection."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._conn: Connection | None = engine.connect().execution_options(
-            isolation_level="AUTOCOMMIT")
-
-    def acquire(self) -> bool:
-        """Take the lock if no session holds it."""
-        assert self._conn is not None
-        return bool(self._conn.exec_driver_sql(q.PG_TRY_MAINTENANCE_LOCK).scalar())
-
-    def release(self) -> None:
-        """Drop the lock."""
-        if self._conn is not None:
-            self._conn.exec_driver_sql(q.PG_MAINTENANCE_UNLOCK)
-
-    def close(self) -> None:
-        """Close the lock's connection (drops the lock)."""
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None

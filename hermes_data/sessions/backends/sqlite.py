@@ -42,6 +42,7 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q
 from ..sql import FTS_TRIGGERS, for_dialect
+from .locks import FileLock
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
 
@@ -158,7 +159,7 @@ class SqliteBackend(SessionBackend):
         self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
         self._identity = guards.FileIdentity.record(self.path, wal=wal)
         self._harden_permissions()
-        self.fts_available = self._probe_fts(self._raw)
+        self.fts_available = opening.probe_fts_tables(self._raw)
         if wal:
             self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
             self._read_engine = guards.make_read_engine(self._read_pool)
@@ -186,24 +187,9 @@ class SqliteBackend(SessionBackend):
         A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
         times, 50 ms apart; a persistent one propagates.
         """
-        con: sqlite3.Connection | None = None
-        for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
-            try:
-                con = self._connect_read_only()
-                opening.apply_pragmas(con, self._pragmas, str(self.path))
-                con.execute(q.FOREIGN_KEYS_ON)
-                con.execute(q.SCHEMA_PROBE).fetchall()
-                break
-            except sqlite3.OperationalError as exc:
-                if con is not None:
-                    con.close()
-                    con = None
-                if not guards.is_disk_io_error(exc) or attempt == READ_ONLY_OPEN_RETRIES:
-                    raise
-                log.info("%s: transient I/O error on a read-only open (%s); retrying",
-                         self.path, exc)
-                time.sleep(READ_ONLY_RETRY_PAUSE_S)
-        assert con is not None
+        con = opening.connect_read_only_retrying(
+            self._connect_read_only, self.path, self._pragmas,
+            retries=READ_ONLY_OPEN_RETRIES, pause_s=READ_ONLY_RETRY_PAUSE_S)
         self._raw = con
         self._engine = sa.create_engine("sqlite://", creator=lambda: con,
                                         poolclass=sa.pool.StaticPool)
@@ -217,22 +203,7 @@ class SqliteBackend(SessionBackend):
             missing = missing_core(conn)
         if missing:
             raise SchemaBehindError(", ".join(missing))
-        self.fts_available = self._probe_fts(con)
-
-    @staticmethod
-    def _probe_fts(con: sqlite3.Connection) -> dict[str, bool]:
-        out = {}
-        for table in ("messages_fts", "messages_fts_trigram"):
-            try:
-                con.execute(q.fts_probe(table)).fetchall()
-                out[table] = True
-            except sqlite3.OperationalError as exc:
-                msg = str(exc).lower()
-                if "no such table" not in msg and "no such module" not in msg \
-                        and "no such tokenizer" not in msg:
-                    raise
-                out[table] = False
-        return out
+        self.fts_available = opening.probe_fts_tables(con)
 
     def _open_checks(self) -> None:
         """Read-gated open-time heals (§8.4): zero writes on a settled database.
@@ -242,7 +213,7 @@ class SqliteBackend(SessionBackend):
         every append: its triggers are dropped and the index marked stale (fail-open, as for
         FTS corruption); search answers through LIKE until a capable build rebuilds it."""
         assert self._raw is not None
-        unusable = [t for t, ok in self._probe_fts(self._raw).items() if not ok]
+        unusable = [t for t, ok in opening.probe_fts_tables(self._raw).items() if not ok]
         with self.reading_on_writer() as conn:
             state = opening.read_fts_state(conn)
             present = [t for t in unusable if t in state.objects]
@@ -696,37 +667,7 @@ class SqliteBackend(SessionBackend):
                 self._identity = guards.FileIdentity.record(self.path,
                                                             wal=self.journal_mode == "wal")
 
-    def maintenance_lock(self) -> "FileLock":
+    def maintenance_lock(self) -> FileLock:
         """``flock`` on ``<db>.auto-maintenance.lock`` (never on the database file itself)."""
         return FileLock(Path(f"{self.path}.auto-maintenance.lock"))
-
-
-class FileLock:
-    """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""
-
-    def __init__(self, path: Path) -> None:
-        import fcntl
-
-        self._fcntl = fcntl
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-
-    def acquire(self) -> bool:
-        """Take the lock if nobody holds it."""
-        assert self._fd is not None
-        try:
-            self._fcntl.flock(self._fd, self._fcntl.LOCK_EX | self._fcntl.LOCK_NB)
-        except OSError:
-            return False
-        return True
-
-    def release(self) -> None:
-        """Drop the lock."""
-        if self._fd is not None:
-            self._fcntl.flock(self._fd, self._fcntl.LOCK_UN)
-
-    def close(self) -> None:
-        """Close the lock file (drops the lock)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
 

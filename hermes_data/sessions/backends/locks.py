@@ -1,0 +1,66 @@
+"""Cross-process locks for startup maintenance (spec sessions.md §7.6): ``flock`` on a
+sidecar lock file for a SQLite store (never on the database file itself: closing a
+descriptor of it would drop this process's POSIX locks), a session-level advisory lock for a
+PostgreSQL store (shared by several hosts, where a lock file would not be).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from sqlalchemy.engine import Connection, Engine
+
+from ..sql import backend as q
+
+
+class FileLock:
+    """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def acquire(self) -> bool:
+        """Take the lock if nobody holds it."""
+        assert self._fd is not None
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def release(self) -> None:
+        """Drop the lock."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        """Close the lock file (drops the lock)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class AdvisoryLock:
+    """Non-blocking cross-host lock: a session-level advisory lock on its own connection."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._conn: Connection | None = engine.connect().execution_options(
+            isolation_level="AUTOCOMMIT")
+
+    def acquire(self) -> bool:
+        """Take the lock if no session holds it."""
+        assert self._conn is not None
+        return bool(self._conn.exec_driver_sql(q.PG_TRY_MAINTENANCE_LOCK).scalar())
+
+    def release(self) -> None:
+        """Drop the lock."""
+        if self._conn is not None:
+            self._conn.exec_driver_sql(q.PG_MAINTENANCE_UNLOCK)
+
+    def close(self) -> None:
+        """Close the lock's connection (drops the lock)."""
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
