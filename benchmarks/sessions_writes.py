@@ -25,8 +25,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
 from hermes_data.sessions import sql  # noqa: E402
-from hermes_data.sessions.store import (CHECKPOINT_EVERY, _ADMIT_AND_COUNT, _INSERT_MESSAGE,  # noqa: E402
-                                        SessionStore)
+from hermes_data.sessions.backends.sqlite import CHECKPOINT_EVERY  # noqa: E402
+from hermes_data.sessions.store import SessionStore  # noqa: E402
+
+#: The very statements the store's append path sends (admission with the header read, insert).
+_STATEMENTS = sql.for_dialect("sqlite")
+_ADMIT_AND_COUNT = _STATEMENTS.ADMIT_AND_COUNT
+_INSERT_MESSAGE = _STATEMENTS.INSERT_MESSAGE
 
 CONTENT = ("The gateway routes each inbound message to its session and appends the turn; "
            "this sentence is a realistic assistant reply of moderate length. ") * 2
