@@ -174,6 +174,18 @@ def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
         if extra:
             report.extra_objects.append(
                 f"{table.name}: {len(extra)} upstream column(s) kept: {', '.join(extra)}")
+    settle(conn)
+
+
+def settle(conn: Connection) -> None:
+    """Leave the store settled (issue 13): the generation token, the ``application_id`` and
+    the FTS storage version that a writable open would otherwise write on first use, so the
+    first open after ``hermes-data upgrade`` needs no write lock."""
+    if opening.read_generation(conn) is None \
+            or not conn.exec_driver_sql(mq.APPLICATION_ID).scalar():
+        opening.mint_generation(conn)
+    if opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
+        opening.write_fts_storage_version(conn)
 
 
 def ignore_table(name: str) -> bool:

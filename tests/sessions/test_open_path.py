@@ -415,3 +415,23 @@ def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
             guards.reset_descriptor_cache()
     assert budget.used == 0  # every permit returned at close
+
+
+@pytest.mark.parametrize("how", ["upgrade", "adopt"])
+def test_the_first_open_after_an_upgrade_writes_nothing(tmp_path, how, legacy_copy):
+    """``hermes-data upgrade`` leaves the store settled (generation, application_id, FTS
+    storage version): its first open needs no write lock (issue 13)."""
+    from hermes_data import migrate
+
+    path = legacy_copy if how == "adopt" else tmp_path / "state.db"
+    migrate.upgrade("sessions", str(path))
+    with dbapi_trace() as seen:
+        with SessionStore(path) as s:
+            assert s.open_repairs == []
+            s.list_sessions()
+    assert seen and writes_in(seen) == [], writes_in(seen)
+    with sibling_holding_write_lock(path):
+        t0 = time.monotonic()
+        with SessionStore(path, open_patience_s=0.5) as s:
+            assert s.session_count() >= 0
+        assert time.monotonic() - t0 < 0.9

@@ -11,6 +11,8 @@ SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
 #: The newest upstream schema_version row.
 UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+#: The file header's application id.
+APPLICATION_ID = "PRAGMA application_id"
 #: Is the pg_trgm extension installed?
 PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
 
