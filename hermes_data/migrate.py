@@ -66,8 +66,10 @@ def _migrations_dir() -> Path:
 
 MIGRATIONS_DIR = _migrations_dir()
 
-#: Alembic's migration context is module-global: one upgrade per process at a time.
-_process_lock = threading.Lock()
+#: Alembic's migration context is module-global: one Alembic command per process at a time.
+#: Held around the whole command (loading env.py included) and again, re-entrantly, where
+#: env.py runs the migration (the ``alembic`` CLI enters there).
+_process_lock = threading.RLock()
 
 
 def script_location(spec: StoreSpec) -> Path:
@@ -133,7 +135,8 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     cfg = alembic_config(store, url)
     report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
     cfg.attributes["hermes_report"] = report
-    command.upgrade(cfg, revision)
+    with _process_lock:
+        command.upgrade(cfg, revision)
     return report
 
 
