@@ -32,6 +32,7 @@ from ..migration_spec import StoreSpec, UpgradeReport
 from ..clock import utcnow_iso
 from ..engine import TELEMETRY_BUSY_TIMEOUT_MS
 from ..shape import Shape, diff_shapes, live_shape
+from . import sql as sql_fragments
 from .schema import metadata
 
 log = logging.getLogger("hermes_data.telemetry.migration")
@@ -198,6 +199,8 @@ def _adopt(conn: Connection, report: UpgradeReport) -> None:
             "refusing to guess what they changed (the file was left unchanged)"
         )
     shape = live_shape(conn)
+    if _rebuild_missing_indexes(conn, shape, report):
+        shape = live_shape(conn)
     level, gaps = complete_level(shape, ledger)
     if level < 1:
         raise AdoptionError(
@@ -225,6 +228,26 @@ def _adopt(conn: Connection, report: UpgradeReport) -> None:
                  {"v": revision_for_level(level)})
     report.repairs.append(f"stamped {revision_for_level(level)} from the inspected shape")
     log.info("adopting legacy telemetry database: %s", report.adopted_from)
+
+
+def _rebuild_missing_indexes(conn: Connection, shape: Shape, report: UpgradeReport) -> bool:
+    """Recreate a ledger level's index that is absent while its table holds every indexed
+    column (a table rebuild outside the plugin drops its indexes): indexes hold no data, so
+    this heals add-only. An index of that name with other columns is left for the level check
+    to refuse. Returns whether anything was created."""
+    created = False
+    for level in sorted(LEVELS):
+        for name, (table, cols) in LEVELS[level].get("indexes", {}).items():
+            have = {c.name for c in shape.tables.get(table, ())}
+            if name in shape.indexes or table not in shape.tables or not set(cols) <= have:
+                continue
+            head = next((ix for t in metadata.tables.values() for ix in t.indexes
+                         if ix.name == name), None)
+            unique = bool(head is not None and head.unique)
+            conn.exec_driver_sql(sql_fragments.create_index(name, table, cols, unique=unique))
+            report.repairs.append(f"index {name} rebuilt (it was missing; indexes hold no data)")
+            created = True
+    return created
 
 
 def _ranges(values: set[int]) -> str:

@@ -220,3 +220,14 @@ SELECT tc.tool_name,
  ORDER BY calls DESC, tc.tool_name
  LIMIT :limit
 """)
+
+
+def _quote(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def create_index(name: str, table: str, columns: tuple[str, ...], *, unique: bool = False) -> str:
+    """``CREATE [UNIQUE] INDEX IF NOT EXISTS`` for a ledger index being rebuilt on adoption
+    (names from the ledger's own table, quoted)."""
+    return (f"CREATE {'UNIQUE ' if unique else ''}INDEX IF NOT EXISTS {_quote(name)} "
+            f"ON {_quote(table)} ({', '.join(_quote(c) for c in columns)})")

@@ -271,14 +271,14 @@ def test_v17_deletes_exactly_what_its_rule_selects(tmp_path):
 
 def test_v17_does_not_run_twice(tmp_path):
     """A legacy file whose ledger already has row 17 ran the repair upstream; when adoption
-    must still run v17 (here: a v14 index is missing, so it stamps v13), the revision sees
-    row 17 and leaves rows recorded since alone."""
+    must still run v17 (here: v15's column is missing, so it stamps v14 — a missing index would
+    simply be rebuilt), the revision sees row 17 and leaves rows recorded since alone."""
     work = copy_fixture("legacy-telemetry/telemetry_v16_7e028ef.db", tmp_path)
     con = sqlite3.connect(work)
     con.executescript("""
         INSERT INTO schema_version VALUES (17, '2026-07-20T00:00:00+00:00');
         INSERT INTO known_free_models VALUES ('late/model', 'acme', '2026-08-01T00:00:00+00:00');
-        DROP INDEX idx_pricing_snapshots_model;
+        ALTER TABLE pricing_snapshots DROP COLUMN resolved_model;
     """)
     con.close()
     report = migrate.upgrade("telemetry", work)
@@ -287,3 +287,39 @@ def test_v17_does_not_run_twice(tmp_path):
     assert con.execute("SELECT count(*) FROM known_free_models WHERE model = 'late/model'").fetchone() == (1,)
     assert [r[0] for r in con.execute("SELECT version FROM schema_version")] == list(range(1, 19))
     con.close()
+
+
+@pytest.mark.parametrize("name", ["telemetry_v1_949d9b6.db", "telemetry_v16_7e028ef.db"])
+def test_legacy_file_without_its_indexes_is_healed_not_refused(tmp_path, name):
+    """A table rebuild outside the plugin dropped the v1 indexes (and a later one): indexes
+    hold no data, so adoption rebuilds them, reports it, and loses nothing (issue 13)."""
+    work = copy_fixture(f"legacy-telemetry/{name}", tmp_path)
+    pristine = tmp_path / "pristine.db"
+    shutil.copyfile(work, pristine)
+    dropped = ["idx_runs_started", "idx_llm_session", "idx_tool_name"]
+    if "v16" in name:
+        dropped.append("idx_pricing_snapshots_model")
+    con = sqlite3.connect(work)
+    for ix in dropped:
+        con.execute(f"DROP INDEX {ix}")
+    con.commit()
+    con.close()
+    report = migrate.upgrade("telemetry", str(work))
+    assert report.after_revision == "v18"
+    for ix in dropped:
+        assert any(ix in r and "rebuilt" in r for r in report.repairs), report.repairs
+    assert [d for d in migrate.check("telemetry", work) if not d.is_extra] == []
+    assert_adopted_losslessly(work, ENTRIES[name], original=pristine)
+
+
+def test_an_index_of_a_ledger_name_with_other_columns_is_still_refused(tmp_path):
+    work = copy_fixture("legacy-telemetry/telemetry_v1_949d9b6.db", tmp_path)
+    con = sqlite3.connect(work)
+    con.execute("DROP INDEX idx_runs_started")
+    con.execute("CREATE INDEX idx_runs_started ON runs(platform)")
+    con.commit()
+    con.close()
+    before = work.read_bytes()
+    with pytest.raises(AdoptionError, match="idx_runs_started"):
+        migrate.upgrade("telemetry", str(work))
+    assert work.read_bytes() == before
