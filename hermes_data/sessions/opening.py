@@ -171,7 +171,9 @@ def read_fts_state(conn: Connection) -> FtsState:
     objects = {r[0]: r[1] or "" for r in rows}
     base = objects.get("messages_fts")
     layout = "absent" if base is None else ("current" if "tool_name" in _collapse(base) else "legacy")
-    stale = conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None
+    # Upstream files before its schema v7 have no state_meta: nothing can be marked stale there.
+    stale = (conn.exec_driver_sql(open_sql.STATE_META_EXISTS).first() is not None
+             and conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None)
     nonempty = conn.exec_driver_sql(open_sql.MESSAGES_NONEMPTY_PROBE).first() is not None
     return FtsState(layout, objects, stale, nonempty, capabilities(conn))
 

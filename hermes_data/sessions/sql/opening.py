@@ -41,6 +41,8 @@ FTS_OBJECTS = (
     "SELECT name, sql FROM sqlite_master WHERE name IN ("
     + ", ".join("'" + n + "'" for n in (*FTS_VIRTUAL_TABLES, *FTS_VIEWS, *FTS_TRIGGERS))
     + ")")
+#: Probe: does the file have ``state_meta`` (upstream files before its v7 do not)?
+STATE_META_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state_meta'"
 #: Probe: is the ``fts_stale`` marker set?
 FTS_STALE_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 #: Probe: does ``messages`` hold any row?
