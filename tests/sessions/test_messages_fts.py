@@ -260,11 +260,21 @@ def test_size_guards(store):
     store.create_child_session("t", "b", "branch")
     store.append_messages_batch("b", [{"role": "user", "content": "a"}] * 2)
     from sqlalchemy import event
+    from sqlalchemy.engine import Engine
     stmts = []
-    event.listen(store.engine, "before_cursor_execute", lambda c, cur, s, *a: stmts.append(s))
-    assert store.assert_resume_safe("t", max_messages=0) == 0
-    assert not any("COUNT" in s for s in stmts)
-    assert store.assert_resume_safe("t", max_messages=100) == 8
+
+    def seen(c, cur, s, *a):
+        stmts.append(s)
+
+    # Every engine (the writer's and, in WAL, the read pool's): reads go through either.
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        assert store.assert_resume_safe("t", max_messages=0) == 0
+        assert not any("COUNT" in s for s in stmts)
+        assert store.assert_resume_safe("t", max_messages=100) == 8
+        assert any("COUNT" in s for s in stmts)  # the watch sees the guard's reads
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
     assert store.assert_resume_safe("t", max_messages=100, tip_only=True) == 3
     assert store.assert_resume_safe("b", max_messages=100) == 2
     with pytest.raises(SessionResumeTooLargeError, match="across its lineage"):
