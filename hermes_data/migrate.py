@@ -120,14 +120,16 @@ def _settings_for(spec: StoreSpec) -> SqliteSettings:
 
 
 def upgrade(store: str, url: str | os.PathLike | URL | None = None,
-            revision: str = "head") -> UpgradeReport:
+            revision: str = "head", *, settings: SqliteSettings | None = None) -> UpgradeReport:
     """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
 
-    Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
+    ``settings``: the SQLite engine settings of the caller's store handle (journal mode,
+    busy timeout …), so the file is created the way the handle will use it; default: the
+    store's own. Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
     leaving the database as it was.
     """
     if revision == "head":
-        settled = _settled_report(store, url)
+        settled = _settled_report(store, url, settings)
         if settled is not None:
             return settled
     from alembic import command
@@ -135,12 +137,14 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     cfg = alembic_config(store, url)
     report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
     cfg.attributes["hermes_report"] = report
+    cfg.attributes["hermes_settings"] = settings
     with _process_lock:
         command.upgrade(cfg, revision)
     return report
 
 
-def _settled_report(store: str, url) -> UpgradeReport | None:
+def _settled_report(store: str, url, settings: SqliteSettings | None = None
+                    ) -> UpgradeReport | None:
     """Read-only check, without Alembic, that the store is already at its head with nothing
     to adopt; returns the up-to-date report, or ``None`` when the full path must run."""
     spec = store_spec(store)
@@ -150,7 +154,7 @@ def _settled_report(store: str, url) -> UpgradeReport | None:
         return None
     started = time.perf_counter()
     _preflight(spec, resolved)  # a foreign file is refused before any policy touches it
-    engine = create_engine_for(store, resolved, _settings_for(spec))
+    engine = create_engine_for(store, resolved, settings or _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():
             if current_revision(conn, spec.version_table_for(conn)) != spec.head:
@@ -247,7 +251,8 @@ def run_env(store: str) -> None:
     )
     started = time.perf_counter()
     _preflight(spec, resolved)
-    engine = create_engine_for(store, resolved, _settings_for(spec))
+    engine = create_engine_for(store, resolved,
+                               cfg.attributes.get("hermes_settings") or _settings_for(spec))
     script = context.script
     destination = context.get_revision_argument()
     try:

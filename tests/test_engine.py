@@ -23,6 +23,13 @@ from hermes_data.engine import (
 )
 from hermes_data.errors import ConfigurationError
 
+
+@pytest.fixture(autouse=True)
+def _policy_without_override(monkeypatch):
+    """These tests exercise the policy itself with explicit settings: the run's
+    HERMES_DATA_JOURNAL_MODE (CI's WAL pass) must not override what they configure."""
+    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+
 VULNERABLE = (3, 40, 1)
 SAFE = (3, 51, 3)
 

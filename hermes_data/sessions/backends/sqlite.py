@@ -151,7 +151,7 @@ class SqliteBackend(SessionBackend):
             behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
                 or bool(missing_core(conn))
         if behind:
-            report = migrate.upgrade("sessions", self.url)
+            report = migrate.upgrade("sessions", self.url, settings=self._settings)
             self.open_repairs.extend(report.repairs)
         self._open_checks()
         wal = journal_state(engine).mode == "wal"
