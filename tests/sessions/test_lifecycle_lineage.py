@@ -183,7 +183,9 @@ def test_lineage_at_depth_500_is_one_statement_each(store):
         if not statement.startswith("BEGIN"):
             count.append(statement)
 
-    event.listen(store.engine, "before_cursor_execute", listener)
+    from sqlalchemy.engine import Engine
+    # Every engine: in WAL the reads run on the read pool's, not the writer's.
+    event.listen(Engine, "before_cursor_execute", listener)
     try:
         for probe in (ids[0], ids[99], ids[100], ids[250], ids[499]):
             count.clear()
@@ -193,7 +195,7 @@ def test_lineage_at_depth_500_is_one_statement_each(store):
             assert len(count) == 3  # one statement per query
             assert all(q.startswith("WITH RECURSIVE") for q in count)
     finally:
-        event.remove(store.engine, "before_cursor_execute", listener)
+        event.remove(Engine, "before_cursor_execute", listener)
     assert store.get_lineage_ids(ids[300]) == ids
     assert store.get_resume_lineage_ids(ids[10]) == ids[:11]
     rows = store.list_sessions(limit=5)

@@ -226,14 +226,17 @@ def _fds_on(path: Path, *, exact: bool = False) -> int:
 
 
 def test_owner_only_by_path_keeps_this_process_locks(tmp_path):
+    """Rollback-journal mode on purpose: there a reader's SHARED lock is what blocks a
+    sibling's EXCLUSIVE, so a dropped lock shows (WAL readers take no such lock)."""
     path = tmp_path / "state.db"
-    with SessionStore(path) as s:
+    delete = SqliteSettings(busy_timeout_ms=1000, journal_mode="delete")
+    with SessionStore(path, settings=delete) as s:
         s.create_session("a", "cli")
         os.chmod(path, 0o644)
         holder = sqlite3.connect(path, isolation_level=None)
         holder.execute("BEGIN")
         holder.execute("SELECT COUNT(*) FROM sessions").fetchall()  # SHARED lock held
-        with SessionStore(path):  # a second handle hardens permissions while we hold the lock
+        with SessionStore(path, settings=delete):  # a second handle hardens permissions now
             pass
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
         probe = subprocess.run(

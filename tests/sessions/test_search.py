@@ -213,12 +213,15 @@ def test_snippets_context_and_no_content_column(filled):
     def trace(conn, cursor, statement, *a):
         statements.append(statement)
 
-    event.listen(store.engine, "before_cursor_execute", trace)
+    from sqlalchemy.engine import Engine
+
+    # Every engine: in WAL the reads run on the read pool's, not the writer's.
+    event.listen(Engine, "before_cursor_execute", trace)
     try:
         hits = store.search_messages("physics")
         tool = store.search_messages("beyondprefix", role_filter=["tool"])
     finally:
-        event.remove(store.engine, "before_cursor_execute", trace)
+        event.remove(Engine, "before_cursor_execute", trace)
     (hit,) = hits
     assert hit.snippet == "e=mc2 >>>physics<<<"
     assert hit.context == (ContextMessage("user", "why? because"),
