@@ -5,6 +5,8 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+from alembic.util import CommandError
+
 
 class HermesDataError(Exception):
     """Base class of every error raised by hermes-data."""
@@ -14,8 +16,12 @@ class ConfigurationError(HermesDataError):
     """A setting, URL or argument is not usable."""
 
 
-class ForwardOnlyError(HermesDataError):
-    """A downgrade was requested; the schema history only moves forward."""
+class ForwardOnlyError(HermesDataError, CommandError):
+    """A downgrade was requested; the schema history only moves forward.
+
+    Also an Alembic ``CommandError``, so the ``alembic`` command line reports a refused
+    ``downgrade`` as one ``FAILED:`` line instead of a traceback.
+    """
 
 
 class SchemaDriftError(HermesDataError):
