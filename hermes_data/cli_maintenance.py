@@ -87,6 +87,9 @@ def cmd_export(args) -> int:
         finally:
             if out is not sys.stdout:
                 out.close()
+    # The result, not progress: on stderr so that stdout stays pure JSON Lines.
+    emit(f"exported {n:,} message(s) of {args.session}" + (f" to {args.output}" if args.output else ""),
+         file=sys.stderr)
     return 0
 
 

@@ -252,6 +252,8 @@ def run_env(store: str) -> None:
     )
     started = time.perf_counter()
     _preflight(spec, resolved)
+    created = sqlite_path(resolved)
+    created = created is not None and (not created.exists() or created.stat().st_size == 0)
     engine = create_engine_for(store, resolved, _settings_for(spec))
     script = context.script
     destination = context.get_revision_argument()
@@ -263,7 +265,7 @@ def run_env(store: str) -> None:
             # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
             # file drops every POSIX lock this process holds on it).
             changed = make_owner_only(path)
-            if changed:
+            if changed and not created:  # a file created just now is not a repair
                 report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
         report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
     finally:

@@ -81,6 +81,50 @@ def test_every_cli_command_is_documented_in_readme():
         assert re.search(rf"hermes-data {name}\b", readme), f"README does not document `hermes-data {name}`"
 
 
+def _readme_synopsis() -> dict[str, str]:
+    """``hermes-data`` command → its synopsis text (continuation lines included)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Command line"):readme.index("## Alembic")]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    out: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"hermes-data (\w+)", line)
+        if m:
+            current = m.group(1)
+            out[current] = out.get(current, "") + line
+        elif line.startswith(" ") and current:
+            out[current] += " " + line.strip()
+    return out
+
+
+def test_every_cli_option_is_in_the_readme_synopsis_and_has_help():
+    """The README's synopsis line of each command names every option of that command (and every
+    choice), and ``--help`` explains each one — an option without help text is undocumented."""
+    synopsis = _readme_synopsis()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, command in sub.choices.items():
+        text = synopsis.get(name)
+        assert text, f"README synopsis lacks `hermes-data {name}`"
+        for action in command._actions:
+            if action.dest in ("help", "verbose"):
+                continue
+            where = f"`hermes-data {name} {(action.option_strings or [action.dest])[0]}`"
+            assert action.help, f"{where} has no help text"
+            if action.option_strings:
+                assert any(re.search(rf"{re.escape(o)}\b", text) for o in action.option_strings), \
+                    f"README synopsis lacks {where}"
+                for choice in action.choices or ():
+                    assert choice in text, f"README synopsis lacks {where} {choice}"
+
+
+def test_top_level_help_is_plain_text():
+    """``hermes-data --help`` shows no reStructuredText markup (double back-quotes, roles)."""
+    text = build_parser().format_help()
+    assert "``" not in text and ":mod:" not in text and ":func:" not in text
+
+
 def test_readme_test_command_is_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
