@@ -286,7 +286,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--url needs a single --store")
     try:
         _check_locations(args)
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
+        return code
     except BrokenPipeError:
         # The reader went away (``hermes-data … --json | head``): not an error of ours.
         # Point stdout at /dev/null so the interpreter's final flush does not fail again.
