@@ -86,6 +86,7 @@ def collect(store, hours: float, scope: str, scope_id: str | None, days: int, to
     spend = spend_by_scope(store, scope, scope_id, now - timedelta(hours=hours))
     daily = daily_spend_series(store, scope, scope_id, days, now=now)
     return {
+        "now": now.isoformat(),
         "window_hours": hours,
         "summary": asdict(summary),
         "models": [asdict(m) for m in models[:top]],
@@ -96,6 +97,8 @@ def collect(store, hours: float, scope: str, scope_id: str | None, days: int, to
 
 
 def _usd(x: float) -> str:
+    if x == 0:
+        return "$0"
     return f"${x:,.4f}" if x < 1 else f"${x:,.2f}"
 
 
@@ -122,7 +125,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         emit_json({"telemetry": data})
         return 0
     s = data["summary"]
-    emit(f"telemetry, last {args.hours:g} h ({s['since']} .. {s['until']})")
+    emit(f"telemetry, last {args.hours:g} h ({s['since']} .. {data['now']})")
     emit(f"  runs {s['total_runs']:,} ({s['ok_runs']:,} ok, {s['failed_runs']:,} failed); "
          f"LLM calls {s['api_calls']:,}; tool calls {s['tool_calls']:,}")
     emit(f"  tokens {s['tokens_in']:,} in / {s['tokens_out']:,} out; cost {_usd(s['cost_usd'])}")
