@@ -16,7 +16,8 @@ import traceback
 from typing import Callable, Sequence, TypeVar
 
 from . import migrate
-from .cli_output import StoreFailure, describe_error, emit, emit_json, target_of
+from .cli_output import (StoreFailure, describe_error, emit, emit_json, progress_enabled,
+                         target_of, upgrade_progress)
 from .config import STORES
 from .errors import ConfigurationError
 
@@ -52,8 +53,15 @@ def _fmt_seconds(s: float) -> str:
     return f"{s * 1000:.1f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def _upgrade_one(args):
+    def run(store: str, url) -> migrate.UpgradeReport:
+        with upgrade_progress(store, progress_enabled(args.json)):
+            return migrate.upgrade(store, url)
+    return run
+
+
 def cmd_upgrade(args) -> int:
-    reports = _each(args, migrate.upgrade)
+    reports = _each(args, _upgrade_one(args))
     if args.json:
         emit_json({store: r.to_dict() for store, r in reports.items()})
         return 0

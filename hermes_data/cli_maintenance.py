@@ -11,7 +11,7 @@ import json
 import sys
 from dataclasses import asdict
 
-from .cli_output import emit, emit_json, progress, progress_enabled
+from .cli_output import elapsed, emit, emit_json, progress, progress_enabled
 from .sessions import maintenance as mt
 from .sessions.store import SessionStore
 
@@ -46,9 +46,9 @@ def cmd_prune(args) -> int:
 
 def cmd_vacuum(args) -> int:
     with SessionStore(args.url) as store:
-        if progress_enabled(args.json):  # VACUUM is one statement: no finer progress exists
-            emit("optimizing FTS indexes and vacuuming…", file=sys.stderr, flush=True)
-        res = mt.vacuum(store)
+        # VACUUM is one statement that reports nothing: show the time it has taken so far.
+        with elapsed("optimizing FTS indexes and vacuuming", progress_enabled(args.json)):
+            res = mt.vacuum(store)
     if args.json:
         emit_json({"sessions": res})
         return 0

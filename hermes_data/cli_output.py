@@ -129,3 +129,112 @@ def progress(label: str, enabled: bool) -> Progress | None:
         print(f"\r{label}: {done:,}/{total:,}{pct}", end="\n" if final else "",
               file=sys.stderr, flush=True)
     return report
+
+
+class _Ticker:
+    """Redraws ``label… N s`` on stderr twice a second while one long statement runs."""
+
+    def __init__(self, label: str) -> None:
+        import threading
+
+        self.label, self.started = label, time.monotonic()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            print(f"\r{self.label}… {time.monotonic() - self.started:.0f} s", end="",
+                  file=sys.stderr, flush=True)
+
+    def __enter__(self) -> "_Ticker":
+        print(f"{self.label}…", end="", file=sys.stderr, flush=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        print(f"\r{self.label}: done in {time.monotonic() - self.started:.1f} s", file=sys.stderr,
+              flush=True)
+
+
+def elapsed(label: str, enabled: bool):
+    """A context manager showing elapsed time on stderr (for one long statement such as
+    ``VACUUM``, which reports no progress of its own); does nothing when not enabled."""
+    from contextlib import nullcontext
+
+    return _Ticker(label) if enabled else nullcontext()
+
+
+#: The loggers whose INFO records mark the steps of an upgrade (adoption, each revision).
+_STEP_LOGGERS = ("alembic.runtime.migration", "hermes_data.telemetry.migration",
+                 "hermes_data.sessions.migration")
+_RUNNING = re.compile(r"Running upgrade (\S*) -> ([^,\s]+)")
+
+
+class _StepProgress:
+    """Draws the step an upgrade is at (``telemetry: v14 (14/18)``) from its log records."""
+
+    def __init__(self, store: str) -> None:
+        import logging
+
+        from . import migrate
+
+        script = migrate.alembic_config(store)
+        from alembic.script import ScriptDirectory
+
+        history = [r.revision for r in ScriptDirectory.from_config(script).walk_revisions()]
+        self.order = list(reversed(history))
+        self.store = store
+        self.loggers = [logging.getLogger(name) for name in _STEP_LOGGERS]
+        self.saved: list[tuple[int, bool]] = []
+        outer = self
+
+        class Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                outer.step(record.getMessage())
+
+        self.handler = Handler(level=logging.INFO)
+        self.drawn = False
+
+    def step(self, message: str) -> None:
+        m = _RUNNING.match(message)
+        if m:
+            rev = m.group(2)
+            pos = self.order.index(rev) + 1 if rev in self.order else 0
+            text = f"{self.store}: {rev} ({pos}/{len(self.order)})" if pos else f"{self.store}: {rev}"
+        elif message.startswith("adopting"):
+            text = f"{self.store}: adopting the legacy file"
+        elif message.startswith("reconciled"):
+            text = f"{self.store}: reconciled with the head"
+        else:
+            return
+        print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+        self.drawn = True
+
+    def __enter__(self) -> "_StepProgress":
+        import logging
+
+        for lg in self.loggers:
+            self.saved.append((lg.level, lg.propagate))
+            if lg.getEffectiveLevel() > logging.INFO:
+                lg.setLevel(logging.INFO)
+                lg.propagate = False  # INFO for the drawing only, not for the log output
+            lg.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for lg, (level, propagate) in zip(self.loggers, self.saved):
+            lg.removeHandler(self.handler)
+            lg.setLevel(level)
+            lg.propagate = propagate
+        if self.drawn:
+            print("\r\033[K", end="", file=sys.stderr, flush=True)
+
+
+def upgrade_progress(store: str, enabled: bool):
+    """A context manager drawing the steps of an upgrade of ``store`` on stderr (adoption,
+    each revision, reconciliation), or nothing when not enabled."""
+    from contextlib import nullcontext
+
+    return _StepProgress(store) if enabled else nullcontext()
