@@ -69,6 +69,8 @@ def cmd_upgrade(args) -> int:
         emit(f"{r.store}: {r.url}")
         if r.up_to_date:
             emit(f"  already at {r.after_revision}; nothing to do ({_fmt_seconds(r.seconds)})")
+            for repair in r.repairs:
+                emit(f"  repair: {repair}")
             continue
         if r.adopted_from:
             emit(f"  adopted legacy database: {r.adopted_from}")
