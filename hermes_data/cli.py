@@ -13,7 +13,7 @@ import os
 import re
 import sys
 import traceback
-from typing import Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from . import migrate
 from .cli_output import (StoreFailure, describe_error, emit, emit_json, progress_enabled,
@@ -29,7 +29,7 @@ def _stores(choice: str) -> list[str]:
     return list(STORES) if choice == "all" else [choice]
 
 
-def _each(args, fn: Callable[[str, object], T]) -> dict[str, T]:
+def _each(args, fn: Callable[[str, Any], T]) -> dict[str, T]:
     """``fn(store, url)`` for every store the command names; a failure names its database."""
     out: dict[str, T] = {}
     for store in _stores(args.store):

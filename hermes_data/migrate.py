@@ -252,8 +252,8 @@ def run_env(store: str) -> None:
     )
     started = time.perf_counter()
     _preflight(spec, resolved)
-    created = sqlite_path(resolved)
-    created = created is not None and (not created.exists() or created.stat().st_size == 0)
+    new_file = sqlite_path(resolved)
+    created = new_file is not None and (not new_file.exists() or new_file.stat().st_size == 0)
     engine = create_engine_for(store, resolved, _settings_for(spec))
     script = context.script
     destination = context.get_revision_argument()
