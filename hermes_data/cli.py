@@ -267,7 +267,7 @@ def check_location(text: str | None) -> None:
 
 
 def _check_locations(args) -> None:
-    for name in ("url", "source", "target"):
+    for name in ("url", "source", "target") if args.command == "copy" else ("url",):
         check_location(getattr(args, name, None))
     for store in STORES:
         env = f"HERMES_DATA_{store.upper()}_URL"
@@ -281,7 +281,7 @@ def _check_locations(args) -> None:
 
 def _default_target(args) -> str | None:
     store = getattr(args, "store", None)
-    if store in STORES and not hasattr(args, "source"):
+    if store in STORES and args.command != "copy":  # copy has two databases: its errors name them
         return target_of(store, getattr(args, "url", None))
     return None
 

@@ -96,7 +96,17 @@ def _copy_missing_source(tmp: Path) -> tuple[list[str], str]:
     return ["copy", "--from", str(tmp / "nowhere.db"), "--to", str(tmp / "to.db")], str(tmp / "nowhere.db")
 
 
+def _foreign_file_prune(tmp: Path) -> tuple[list[str], str]:
+    db = tmp / "x.db"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE sessions (id TEXT PRIMARY KEY, source TEXT)")
+    con.commit()
+    con.close()
+    return ["prune", "--url", str(db), "--source", "telegram:chat"], str(db)
+
+
 CASES = {
+    "prune on a file that is not a session store": _foreign_file_prune,
     "directory as the database (status)": _directory,
     "directory as the database (upgrade)": _directory_upgrade,
     "a text file": _text_file,
