@@ -285,3 +285,17 @@ def test_closed_pipe_in_a_shell_pipeline(tmp_path):
     proc = subprocess.run(["bash", "-c", cmd], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] in ("rc=0", "rc=1")
+
+
+def test_a_malformed_url_in_the_environment_is_named(tmp_path):
+    proc = run_cli("status", env={"HERMES_DATA_SESSIONS_URL": "sqlite:/x.db"})
+    line = _assert_one_line(proc, "HERMES_DATA_SESSIONS_URL")
+    assert "sqlite:/x.db" in line and not (REPO / "sqlite:").exists()
+
+
+def test_prune_source_filter_with_a_colon_is_not_a_url(tmp_path):
+    """Only database locations are checked as URLs: a filter value like ``telegram:1`` is data."""
+    db = tmp_path / "state.db"
+    migrate.upgrade("sessions", db)
+    proc = run_cli("prune", "--url", str(db), "--source", "telegram:1")
+    assert proc.returncode == 0, proc.stderr
