@@ -26,14 +26,14 @@ def register(subparsers) -> None:
                                             "providers, spend of a scope, daily spend chart")
     p.add_argument("--url", help="telemetry store URL or SQLite path "
                                  "(default: $HERMES_HOME/telemetry/telemetry.db)")
-    p.add_argument("--hours", type=float, default=24.0,
+    p.add_argument("--hours", type=float, default=24.0, metavar="N",
                    help="window: runs and calls of the last N hours (default: 24)")
     p.add_argument("--scope", nargs="+", metavar=("SCOPE", "ID"), default=["global"],
                    help="budget scope whose spend over the window to show: global, or "
                         "cron_job|sender|profile followed by its id (default: global)")
-    p.add_argument("--days", type=int, default=7,
+    p.add_argument("--days", type=int, default=7, metavar="N",
                    help="UTC days in the daily spend chart, of the same scope (default: 7)")
-    p.add_argument("--top", type=int, default=5,
+    p.add_argument("--top", type=int, default=5, metavar="N",
                    help="how many models and providers to list (default: 5)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output: {\"telemetry\": {…}}")
