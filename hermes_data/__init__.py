@@ -15,7 +15,6 @@ from .errors import (
     AdoptionError,
     ConfigurationError,
     DatabaseBusyError,
-    ForwardOnlyError,
     HermesDataError,
     NotAHermesDatabaseError,
     SchemaDriftError,
@@ -25,11 +24,14 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers (never run)
+    from .errors import ForwardOnlyError
     from .migrate import UpgradeReport, check, status, upgrade
     from .sessions.store import SessionStore
     from .telemetry.store import TelemetryStore
 
 _LAZY = {
+    # An Alembic CommandError too, built on first use: importing it imports Alembic.
+    "ForwardOnlyError": ("hermes_data.errors", "ForwardOnlyError"),
     "upgrade": ("hermes_data.migrate", "upgrade"),
     "check": ("hermes_data.migrate", "check"),
     "status": ("hermes_data.migrate", "status"),

@@ -11,16 +11,9 @@ import json
 import sys
 from dataclasses import asdict
 
-from .cli_output import emit
+from .cli_output import elapsed, emit, emit_json, progress, progress_enabled
 from .sessions import maintenance as mt
 from .sessions.store import SessionStore
-
-
-def _progress(label: str):
-    def report(done: int, total: int) -> None:
-        emit(f"\r{label}: {done:,}/{total:,}", end="" if done < total else "\n",
-              file=sys.stderr, flush=True)
-    return report
 
 
 def cmd_prune(args) -> int:
@@ -33,29 +26,40 @@ def cmd_prune(args) -> int:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
             spared = mt.count_open_prune_matches(store, args.older_than_days, **filters)
             if args.json:
-                emit(json.dumps({"would_delete": [asdict(r) for r in rows],
-                                  "open_spared": spared}, indent=2))
+                emit_json({"sessions": {"would_delete": [asdict(r) for r in rows],
+                                        "open_spared": spared}})
                 return 0
             for r in rows:
                 emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
             emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
                   f"{spared} open session(s) matching the filters are spared")
             return 0
-        n = mt.prune_sessions(store, args.older_than_days, progress=_progress("pruning"),
+        n = mt.prune_sessions(store, args.older_than_days,
+                              progress=progress("pruning", progress_enabled(args.json)),
                               exclude_active_write_guards=True, **filters)
-    emit(json.dumps({"deleted": n}) if args.json else f"deleted {n} session(s)")
+    if args.json:
+        emit_json({"sessions": {"deleted": n}})
+    else:
+        emit(f"deleted {n} session(s)")
     return 0
 
 
 def cmd_vacuum(args) -> int:
     with SessionStore(args.url) as store:
-        emit("optimizing FTS indexes and vacuuming…", file=sys.stderr, flush=True)
-        res = mt.vacuum(store)
+        # VACUUM is one statement that reports nothing: show the time it has taken so far.
+        with elapsed("optimizing FTS indexes and vacuuming", progress_enabled(args.json)):
+            res = mt.vacuum(store)
     if args.json:
-        emit(json.dumps(res))
-    else:
-        emit(f"{res['before_bytes']:,} -> {res['after_bytes']:,} bytes "
-              f"(reclaimed {res['reclaimed_bytes']:,})")
+        emit_json({"sessions": res})
+        return 0
+    change = res["before_bytes"] - res["after_bytes"]
+    if change > 0:
+        outcome = f"reclaimed {change:,} bytes"
+    elif change == 0:
+        outcome = "nothing to reclaim"
+    else:  # the rebuilt FTS indexes and the file's own layout may take a few pages more
+        outcome = f"nothing to reclaim (the rebuilt file is {-change:,} bytes larger)"
+    emit(f"{res['before_bytes']:,} -> {res['after_bytes']:,} bytes: {outcome}")
     return 0
 
 
@@ -65,6 +69,8 @@ def cmd_export(args) -> int:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
         store.assert_export_safe(args.session)
+        show = progress("exported", progress_enabled(False))
+        total = store.message_count(args.session) if show else 0
         out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
         try:
             after, n = 0, 0
@@ -76,36 +82,49 @@ def cmd_export(args) -> int:
                     out.write(json.dumps(asdict(m), ensure_ascii=False, default=str) + "\n")
                 n += len(page)
                 after = page[-1].id
-                emit(f"\rexported {n:,} message(s)", end="", file=sys.stderr, flush=True)
-            emit(file=sys.stderr)
+                if show:
+                    show(n, total)
         finally:
             if out is not sys.stdout:
                 out.close()
+    # The result, not progress: on stderr so that stdout stays pure JSON Lines.
+    emit(f"exported {n:,} message(s) of {args.session}" + (f" to {args.output}" if args.output else ""),
+         file=sys.stderr)
     return 0
 
 
 def register(subparsers) -> None:
     """Add ``prune``, ``vacuum`` and ``export`` to the ``hermes-data`` parser."""
-    def common(p: argparse.ArgumentParser) -> None:
+    def url(p: argparse.ArgumentParser) -> None:
         p.add_argument("--url", help="session store URL or SQLite path (default: $HERMES_HOME/state.db)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
         p.set_defaults(store="sessions")
 
+    def as_json(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--json", action="store_true",
+                       help="machine-readable output: {\"sessions\": {…}}")
+
     p = subparsers.add_parser("prune", help="delete ended sessions past retention (dry run unless --apply)")
-    common(p)
-    p.add_argument("--older-than-days", type=float, default=mt.DEFAULT_RETENTION_DAYS)
-    p.add_argument("--source")
-    p.add_argument("--cwd-prefix")
-    p.add_argument("--title-like")
-    p.add_argument("--include-pinned", action="store_true")
-    p.add_argument("--apply", action="store_true", help="really delete")
+    url(p)
+    as_json(p)
+    p.add_argument("--older-than-days", type=float, default=mt.DEFAULT_RETENTION_DAYS, metavar="N",
+                   help=f"only sessions inactive for N days (default: {mt.DEFAULT_RETENTION_DAYS:g})")
+    p.add_argument("--source", help="only sessions of this source (e.g. cli, cron, telegram)")
+    p.add_argument("--cwd-prefix", metavar="DIR",
+                   help="only sessions whose working directory is DIR or below it")
+    p.add_argument("--title-like", metavar="TEXT",
+                   help="only sessions whose title contains TEXT (case-insensitive, literal)")
+    p.add_argument("--include-pinned", action="store_true",
+                   help="also pinned sessions (open and mid-turn sessions are never deleted)")
+    p.add_argument("--apply", action="store_true", help="really delete (default: list only)")
     p.set_defaults(func=cmd_prune)
     p = subparsers.add_parser("vacuum", help="optimize FTS, VACUUM between PASSIVE checkpoints")
-    common(p)
+    url(p)
+    as_json(p)
     p.set_defaults(func=cmd_vacuum)
     p = subparsers.add_parser("export", help="stream one session's messages as JSONL")
-    common(p)
-    p.add_argument("session")
-    p.add_argument("-o", "--output", help="file to write (default: stdout)")
-    p.add_argument("--page-size", type=int, default=500)
+    url(p)
+    p.add_argument("session", help="id of the session to export")
+    p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
+    p.add_argument("--page-size", type=int, default=500, metavar="N",
+                   help="messages read per query (default: 500)")
     p.set_defaults(func=cmd_export)

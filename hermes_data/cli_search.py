@@ -7,11 +7,10 @@ matches highlighted (bold on a terminal, ``>>>…<<<`` otherwise) — or ``--jso
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import datetime, timezone
 
-from .cli_output import emit
+from .cli_output import emit, emit_json
 from .sessions.search import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
 from .sessions.store import SessionStore
 
@@ -25,7 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("query", help="what to look for (any text: it is sanitized, never rejected)")
     p.add_argument("--store-url", "--url", dest="url",
                    help="session store path or sqlite:/// URL (default: $HERMES_HOME/state.db)")
-    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: {\"sessions\": [hit, …]} with every field")
     p.add_argument("--source", action="append", dest="sources", metavar="SOURCE",
                    help="only sessions of this source (repeatable)")
     p.add_argument("--exclude-source", action="append", dest="excluded", metavar="SOURCE",
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--role", action="append", dest="roles", metavar="ROLE",
                    help="only messages of this role (repeatable; 'tool' searches full tool output)")
     p.add_argument("--sort", choices=["rank", "newest", "oldest"], default=None,
-                   help="order (default: relevance)")
+                   help="rank (relevance, the default), newest or oldest first")
     p.add_argument("--limit", type=int, default=20, help="results per page (default 20)")
     p.add_argument("--offset", type=int, default=0, help="skip this many results")
     p.add_argument("--include-inactive", action="store_true",
@@ -66,7 +66,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             role_filter=args.roles, limit=args.limit, offset=args.offset, sort=args.sort,
             include_inactive=args.include_inactive, fields=fields)
     if args.json:
-        emit(json.dumps([h.to_json(fields) for h in hits], indent=2, ensure_ascii=False))
+        emit_json({"sessions": [h.to_json(fields) for h in hits]})
         return 0
     if not hits:
         emit("no results")

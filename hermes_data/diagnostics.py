@@ -57,6 +57,12 @@ class DoctorReport:
         return asdict(self)
 
 
+def _one_line(exc: BaseException) -> str:
+    """A driver error as one line: the driver's own message, without SQL or links."""
+    orig = getattr(exc, "orig", None) or exc
+    return " ".join(str(orig).split()) or type(orig).__name__
+
+
 def doctor(store: str, url=None) -> DoctorReport:
     """Examine one store without changing it: SQLite build, journal mode, permissions,
     holders (and holders of deleted sidecars), descriptor headroom, ``quick_check``,
@@ -105,7 +111,7 @@ def doctor(store: str, url=None) -> DoctorReport:
     try:
         st = migrate.status(store, resolved)
     except Exception as exc:  # report, never crash: doctor exists for broken databases
-        report.problems.append(f"cannot open the database: {exc}")
+        report.problems.append(f"cannot open the database: {_one_line(exc)}")
         return report
     if path is None:
         from .engine import create_engine_for as _engine_for
@@ -140,7 +146,7 @@ def doctor(store: str, url=None) -> DoctorReport:
             if rows != ["ok"]:
                 report.problems.append(f"PRAGMA quick_check reports corruption: {rows[:3]}")
         except Exception as exc:
-            report.problems.append(f"PRAGMA quick_check failed: {exc}")
+            report.problems.append(f"PRAGMA quick_check failed: {_one_line(exc)}")
             return report
         finally:
             engine.dispose()

@@ -109,7 +109,10 @@ def decide_journal_mode(
         if vulnerable and configured is None:
             return JournalDecision(
                 None,
-                "existing WAL file kept in WAL although this SQLite build has the WAL-reset bug",
+                "existing WAL file kept in WAL although this SQLite build has the WAL-reset bug; "
+                "to act: upgrade SQLite to 3.51.3+ (or 3.50.7 / 3.44.6), or, with no process "
+                "holding the file, run PRAGMA journal_mode=DELETE on it (this build then keeps it "
+                f"in DELETE mode; {JOURNAL_MODE_ENV}=delete makes that explicit)",
                 warn=True,
             )
         return JournalDecision(None, "already WAL")
@@ -122,10 +125,11 @@ def decide_journal_mode(
             warn=vulnerable,
         )
     if vulnerable:
-        why = "fresh file" if not has_pages else f"existing {current.upper()}-mode file"
+        why = ("new file: DELETE mode" if not has_pages else
+               "DELETE mode" + ("" if current == "delete" else f" (was {current.upper()})"))
         return JournalDecision(
             "delete" if current != "delete" else None,
-            f"{why} kept in DELETE mode, not WAL: this SQLite build has the WAL-reset bug "
+            f"{why}, not WAL: this SQLite build has the WAL-reset bug "
             f"(set {JOURNAL_MODE_ENV}=wal to override)",
         )
     return JournalDecision("wal", "default WAL")

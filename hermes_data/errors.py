@@ -5,6 +5,8 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 
 class HermesDataError(Exception):
     """Base class of every error raised by hermes-data."""
@@ -12,10 +14,6 @@ class HermesDataError(Exception):
 
 class ConfigurationError(HermesDataError):
     """A setting, URL or argument is not usable."""
-
-
-class ForwardOnlyError(HermesDataError):
-    """A downgrade was requested; the schema history only moves forward."""
 
 
 class SchemaDriftError(HermesDataError):
@@ -36,3 +34,33 @@ class DatabaseBusyError(HermesDataError):
 
 class WalUnsupportedError(HermesDataError):
     """WAL was required but the filesystem holding the database refuses it."""
+
+
+if TYPE_CHECKING:
+    from alembic.util import CommandError
+
+    class ForwardOnlyError(HermesDataError, CommandError):
+        """A downgrade was requested; the schema history only moves forward."""
+
+
+def _forward_only_error() -> type:
+    from alembic.util import CommandError
+
+    class ForwardOnlyError(HermesDataError, CommandError):
+        """A downgrade was requested; the schema history only moves forward.
+
+        Also an Alembic ``CommandError``, so the ``alembic`` command line reports a refused
+        ``downgrade`` as one ``FAILED:`` line instead of a traceback. Built on first use, so
+        that importing :mod:`hermes_data.errors` does not import Alembic (a settled upgrade
+        never loads it).
+        """
+
+    ForwardOnlyError.__module__, ForwardOnlyError.__qualname__ = __name__, "ForwardOnlyError"
+    return ForwardOnlyError
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ForwardOnlyError":
+        cls = globals()["ForwardOnlyError"] = _forward_only_error()
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -67,7 +67,7 @@ def test_deleted_wal_holder_is_a_doctor_problem(tmp_path, holder):
     assert any("deleted -wal/-shm" in p for p in report.problems)
     cli = run_cli("doctor", "--store", "telemetry", "--url", str(db), "--json")
     assert cli.returncode == 1
-    assert "split WAL generation" in json.loads(cli.stdout)[0]["problems"][0]
+    assert "split WAL generation" in json.loads(cli.stdout)["telemetry"]["problems"][0]
 
 
 def test_doctor_is_clean_on_a_fresh_store_and_names_permission_problems(tmp_path):

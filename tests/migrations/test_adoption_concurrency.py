@@ -129,7 +129,7 @@ def test_eight_processes_adopt_one_legacy_file(tmp_path, name):
         assert rc == 0, err
         assert "locked" not in err.lower(), err
         assert "Traceback" not in err, err
-    reports = [json.loads(out)[0] for out, _, _ in results]
+    reports = [json.loads(out)["telemetry"] for out, _, _ in results]
     assert all(r["after_revision"] == HEAD for r in reports)
     # One consistent outcome: exactly one process adopted, the others found the head.
     adopters = [r for r in reports if r["adopted_from"] is not None]
@@ -218,7 +218,7 @@ def test_adoption_beside_a_live_inserter_loses_no_row(tmp_path, name):
     assert "locked" not in upgrade.stderr.lower(), upgrade.stderr
     assert inserter.returncode == 0 and "locked" not in err.lower(), err
     assert reader.other[-2:] == ["stopped", "<eof>"]
-    report = json.loads(upgrade.stdout)[0]
+    report = json.loads(upgrade.stdout)["telemetry"]
     assert report["adopted_from"] is not None and report["after_revision"] == HEAD
 
     ids = reader.ids

@@ -131,7 +131,7 @@ def test_upgrade_report_json(tmp_path):
     work = copy_fixture("legacy-telemetry/telemetry_v13_e937bbb.db", tmp_path)
     proc = run_cli("upgrade", "--store", "telemetry", "--url", str(work), "--json")
     assert proc.returncode == 0, proc.stderr
-    [report] = json.loads(proc.stdout)
+    report = json.loads(proc.stdout)["telemetry"]
     assert report["applied"] == ["v14", "v15", "v16", "v17", "v18"]
     assert report["before_revision"] is None and report["after_revision"] == "v18"
     assert set(report["step_seconds"]) >= {"adopt", "v14", "v18", "reconcile"}

@@ -81,6 +81,50 @@ def test_every_cli_command_is_documented_in_readme():
         assert re.search(rf"hermes-data {name}\b", readme), f"README does not document `hermes-data {name}`"
 
 
+def _readme_synopsis() -> dict[str, str]:
+    """``hermes-data`` command → its synopsis text (continuation lines included)."""
+    readme = (REPO / "README.md").read_text()
+    section = readme[readme.index("## Command line"):readme.index("## Alembic")]
+    block = re.search(r"```\n(.*?)```", section, re.S).group(1)
+    out: dict[str, str] = {}
+    current = None
+    for line in block.splitlines():
+        m = re.match(r"hermes-data (\w+)", line)
+        if m:
+            current = m.group(1)
+            out[current] = out.get(current, "") + line
+        elif line.startswith(" ") and current:
+            out[current] += " " + line.strip()
+    return out
+
+
+def test_every_cli_option_is_in_the_readme_synopsis_and_has_help():
+    """The README's synopsis line of each command names every option of that command (and every
+    choice), and ``--help`` explains each one — an option without help text is undocumented."""
+    synopsis = _readme_synopsis()
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    for name, command in sub.choices.items():
+        text = synopsis.get(name)
+        assert text, f"README synopsis lacks `hermes-data {name}`"
+        for action in command._actions:
+            if action.dest in ("help", "verbose"):
+                continue
+            where = f"`hermes-data {name} {(action.option_strings or [action.dest])[0]}`"
+            assert action.help, f"{where} has no help text"
+            if action.option_strings:
+                assert any(re.search(rf"{re.escape(o)}\b", text) for o in action.option_strings), \
+                    f"README synopsis lacks {where}"
+                for choice in action.choices or ():
+                    assert choice in text, f"README synopsis lacks {where} {choice}"
+
+
+def test_top_level_help_is_plain_text():
+    """``hermes-data --help`` shows no reStructuredText markup (double back-quotes, roles)."""
+    text = build_parser().format_help()
+    assert "``" not in text and ":mod:" not in text and ":func:" not in text
+
+
 def test_readme_test_command_is_what_ci_runs():
     readme = (REPO / "README.md").read_text()
     ci = (REPO / ".ci" / "run").read_text()
@@ -91,16 +135,34 @@ def test_readme_test_command_is_what_ci_runs():
 
 
 def test_readme_python_examples_run(tmp_path, monkeypatch):
-    """Every ```python block of the README runs as written (against stores under a scratch
-    HOME, created first with the documented upgrade)."""
-    from hermes_data import migrate
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    monkeypatch.delenv("HERMES_HOME", raising=False)
-    migrate.upgrade("telemetry", tmp_path / ".hermes" / "telemetry" / "telemetry.db")
-    migrate.upgrade("sessions", tmp_path / ".hermes" / "state.db")
+    """Every ```python block of the README runs as written, against the stores at the configured
+    default location: with HERMES_HOME at a scratch directory (and HOME and the working directory
+    elsewhere), after the documented `hermes-data upgrade`, nothing is created outside HERMES_HOME."""
+    home, user_home, cwd = tmp_path / "hermes-home", tmp_path / "home", tmp_path / "cwd"
+    for d in (home, user_home, cwd):
+        d.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("HOME", str(user_home))
+    monkeypatch.chdir(cwd)
     readme = (REPO / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert len(blocks) >= 2
+    assert len(blocks) >= 3
+    assert "~/.hermes" not in "".join(blocks), "an example hard-codes the default location"
+    upgrade = subprocess.run([sys.executable, "-m", "hermes_data.cli", "upgrade"], cwd=cwd,
+                             capture_output=True, text=True, timeout=300)
+    assert upgrade.returncode == 0, upgrade.stderr
+    printed: list[str] = []
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), {"print": lambda *a, **k: None})
+        exec(compile(block, "README.md", "exec"),
+             {"print": lambda *a, **k: printed.append(" ".join(map(str, a)))})
+    assert any(str(home / "state.db") in line for line in printed)
+    assert list(user_home.iterdir()) == [] and list(cwd.iterdir()) == []
+    created = {p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file()}
+    assert {"state.db", "telemetry/telemetry.db"} <= created
+    from hermes_data.sessions.store import SessionStore
+    from hermes_data.telemetry import TelemetryStore, get_run
+
+    with SessionStore(home / "state.db") as store:  # the examples wrote to the default stores
+        assert store.get_session("abc") is not None
+    with TelemetryStore(home / "telemetry" / "telemetry.db") as store:
+        assert get_run(store, "cron_nightly_20260720_120000") is not None

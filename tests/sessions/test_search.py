@@ -325,7 +325,7 @@ def test_cli_search_human_and_json(filled, capsys):
     assert "physics" in out and "s1" in out and "1 result" in out
     assert cli.main(["search", "广西", "--url", url, "--json", "--source", "cron",
                      "--limit", "5"]) == 0
-    data = json.loads(capsys.readouterr().out)
+    data = json.loads(capsys.readouterr().out)["sessions"]
     assert [r["source"] for r in data] == ["cron"] and "snippet" in data[0]
     assert cli.main(["search", "?!", "--url", url]) == 0
     assert "no results" in capsys.readouterr().out
