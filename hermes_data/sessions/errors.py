@@ -60,10 +60,11 @@ class SessionExportTooLargeError(SessionStoreError):
 class SchemaBehindError(SessionStoreError):
     """A read-only open found the database behind the head shape (no DDL was run)."""
 
-    def __init__(self, missing: str) -> None:
+    def __init__(self, missing: str, path: str = "the session store") -> None:
         self.missing = missing
+        self.path = path
         super().__init__(
-            f"state.db is behind the session-store schema: {missing} is missing; open it once "
+            f"{path} is behind the session-store schema: {missing} is missing; open it once "
             "writable (or run `hermes-data upgrade --store sessions`)")
 
 

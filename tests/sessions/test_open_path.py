@@ -212,8 +212,9 @@ def test_read_only_open_of_a_store_missing_a_core_column_raises_schema_behind(tm
     before = con.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall()
     con.close()
     with dbapi_trace():
-        with pytest.raises(SchemaBehindError, match="sessions.last_read_at"):
+        with pytest.raises(SchemaBehindError, match="sessions.last_read_at") as info:
             SessionStore(path, read_only=True)
+    assert str(info.value).startswith(f"{path} is behind")  # the real file, not "state.db"
     con = sqlite3.connect(path)
     assert con.execute("SELECT sql FROM sqlite_master ORDER BY name").fetchall() == before
     con.close()

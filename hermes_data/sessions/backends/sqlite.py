@@ -202,7 +202,7 @@ class SqliteBackend(SessionBackend):
         with self.reading_on_writer() as conn:
             missing = missing_core(conn)
         if missing:
-            raise SchemaBehindError(", ".join(missing))
+            raise SchemaBehindError(", ".join(missing), str(self.path))
         self.fts_available = opening.probe_fts_tables(con)
 
     def _open_checks(self) -> None:
