@@ -73,7 +73,9 @@ log = logging.getLogger("hermes_data.copy")
 
 #: Tables whose rows are bookkeeping of the migration history: replaced by the source's rows
 #: instead of being copied incrementally, and ignored when deciding whether a target is empty.
-LEDGER_TABLES = ("schema_version",)
+#: ``state_meta`` is the session store's bookkeeping: the target's upgrade settles it (a
+#: generation token of its own), and a copy takes the source's values instead.
+LEDGER_TABLES = ("schema_version", "state_meta")
 
 #: ``progress(table, rows_done, rows_total)`` — called after every committed batch.
 Progress = Callable[[str, int, int], None]
