@@ -47,6 +47,12 @@ FIXTURES = _unpack_fixtures()
 RUN_JOURNAL_MODE = os.environ.get("HERMES_DATA_JOURNAL_MODE") or None
 
 
+def known_wal_defect(reason: str) -> pytest.MarkDecorator:
+    """A defect the WAL pass still shows (tracked in the issue named by ``reason``): expected to
+    fail there, strictly — the day it passes, the marker must go."""
+    return pytest.mark.xfail(RUN_JOURNAL_MODE == "wal", reason=reason, strict=True)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """Never touch the user's real stores: every test gets its own HERMES_HOME."""

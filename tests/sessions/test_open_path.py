@@ -30,6 +30,8 @@ from hermes_data.sessions.backends.sqlite import SqliteBackend
 from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
 from hermes_data.telemetry import TelemetryStore
 
+from ..conftest import known_wal_defect
+
 pytestmark = pytest.mark.sqlite_only("file open path, WAL, read pool, guards, FTS5 fail-open")
 
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
@@ -357,6 +359,8 @@ CORRUPT_PAGE = textwrap.dedent("""
 """)
 
 
+@known_wal_defect("issue 13: in WAL the damaged page is served from the WAL, so the "
+                  "corruption injected into the main file is not seen by the live handle")
 def test_structural_corruption_quarantines_the_handle(tmp_path):
     path = tmp_path / "state.db"
     with SessionStore(path) as s:

@@ -16,6 +16,8 @@ from hermes_data.engine import SqliteSettings
 from hermes_data.sessions.errors import DeletedWalGenerationError, StateDbReplacedError
 from hermes_data.sessions.store import SessionStore
 
+from ..conftest import known_wal_defect
+
 pytestmark = pytest.mark.sqlite_only("replaced-file / WAL-generation guards")
 
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
@@ -82,6 +84,8 @@ COPY_OVER = textwrap.dedent("""
 """)
 
 
+@known_wal_defect("issue 13: in WAL SQLite serves page 1 from the WAL, so a copy over the "
+                  "same inode is not seen by the header read; read the header from the file")
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_a_copy_over_the_same_inode_is_caught_by_the_folded_header_read(tmp_path, batch):
     path, other = tmp_path / "state.db", tmp_path / "other.db"
