@@ -128,8 +128,8 @@ def cmd_doctor(args) -> int:
                 holders = r.facts["holders"]
                 emit(f"  held open by {len(holders)} process(es)"
                      + (": " + ", ".join(f"{pid} {name}" for pid, name in holders) if holders else ""))
-            if "quick_check" in r.facts:
-                emit(f"  quick_check: {', '.join(r.facts['quick_check'])}")
+            if "integrity_check" in r.facts:
+                emit(f"  integrity_check: {', '.join(r.facts['integrity_check'])}")
         fds = r.facts.get("descriptors", {})
         emit(f"  descriptors: {fds.get('open')} open of {fds.get('soft_limit')}")
         for w in r.warnings:
@@ -164,7 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arg(p, "all")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("doctor", help="examine both stores: SQLite build, journal mode, permissions, "
-                                      "holders, descriptors, quick_check, drift (exit 1 on problems)")
+                                      "holders, descriptors, integrity_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
     for module in (cli_search, cli_maintenance, cli_copy):

@@ -314,6 +314,7 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
         raise HermesDataError(f"source and target are the same database: {migrate.display_url(src_url)}")
     report = CopyReport(store=store, source=migrate.display_url(src_url),
                         target=migrate.display_url(dst_url), forced=force)
+    migrate.require_created(store, src_url)  # a missing source is not created by looking at it
     _require_head(store, src_url, report)
     migrate.upgrade(store, dst_url)
     tables = _store_tables(spec.metadata)

@@ -36,3 +36,18 @@ class DatabaseBusyError(HermesDataError):
 
 class WalUnsupportedError(HermesDataError):
     """WAL was required but the filesystem holding the database refuses it."""
+
+
+class CorruptDatabaseError(NotAHermesDatabaseError):
+    """SQLite's own check (``quick_check`` / ``integrity_check``) reports damage; the file
+    was refused and left byte-for-byte unchanged."""
+
+
+class StoreNotCreatedError(HermesDataError):
+    """A command that only looks was pointed at a store that does not exist yet; nothing
+    was created (the message names the command that creates it)."""
+
+
+class StoreLinkError(HermesDataError):
+    """The store's path is a symbolic link we refuse (a dangling one: following it would
+    create a store somewhere nobody chose)."""

@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
-from ...errors import ConfigurationError, DatabaseBusyError
+from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError, StoreNotCreatedError
 from ...files import make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
@@ -135,18 +135,29 @@ class SqliteBackend(SessionBackend):
         # Writability preflight (§8.1 step 2), ahead of the first creation so that a repaired
         # directory can take the new file: owner bits by path inside the home tree, else refuse.
         self.open_repairs.extend(opening.writability_preflight(self.path, hermes_home()))
-        if not self.path.exists():
+        if self.path.is_symlink() and not self.path.exists():
+            raise StoreLinkError(f"{self.path}: a dangling symbolic link (to "
+                                 f"{os.readlink(self.path)}); refused, nothing was created")
+        existing = self.path.exists()
+        if not existing:
             try:  # first creation: owner-only, before any connection (no locks can exist)
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
-                pass
+                existing = True
         self._refuse_deleted_sidecars("open")
+        checked = False
+        if existing and self.path.stat().st_size > 0:
+            # Identity rule and corruption check, read-only, before the connection policy
+            # touches the file (README "Which files are adopted"): a foreign or damaged file
+            # is refused byte-identical. A settled file costs a schema read, no check.
+            spec = migrate.store_spec("sessions")
+            checked = migrate.probe_file(spec, self.path).revision != spec.head
         engine = self._connect_writer()
         with self.reading_on_writer() as conn:
             behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
                 or bool(missing_core(conn))
         if behind:
-            report = migrate.upgrade("sessions", self.url)
+            report = migrate.upgrade("sessions", self.url, probed=checked)
             self.open_repairs.extend(report.repairs)
         self._open_checks()
         wal = journal_state(engine).mode == "wal"
@@ -182,6 +193,10 @@ class SqliteBackend(SessionBackend):
         A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
         times, 50 ms apart; a persistent one propagates.
         """
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            raise StoreNotCreatedError(
+                f"{self.path}: the session store is not created yet; nothing was created "
+                f"(run: hermes-data upgrade --store sessions --url {self.path})")
         con: sqlite3.Connection | None = None
         for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
             try:
