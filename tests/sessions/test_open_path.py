@@ -20,10 +20,9 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from hermes_data.errors import NotAHermesDatabaseError
 from hermes_data import migrate
 from hermes_data.engine import SqliteSettings
-from hermes_data.errors import DatabaseBusyError
+from hermes_data.errors import DatabaseBusyError, NotAHermesDatabaseError
 from hermes_data.sessions import guards
 from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError,
                                          StateDbCorruptError, StateDbReplacedError)
