@@ -28,10 +28,23 @@ What :func:`copy_store` does, in order:
    A mismatch raises :class:`CopyVerificationError` after the report is filled in.
 
 The revision ledger (``schema_version``) is replaced by the source's rows, so the target
-keeps the install's real history. Only tables of the store's SQLAlchemy metadata are copied:
-objects outside it — FTS5 virtual tables and their shadow tables in the session store,
-``sqlite_sequence``, ``alembic_version`` — are skipped; the target's full-text index is
-maintained by its own triggers / generated columns as the rows arrive.
+keeps the install's real history.
+
+**Everything the source holds is carried** (issue 12). Columns and tables the head metadata
+does not declare — an adopted upstream ``state.db`` keeps ``sessions.api_call_count``,
+``rewind_count``, … and tables such as ``session_model_usage`` — are planned on the source
+before anything is written (:func:`plan_extras`), created add-only on the target in a type
+both backends declare (INTEGER → BIGINT, REAL → DOUBLE PRECISION, TEXT → TEXT, BLOB → BYTEA;
+an undeclared column takes the one storage class its values use), listed in
+:attr:`CopyReport.carried` and logged, and copied and checksummed like every other column.
+What cannot be carried faithfully — a value whose SQLite storage class contradicts the
+declared type (text in an INTEGER column), an undeclared column holding mixed classes, a table
+without a primary key — makes the copy refuse with :class:`CopyUncarriableError`, naming
+it, before the target is touched. Not carried, by design: ``sqlite_sequence`` and
+``alembic_version`` (bookkeeping; id counters are carried separately), FTS5 virtual tables and
+their shadow tables (the target maintains its own full-text index as the rows arrive), and in
+the session store upstream's ``schema_version`` ledger (its history is Alembic's, and on a
+shared server database it would collide with the telemetry store's ledger).
 
 **Foreign keys on PostgreSQL.** The metadata's foreign keys are enforced there (SQLite
 files never enforced them), so before copying into PostgreSQL every foreign key is checked on
@@ -87,6 +100,10 @@ class CopyDanglingReferenceError(HermesDataError):
     """The source holds foreign-key values without a referenced row; the target enforces them."""
 
 
+class CopyUncarriableError(HermesDataError):
+    """The source holds a column or table the copy cannot carry faithfully; nothing was copied."""
+
+
 class CopyVerificationError(HermesDataError):
     """After the copy a table's row count or content checksum differs between the two sides."""
 
@@ -123,6 +140,9 @@ class CopyReport:
     forced: bool = False
     tables: list[TableCopy] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: Columns and tables of the source the head metadata does not declare, carried add-only
+    #: (``table.column TYPE`` / ``table``), each with the target type it got.
+    carried: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -262,6 +282,168 @@ def _set_id_counter(conn: Connection, table: sa.Table, value: int) -> None:
                          {"s": seq, "v": max(value, 1), "called": value > 0})
 
 
+# --------------------------------------------------------------------------- carrying extras
+#: Tables never carried: each backend's own bookkeeping. The session store does not carry
+#: upstream's ``schema_version`` (its history is Alembic's; on a server a foreign
+#: ``schema_version`` would also collide with the telemetry store's ledger there).
+_NEVER_CARRIED = {"telemetry": set(), "sessions": {"schema_version"}}
+#: The SQLite storage classes each portable type accepts (checked on the source before
+#: anything is written: PostgreSQL would reject, or a checksum would catch, anything else).
+_STORAGE = {"i": {"integer"}, "f": {"integer", "real"}, "t": {"text"}, "b": {"blob"}}
+_BY_STORAGE = {"integer": sa.BigInteger, "real": sa.Float, "text": sa.Text, "blob": sa.LargeBinary}
+
+
+def _portable(type_: Any) -> Any:
+    """A type both backends declare (BIGINT / DOUBLE PRECISION / TEXT / BYTEA on PostgreSQL;
+    the same affinities on SQLite) for a reflected column type; ``None`` when undeclared."""
+    if isinstance(type_, (sa.Integer, sa.Boolean)):
+        return sa.BigInteger()
+    if isinstance(type_, (sa.Float, sa.Numeric)):
+        return sa.Float(precision=53)
+    if isinstance(type_, (sa.String, sa.Text, sa.Date, sa.DateTime, sa.Time, sa.JSON)):
+        return sa.Text()
+    if isinstance(type_, sa.LargeBinary):
+        return sa.LargeBinary()
+    return None
+
+
+@dataclass
+class _Extras:
+    """What the source holds beyond the head metadata, and how it is carried."""
+
+    columns: dict[str, list[sa.Column]] = field(default_factory=dict)
+    tables: list[sa.Table] = field(default_factory=list)
+    metadata: sa.MetaData = field(default_factory=sa.MetaData)
+
+
+def _ignored(store: str, name: str, spec: Any, conn: Connection) -> bool:
+    if name.startswith("sqlite_") or name.startswith("alembic_version"):
+        return True
+    if name in _NEVER_CARRIED[store] or spec.ignore_table(name):
+        return True
+    if conn.dialect.name != "sqlite":  # both stores may share a server database
+        other = "sessions" if store == "telemetry" else "telemetry"
+        return name in migrate.store_spec(other).metadata.tables
+    return False
+
+
+def _source_storage(s: Connection, table: str, column: str) -> set[str]:
+    """SQLite storage classes present in a source column (a fixed query over catalog names)."""
+    q = s.dialect.identifier_preparer.quote
+    rows = s.exec_driver_sql(f"SELECT DISTINCT typeof({q(column)}) FROM {q(table)} "
+                             f"WHERE {q(column)} IS NOT NULL").fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def _carry_column(s: Connection, table: str, info: Any, problems: list[str]) -> sa.Column | None:
+    """``info`` is one of the inspector's reflected columns."""
+    if info.get("computed") is not None:
+        return None  # generated by the target itself (e.g. PostgreSQL's fts_document)
+    type_ = _portable(info["type"])
+    if s.dialect.name == "sqlite":
+        found = _source_storage(s, table, info["name"])
+        if type_ is None:  # no declared type: take the one storage class the values use
+            if len(found) > 1:
+                problems.append(f"{table}.{info['name']}: undeclared type holding mixed values "
+                                f"({', '.join(sorted(found))})")
+                return None
+            type_ = _BY_STORAGE[next(iter(found))]() if found else sa.Text()
+        bad = found - _STORAGE[_kind(sa.Column("x", type_))]
+        if bad:
+            problems.append(f"{table}.{info['name']}: declared {info['type']} but holds "
+                            f"{', '.join(sorted(bad))} values")
+            return None
+    elif type_ is None:
+        problems.append(f"{table}.{info['name']}: type {info['type']} has no portable equivalent")
+        return None
+    return sa.Column(info["name"], type_, nullable=True)
+
+
+def plan_extras(s: Connection, store: str) -> _Extras:
+    """Columns and tables of the source that the head metadata does not declare, typed for
+    both backends; raises :class:`CopyUncarriableError` (before anything is written) for what
+    cannot be carried faithfully."""
+    spec = migrate.store_spec(store)
+    insp = sa.inspect(s)
+    extras = _Extras()
+    problems: list[str] = []
+    for table in spec.metadata.sorted_tables:
+        if not insp.has_table(table.name):
+            continue
+        for info in insp.get_columns(table.name):
+            if info["name"] in table.c:
+                continue
+            col = _carry_column(s, table.name, info, problems)
+            if col is not None:
+                extras.columns.setdefault(table.name, []).append(col)
+    for name in sorted(insp.get_table_names()):
+        if name in spec.metadata.tables or _ignored(store, name, spec, s):
+            continue
+        pk = insp.get_pk_constraint(name).get("constrained_columns") or []
+        if not pk:
+            problems.append(f"table {name}: no primary key (cannot be copied in resumable, "
+                            "verifiable key order)")
+            continue
+        cols = [c for c in (_carry_column(s, name, info, problems)
+                            for info in insp.get_columns(name)) if c is not None]
+        for c in cols:
+            c.nullable = c.name not in pk
+        extras.tables.append(sa.Table(name, extras.metadata, *cols, sa.PrimaryKeyConstraint(*pk)))
+    if problems:
+        raise CopyUncarriableError(
+            "the source holds data the copy cannot carry faithfully; nothing was copied: "
+            + "; ".join(problems))
+    return extras
+
+
+def _carried_metadata(store: str, extras: _Extras) -> sa.MetaData:
+    """The head metadata plus the carried columns and tables (what the copy reads, writes and
+    checksums)."""
+    md = sa.MetaData()
+    for table in migrate.store_spec(store).metadata.sorted_tables:
+        copy = table.to_metadata(md)
+        for col in extras.columns.get(table.name, []):
+            copy.append_column(sa.Column(col.name, col.type, nullable=True))
+    for table in extras.tables:
+        table.to_metadata(md)
+    return md
+
+
+def _describe(extras: _Extras, dialect: Any) -> list[str]:
+    out = [f"{t}.{c.name} {c.type.compile(dialect=dialect)}"
+           for t, cols in extras.columns.items() for c in cols]
+    out += [f"table {t.name} ({len(t.c)} columns)" for t in extras.tables]
+    return out
+
+
+def apply_extras(d: Connection, extras: _Extras) -> None:
+    """Add the carried columns and tables to the target, add-only (inside the caller's
+    transaction); a same-named target object of another shape is refused."""
+    insp = sa.inspect(d)
+    q = d.dialect.identifier_preparer.quote
+    problems = []
+    for name, cols in extras.columns.items():
+        types = {c["name"]: c["type"] for c in insp.get_columns(name)}
+        for col in cols:
+            if col.name in types:
+                there = _portable(types[col.name]) or sa.Text()
+                if _kind(sa.Column("x", there)) != _kind(col):
+                    problems.append(f"{name}.{col.name} exists on the target as {types[col.name]}")
+                continue
+            d.exec_driver_sql(f"ALTER TABLE {q(name)} ADD COLUMN {q(col.name)} "
+                              f"{col.type.compile(dialect=d.dialect)}")
+    for table in extras.tables:
+        if insp.has_table(table.name):
+            names = {c["name"] for c in insp.get_columns(table.name)}
+            if names != {c.name for c in table.c}:
+                problems.append(f"table {table.name} exists on the target with other columns")
+            continue
+        table.create(d)
+    if problems:
+        raise CopyUncarriableError("the target holds objects the source's cannot go into: "
+                                   + "; ".join(problems))
+
+
 # --------------------------------------------------------------------------- the copy
 def _store_tables(metadata: sa.MetaData) -> list[sa.Table]:
     return [t for t in metadata.sorted_tables if t.name not in LEDGER_TABLES]
@@ -316,15 +498,29 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
                         target=migrate.display_url(dst_url), forced=force)
     migrate.require_created(store, src_url)  # a missing source is not created by looking at it
     _require_head(store, src_url, report)
-    migrate.upgrade(store, dst_url)
-    tables = _store_tables(spec.metadata)
     src = create_engine_for(store, src_url)
+    try:
+        with src.connect() as s:  # decided on the source, before the target is touched
+            extras = plan_extras(s, store)
+    except BaseException:
+        src.dispose()
+        raise
+    migrate.upgrade(store, dst_url)
+    carried = _carried_metadata(store, extras)
+    tables = _store_tables(carried)
     dst = create_engine_for(store, dst_url)
     try:
+        with write_transaction(dst) as d:
+            apply_extras(d, extras)
+            report.carried = _describe(extras, d.dialect)
+        if report.carried:  # shown by the CLI (WARNING): the target gains objects
+            log.warning("%s: carrying %d column(s)/table(s) the head metadata does not declare, "
+                        "added on the target: %s", report.target, len(report.carried),
+                        "; ".join(report.carried))
         with src.connect() as s, dst.connect() as d:
             known = set(sa.inspect(s).get_table_names())
-            report.skipped = sorted(known - {t.name for t in spec.metadata.sorted_tables}
-                                    - {"alembic_version"})
+            report.skipped = sorted(known - set(carried.tables)
+                                    - {"alembic_version", migrate.store_spec(store).pg_version_table})
             if d.dialect.name == "postgresql":
                 _check_references(s, tables, report)
             marks = _check_target(s, d, tables, report, force, store)
@@ -340,8 +536,8 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
             else:
                 report.tables.append(_copy_table(src, dst, table, marks[table.name], batch,
                                                  progress, tr))
-        _copy_ledger(src, dst, spec.metadata, report)
-        _verify(src, dst, tables, spec.metadata, report, store)
+        _copy_ledger(src, dst, carried, report)
+        _verify(src, dst, tables, carried, report, store)
         if dst.dialect.name == "postgresql":
             # A bulk load leaves the planner without statistics until autovacuum gets to it.
             with dst.begin() as d:
