@@ -606,6 +606,8 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
         st.size_bytes = sum(
             p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists()
         )
+        # A foreign file is named, never opened with the store's connection policy.
+        probe_file(spec, path, checked=False)
     engine = create_engine_for(store, resolved, _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():

@@ -217,6 +217,10 @@ def test_foreign_files_are_refused_by_the_session_store(tmp_path, make):
         line = cli.stderr.strip().splitlines()[-1]
         assert str(db) in line and ("not a session store" in line or "not an SQLite" in line)
         assert digest(db) == before and stat.S_IMODE(db.stat().st_mode) == mode
+    status = run_cli("status", "--store", "sessions", "--url", str(db))
+    assert status.returncode == 2 and str(db) in status.stderr
+    doctor = run_cli("doctor", "--store", "sessions", "--url", str(db))
+    assert doctor.returncode == 1 and str(db) in doctor.stdout
     with pytest.raises(NotAHermesDatabaseError, match=str(db)):
         SessionStore(db)
     assert digest(db) == before and stat.S_IMODE(db.stat().st_mode) == mode
