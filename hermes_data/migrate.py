@@ -315,11 +315,18 @@ def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
     try:
         rows = [str(r[0]) for r in con.execute(f"PRAGMA {pragma}({CHECK_LINES})").fetchall()]
     except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
+        if _is_lock_conflict(exc):
+            raise  # contention, not damage: the caller's retry policy decides
         return [str(exc)]
     if rows == ["ok"]:
         return []
     lines = [line.strip() for row in rows for line in row.splitlines()]
     return [line for line in lines if line and not line.startswith("*** in database")]
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
 
 
 def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> CorruptDatabaseError:
@@ -330,10 +337,10 @@ def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> C
         f"(details: hermes-data doctor --store {store} --url {path})")
 
 
-def read_only_connect(path: Path) -> sqlite3.Connection:
+def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
     """A ``mode=ro`` connection to an existing file, for probes that must not write."""
     try:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
     except sqlite3.Error as exc:
         raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
                                       "the file was left unchanged") from exc
@@ -354,7 +361,9 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
     unchanged. With ``checked``, files that are about to be written (anything but a settled
     store at its head) get the check :data:`CHECK_FOR_KIND` names."""
     own = con is None
-    con = read_only_connect(path) if con is None else con
+    # The store's own busy timeout (1 s for the session store, whose open retries with
+    # jitter within its patience budget; 30 s for telemetry).
+    con = read_only_connect(path, spec.busy_timeout_ms / 1000) if con is None else con
     try:
         try:
             try:
@@ -369,6 +378,8 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
                 revision = str(rows[0][0]) if len(rows) == 1 else None
         except sqlite3.DatabaseError as exc:
             message = str(exc)
+            if _is_lock_conflict(exc):
+                raise  # contention, not damage (the session store's open retries it)
             if "not a database" in message:
                 raise NotAHermesDatabaseError(
                     f"{path}: not an SQLite database ({message}); refused, the file was left "

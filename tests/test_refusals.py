@@ -336,3 +336,35 @@ def test_not_created_error_is_a_hermes_data_error(tmp_path):
     with pytest.raises(StoreNotCreatedError, match="hermes-data upgrade"):
         migrate.check("sessions", tmp_path / "missing.db")
     assert not (tmp_path / "missing.db").exists()
+
+
+HOLD_EXCLUSIVE = """
+import sqlite3, sys, time
+con = sqlite3.connect(sys.argv[1], isolation_level=None)
+con.execute("BEGIN EXCLUSIVE")
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+con.execute("ROLLBACK")
+"""
+
+
+def test_a_locked_file_is_contention_not_corruption(tmp_path):
+    """The identity probe meets a lock: the open waits and succeeds, it never calls it corrupt."""
+    import subprocess
+    import sys
+
+    from hermes_data import SessionStore
+    from hermes_data.engine import SqliteSettings
+
+    db = tmp_path / "state.db"
+    with SessionStore(db, settings=SqliteSettings(journal_mode="delete")) as store:
+        store.create_session("abc", "cli")
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_EXCLUSIVE, str(db), "2.5"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with SessionStore(db, settings=SqliteSettings(journal_mode="delete"),
+                          open_patience_s=20) as store:
+            assert store.get_session("abc") is not None
+    finally:
+        holder.wait(30)
