@@ -31,7 +31,7 @@ import time
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
@@ -361,6 +361,7 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
     unchanged. With ``checked``, files that are about to be written (anything but a settled
     store at its head) get the check :data:`CHECK_FOR_KIND` names."""
     own = con is None
+    # (identify_file below is the same identification on an existing connection.)
     # The store's own busy timeout (1 s for the session store, whose open retries with
     # jitter within its patience budget; 30 s for telemetry).
     con = read_only_connect(path, spec.busy_timeout_ms / 1000) if con is None else con
@@ -394,6 +395,33 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
     finally:
         if own:
             con.close()
+
+
+def identify_file(spec: StoreSpec, path: Path, conn: Connection | sqlite3.Connection) -> str:
+    """:attr:`StoreSpec.identify` on a connection the caller already holds (the session
+    store's writer, when its connection policy provably wrote nothing): the same refusals as
+    :func:`probe_file`, naming ``path``; no corruption check."""
+    try:
+        # Both stores' identify() take a plain sqlite3 or an SQLAlchemy connection.
+        return str(spec.identify(cast(Any, conn))) if spec.identify is not None else "unknown"
+    except NotAHermesDatabaseError as exc:
+        if str(path) in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from exc
+    except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
+        raise refusal_for(spec, path, exc) from exc
+
+
+def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseException:
+    """The refusal an SQLite error on an unidentified file means; a lock conflict is
+    returned as it is (contention, not damage)."""
+    message = str(getattr(exc, "orig", None) or exc)
+    if _is_lock_conflict(exc):
+        return exc
+    if "not a database" in message:
+        return NotAHermesDatabaseError(
+            f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
+    return corrupt_error(path, "schema read", [message], spec.name)
 
 
 def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:

@@ -138,11 +138,14 @@ def test_corrupt_session_file_is_refused_byte_identical(corrupt_sessions):
 def test_corrupt_session_file_is_refused_by_the_store_api(corrupt_sessions):
     from hermes_data import SessionStore
 
+    from hermes_data.engine import SqliteSettings
+
     before = digest(corrupt_sessions)
-    with pytest.raises(CorruptDatabaseError, match="corrupt") as err:
-        SessionStore(corrupt_sessions)
-    assert str(corrupt_sessions) in str(err.value)
-    assert digest(corrupt_sessions) == before
+    for settings in (None, SqliteSettings(journal_mode="wal")):  # writer path, probe path
+        with pytest.raises(CorruptDatabaseError, match="corrupt") as err:
+            SessionStore(corrupt_sessions, settings=settings)
+        assert str(corrupt_sessions) in str(err.value)
+        assert digest(corrupt_sessions) == before
 
 
 def test_telemetry_missing_index_entry_refused_at_adoption(corrupt_telemetry):
@@ -221,9 +224,15 @@ def test_foreign_files_are_refused_by_the_session_store(tmp_path, make):
     assert status.returncode == 2 and str(db) in status.stderr
     doctor = run_cli("doctor", "--store", "sessions", "--url", str(db))
     assert doctor.returncode == 1 and str(db) in doctor.stdout
-    with pytest.raises(NotAHermesDatabaseError, match=str(db)):
-        SessionStore(db)
-    assert digest(db) == before and stat.S_IMODE(db.stat().st_mode) == mode
+    # Both open paths: identified on the writer (this build's default policy writes nothing
+    # on connect) and by the read-only probe (configured WAL would rewrite the header).
+    from hermes_data.engine import SqliteSettings
+
+    for settings in (None, SqliteSettings(journal_mode="wal"), SqliteSettings(journal_mode="delete"),
+                     SqliteSettings(journal_mode="wal", sqlite_version=(3, 51, 3))):
+        with pytest.raises(NotAHermesDatabaseError, match=str(db)):
+            SessionStore(db, settings=settings)
+        assert digest(db) == before and stat.S_IMODE(db.stat().st_mode) == mode
 
 
 def test_zero_byte_file_is_created_as_a_session_store(tmp_path):

@@ -100,6 +100,11 @@ def identify(conn: AnyConn) -> str:
         raise NotAHermesDatabaseError(
             f"not a session store: it has no sessions table (found {shown}){hint}; "
             "refused, the file was left unchanged")
+    if "alembic_version" in tables:
+        # Ours (its columns are the upgrade's business, which names what is missing): one
+        # catalog read is all a settled open pays. A foreign history is refused by the
+        # upgrade before anything is locked (migrate._check_own_history).
+        return "ours"
     for table, cols in IDENTITY_COLUMNS.items():
         if table not in tables:
             continue
@@ -108,7 +113,7 @@ def identify(conn: AnyConn) -> str:
             raise NotAHermesDatabaseError(
                 f"not a session store: table {table} lacks {', '.join(lacking)}; "
                 "refused, the file was left unchanged")
-    return "ours" if "alembic_version" in tables else "upstream"
+    return "upstream"
 
 
 def missing_core(conn: AnyConn) -> list[str]:

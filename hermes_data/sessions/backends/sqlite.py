@@ -145,17 +145,22 @@ class SqliteBackend(SessionBackend):
             except FileExistsError:
                 existing = True
         self._refuse_deleted_sidecars("open")
-        checked = False
+        # Identity rule before anything can write to an existing file (README "What is
+        # refused, and how"): a foreign file stays byte-identical. It runs on the writer's
+        # own first connection, ahead of the engine's connection policy (journal-mode switch,
+        # configured pragmas): no extra connection, so the settled open is not slowed.
+        spec = migrate.store_spec("sessions")
+        identify = None
         if existing and self.path.stat().st_size > 0:
-            # Identity rule and corruption check, read-only, before the connection policy
-            # touches the file (README "Which files are adopted"): a foreign or damaged file
-            # is refused byte-identical. A settled file costs a schema read, no check.
-            spec = migrate.store_spec("sessions")
-            checked = migrate.probe_file(spec, self.path).revision != spec.head
-        engine = self._connect_writer()
+            def identify(dbapi_conn: sqlite3.Connection) -> None:
+                migrate.identify_file(spec, self.path, dbapi_conn)
+        engine = self._connect_writer(identify=identify)
         with self.reading_on_writer() as conn:
-            behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
-                or bool(missing_core(conn))
+            behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
+        checked = False
+        if behind and identify is not None:
+            # About to adopt or upgrade: the corruption check, read-only, before any write.
+            checked = migrate.probe_file(spec, self.path).revision != spec.head
         if behind:
             report = migrate.upgrade("sessions", self.url, probed=checked)
             self.open_repairs.extend(report.repairs)
@@ -421,12 +426,17 @@ class SqliteBackend(SessionBackend):
             raise
         return result
 
-    def _connect_writer(self) -> Engine:
+    def _connect_writer(self, identify: Callable[[sqlite3.Connection], None] | None = None
+                        ) -> Engine:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
-        No schema work: the open runs that next; the close-race reopen never does."""
+        No schema work: the open runs that next; the close-race reopen never does.
+        ``identify`` runs once, on the first connection, before all of that."""
         engine = create_sqlite_engine(self.path, self._settings)
         pragmas = self._pragmas
+        if identify is not None:
+            event.listen(engine, "connect", lambda dbapi_conn, _record: identify(dbapi_conn),
+                         insert=True, once=True)
 
         @event.listens_for(engine, "connect")
         def _fk_on(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
