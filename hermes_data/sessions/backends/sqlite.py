@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
-from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError, StoreNotCreatedError
+from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError
 from ...files import make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
@@ -145,23 +145,18 @@ class SqliteBackend(SessionBackend):
             except FileExistsError:
                 existing = True
         self._refuse_deleted_sidecars("open")
-        # Identity rule before anything can write to an existing file (README "What is
-        # refused, and how"): a foreign file stays byte-identical. It runs on the writer's
-        # own first connection, ahead of the engine's connection policy (journal-mode switch,
-        # configured pragmas): no extra connection, so the settled open is not slowed.
-        spec = migrate.store_spec("sessions")
-        identify = None
+        # Identity rule (README "What is refused, and how") on the writer's first connection,
+        # ahead of the engine's policy: a foreign file stays byte-identical, at no extra cost.
+        spec, identify = migrate.store_spec("sessions"), None
         if existing and self.path.stat().st_size > 0:
             def identify(dbapi_conn: sqlite3.Connection) -> None:
                 migrate.identify_file(spec, self.path, dbapi_conn)
         engine = self._connect_writer(identify=identify)
         with self.reading_on_writer() as conn:
             behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
-        checked = False
-        if behind and identify is not None:
-            # About to adopt or upgrade: the corruption check, read-only, before any write.
-            checked = migrate.probe_file(spec, self.path).revision != spec.head
-        if behind:
+        if behind:  # adopt/upgrade: the corruption check, read-only, before any write
+            checked = identify is not None and \
+                migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked)
             self.open_repairs.extend(report.repairs)
         self._open_checks()
@@ -198,10 +193,7 @@ class SqliteBackend(SessionBackend):
         A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
         times, 50 ms apart; a persistent one propagates.
         """
-        if not self.path.exists() or self.path.stat().st_size == 0:
-            raise StoreNotCreatedError(
-                f"{self.path}: the session store is not created yet; nothing was created "
-                f"(run: hermes-data upgrade --store sessions --url {self.path})")
+        migrate.require_created("sessions", self.path)  # never create a file by reading it
         con: sqlite3.Connection | None = None
         for attempt in range(READ_ONLY_OPEN_RETRIES + 1):
             try:
@@ -430,8 +422,7 @@ class SqliteBackend(SessionBackend):
                         ) -> Engine:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
-        No schema work: the open runs that next; the close-race reopen never does.
-        ``identify`` runs once, on the first connection, before all of that."""
+        No schema work: the open runs that next. ``identify`` runs once, first."""
         engine = create_sqlite_engine(self.path, self._settings)
         pragmas = self._pragmas
         if identify is not None:
