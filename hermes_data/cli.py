@@ -169,6 +169,8 @@ def cmd_doctor(args) -> int:
                  + (": " + ", ".join(f"{pid} {name}" for pid, name in holders) if holders else ""))
         if "quick_check" in r.facts:
             emit(f"  quick_check: {', '.join(r.facts['quick_check'])}")
+        if "integrity_check" in r.facts:
+            emit(f"  integrity_check: {', '.join(r.facts['integrity_check'])}")
         fds = r.facts.get("descriptors", {})
         if fds.get("open") is not None:
             limit = fds.get("soft_limit")
@@ -222,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     _store_arg(p, "all")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("doctor", help="examine both stores: SQLite build, journal mode, permissions, "
-                                      "holders, descriptors, quick_check, drift (exit 1 on problems)")
+                                      "holders, descriptors, integrity_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
     for module in (cli_search, cli_maintenance, cli_copy, cli_stats):

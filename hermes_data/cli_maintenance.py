@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from dataclasses import asdict
 
+from . import migrate
 from .cli_output import elapsed, emit, emit_json, progress, progress_enabled
 from .sessions import maintenance as mt
 from .sessions.store import SessionStore
@@ -21,6 +23,8 @@ def cmd_prune(args) -> int:
                                  ("title_like", args.title_like)) if v is not None}
     if args.include_pinned:
         filters["include_pinned"] = True
+    if not args.apply:
+        migrate.require_created("sessions", args.url)  # a dry run creates nothing
     with SessionStore(args.url) as store:
         if not args.apply:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
@@ -71,7 +75,11 @@ def cmd_export(args) -> int:
         store.assert_export_safe(args.session)
         show = progress("exported", progress_enabled(False))
         total = store.message_count(args.session) if show else 0
-        out = open(args.output, "w", encoding="utf-8") if args.output else sys.stdout
+        # Owner-only, like the stores: a transcript is as private as the database.
+        out = (os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                         "w", encoding="utf-8") if args.output else sys.stdout)
+        if args.output:
+            os.chmod(args.output, 0o600)  # an existing file keeps its mode through O_TRUNC
         try:
             after, n = 0, 0
             while True:  # keyset paging: each page is an index seek

@@ -10,6 +10,7 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
+from . import migrate
 from .cli_output import emit, emit_json
 from .sessions.search import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
 from .sessions.store import SessionStore
@@ -60,6 +61,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     """Run one search and print it."""
     want_context = args.context or args.json
     fields = None if want_context else [f for f in RESULT_FIELDS if f != "context"]
+    migrate.require_created("sessions", args.url)  # looking creates nothing
     with SessionStore(args.url) as store:
         hits = store.search_messages(
             args.query, source_filter=args.sources, exclude_sources=args.excluded,

@@ -28,10 +28,23 @@ What :func:`copy_store` does, in order:
    A mismatch raises :class:`CopyVerificationError` after the report is filled in.
 
 The revision ledger (``schema_version``) is replaced by the source's rows, so the target
-keeps the install's real history. Only tables of the store's SQLAlchemy metadata are copied:
-objects outside it — FTS5 virtual tables and their shadow tables in the session store,
-``sqlite_sequence``, ``alembic_version`` — are skipped; the target's full-text index is
-maintained by its own triggers / generated columns as the rows arrive.
+keeps the install's real history.
+
+**Everything the source holds is carried** (issue 12). Columns and tables the head metadata
+does not declare — an adopted upstream ``state.db`` keeps ``sessions.api_call_count``,
+``rewind_count``, … and tables such as ``session_model_usage`` — are planned on the source
+before anything is written (:func:`plan_extras`), created add-only on the target in a type
+both backends declare (INTEGER → BIGINT, REAL → DOUBLE PRECISION, TEXT → TEXT, BLOB → BYTEA;
+an undeclared column takes the one storage class its values use), listed in
+:attr:`CopyReport.carried` and logged, and copied and checksummed like every other column.
+What cannot be carried faithfully — a value whose SQLite storage class contradicts the
+declared type (text in an INTEGER column), an undeclared column holding mixed classes, a table
+without a primary key — makes the copy refuse with :class:`CopyUncarriableError`, naming
+it, before the target is touched. Not carried, by design: ``sqlite_sequence`` and
+``alembic_version`` (bookkeeping; id counters are carried separately), FTS5 virtual tables and
+their shadow tables (the target maintains its own full-text index as the rows arrive), and in
+the session store upstream's ``schema_version`` ledger (its history is Alembic's, and on a
+shared server database it would collide with the telemetry store's ledger).
 
 **Foreign keys on PostgreSQL.** The metadata's foreign keys are enforced there (SQLite
 files never enforced them), so before copying into PostgreSQL every foreign key is checked on
@@ -66,6 +79,9 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from . import migrate
 from .config import resolve_url
+from .copy_extras import CopyUncarriableError  # noqa: F401  (re-exported: part of copy's API)
+from .copy_extras import apply_extras, carried_metadata, describe, plan_extras
+from .copy_extras import value_kind as _kind
 from .engine import create_engine_for, write_transaction
 from .errors import HermesDataError
 
@@ -125,6 +141,9 @@ class CopyReport:
     forced: bool = False
     tables: list[TableCopy] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    #: Columns and tables of the source the head metadata does not declare, carried add-only
+    #: (``table.column TYPE`` / ``table``), each with the target type it got.
+    carried: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -147,16 +166,6 @@ class CopyReport:
 
 
 # --------------------------------------------------------------------------- canonical values
-def _kind(col: sa.Column) -> str:
-    if isinstance(col.type, sa.Integer):
-        return "i"
-    if isinstance(col.type, sa.Float):
-        return "f"
-    if isinstance(col.type, sa.LargeBinary):
-        return "b"
-    return "t"
-
-
 def _canonical(kind: str, value: Any) -> bytes:
     """One value in a form equal on both backends (``N`` for NULL)."""
     if value is None:
@@ -316,16 +325,31 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
         raise HermesDataError(f"source and target are the same database: {migrate.display_url(src_url)}")
     report = CopyReport(store=store, source=migrate.display_url(src_url),
                         target=migrate.display_url(dst_url), forced=force)
+    migrate.require_created(store, src_url)  # a missing source is not created by looking at it
     _require_head(store, src_url, report)
-    migrate.upgrade(store, dst_url)
-    tables = _store_tables(spec.metadata)
     src = create_engine_for(store, src_url)
+    try:
+        with src.connect() as s:  # decided on the source, before the target is touched
+            extras = plan_extras(s, store)
+    except BaseException:
+        src.dispose()
+        raise
+    migrate.upgrade(store, dst_url)
+    carried = carried_metadata(store, extras)
+    tables = _store_tables(carried)
     dst = create_engine_for(store, dst_url)
     try:
+        with write_transaction(dst) as d:
+            apply_extras(d, extras)
+            report.carried = describe(extras, d.dialect)
+        if report.carried:  # shown by the CLI (WARNING): the target gains objects
+            log.warning("%s: carrying %d column(s)/table(s) the head metadata does not declare, "
+                        "added on the target: %s", report.target, len(report.carried),
+                        "; ".join(report.carried))
         with src.connect() as s, dst.connect() as d:
             known = set(sa.inspect(s).get_table_names())
-            report.skipped = sorted(known - {t.name for t in spec.metadata.sorted_tables}
-                                    - {"alembic_version"})
+            report.skipped = sorted(known - set(carried.tables)
+                                    - {"alembic_version", migrate.store_spec(store).pg_version_table})
             if d.dialect.name == "postgresql":
                 _check_references(s, tables, report)
             marks = _check_target(s, d, tables, report, force, store)
@@ -341,8 +365,8 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
             else:
                 report.tables.append(_copy_table(src, dst, table, marks[table.name], batch,
                                                  progress, tr))
-        _copy_ledger(src, dst, spec.metadata, report)
-        _verify(src, dst, tables, spec.metadata, report, store)
+        _copy_ledger(src, dst, carried, report)
+        _verify(src, dst, tables, carried, report, store)
         if dst.dialect.name == "postgresql":
             # A bulk load leaves the planner without statistics until autovacuum gets to it.
             with dst.begin() as d:

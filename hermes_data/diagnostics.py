@@ -6,10 +6,11 @@ which never opens the database or its sidecars; the database itself is examined 
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from dataclasses import asdict, dataclass, field
 
-from .engine import SqliteSettings, is_wal_reset_vulnerable, linked_sqlite_version
+from .engine import is_wal_reset_vulnerable, linked_sqlite_version
 from .files import MIN_FD_HEADROOM, descriptor_budget, file_facts, file_holders
 
 
@@ -65,7 +66,7 @@ def _one_line(exc: BaseException) -> str:
 
 def doctor(store: str, url=None) -> DoctorReport:
     """Examine one store without changing it: SQLite build, journal mode, permissions,
-    holders (and holders of deleted sidecars), descriptor headroom, ``quick_check``,
+    holders (and holders of deleted sidecars), descriptor headroom, ``integrity_check``,
     schema drift and revision. Problems make the CLI exit 1; warnings do not.
 
     A database whose ``-wal``/``-shm`` is held deleted by some process (a split WAL
@@ -73,7 +74,6 @@ def doctor(store: str, url=None) -> DoctorReport:
     """
     from . import migrate
     from .config import resolve_url, sqlite_path
-    from .engine import create_engine_for
 
     resolved = resolve_url(store, url)
     path = sqlite_path(resolved)
@@ -87,11 +87,18 @@ def doctor(store: str, url=None) -> DoctorReport:
     if budget.headroom is not None and budget.headroom < MIN_FD_HEADROOM:
         report.problems.append(f"only {budget.headroom} file descriptors left before the soft limit")
     if not report.exists:
-        report.warnings.append("the store does not exist yet (run: hermes-data upgrade)")
+        if path is not None and path.is_symlink():
+            report.problems.append(f"{path} is a dangling symbolic link (to {os.readlink(path)}); "
+                                   "the stores refuse it: remove the link or create its target")
+            return report
+        report.warnings.append(f"the store is not created yet (run: hermes-data upgrade --store {store})")
         return report
     if path is not None:
         facts = file_facts(path)
         report.facts["files"] = facts.to_dict()
+        if facts.link_target is not None:
+            report.warnings.append(f"{path} is a symbolic link to {facts.link_target}; "
+                                   "hermes-data operates on that target")
         if facts.owner_only is False:
             report.problems.append(f"{path} or a sidecar is readable by group/others ({facts.mode}); "
                                    f"run: chmod 600 {path}*")
@@ -107,6 +114,29 @@ def doctor(store: str, url=None) -> DoctorReport:
                     "— stop them before anything reopens the file): "
                     + ", ".join(f"pid {h.pid} ({h.name}) {h.path}" for h in split)
                 )
+                return report
+    if path is not None:
+        # integrity_check, not quick_check: it also compares every index with its table
+        # (a missing index entry passes quick_check). Read-only connection, no policy.
+        try:
+            con = migrate.read_only_connect(path)
+            try:
+                damage = migrate.sqlite_check(con, "integrity_check")
+            finally:
+                con.close()
+        except Exception as exc:
+            report.problems.append(f"{path}: PRAGMA integrity_check failed: {exc}")
+            return report
+        report.facts["integrity_check"] = damage[:10] or ["ok"]
+        if damage:
+            report.problems.append(f"{path}: corrupt (PRAGMA integrity_check: "
+                                   f"{'; '.join(damage[:3])}{' …' if len(damage) > 3 else ''})")
+            return report
+        if report.facts["files"]["sizes"].get("db"):
+            try:
+                migrate.probe_file(migrate.store_spec(store), path, checked=False)
+            except Exception as exc:  # foreign: name it, never open it with the store policy
+                report.problems.append(str(exc))
                 return report
     try:
         st = migrate.status(store, resolved)
@@ -137,19 +167,6 @@ def doctor(store: str, url=None) -> DoctorReport:
                 f"SQLite {build.version} has the WAL-reset bug and this file is in WAL mode; "
                 "upgrade SQLite to 3.51.3+ (or 3.50.7 / 3.44.6)"
             )
-        spec = migrate.store_spec(store)
-        engine = create_engine_for(store, resolved, SqliteSettings(busy_timeout_ms=spec.busy_timeout_ms))
-        try:
-            with engine.connect() as conn:
-                rows = [r[0] for r in conn.exec_driver_sql("PRAGMA quick_check").fetchall()]
-            report.facts["quick_check"] = rows[:10]
-            if rows != ["ok"]:
-                report.problems.append(f"PRAGMA quick_check reports corruption: {rows[:3]}")
-        except Exception as exc:
-            report.problems.append(f"PRAGMA quick_check failed: {_one_line(exc)}")
-            return report
-        finally:
-            engine.dispose()
     drift = [d for d in migrate.check(store, resolved) if not d.is_extra]
     report.facts["drift"] = [str(d) for d in drift]
     if drift:

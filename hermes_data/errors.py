@@ -64,3 +64,18 @@ def __getattr__(name: str) -> Any:
         cls = globals()["ForwardOnlyError"] = _forward_only_error()
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+class CorruptDatabaseError(NotAHermesDatabaseError):
+    """SQLite's own check (``quick_check`` / ``integrity_check``) reports damage; the file
+    was refused and left byte-for-byte unchanged."""
+
+
+class StoreNotCreatedError(HermesDataError):
+    """A command that only looks was pointed at a store that does not exist yet; nothing
+    was created (the message names the command that creates it)."""
+
+
+class StoreLinkError(HermesDataError):
+    """The store's path is a symbolic link we refuse (a dangling one: following it would
+    create a store somewhere nobody chose)."""

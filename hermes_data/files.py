@@ -142,16 +142,29 @@ class FileFacts:
     mode: str | None = None
     owner_only: bool | None = None
     sizes: dict[str, int] = field(default_factory=dict)
+    #: Where ``path`` leads when it is a symbolic link (facts are the target's), else None.
+    link_target: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
+def link_target(path: Path | str) -> Path | None:
+    """The fully resolved target when ``path`` is a symbolic link (possibly dangling), else
+    ``None``. The stores operate on that target: SQLite resolves the link and keeps its
+    ``-wal``/``-shm`` beside the target, and permissions are set on the target."""
+    p = Path(path)
+    return p.resolve() if p.is_symlink() else None
+
+
 def file_facts(path: Path) -> FileFacts:
-    """Mode bits and sizes of ``path`` and its sidecars (never opens them)."""
-    facts = FileFacts(str(path), path.exists())
+    """Mode bits and sizes of ``path`` (its link target, for a link) and its sidecars (never
+    opens them)."""
+    target = link_target(path)
+    facts = FileFacts(str(path), path.exists(), link_target=None if target is None else str(target))
     if not facts.exists:
         return facts
+    path = target or path
     mode = path.stat().st_mode
     facts.mode = stat.filemode(mode)
     owner_only = not (mode & (stat.S_IRWXG | stat.S_IRWXO))
@@ -172,7 +185,8 @@ def make_owner_only(path: Path | str,
     files changed. A failure raises, or with ``on_error`` is handed to it and the next file
     is tried; a file that vanishes meanwhile is skipped."""
     changed = []
-    for p in _with_sidecars(path):
+    # A link's sidecars sit beside its target (SQLite resolves the link); chmod follows it.
+    for p in _with_sidecars(link_target(path) or path):
         try:
             if (os.stat(p).st_mode & 0o777) != 0o600:
                 os.chmod(p, 0o600)

@@ -32,15 +32,16 @@ import warnings
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
 from .config import check_store, resolve_url, sqlite_path
 from .engine import SqliteSettings, create_engine_for, journal_state
-from .errors import ConfigurationError, NotAHermesDatabaseError
-from .files import make_owner_only
+from .errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
+                     StoreLinkError, StoreNotCreatedError)
+from .files import link_target, make_owner_only
 from .migration_spec import StoreSpec, UpgradeReport, current_revision
 from .shape import Difference, diff_shapes, live_shape
 
@@ -121,15 +122,20 @@ def _settings_for(spec: StoreSpec) -> SqliteSettings:
 
 
 def upgrade(store: str, url: str | os.PathLike | URL | None = None,
-            revision: str = "head", *, settings: SqliteSettings | None = None) -> UpgradeReport:
+            revision: str = "head", *, probed: bool = False,
+            settings: SqliteSettings | None = None) -> UpgradeReport:
     """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
 
+    Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
+    leaving the database as it was. A foreign file raises :class:`NotAHermesDatabaseError`,
+    a damaged one :class:`CorruptDatabaseError`, both before anything touches it.
+    ``probed=True``: the caller has just run :func:`probe_file` (with its check) on this file.
     ``settings``: the SQLite engine settings of the caller's store handle (journal mode,
     busy timeout …), so the file is created the way the handle will use it; default: the
-    store's own. Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
-    leaving the database as it was.
+    store's own.
     """
-    if revision == "head":
+    refuse_dangling_link(sqlite_path(resolve_url(store, url)))
+    if revision == "head" and not probed:
         settled = _settled_report(store, url, settings)
         if settled is not None:
             return settled
@@ -138,10 +144,20 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     cfg = alembic_config(store, url)
     report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
     cfg.attributes["hermes_report"] = report
+    cfg.attributes["hermes_probed"] = probed
     cfg.attributes["hermes_settings"] = settings
     with _process_lock:
         command.upgrade(cfg, revision)
     return report
+
+
+def refuse_dangling_link(path: Path | None) -> None:
+    """Symbolic-link policy (README "Symbolic links"): a link is followed — the stores operate
+    on its resolved target, and ``status``/``doctor`` name it — but a *dangling* link is
+    refused: following it would create a store wherever it happens to point."""
+    if path is not None and path.is_symlink() and not path.exists():
+        raise StoreLinkError(f"{path}: a dangling symbolic link (to {os.readlink(path)}); "
+                             "refused, nothing was created (remove the link or create its target)")
 
 
 def _settled_report(store: str, url, settings: SqliteSettings | None = None
@@ -154,7 +170,11 @@ def _settled_report(store: str, url, settings: SqliteSettings | None = None
     if spec.head is None or (path is not None and (not path.exists() or path.stat().st_size == 0)):
         return None
     started = time.perf_counter()
-    _preflight(spec, resolved)  # a foreign file is refused before any policy touches it
+    # A foreign file is refused before any policy touches it; a file that is not at the
+    # head goes to the full path, whose preflight runs the corruption check.
+    if path is not None and spec.identify is not None:
+        if probe_file(spec, path, checked=False).revision != spec.head:
+            return None
     engine = create_engine_for(store, resolved, settings or _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():
@@ -258,7 +278,8 @@ def run_env(store: str) -> None:
         store=store, url=display_url(resolved)
     )
     started = time.perf_counter()
-    _preflight(spec, resolved)
+    if not cfg.attributes.get("hermes_probed"):
+        _preflight(spec, resolved)
     new_file = sqlite_path(resolved)
     created = new_file is not None and (not new_file.exists() or new_file.stat().st_size == 0)
     engine = create_engine_for(store, resolved,
@@ -290,24 +311,145 @@ def _is_migration_command(context) -> bool:
     return True
 
 
-def _preflight(spec: StoreSpec, url: URL) -> None:
-    """Identify an existing SQLite file read-only before any connection policy touches it,
-    so a foreign or corrupt file is refused byte-for-byte unchanged."""
+#: Which SQLite check guards which path (README "Corrupt files", measured there):
+#: adopting an unversioned legacy file runs the full ``integrity_check`` (it also compares
+#: every index with its table, which ``quick_check`` skips — a legacy file is about to be
+#: rewritten, and a missing index entry would be carried into the adopted store); upgrading
+#: one of our own versioned files that is behind runs ``quick_check`` (pages, records,
+#: freelist); a settled open runs neither (it reads the version and nothing else — damage
+#: found later quarantines the handle); ``doctor`` runs ``integrity_check``.
+CHECK_FOR_KIND = {"legacy": "integrity_check", "upstream": "integrity_check",
+                  "alembic": "quick_check", "ours": "quick_check"}
+#: At most this many lines of a failing check are kept (the message names the first).
+CHECK_LINES = 10
+#: Read-only probe: is there an Alembic version table, and what does it hold?
+_SQL_HAS_ALEMBIC = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+_SQL_ALEMBIC_REVISION = "SELECT version_num FROM alembic_version"
+
+
+def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
+    """Run ``PRAGMA quick_check`` or ``integrity_check`` (read-only); ``[]`` when ``ok``,
+    else SQLite's first :data:`CHECK_LINES` lines naming the damage."""
+    if pragma not in ("quick_check", "integrity_check"):
+        raise ValueError(pragma)
+    try:
+        rows = [str(r[0]) for r in con.execute(f"PRAGMA {pragma}({CHECK_LINES})").fetchall()]
+    except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
+        if _is_lock_conflict(exc):
+            raise  # contention, not damage: the caller's retry policy decides
+        return [str(exc)]
+    if rows == ["ok"]:
+        return []
+    lines = [line.strip() for row in rows for line in row.splitlines()]
+    return [line for line in lines if line and not line.startswith("*** in database")]
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> CorruptDatabaseError:
+    """The one-line refusal of a damaged file."""
+    shown = "; ".join(problems[:3]) + (" …" if len(problems) > 3 else "")
+    return CorruptDatabaseError(
+        f"{path}: corrupt (PRAGMA {pragma}: {shown}); refused, the file was left unchanged "
+        f"(details: hermes-data doctor --store {store} --url {path})")
+
+
+def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
+    """A ``mode=ro`` connection to an existing file, for probes that must not write."""
+    try:
+        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+    except sqlite3.Error as exc:
+        raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
+                                      "the file was left unchanged") from exc
+
+
+@dataclass
+class Probe:
+    """What the read-only preflight found in an existing SQLite file."""
+
+    kind: str
+    revision: str | None = None
+
+
+def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
+               con: sqlite3.Connection | None = None) -> Probe:
+    """Identify an existing, non-empty SQLite file of ``spec``'s store read-only, before any
+    connection policy touches it, so a foreign or corrupt file is refused byte-for-byte
+    unchanged. With ``checked``, files that are about to be written (anything but a settled
+    store at its head) get the check :data:`CHECK_FOR_KIND` names."""
+    own = con is None
+    # (identify_file below is the same identification on an existing connection.)
+    # The store's own busy timeout (1 s for the session store, whose open retries with
+    # jitter within its patience budget; 30 s for telemetry).
+    con = read_only_connect(path, spec.busy_timeout_ms / 1000) if con is None else con
+    try:
+        try:
+            try:
+                kind = str(spec.identify(con)) if spec.identify is not None else "unknown"
+            except NotAHermesDatabaseError as exc:
+                if str(path) in str(exc):
+                    raise
+                raise type(exc)(f"{path}: {exc}") from exc
+            revision = None
+            if con.execute(_SQL_HAS_ALEMBIC).fetchone():
+                rows = con.execute(_SQL_ALEMBIC_REVISION).fetchall()
+                revision = str(rows[0][0]) if len(rows) == 1 else None
+        except sqlite3.DatabaseError as exc:
+            message = str(exc)
+            if _is_lock_conflict(exc):
+                raise  # contention, not damage (the session store's open retries it)
+            if "not a database" in message:
+                raise NotAHermesDatabaseError(
+                    f"{path}: not an SQLite database ({message}); refused, the file was left "
+                    "unchanged") from exc
+            raise corrupt_error(path, "schema read", [message], spec.name) from exc
+        pragma = CHECK_FOR_KIND.get(kind)
+        if checked and pragma is not None and revision != spec.head:
+            problems = sqlite_check(con, pragma)
+            if problems:
+                raise corrupt_error(path, pragma, problems, spec.name)
+        return Probe(kind, revision)
+    finally:
+        if own:
+            con.close()
+
+
+def identify_file(spec: StoreSpec, path: Path, conn: Connection | sqlite3.Connection) -> str:
+    """:attr:`StoreSpec.identify` on a connection the caller already holds (the session
+    store's writer, when its connection policy provably wrote nothing): the same refusals as
+    :func:`probe_file`, naming ``path``; no corruption check."""
+    try:
+        # Both stores' identify() take a plain sqlite3 or an SQLAlchemy connection.
+        return str(spec.identify(cast(Any, conn))) if spec.identify is not None else "unknown"
+    except NotAHermesDatabaseError as exc:
+        if str(path) in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from exc
+    except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
+        raise refusal_for(spec, path, exc) from exc
+
+
+def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseException:
+    """The refusal an SQLite error on an unidentified file means; a lock conflict is
+    returned as it is (contention, not damage)."""
+    message = str(getattr(exc, "orig", None) or exc)
+    if _is_lock_conflict(exc):
+        return exc
+    if "not a database" in message:
+        return NotAHermesDatabaseError(
+            f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
+    return corrupt_error(path, "schema read", [message], spec.name)
+
+
+def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:
+    """:func:`probe_file` on an existing, non-empty SQLite file (else nothing)."""
     path = sqlite_path(url)
     if path is None or spec.identify is None or not path.exists() or path.stat().st_size == 0:
         return
-    try:
-        ro = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)
-    except sqlite3.Error as exc:
-        raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc})") from exc
-    try:
-        spec.identify(ro)
-    except sqlite3.DatabaseError as exc:
-        raise NotAHermesDatabaseError(
-            f"{path}: not a usable SQLite database ({exc}); the file was left unchanged"
-        ) from exc
-    finally:
-        ro.close()
+    probe_file(spec, path, checked=checked)
 
 
 def _resolve_destination(script: ScriptDirectory, destination) -> str | None:
@@ -432,13 +574,38 @@ def _run_on(conn: Connection, spec: StoreSpec, context, on_apply) -> None:
         context.run_migrations()
 
 
+def not_created(store: str, url: str | os.PathLike | URL | None = None) -> Path | None:
+    """The SQLite file of ``store`` when it does not exist yet (missing or zero bytes), else
+    ``None``. Looks at the path only: creates nothing."""
+    path = sqlite_path(resolve_url(store, url))
+    if path is None:
+        return None
+    try:
+        return path if path.stat().st_size == 0 else None
+    except FileNotFoundError:
+        return path
+
+
+def require_created(store: str, url: str | os.PathLike | URL | None = None) -> None:
+    """For commands that only look: raise :class:`StoreNotCreatedError` (naming the command
+    that creates the store) instead of letting a connection create an empty file."""
+    path = not_created(store, url)
+    if path is not None:
+        where = "" if url is None else f" --url {path}"
+        raise StoreNotCreatedError(
+            f"{path}: the {store.rstrip('s')} store is not created yet; nothing was created "
+            f"(run: hermes-data upgrade --store {store}{where})")
+
+
 def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Difference]:
     """Compare the live schema of ``store`` with its head; read-only.
 
     Returns every :class:`~hermes_data.shape.Difference`; ``extra_*`` entries are
-    informational (foreign objects are left alone), the others are drift.
+    informational (foreign objects are left alone), the others are drift. A store that does
+    not exist yet raises :class:`StoreNotCreatedError` (nothing is created).
     """
     spec = store_spec(store)
+    require_created(store, url)
     engine = create_engine_for(store, url, _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():
@@ -476,6 +643,8 @@ class StoreStatus:
     journal_reason: str | None = None
     size_bytes: int | None = None
     legacy: bool = False
+    #: The resolved target when the store's path is a symbolic link (we operate on it).
+    link_target: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -488,12 +657,16 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
     path = sqlite_path(resolved)
     st = StoreStatus(store=store, url=display_url(resolved), exists=True, head=head_revision(store))
     if path is not None:
-        st.exists = path.exists()
+        st.exists = path.exists() and path.stat().st_size > 0
+        target = link_target(path)
+        st.link_target = None if target is None else str(target)
         if not st.exists:
             return st
         st.size_bytes = sum(
             p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists()
         )
+        # A foreign file is named, never opened with the store's connection policy.
+        probe_file(spec, path, checked=False)
     engine = create_engine_for(store, resolved, _settings_for(spec))
     try:
         with engine.connect() as conn, conn.begin():

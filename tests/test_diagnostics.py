@@ -76,7 +76,7 @@ def test_doctor_is_clean_on_a_fresh_store_and_names_permission_problems(tmp_path
     assert (db.stat().st_mode & 0o777) == 0o600  # upgrade made it owner-only
     ok = run_cli("doctor", "--store", "telemetry", "--url", str(db))
     assert ok.returncode == 0, ok.stdout
-    assert "quick_check: ok" in ok.stdout and "no problems found" in ok.stdout
+    assert "integrity_check: ok" in ok.stdout and "no problems found" in ok.stdout
     os.chmod(db, 0o644)
     bad = run_cli("doctor", "--store", "telemetry", "--url", str(db))
     assert bad.returncode == 1 and "chmod 600" in bad.stdout

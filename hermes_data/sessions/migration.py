@@ -14,12 +14,13 @@ file stamped at an earlier revision is "behind" and is simply upgraded (no re-ad
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import replace
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import AdoptionError
+from ..errors import AdoptionError, NotAHermesDatabaseError
 from ..migration_spec import StoreSpec, UpgradeReport, current_revision
 from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
@@ -44,26 +45,78 @@ def is_fts_table(name: str) -> bool:
 PG_VERSION_TABLE = "alembic_version_sessions"
 
 
-def _tables(conn: Connection) -> set[str]:
-    if conn.dialect.name != "sqlite":
+#: Either an SQLAlchemy connection or a plain ``sqlite3`` one (the read-only identity probe
+#: runs before the engine's connection policy touches a file).
+AnyConn = Connection | sqlite3.Connection
+
+
+def _rows(conn: AnyConn, statement: str) -> list:
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute(statement).fetchall()
+    return list(conn.exec_driver_sql(statement).fetchall())
+
+
+def _tables(conn: AnyConn) -> set[str]:
+    if isinstance(conn, Connection) and conn.dialect.name != "sqlite":
         return set(sa.inspect(conn).get_table_names())
-    return {str(r[0]) for r in conn.exec_driver_sql(mq.SQLITE_TABLES).fetchall()}
+    return {str(r[0]) for r in _rows(conn, mq.SQLITE_TABLES)}
 
 
-def _columns(conn: Connection, table: str) -> list[str]:
-    if conn.dialect.name != "sqlite":
+def _columns(conn: AnyConn, table: str) -> list[str]:
+    if isinstance(conn, Connection) and conn.dialect.name != "sqlite":
         return [c["name"] for c in sa.inspect(conn).get_columns(table)]
-    return [str(r[1]) for r in conn.exec_driver_sql(mq.table_info(table)).fetchall()]
+    return [str(r[1]) for r in _rows(conn, mq.table_info(table))]
 
 
-def _index_names(conn: Connection) -> set[str]:
-    if conn.dialect.name != "sqlite":
+def _index_names(conn: AnyConn) -> set[str]:
+    if isinstance(conn, Connection) and conn.dialect.name != "sqlite":
         insp = sa.inspect(conn)
         return {str(ix["name"]) for t in insp.get_table_names() for ix in insp.get_indexes(t)}
-    return {str(r[0]) for r in conn.exec_driver_sql(mq.SQLITE_INDEXES).fetchall()}
+    return {str(r[0]) for r in _rows(conn, mq.SQLITE_INDEXES)}
 
 
-def missing_core(conn: Connection) -> list[str]:
+#: The columns that make a table a session store's (ours or an upstream ``state.db`` of any
+#: historical shape: schema v1 already had them).
+IDENTITY_COLUMNS = {"sessions": ("id", "source", "started_at"),
+                    "messages": ("id", "session_id", "role", "timestamp")}
+
+
+def identify(conn: AnyConn) -> str:
+    """The session store's identity rule (read-only; README "Which files are adopted").
+
+    * ``"empty"``: no user table at all (a missing or zero-byte file is created, not opened);
+    * ``"ours"``: a session store with our ``alembic_version``;
+    * ``"upstream"``: an upstream ``state.db`` (a ``sessions`` table, and ``messages`` if
+      present, with the columns every historical upstream schema had) — adopted in place;
+    * anything else — another application's file, a ``telemetry.db`` — is foreign:
+      :class:`NotAHermesDatabaseError`, and the caller leaves the file untouched.
+    """
+    tables = {t for t in _tables(conn) if not t.startswith("sqlite_")}
+    if not tables:
+        return "empty"
+    if "sessions" not in tables:
+        shown = ", ".join(sorted(tables)[:8]) + (" …" if len(tables) > 8 else "")
+        hint = (" (this looks like a telemetry.db)" if {"runs", "llm_calls"} <= tables else "")
+        raise NotAHermesDatabaseError(
+            f"not a session store: it has no sessions table (found {shown}){hint}; "
+            "refused, the file was left unchanged")
+    if "alembic_version" in tables:
+        # Ours (its columns are the upgrade's business, which names what is missing): one
+        # catalog read is all a settled open pays. A foreign history is refused by the
+        # upgrade before anything is locked (migrate._check_own_history).
+        return "ours"
+    for table, cols in IDENTITY_COLUMNS.items():
+        if table not in tables:
+            continue
+        lacking = [c for c in cols if c not in _columns(conn, table)]
+        if lacking:
+            raise NotAHermesDatabaseError(
+                f"not a session store: table {table} lacks {', '.join(lacking)}; "
+                "refused, the file was left unchanged")
+    return "upstream"
+
+
+def missing_core(conn: AnyConn) -> list[str]:
     """Core tables/columns/indexes absent from the live database (read-only)."""
     out: list[str] = []
     tables = _tables(conn)
@@ -92,9 +145,7 @@ def before_upgrade(conn: Connection, report: UpgradeReport) -> None:
     tables = _tables(conn)
     if "sessions" not in tables:
         return  # fresh file: the baseline creates everything
-    required = {"sessions": ("id", "source", "started_at"),
-                "messages": ("id", "session_id", "role", "timestamp")}
-    for table, cols in required.items():
+    for table, cols in IDENTITY_COLUMNS.items():
         if table not in tables:
             continue
         lacking = [c for c in cols if c not in _columns(conn, table)]
@@ -230,6 +281,7 @@ SPEC = StoreSpec(
     before_upgrade=before_upgrade,
     after_upgrade=after_upgrade,
     needs_adoption=needs_adoption,
+    identify=identify,
     ignore_table=ignore_table,
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,

@@ -11,14 +11,24 @@ Guarantees and limits
 
 * **Order**: calls are written in the order they were queued (per producer thread, and
   globally in queue order); consecutive calls of one kind share an ``executemany``.
-* **Back-pressure**: the queue is bounded (``max_pending``). A producer that finds it full
-  waits for the writer; after ``put_timeout`` seconds it gets :class:`BufferFullError`.
-* **Durability**: a call is durable once :meth:`flush` returns (or :meth:`close`). The
-  writer commits at least every ``max_delay`` seconds. Pending calls are flushed at
-  interpreter exit (``atexit``) and on :meth:`close`.
-* **Loss window**: on SIGKILL, power loss or ``os._exit`` the calls still queued — at most
-  ``max_pending``, typically the last ``max_delay`` seconds — are lost; committed batches
-  are not. Use the synchronous API where a single call must never be lost.
+* **Back-pressure**: at most ``max_pending`` calls are uncommitted at any time — queued
+  *or* in the batch being written (a batch leaves the queue only after its ``COMMIT``). A
+  producer that finds the buffer full waits for the writer; after ``put_timeout`` seconds it
+  gets :class:`BufferFullError`. (Exact for fewer than :data:`LOCK_FREE_MARGIN` concurrent
+  producer threads: below that margin a put is lock-free, at the margin it is serialized.)
+* **Durability**: a call is durable once :meth:`flush` returns (or :meth:`close`). Pending
+  calls are flushed at interpreter exit (``atexit``) and on :meth:`close`; with
+  ``flush_on_signals`` also on SIGTERM / SIGINT (opt-in: a library installs no signal
+  handler uninvited; the previous handler runs afterwards, so the process still ends).
+* **Latency bound**: the writer commits continuously while calls are queued — one batch of
+  at most ``max_batch`` calls after another, never waiting for the queue to drain — and
+  sleeps at most ``max_delay`` when it is empty. So the oldest uncommitted call is at most
+  ``max_delay`` + ``ceil(max_pending / max_batch)`` batch commits old (plus any time
+  another process holds the database's write lock). :attr:`max_commit_age` records the
+  largest age seen at commit; ``benchmarks/telemetry_writes.py`` prints it.
+* **Loss window**: on SIGKILL, power loss or ``os._exit`` the uncommitted calls — at most
+  ``max_pending``, counting the batch in flight — are lost; committed batches are not. Use
+  the synchronous API where a single call must never be lost.
 * **Failures**: if a batch fails, it is rolled back and retried call by call so one bad
   call cannot sink its neighbours; calls that still fail are logged and counted in
   :attr:`BufferedWriter.failed`.
@@ -30,14 +40,17 @@ from __future__ import annotations
 
 import atexit
 import logging
+import os
+import signal
 import threading
 import time
 import weakref
 from collections import deque
 from contextlib import contextmanager
 from datetime import datetime
-from itertools import groupby
+from itertools import groupby, islice
 from operator import itemgetter
+from typing import Any, Iterable
 
 from ..errors import HermesDataError
 from .store import _PG_DIALECT, Compiled, TelemetryStore
@@ -49,6 +62,10 @@ from .writes import (
 log = logging.getLogger("hermes_data.telemetry.buffered")
 
 _LLM, _LLM_ATTRIBUTED, _TOOL, _FLUSH = 0, 1, 2, 3
+#: Below ``max_pending - LOCK_FREE_MARGIN`` queued calls a put appends without a lock; from
+#: there on puts are serialized, so the ``max_pending`` bound is exact for fewer concurrent
+#: producer threads than this.
+LOCK_FREE_MARGIN = 1024
 _SQL = {
     _LLM: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL.sql),
     _LLM_ATTRIBUTED: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL_ATTRIBUTED.sql),
@@ -93,7 +110,8 @@ class BufferedWriter:
 
     def __init__(self, store: TelemetryStore, *, max_pending: int = 50_000,
                  max_batch: int = 5_000, max_delay: float = 0.05,
-                 put_timeout: float | None = 30.0) -> None:
+                 put_timeout: float | None = 30.0,
+                 flush_on_signals: Iterable[int] | bool = False) -> None:
         self.store = store
         self.max_pending = max_pending
         self.max_batch = max_batch
@@ -102,10 +120,14 @@ class BufferedWriter:
         self.written = 0
         self.failed = 0
         self.batches = 0
+        #: Largest age (seconds) of a batch's oldest call when that batch committed.
+        self.max_commit_age = 0.0
+        self._locked_above = max(0, max_pending - LOCK_FREE_MARGIN)
         self._queue: deque = deque()
         self._wake = threading.Event()
         self._room = threading.Condition(threading.Lock())
         self._closed = False
+        self._previous_handlers: dict[int, Any] = {}
         if store.dialect == "sqlite":
             self._sql, self._tx = _SQL, _sqlite_tx
         else:
@@ -122,23 +144,68 @@ class BufferedWriter:
 
         self._atexit = _close_at_exit
         atexit.register(self._atexit)
+        if flush_on_signals:
+            signals = ((signal.SIGTERM, signal.SIGINT) if flush_on_signals is True
+                       else tuple(flush_on_signals))
+            self._install_signal_flush(signals)
+
+    # -- opt-in signal flush -----------------------------------------------------------
+    def _install_signal_flush(self, signals: tuple) -> None:
+        """Flush on each of ``signals``, then hand the signal to the handler that was there
+        before (the default action ends the process as it would have). Main thread only
+        (Python's rule for signal handlers)."""
+        if threading.current_thread() is not threading.main_thread():
+            raise HermesDataError("flush_on_signals needs the main thread (Python installs "
+                                  "signal handlers only there)")
+        ref = weakref.ref(self)
+
+        def _handler(signum: int, frame: Any) -> None:
+            writer = ref()
+            previous = signal.SIG_DFL
+            if writer is not None:
+                previous = writer._previous_handlers.get(signum, signal.SIG_DFL)
+                try:
+                    writer.close()
+                except Exception:  # never block the shutdown the signal asked for
+                    log.exception("%s: flush on signal %d failed", writer.store.path, signum)
+            if callable(previous):
+                previous(signum, frame)
+            elif previous == signal.SIG_DFL:
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        for signum in signals:
+            self._previous_handlers[signum] = signal.signal(signum, _handler)
+
+    def _restore_signal_handlers(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in self._previous_handlers.items():
+            try:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError):
+                pass
+        self._previous_handlers = {}
 
     # -- producers ---------------------------------------------------------------------
     def _put(self, item: tuple) -> None:
         if self._closed:
             raise HermesDataError("the buffered telemetry writer is closed")
-        if len(self._queue) >= self.max_pending:
+        queue = self._queue
+        if len(queue) < self._locked_above:  # common case: far from full, no lock
+            queue.append(item)
+        else:
             deadline = None if self.put_timeout is None else time.monotonic() + self.put_timeout
-            with self._room:
-                while len(self._queue) >= self.max_pending:
+            with self._room:  # check and append together: the bound stays exact
+                while len(queue) >= self.max_pending:
                     self._wake.set()
                     left = None if deadline is None else deadline - time.monotonic()
                     if left is not None and left <= 0:
                         raise BufferFullError(
-                            f"{self.store.path}: {len(self._queue)} telemetry writes pending for "
+                            f"{self.store.path}: {len(queue)} telemetry writes pending for "
                             f"more than {self.put_timeout}s; the writer cannot keep up")
-                    self._room.wait(left if left is None else min(left, 0.1))
-        self._queue.append(item)
+                    self._room.wait(0.1 if left is None else min(left, 0.1))
+                queue.append(item)
         if not self._wake.is_set():
             self._wake.set()
 
@@ -157,7 +224,8 @@ class BufferedWriter:
                                   cost_usd, latency_ms, cache_read_tokens, cache_write_tokens,
                                   reasoning_tokens, estimated, provider_assumed, moa_preset,
                                   turn_id, task_id, api_request_id, sender_id, profile)
-        self._put((_LLM_ATTRIBUTED if (sender_id or profile) else _LLM, call, run))
+        self._put((_LLM_ATTRIBUTED if (sender_id or profile) else _LLM, call, run,
+                   time.monotonic()))
 
     def record_tool_call(self, session_id: str, ts: str | datetime | None, tool_name: str,
                          ok: bool = True, latency_ms: int | None = None, *,
@@ -165,21 +233,29 @@ class BufferedWriter:
         """Queue a tool call; same effect as :func:`hermes_data.telemetry.writes.record_tool_call`."""
         ts = ts if type(ts) is str else to_iso(ts)
         self._put((_TOOL, (session_id, ts, tool_name, 1 if ok else 0, latency_ms,
-                           turn_id or None, tool_call_id or None), (session_id,)))
+                           turn_id or None, tool_call_id or None), (session_id,),
+                   time.monotonic()))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every call queued before this one is committed; False on timeout."""
         if not self._thread.is_alive():
             return not self._queue
         done = threading.Event()
-        self._queue.append((_FLUSH, done, None))
+        self._queue.append((_FLUSH, done, None, time.monotonic()))
         self._wake.set()
         return done.wait(timeout)
 
     @property
     def pending(self) -> int:
-        """Calls queued and not yet committed (approximate)."""
+        """Calls not yet committed, the batch being written included (approximate)."""
         return len(self._queue)
+
+    def oldest_age(self) -> float:
+        """Seconds since the oldest uncommitted call was queued (0 when none is)."""
+        try:
+            return time.monotonic() - self._queue[0][3]
+        except IndexError:
+            return 0.0
 
     def close(self) -> None:
         """Flush, stop the writer thread and release its connection (idempotent)."""
@@ -190,6 +266,7 @@ class BufferedWriter:
         self._wake.set()
         self._thread.join()
         atexit.unregister(self._atexit)
+        self._restore_signal_handlers()
 
     def __enter__(self) -> "BufferedWriter":
         return self
@@ -206,20 +283,27 @@ class BufferedWriter:
                 wake.wait(self.max_delay)
                 wake.clear()
                 while queue:
-                    batch: list = []
-                    pop = queue.popleft
-                    while queue and len(batch) < self.max_batch:
-                        batch.append(pop())
-                    with self._room:
-                        self._room.notify_all()
+                    # Peek, write, commit, and only then take the batch off the queue: the
+                    # batch in flight still counts against max_pending (the loss bound).
+                    # (list(islice(deque)) runs in C under the GIL: producers cannot append
+                    # in the middle of it.)
+                    batch = list(islice(queue, self.max_batch))
                     self._write(conn, batch)
+                    pop = queue.popleft
+                    for _ in range(len(batch)):
+                        pop()
+                    if self._room.acquire(timeout=0.05):  # never block on a signal handler
+                        try:
+                            self._room.notify_all()
+                        finally:
+                            self._room.release()
                 if self._closed and not queue:
                     return
         finally:
             self.store.release_thread_connection()
 
     def _write(self, conn, batch: list) -> None:
-        flushes = [item[1] for item in batch if item[0] == _FLUSH]
+        flushes = [item[1] for item in batch if item[0] == _FLUSH]  # set after the commit
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
@@ -231,6 +315,9 @@ class BufferedWriter:
                         cur.executemany(second, [g[2] for g in group])
                 self.written += len(items)
                 self.batches += 1
+                age = time.monotonic() - items[0][3]
+                if age > self.max_commit_age:
+                    self.max_commit_age = age
             except Exception:
                 log.exception("%s: group commit of %d telemetry writes failed; retrying one by one",
                               self.store.path, len(items))
@@ -239,7 +326,7 @@ class BufferedWriter:
             done.set()
 
     def _write_one_by_one(self, conn, items: list) -> None:
-        for kind, first_args, second_args in items:
+        for kind, first_args, second_args, _queued in items:
             first, second = self._sql[kind]
             try:
                 with self.store.writer_queue, self._tx(conn) as cur:

@@ -172,6 +172,10 @@ def identify(conn: sqlite3.Connection | Connection) -> str:
         from ..sessions.schema import metadata as sessions_metadata
 
         user_tables -= set(sessions_metadata.tables) | {"alembic_version_sessions"}
+        if "alembic_version_sessions" in names and not names & set(IDENTITY_TABLES):
+            # Only a session store lives here, with whatever upstream tables its copy
+            # carried (hermes_data.copy): nothing of ours yet, so nothing foreign to us.
+            return "empty"
     if not user_tables:
         return "empty"
     missing = [t for t in IDENTITY_TABLES if t not in names]

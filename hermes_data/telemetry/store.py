@@ -39,6 +39,7 @@ import threading
 import weakref
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
@@ -227,13 +228,30 @@ class _SaTx:
         return res.lastrowid if self.dialect == "sqlite" else res.scalar_one()
 
 
+def migrate_if_missing(path: Path) -> bool:
+    """Create the store at ``path`` when the file is missing or empty (never leave a 0-byte
+    file behind): the same upgrade ``hermes-data upgrade`` runs, owner-only. Returns True
+    when it created the store. Existing files are left to the caller (zero cost)."""
+    from .. import migrate
+
+    try:
+        if path.stat().st_size > 0:
+            return False
+    except FileNotFoundError:
+        migrate.refuse_dangling_link(path)
+    migrate.upgrade("telemetry", path)
+    return True
+
+
 class TelemetryStore:
     """The telemetry database: use as ``with TelemetryStore(path) as store: ...``.
 
     ``url`` is a path or SQLAlchemy URL (default: the configured telemetry location, see
     :mod:`hermes_data.config`); ``engine`` reuses an existing engine instead (the store then
-    does not dispose it). The schema must already be at head (``hermes-data upgrade``, or
-    ``metadata.create_all`` in tests) — the store never creates or alters tables.
+    does not dispose it). A missing (or zero-byte) file is created and upgraded to the head,
+    owner-only, like ``SessionStore`` does; an existing file must already be at head
+    (``hermes-data upgrade``) — the store never alters an existing file's tables. A dangling
+    symbolic link is refused (:class:`~hermes_data.errors.StoreLinkError`).
 
     A ``postgresql+psycopg://`` URL (or a PostgreSQL engine) gives a
     :class:`PgTelemetryStore` with the same API.
@@ -261,6 +279,8 @@ class TelemetryStore:
                     f"{resolved!s}: TelemetryStore drives SQLite files; for another backend pass "
                     "a SQLAlchemy Connection to the query functions instead"
                 )
+            if migrate_if_missing(path):
+                log.info("%s: created the telemetry store (owner-only, at head)", path)
             # Generous pool: each thread holds one connection for its lifetime.
             settings = settings or SqliteSettings()
             settings = replace(settings, pool_size=max(settings.pool_size, 16),

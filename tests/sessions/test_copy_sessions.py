@@ -68,10 +68,12 @@ def _reads(store: SessionStore) -> dict:
     return _plain(out)
 
 
-def test_legacy_fixture_adopted_then_copied_reads_identically(tmp_path, pg_session_url):
+def test_legacy_fixture_adopted_then_copied_reads_identically(tmp_path, pg_url):
+    # A database of its own: the copy carries the fixture's upstream-only columns and tables
+    # onto the target (issue 12), which must not leak into the shared session database.
+    pg_session_url = pg_url
     path = copy_fixture("legacy-sessions/state_fork_v21.db", tmp_path)
     migrate.upgrade("sessions", path)
-    _truncate(pg_session_url)
     report = copy_store(path, pg_session_url, store="sessions", batch=7)
     assert report.verified and "messages_fts" in report.skipped
     assert {t.table for t in report.tables} >= {"sessions", "messages", "state_meta"}

@@ -22,7 +22,7 @@ from sqlalchemy import event
 
 from hermes_data import migrate
 from hermes_data.engine import SqliteSettings
-from hermes_data.errors import DatabaseBusyError
+from hermes_data.errors import DatabaseBusyError, NotAHermesDatabaseError
 from hermes_data.sessions import guards
 from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError,
                                          StateDbCorruptError, StateDbReplacedError)
@@ -264,11 +264,12 @@ def test_failing_opens_leak_no_descriptor(tmp_path):
     path = tmp_path / "state.db"
     path.write_bytes(b"this is not a database" * 200)
     proc = psutil.Process()
-    with pytest.raises(sa.exc.DatabaseError):  # warm-up: imports, caches
+    # Refused by the read-only identity probe, before the engine touches the file (issue 12).
+    with pytest.raises(NotAHermesDatabaseError):  # warm-up: imports, caches
         SessionStore(path)
     before = proc.num_fds()
     for _ in range(1000):
-        with pytest.raises(sa.exc.DatabaseError, match="not a database"):
+        with pytest.raises(NotAHermesDatabaseError, match="not a database"):
             SessionStore(path)
     assert proc.num_fds() == before
     assert _fds_on(path) == 0

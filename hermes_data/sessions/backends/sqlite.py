@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
-from ...errors import ConfigurationError, DatabaseBusyError
+from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError
 from ...files import make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
@@ -140,18 +140,30 @@ class SqliteBackend(SessionBackend):
         # Writability preflight (§8.1 step 2), ahead of the first creation so that a repaired
         # directory can take the new file: owner bits by path inside the home tree, else refuse.
         self.open_repairs.extend(opening.writability_preflight(self.path, hermes_home()))
-        if not self.path.exists():
+        if self.path.is_symlink() and not self.path.exists():
+            raise StoreLinkError(f"{self.path}: a dangling symbolic link (to "
+                                 f"{os.readlink(self.path)}); refused, nothing was created")
+        existing = self.path.exists()
+        if not existing:
             try:  # first creation: owner-only, before any connection (no locks can exist)
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
-                pass
+                existing = True
         self._refuse_deleted_sidecars("open")
-        engine = self._connect_writer()
+        # Identity rule (README "What is refused, and how") on the writer's first connection,
+        # ahead of the engine's policy: a foreign file stays byte-identical, at no extra cost.
+        spec, identify = migrate.store_spec("sessions"), None
+        if existing and self.path.stat().st_size > 0:
+            def identify(dbapi_conn: sqlite3.Connection) -> None:
+                migrate.identify_file(spec, self.path, dbapi_conn)
+        engine = self._connect_writer(identify=identify)
         with self.reading_on_writer() as conn:
-            behind = migrate.current_revision(conn) != migrate.store_spec("sessions").head \
-                or bool(missing_core(conn))
-        if behind:
-            report = migrate.upgrade("sessions", self.url, settings=self._settings)
+            behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
+        if behind:  # adopt/upgrade: the corruption check, read-only, before any write
+            checked = identify is not None and \
+                migrate.probe_file(spec, self.path).revision != spec.head
+            report = migrate.upgrade("sessions", self.url, probed=checked,
+                                     settings=self._settings)
             self.open_repairs.extend(report.repairs)
         self._open_checks()
         wal = journal_state(engine).mode == "wal"
@@ -187,6 +199,7 @@ class SqliteBackend(SessionBackend):
         A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
         times, 50 ms apart; a persistent one propagates.
         """
+        migrate.require_created("sessions", self.path)  # never create a file by reading it
         con = opening.connect_read_only_retrying(
             self._connect_read_only, self.path, self._pragmas,
             retries=READ_ONLY_OPEN_RETRIES, pause_s=READ_ONLY_RETRY_PAUSE_S)
@@ -400,12 +413,16 @@ class SqliteBackend(SessionBackend):
             raise
         return result
 
-    def _connect_writer(self) -> Engine:
+    def _connect_writer(self, identify: Callable[[sqlite3.Connection], None] | None = None
+                        ) -> Engine:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
-        No schema work: the open runs that next; the close-race reopen never does."""
+        No schema work: the open runs that next. ``identify`` runs once, first."""
         engine = create_sqlite_engine(self.path, self._settings)
         pragmas = self._pragmas
+        if identify is not None:
+            event.listen(engine, "connect", lambda dbapi_conn, _record: identify(dbapi_conn),
+                         insert=True, once=True)
 
         @event.listens_for(engine, "connect")
         def _fk_on(dbapi_conn: sqlite3.Connection, _record: Any) -> None:

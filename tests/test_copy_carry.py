@@ -1,0 +1,93 @@
+"""``copy --store sessions`` carries what the head metadata does not declare (issue 12).
+
+The shared legacy ``state.db`` (adopted) goes to PostgreSQL and back to a new SQLite file:
+every column of every source table — upstream-only columns such as ``api_call_count`` and
+``rewind_count``, and tables such as ``session_model_usage`` — compares equal row for row.
+What cannot be carried makes the copy refuse before it writes, naming it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+import sqlalchemy as sa
+
+from hermes_data import migrate
+from hermes_data.copy import CopyUncarriableError, copy_store
+from hermes_data.sessions.migration import ignore_table
+
+from .conftest import copy_fixture, run_cli
+
+#: Not carried, by design (README "copy"): Alembic's and SQLite's bookkeeping, the FTS index
+#: (rebuilt by the target), and upstream's schema_version ledger.
+NOT_CARRIED = {"alembic_version", "sqlite_sequence", "schema_version"}
+
+
+def _tables(con: sqlite3.Connection) -> list[str]:
+    names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return sorted(n for n in names if n not in NOT_CARRIED and not ignore_table(n))
+
+
+def _rows(con: sqlite3.Connection, table: str) -> tuple[list[str], list[dict]]:
+    cols = [r[1] for r in con.execute(f'PRAGMA table_info("{table}")')]
+    keys = [r[1] for r in sorted((r for r in con.execute(f'PRAGMA table_info("{table}")') if r[5]),
+                                 key=lambda r: r[5])] or cols
+    order = ", ".join(f'"{k}"' for k in keys)
+    rows = con.execute(f'SELECT * FROM "{table}" ORDER BY {order}').fetchall()
+    return cols, [dict(zip(cols, r)) for r in rows]
+
+
+def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, pg_url):
+    src = copy_fixture("legacy-sessions/state_fork_v21.db", tmp_path)
+    migrate.upgrade("sessions", src)
+    report = copy_store(src, pg_url, store="sessions", batch=3)
+    assert report.verified
+    carried = "\n".join(report.carried)
+    for name in ("sessions.api_call_count BIGINT", "sessions.rewind_count BIGINT",
+                 "sessions.compression_failure_cooldown_until FLOAT(53)",
+                 "table session_model_usage", "table gateway_routing", "table async_delegations"):
+        assert name in carried, carried
+    assert {"session_model_usage", "sessions"} <= {t.table for t in report.tables}
+    with sa.create_engine(pg_url).connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM session_model_usage").scalar() == 5
+        assert conn.exec_driver_sql(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'sessions' "
+            "AND column_name = 'api_call_count'").scalar() == "bigint"
+    back = tmp_path / "back" / "state.db"
+    report_back = copy_store(pg_url, back, store="sessions", batch=4)
+    assert report_back.verified
+    a, b = sqlite3.connect(src), sqlite3.connect(back)
+    try:
+        tables = _tables(a)
+        assert "session_model_usage" in tables and set(tables) <= set(_tables(b))
+        for table in tables:
+            cols_a, rows_a = _rows(a, table)
+            cols_b, rows_b = _rows(b, table)
+            assert set(cols_a) <= set(cols_b), (table, set(cols_a) - set(cols_b))
+            assert len(rows_a) == len(rows_b), table
+            for ra, rb in zip(rows_a, rows_b):
+                assert ra == {c: rb[c] for c in cols_a}, table
+    finally:
+        a.close()
+        b.close()
+
+
+def test_uncarriable_column_refuses_before_writing(tmp_path, pg_url):
+    src = tmp_path / "state.db"
+    migrate.upgrade("sessions", src)
+    con = sqlite3.connect(src)
+    con.execute("ALTER TABLE sessions ADD COLUMN upstream_count INTEGER")
+    con.execute("INSERT INTO sessions (id, source, started_at, upstream_count) "
+                "VALUES ('s1', 'cli', 1.0, 'many')")  # SQLite kept text in an INTEGER column
+    con.commit()
+    con.close()
+    target = tmp_path / "target.db"
+    with pytest.raises(CopyUncarriableError, match=r"sessions\.upstream_count: declared INTEGER "
+                                                   r"but holds text"):
+        copy_store(src, target, store="sessions")
+    assert not target.exists()  # refused before the target was created
+    cli = run_cli("copy", "--store", "sessions", "--from", str(src), "--to", pg_url)
+    assert cli.returncode == 2 and "sessions.upstream_count" in cli.stderr
+    with sa.create_engine(pg_url).connect() as conn:
+        assert not sa.inspect(conn).has_table("sessions")
