@@ -24,13 +24,8 @@ from hermes_data import migrate
 from .conftest import PG_ADMIN_URL, REPO, run_cli
 
 
-@pytest.fixture(autouse=True)
-def _default_journal_policy(monkeypatch):
-    """These tests count what the command line prints. On a WAL-reset-vulnerable build (this
-    machine's 3.40.1) a forced HERMES_DATA_JOURNAL_MODE=wal adds a policy warning line to
-    every command; the output under test does not depend on the journal mode, so it runs
-    under the default policy in both CI passes."""
-    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+#: What these tests count does not depend on the journal mode (see the fixture's docstring).
+pytestmark = pytest.mark.usefixtures("default_journal_policy")
 
 
 def _free_port() -> int:
