@@ -27,7 +27,8 @@ def infer_store(source: str) -> str:
             f"{source}: the store cannot be inferred from a server database; pass --store "
             f"{'|'.join(STORES)}")
     if not path.is_file():
-        raise ConfigurationError(f"{path}: the source database does not exist")
+        raise ConfigurationError(f"{path}: the source store is not created yet; nothing was "
+                                 "created (create it with: hermes-data upgrade --url …)")
     try:
         con = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
         try:

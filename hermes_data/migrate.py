@@ -359,6 +359,9 @@ def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> C
 
 def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
     """A ``mode=ro`` connection to an existing file, for probes that must not write."""
+    if path.is_dir():
+        raise NotAHermesDatabaseError(f"{path}: is a directory, not a database file; "
+                                      "nothing was changed")
     try:
         return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
     except sqlite3.Error as exc:

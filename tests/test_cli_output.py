@@ -62,7 +62,7 @@ def test_doctor_prints_no_python_reprs(tmp_path):
     for args in ((), ("--store", "sessions", "--url", str(tmp_path / "missing.db"))):
         out = run_cli("doctor", *args, env=env).stdout
         assert "None" not in out and "{" not in out and "[" not in out, out
-        assert re.search(r"sizes: db [\d,]+ bytes", out) or "does not exist yet" in out
+        assert re.search(r"sizes: db [\d,]+ bytes", out) or "not created yet" in out
 
 
 def test_check_names_an_expression_index_readably(tmp_path):

@@ -170,7 +170,7 @@ def test_doctor_names_the_damage_quick_check_misses(corrupt_telemetry):
 def test_doctor_names_a_corrupt_session_file(corrupt_sessions):
     cli = run_cli("doctor", "--store", "sessions", "--url", str(corrupt_sessions), "--json")
     assert cli.returncode == 1
-    problems = json.loads(cli.stdout)[0]["problems"]
+    problems = json.loads(cli.stdout)["sessions"]["problems"]
     assert any("corrupt" in p and str(corrupt_sessions) in p for p in problems)
 
 
@@ -336,7 +336,7 @@ def test_a_link_is_followed_to_its_target_and_named(tmp_path):
     st = migrate.status("sessions", link)
     assert st.link_target == str(target.resolve())
     doc = run_cli("doctor", "--store", "sessions", "--url", str(link), "--json")
-    report = json.loads(doc.stdout)[0]
+    report = json.loads(doc.stdout)["sessions"]
     assert report["facts"]["files"]["link_target"] == str(target.resolve())
     assert any("symbolic link" in w and str(link) in w for w in report["warnings"])
 

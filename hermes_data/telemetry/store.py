@@ -228,10 +228,11 @@ class _SaTx:
         return res.lastrowid if self.dialect == "sqlite" else res.scalar_one()
 
 
-def migrate_if_missing(path: Path) -> bool:
+def migrate_if_missing(path: Path, settings: SqliteSettings | None = None) -> bool:
     """Create the store at ``path`` when the file is missing or empty (never leave a 0-byte
-    file behind): the same upgrade ``hermes-data upgrade`` runs, owner-only. Returns True
-    when it created the store. Existing files are left to the caller (zero cost)."""
+    file behind): the same upgrade ``hermes-data upgrade`` runs, owner-only, with the
+    caller's engine ``settings`` (journal mode …). Returns True when it created the store.
+    Existing files are left to the caller (zero cost)."""
     from .. import migrate
 
     try:
@@ -239,7 +240,7 @@ def migrate_if_missing(path: Path) -> bool:
             return False
     except FileNotFoundError:
         migrate.refuse_dangling_link(path)
-    migrate.upgrade("telemetry", path)
+    migrate.upgrade("telemetry", path, settings=settings)
     return True
 
 
@@ -279,7 +280,7 @@ class TelemetryStore:
                     f"{resolved!s}: TelemetryStore drives SQLite files; for another backend pass "
                     "a SQLAlchemy Connection to the query functions instead"
                 )
-            if migrate_if_missing(path):
+            if migrate_if_missing(path, settings):
                 log.info("%s: created the telemetry store (owner-only, at head)", path)
             # Generous pool: each thread holds one connection for its lifetime.
             settings = settings or SqliteSettings()
