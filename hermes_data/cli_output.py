@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 
 def emit(*args, **kwargs) -> None:
-    """Write to the terminal (``print``'s arguments)."""
+    """Write to the terminal (``print``'s arguments): the command line's only output call;
+    the library itself logs and never prints. Progress lines go through it too."""
     print(*args, **kwargs)
 
 
@@ -126,8 +127,8 @@ def progress(label: str, enabled: bool) -> Progress | None:
             return
         last[0] = now
         pct = f" {100 * done // total:3d}%" if total else ""
-        print(f"\r{label}: {done:,}/{total:,}{pct}", end="\n" if final else "",
-              file=sys.stderr, flush=True)
+        emit(f"\r{label}: {done:,}/{total:,}{pct}", end="\n" if final else "",
+             file=sys.stderr, flush=True)
     return report
 
 
@@ -143,19 +144,19 @@ class _Ticker:
 
     def _run(self) -> None:
         while not self._stop.wait(0.5):
-            print(f"\r{self.label}… {time.monotonic() - self.started:.0f} s", end="",
-                  file=sys.stderr, flush=True)
+            emit(f"\r{self.label}… {time.monotonic() - self.started:.0f} s", end="",
+                 file=sys.stderr, flush=True)
 
     def __enter__(self) -> "_Ticker":
-        print(f"{self.label}…", end="", file=sys.stderr, flush=True)
+        emit(f"{self.label}…", end="", file=sys.stderr, flush=True)
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self._stop.set()
         self._thread.join()
-        print(f"\r{self.label}: done in {time.monotonic() - self.started:.1f} s", file=sys.stderr,
-              flush=True)
+        emit(f"\r{self.label}: done in {time.monotonic() - self.started:.1f} s", file=sys.stderr,
+             flush=True)
 
 
 def elapsed(label: str, enabled: bool):
@@ -209,7 +210,7 @@ class _StepProgress:
             text = f"{self.store}: reconciled with the head"
         else:
             return
-        print(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
+        emit(f"\r\033[K{text}", end="", file=sys.stderr, flush=True)
         self.drawn = True
 
     def __enter__(self) -> "_StepProgress":
@@ -229,7 +230,7 @@ class _StepProgress:
             lg.setLevel(level)
             lg.propagate = propagate
         if self.drawn:
-            print("\r\033[K", end="", file=sys.stderr, flush=True)
+            emit("\r\033[K", end="", file=sys.stderr, flush=True)
 
 
 def upgrade_progress(store: str, enabled: bool):
