@@ -5,6 +5,8 @@ Identifiers are the file's own catalogue names or the metadata's, always quoted.
 
 from __future__ import annotations
 
+from .core import quote_ident
+
 #: Every table of a SQLite file.
 SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 #: Every index of a SQLite file.
@@ -17,15 +19,11 @@ APPLICATION_ID = "PRAGMA application_id"
 PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
 
 
-def _quote(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
-
-
 def table_info(table: str) -> str:
     """The columns of a SQLite table, in order."""
-    return f"PRAGMA table_info({_quote(table)})"
+    return f"PRAGMA table_info({quote_ident(table)})"
 
 
 def add_column(table: str, column_ddl: str) -> str:
     """Add one column in its canonical form (DDL compiled from the metadata)."""
-    return f"ALTER TABLE {_quote(table)} ADD COLUMN {column_ddl}"
+    return f"ALTER TABLE {quote_ident(table)} ADD COLUMN {column_ddl}"
