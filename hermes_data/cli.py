@@ -97,6 +97,8 @@ def cmd_status(args) -> int:
         return 0
     for s in states.values():
         emit(f"{s.store}: {s.url}")
+        if s.link_target is not None:
+            emit(f"  symbolic link to: {s.link_target} (the store operates on it)")
         if not s.exists:
             emit("  not created yet (run: hermes-data upgrade)")
             continue

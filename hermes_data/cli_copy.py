@@ -71,6 +71,8 @@ def cmd_copy(args) -> int:
         counter = f", id counter {t.id_counter}" if t.id_counter is not None else ""
         emit(f"  {t.table}: {t.target_rows:,} rows ({t.copied_rows:,} copied now{counter}) "
              f"checksum {'ok' if t.verified else 'MISMATCH'}")
+    for item in report.carried:
+        emit(f"  carried (created on the target, not in the head metadata): {item}")
     for name in report.skipped:
         emit(f"  skipped (not in the store's metadata): {name}")
     emit(f"  verified: {report.copied_rows:,} rows copied in {report.seconds:.2f} s")

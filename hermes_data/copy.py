@@ -40,11 +40,13 @@ an undeclared column takes the one storage class its values use), listed in
 What cannot be carried faithfully — a value whose SQLite storage class contradicts the
 declared type (text in an INTEGER column), an undeclared column holding mixed classes, a table
 without a primary key — makes the copy refuse with :class:`CopyUncarriableError`, naming
-it, before the target is touched. Not carried, by design: ``sqlite_sequence`` and
+it, before the target is touched. Upstream's session-store ``schema_version`` ledger (a table
+without a key) is carried whole, replaced and checksummed like our own ledger; on PostgreSQL it
+is named ``upstream_schema_version`` (both stores may share one server database, and the
+telemetry store's ledger is ``schema_version`` there) and it gets its name back in a SQLite
+file, where upstream reads it. Not carried, by design: ``sqlite_sequence`` and
 ``alembic_version`` (bookkeeping; id counters are carried separately), FTS5 virtual tables and
-their shadow tables (the target maintains its own full-text index as the rows arrive), and in
-the session store upstream's ``schema_version`` ledger (its history is Alembic's, and on a
-shared server database it would collide with the telemetry store's ledger).
+their shadow tables (the target maintains its own full-text index as the rows arrive).
 
 **Foreign keys on PostgreSQL.** The metadata's foreign keys are enforced there (SQLite
 files never enforced them), so before copying into PostgreSQL every foreign key is checked on
@@ -80,7 +82,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from . import migrate
 from .config import resolve_url
 from .copy_extras import CopyUncarriableError  # noqa: F401  (re-exported: part of copy's API)
-from .copy_extras import apply_extras, carried_metadata, describe, plan_extras
+from .copy_extras import apply_extras, carried_metadata, describe, plan_extras, side_table, stored_name
 from .copy_extras import value_kind as _kind
 from .engine import create_engine_for, write_transaction
 from .errors import HermesDataError
@@ -210,7 +212,8 @@ def _translate(row: Sequence[Any], translators: dict[int, Translator]) -> Sequen
 
 
 def _ordered(table: sa.Table) -> sa.Select:
-    return sa.select(*table.c).order_by(*table.primary_key.columns)
+    """Every column in key order (a keyless table: ordered by all its columns)."""
+    return sa.select(*table.c).order_by(*(table.primary_key.columns or table.c))
 
 
 def table_checksum(conn: Connection, table: sa.Table, batch: int = 5000,
@@ -348,7 +351,8 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
                         "; ".join(report.carried))
         with src.connect() as s, dst.connect() as d:
             known = set(sa.inspect(s).get_table_names())
-            report.skipped = sorted(known - set(carried.tables)
+            ledgers = {stored_name(store, t.name, s.dialect.name) for t in extras.ledgers}
+            report.skipped = sorted(known - set(carried.tables) - ledgers
                                     - {"alembic_version", migrate.store_spec(store).pg_version_table})
             if d.dialect.name == "postgresql":
                 _check_references(s, tables, report)
@@ -367,6 +371,9 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
                                                  progress, tr))
         _copy_ledger(src, dst, carried, report)
         _verify(src, dst, tables, carried, report, store)
+        for ledger in extras.ledgers:
+            report.tables.append(_copy_whole(src, dst, side_table(ledger, store, src.dialect.name),
+                                             side_table(ledger, store, dst.dialect.name)))
         if dst.dialect.name == "postgresql":
             # A bulk load leaves the planner without statistics until autovacuum gets to it.
             with dst.begin() as d:
@@ -479,6 +486,26 @@ def _copy_ledger(src: Engine, dst: Engine, metadata: sa.MetaData, report: CopyRe
             d.execute(sa.delete(table))
             if rows:
                 d.execute(sa.insert(table), [dict(zip(names, r)) for r in rows])
+
+
+def _copy_whole(src: Engine, dst: Engine, source: sa.Table, target: sa.Table) -> TableCopy:
+    """Replace ``target``'s rows by ``source``'s in one transaction and checksum both sides
+    (a keyless foreign ledger, a handful of rows: nothing to resume)."""
+    t0 = time.perf_counter()
+    out = TableCopy(source.name if source.name == target.name else f"{source.name} -> {target.name}")
+    names = [c.name for c in source.c]
+    with src.connect() as s:
+        rows = s.execute(_ordered(source)).fetchall()
+    with write_transaction(dst) as d:
+        d.execute(sa.delete(target))
+        if rows:
+            d.execute(sa.insert(target), [dict(zip(names, r)) for r in rows])
+    out.copied_rows = len(rows)
+    with src.connect() as s, dst.connect() as d:
+        out.source_rows, out.source_checksum = table_checksum(s, source)
+        out.target_rows, out.target_checksum = table_checksum(d, target)
+    out.seconds = time.perf_counter() - t0
+    return out
 
 
 def _verify(src: Engine, dst: Engine, tables: list[sa.Table], metadata: sa.MetaData,

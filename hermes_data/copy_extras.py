@@ -36,10 +36,36 @@ def value_kind(col: sa.Column) -> str:
     return "t"
 
 
-#: Tables never carried: each backend's own bookkeeping. The session store does not carry
-#: upstream's ``schema_version`` (its history is Alembic's; on a server a foreign
-#: ``schema_version`` would also collide with the telemetry store's ledger there).
-_NEVER_CARRIED = {"telemetry": set(), "sessions": {"schema_version"}}
+#: Keyless bookkeeping of another history, carried whole (replaced and checksummed like the
+#: ledger) under a name per backend: upstream's session-store ``schema_version`` keeps its name
+#: in a SQLite file (upstream reads it there) and is ``upstream_schema_version`` on PostgreSQL,
+#: where both stores may share one database and the telemetry ledger owns ``schema_version``.
+FOREIGN_LEDGERS: dict[str, dict[str, str]] = {
+    "telemetry": {}, "sessions": {"schema_version": "upstream_schema_version"}}
+
+
+def stored_name(store: str, name: str, dialect_name: str) -> str:
+    """The name a carried foreign ledger ``name`` (its SQLite name) has on ``dialect_name``."""
+    if dialect_name == "sqlite":
+        return name
+    return FOREIGN_LEDGERS[store].get(name, name)
+
+
+def _foreign_ledger(store: str, stored: str, dialect_name: str) -> str | None:
+    """The SQLite name of the foreign ledger stored as ``stored`` on this backend, if it is one."""
+    for name in FOREIGN_LEDGERS[store]:
+        if stored_name(store, name, dialect_name) == stored:
+            return name
+    return None
+
+
+def side_table(table: sa.Table, store: str, dialect_name: str) -> sa.Table:
+    """``table`` (a carried foreign ledger, by its SQLite name) as it is named on a backend."""
+    name = stored_name(store, table.name, dialect_name)
+    if name == table.name:
+        return table
+    return sa.Table(name, sa.MetaData(), *(sa.Column(c.name, c.type, nullable=True) for c in table.c))
+
 #: The SQLite storage classes each portable type accepts (checked on the source before
 #: anything is written: PostgreSQL would reject, or a checksum would catch, anything else).
 _STORAGE = {"i": {"integer"}, "f": {"integer", "real"}, "t": {"text"}, "b": {"blob"}}
@@ -64,15 +90,18 @@ def _portable(type_: Any) -> Any:
 class _Extras:
     """What the source holds beyond the head metadata, and how it is carried."""
 
+    store: str = "telemetry"
     columns: dict[str, list[sa.Column]] = field(default_factory=dict)
     tables: list[sa.Table] = field(default_factory=list)
+    #: Keyless foreign ledgers (by their SQLite name), copied whole: see FOREIGN_LEDGERS.
+    ledgers: list[sa.Table] = field(default_factory=list)
     metadata: sa.MetaData = field(default_factory=sa.MetaData)
 
 
 def _ignored(store: str, name: str, spec: Any, conn: Connection) -> bool:
     if name.startswith("sqlite_") or name.startswith("alembic_version"):
         return True
-    if name in _NEVER_CARRIED[store] or spec.ignore_table(name):
+    if spec.ignore_table(name):
         return True
     if conn.dialect.name != "sqlite":  # both stores may share a server database
         other = "sessions" if store == "telemetry" else "telemetry"
@@ -118,7 +147,7 @@ def plan_extras(s: Connection, store: str) -> _Extras:
     cannot be carried faithfully."""
     spec = migrate.store_spec(store)
     insp = sa.inspect(s)
-    extras = _Extras()
+    extras = _Extras(store=store)
     problems: list[str] = []
     for table in spec.metadata.sorted_tables:
         if not insp.has_table(table.name):
@@ -131,6 +160,12 @@ def plan_extras(s: Connection, store: str) -> _Extras:
                 extras.columns.setdefault(table.name, []).append(col)
     for name in sorted(insp.get_table_names()):
         if name in spec.metadata.tables or _ignored(store, name, spec, s):
+            continue
+        ledger = _foreign_ledger(store, name, s.dialect.name)
+        if ledger is not None:  # whole-table copy: no key needed
+            cols = [c for c in (_carry_column(s, name, info, problems)
+                                for info in insp.get_columns(name)) if c is not None]
+            extras.ledgers.append(sa.Table(ledger, sa.MetaData(), *cols))
             continue
         pk = insp.get_pk_constraint(name).get("constrained_columns") or []
         if not pk:
@@ -166,6 +201,10 @@ def describe(extras: _Extras, dialect: Any) -> list[str]:
     out = [f"{t}.{c.name} {c.type.compile(dialect=dialect)}"
            for t, cols in extras.columns.items() for c in cols]
     out += [f"table {t.name} ({len(t.c)} columns)" for t in extras.tables]
+    for t in extras.ledgers:
+        there = stored_name(extras.store, t.name, dialect.name)
+        out.append(f"table {t.name} ({len(t.c)} columns, upstream's ledger, copied whole"
+                   + (f", as {there})" if there != t.name else ")"))
     return out
 
 
@@ -186,6 +225,14 @@ def apply_extras(d: Connection, extras: _Extras) -> None:
             d.exec_driver_sql(f"ALTER TABLE {q(name)} ADD COLUMN {q(col.name)} "
                               f"{col.type.compile(dialect=d.dialect)}")
     for table in extras.tables:
+        if insp.has_table(table.name):
+            names = {c["name"] for c in insp.get_columns(table.name)}
+            if names != {c.name for c in table.c}:
+                problems.append(f"table {table.name} exists on the target with other columns")
+            continue
+        table.create(d)
+    for ledger in extras.ledgers:
+        table = side_table(ledger, extras.store, d.dialect.name)
         if insp.has_table(table.name):
             names = {c["name"] for c in insp.get_columns(table.name)}
             if names != {c.name for c in table.c}:

@@ -19,9 +19,9 @@ from hermes_data.sessions.migration import ignore_table
 
 from .conftest import copy_fixture, run_cli
 
-#: Not carried, by design (README "copy"): Alembic's and SQLite's bookkeeping, the FTS index
-#: (rebuilt by the target), and upstream's schema_version ledger.
-NOT_CARRIED = {"alembic_version", "sqlite_sequence", "schema_version"}
+#: Not carried, by design (README "copy"): Alembic's and SQLite's bookkeeping and the FTS index
+#: (rebuilt by the target). Upstream's keyless ``schema_version`` ledger is carried.
+NOT_CARRIED = {"alembic_version", "sqlite_sequence"}
 
 
 def _tables(con: sqlite3.Connection) -> list[str]:
@@ -41,6 +41,9 @@ def _rows(con: sqlite3.Connection, table: str) -> tuple[list[str], list[dict]]:
 def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, pg_url):
     src = copy_fixture("legacy-sessions/state_fork_v21.db", tmp_path)
     migrate.upgrade("sessions", src)
+    with sqlite3.connect(src) as con:
+        upstream_ledger = [r[0] for r in con.execute("SELECT version FROM schema_version ORDER BY version")]
+    assert upstream_ledger  # the fixture is an upstream file at schema_version 21
     report = copy_store(src, pg_url, store="sessions", batch=3)
     assert report.verified
     carried = "\n".join(report.carried)
@@ -54,13 +57,19 @@ def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, 
         assert conn.exec_driver_sql(
             "SELECT data_type FROM information_schema.columns WHERE table_name = 'sessions' "
             "AND column_name = 'api_call_count'").scalar() == "bigint"
+        # Upstream's ledger arrives under its server name; ``schema_version`` stays free for
+        # the telemetry store sharing the database.
+        assert [r[0] for r in conn.exec_driver_sql(
+            "SELECT version FROM upstream_schema_version ORDER BY version")] == upstream_ledger
+        assert not sa.inspect(conn).has_table("schema_version")
     back = tmp_path / "back" / "state.db"
     report_back = copy_store(pg_url, back, store="sessions", batch=4)
     assert report_back.verified
     a, b = sqlite3.connect(src), sqlite3.connect(back)
     try:
         tables = _tables(a)
-        assert "session_model_usage" in tables and set(tables) <= set(_tables(b))
+        assert {"session_model_usage", "schema_version"} <= set(tables)
+        assert set(tables) <= set(_tables(b))
         for table in tables:
             cols_a, rows_a = _rows(a, table)
             cols_b, rows_b = _rows(b, table)
@@ -91,3 +100,34 @@ def test_uncarriable_column_refuses_before_writing(tmp_path, pg_url):
     assert cli.returncode == 2 and "sessions.upstream_count" in cli.stderr
     with sa.create_engine(pg_url).connect() as conn:
         assert not sa.inspect(conn).has_table("sessions")
+
+
+def test_both_stores_share_one_postgresql_database(tmp_path, pg_url):
+    """The telemetry ledger and upstream's session-store ledger do not collide on a server."""
+    sessions = copy_fixture("legacy-sessions/state_fork_v21.db", tmp_path)
+    migrate.upgrade("sessions", sessions)
+    telemetry = tmp_path / "telemetry.db"
+    migrate.upgrade("telemetry", telemetry)
+    assert copy_store(telemetry, pg_url, store="telemetry").verified
+    assert copy_store(sessions, pg_url, store="sessions").verified
+    with sa.create_engine(pg_url).connect() as conn:
+        ledger = [r[0] for r in conn.exec_driver_sql("SELECT version FROM schema_version ORDER BY version")]
+        assert ledger == list(range(1, 19))  # the telemetry store's, untouched
+        assert conn.exec_driver_sql("SELECT MAX(version) FROM upstream_schema_version").scalar() == 21
+    # Copied again into a fresh SQLite file, the upstream ledger gets its own name back.
+    back = tmp_path / "back" / "state.db"
+    report = copy_store(pg_url, back, store="sessions")
+    assert report.verified
+    with sqlite3.connect(back) as con:
+        assert con.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 21
+
+
+def test_cli_names_what_it_carried(tmp_path):
+    """The human report lists the carried columns and tables, not only the log's warning."""
+    src = copy_fixture("legacy-sessions/state_fork_v21.db", tmp_path)
+    migrate.upgrade("sessions", src)
+    out = run_cli("copy", "--from", str(src), "--to", str(tmp_path / "copy" / "state.db"))
+    assert out.returncode == 0, out.stderr
+    carried = [line for line in out.stdout.splitlines() if "carried (created on the target" in line]
+    assert any("sessions.api_call_count" in line for line in carried), out.stdout
+    assert any("table schema_version" in line for line in carried), out.stdout

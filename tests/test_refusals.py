@@ -339,6 +339,9 @@ def test_a_link_is_followed_to_its_target_and_named(tmp_path):
     report = json.loads(doc.stdout)["sessions"]
     assert report["facts"]["files"]["link_target"] == str(target.resolve())
     assert any("symbolic link" in w and str(link) in w for w in report["warnings"])
+    human = run_cli("status", "--store", "sessions", "--url", str(link))
+    assert human.returncode == 0
+    assert f"symbolic link to: {target.resolve()}" in human.stdout
 
 
 def test_not_created_error_is_a_hermes_data_error(tmp_path):
