@@ -66,7 +66,12 @@ _PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 def is_busy(exc: BaseException) -> bool:
-    """A lock conflict (``database is locked`` / ``busy``), worth a retry."""
+    """A lock conflict, worth a retry: ``SQLITE_BUSY`` / ``SQLITE_LOCKED`` by result code
+    (an FTS5 table whose constructor could not read its config under a sibling's lock says
+    "vtable constructor failed" with ``SQLITE_BUSY``), or a ``locked`` / ``busy`` message."""
+    code = getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in (5, 6):
+        return True
     msg = str(getattr(exc, "orig", exc)).lower()
     return "locked" in msg or "busy" in msg or "no more rows available" in msg
 
@@ -673,12 +678,32 @@ class SqliteBackend(SessionBackend):
 
             if self.read(exists):
                 self.write(optimize)
+        start = time.monotonic()
+        deadline = start + ROUTINE_PATIENCE_S
+        while True:
+            with self._lock:
+                raw = self._raw
+                if raw is None:
+                    raise ConfigurationError(f"{self.path}: the session store is closed")
+                self.checkpoint()
+                try:
+                    raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
+                except sqlite3.OperationalError as exc:
+                    # In WAL a sibling's commit between VACUUM's read and its write lock is
+                    # SQLITE_BUSY at once (no busy handler): wait like any writer.
+                    if not is_busy(exc):
+                        raise
+                    now = time.monotonic()
+                    if now >= deadline:
+                        raise DatabaseBusyError(
+                            f"{self.path}: other processes kept writing for over "
+                            f"{ROUTINE_PATIENCE_S:.1f} s while VACUUM waited; the database is "
+                            "healthy, retry later") from exc
+                    pause = random.uniform(0.02, 0.15) if now - start < 2.0 else random.uniform(0.25, 1.0)
+                else:
+                    break
+            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
         with self._lock:
-            raw = self._raw
-            if raw is None:
-                raise ConfigurationError(f"{self.path}: the session store is closed")
-            self.checkpoint()
-            raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
             self.checkpoint()
             if self._identity is not None:  # VACUUM may have recreated the sidecars
                 self._identity = guards.FileIdentity.record(self.path,
