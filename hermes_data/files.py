@@ -1,15 +1,19 @@
 """By-path facts about a database file and its ``-wal``/``-shm`` sidecars, once for both stores:
-who holds them (psutil, plus descriptors of *deleted* sidecars), owner-only permissions, and
-this process's descriptor headroom.
+who holds them (psutil, plus descriptors of *deleted* sidecars), owner-only permissions, the
+on-disk file header, and this process's descriptor headroom.
 
-Nothing here opens the database file or its sidecars: closing any descriptor of a file drops
-every POSIX lock this process holds on it (locks are per process and inode), including those of
-live SQLite connections. Files are examined by ``stat``, changed by ``chmod`` on the path, and
-other processes' descriptors are read with ``readlink``.
+Closing any descriptor of a file drops every POSIX lock this process holds on it (locks are
+per process and inode), including those of live SQLite connections. So files are examined by
+``stat``, changed by ``chmod`` on the path, and other processes' descriptors are read with
+``readlink``. The one descriptor this module opens on a database is the header reader's
+(spec sessions §8.9): read-only, one per path, shared by every handle of the process, read
+with ``pread``; it is closed only once ``/proc/locks`` shows this process holding no lock on
+the inode (nothing to drop), otherwise retired and kept.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import resource
 import stat
@@ -17,12 +21,15 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Collection
 
 import psutil
 
+log = logging.getLogger("hermes_data.files")
+
 SIDECARS = ("-wal", "-shm")
 _DELETED = " (deleted)"
+_PROC_LOCKS = "/proc/locks"
 
 #: Minimum free descriptors before a read connection may be opened (spec sessions §8.7);
 #: doctor reports less than this as a problem.
@@ -106,12 +113,68 @@ def _deleted_descriptors(pid: int) -> list[str]:
     return out
 
 
+def lock_holders(inodes: Collection[int]) -> set[int] | None:
+    """PIDs holding (or waiting for) a lock on a file whose inode number is in ``inodes``,
+    read from ``/proc/locks``. Matched by inode number only — the device numbers printed
+    there differ from ``st_dev`` on some filesystems (btrfs subvolumes, overlays) — so a
+    false match can only widen what a caller examines. ``None`` when it cannot be told:
+    no ``/proc/locks``, or a matching lock names no process (open-file-description locks
+    print pid -1)."""
+    try:
+        with open(_PROC_LOCKS, encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    wanted = {str(i) for i in inodes}
+    pids: set[int] = set()
+    for line in lines:
+        # "1: POSIX  ADVISORY  READ 11507 fe:00:2146396 128 128" (waiters: "1: -> POSIX …")
+        parts = line.split()
+        if len(parts) > 1 and parts[1] == "->":
+            del parts[1]
+        if len(parts) < 6 or parts[5].rpartition(":")[2] not in wanted:
+            continue
+        try:
+            pid = int(parts[4])
+        except ValueError:
+            return None
+        if pid <= 0:
+            return None
+        pids.add(pid)
+    return pids
+
+
+def _inodes(paths: list[str]) -> set[int]:
+    out = set()
+    for p in paths:
+        try:
+            out.add(os.stat(p).st_ino)
+        except OSError:
+            continue
+    return out
+
+
 def deleted_sidecar_holders(path: Path) -> list[tuple[int, str]]:
     """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
     of ``path``: a second opener would mint a second WAL generation. A lower bound; empty
-    where ``/proc`` does not exist."""
+    where ``/proc`` does not exist.
+
+    Only processes that hold a lock on the database or its current sidecars are examined
+    (``/proc/locks``): a connection in WAL mode holds a shared lock on the database file for
+    its whole life (and one on the ``-shm``), so every SQLite process still writing into a
+    deleted WAL generation of this file is among them; a process with no lock on the file
+    has no connection to it. When the lock table cannot be read, every process is examined.
+    """
     base = str(path.resolve())
-    return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
+    if not os.path.isdir("/proc"):
+        return []
+    targets = {f"{base}{suffix}" for suffix in SIDECARS}
+    inodes = _inodes(_with_sidecars(base))
+    pids = lock_holders(inodes) if inodes else set()
+    if pids is None:
+        return [(h.pid, h.path) for h in file_holders(path, live=False) or ()
+                if h.path != base]
+    return [(pid, p) for pid in sorted(pids) for p in _deleted_descriptors(pid) if p in targets]
 
 
 def foreign_holders(db_path: Path | None) -> int | None:
@@ -263,3 +326,117 @@ def descriptor_headroom_ok() -> bool:
     with _fd_lock:
         _fd_cache = (now, ok)
     return ok
+
+
+# ---------------------------------------------------------------------------------------
+# The on-disk header (spec sessions §8.9)
+# ---------------------------------------------------------------------------------------
+
+#: SQLite's database header: the first 100 bytes of the main file.
+HEADER_BYTES = 100
+SQLITE_MAGIC = b"SQLite format 3\x00"
+APPLICATION_ID_OFFSET = 68
+
+
+@dataclass
+class _HeaderDescriptor:
+    fd: int
+    ident: tuple[int, int]
+    users: int = 0
+
+
+_headers: dict[str, _HeaderDescriptor] = {}
+_retired: list[_HeaderDescriptor] = []
+_headers_lock = threading.Lock()
+
+
+class FileHeader:
+    """A lease on this process's read-only descriptor for one database path, to read the
+    file's header with ``pread`` — the bytes on disk, not SQLite's view of page 1 (which in
+    WAL mode is served from the WAL and misses a copy over the same inode).
+
+    One descriptor per resolved path for the whole process, shared by every lease. Take the
+    lease *before* connecting to the file and release it *after* the connections are
+    closed: the descriptor is closed only when its last lease goes and ``/proc/locks`` shows
+    this process holding no lock on the inode (so closing drops nothing; a lease taken
+    meanwhile by another handle waits for that decision). Otherwise it is retired and kept
+    — never closed under a lock — and looked at again at the next release. A path that now
+    names another inode gets a new descriptor; the old one is retired the same way.
+    """
+
+    def __init__(self, path: Path | str) -> None:
+        self.key = os.path.realpath(path)
+        with _headers_lock:
+            st = os.stat(self.key)
+            entry = _headers.get(self.key)
+            if entry is not None and entry.ident != (st.st_dev, st.st_ino):
+                del _headers[self.key]
+                _retired.append(entry)
+                entry = None
+            if entry is None:
+                fd = os.open(self.key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                fst = os.fstat(fd)
+                entry = _HeaderDescriptor(fd, (fst.st_dev, fst.st_ino))
+                _headers[self.key] = entry
+            entry.users += 1
+            _sweep_locked()
+        self._entry: _HeaderDescriptor | None = entry
+
+    def read(self) -> bytes:
+        """The first :data:`HEADER_BYTES` bytes of the file (fewer when it is shorter)."""
+        entry = self._entry
+        if entry is None:
+            raise ValueError(f"{self.key}: the header lease was released")
+        return os.pread(entry.fd, HEADER_BYTES, 0)
+
+    def release(self) -> None:
+        """Give the lease back (idempotent); see the class docstring for when the
+        descriptor is closed."""
+        with _headers_lock:
+            entry, self._entry = self._entry, None
+            if entry is None:
+                return
+            entry.users -= 1
+            _sweep_locked()
+
+
+def _sweep_locked() -> None:
+    """Close the header descriptors nobody leases whose inode this process holds no lock on
+    (call with ``_headers_lock`` held); the others stay (cached or retired)."""
+    me = os.getpid()
+    for key, entry in [*_headers.items(), *((None, e) for e in _retired)]:
+        if entry.users:
+            continue
+        held = lock_holders({entry.ident[1]})
+        if held is None or me in held:
+            continue  # a connection of this process still holds the file: keep it
+        if key is None:
+            _retired.remove(entry)
+        else:
+            del _headers[key]
+        try:
+            os.close(entry.fd)
+        except OSError as exc:  # already gone: nothing to release
+            log.debug("closing a header descriptor failed: %s", exc)
+
+
+def release_idle_headers() -> None:
+    """Close the header descriptors that no lease uses and whose inode this process no longer
+    holds a lock on (done at every lease and release anyway; e.g. after a connection outside
+    the stores let go of a file)."""
+    with _headers_lock:
+        _sweep_locked()
+
+
+def header_descriptors() -> tuple[int, int]:
+    """``(leased, retired)`` header descriptors of this process (doctor and tests)."""
+    with _headers_lock:
+        return len(_headers), len(_retired)
+
+
+def application_id(header: bytes) -> int | None:
+    """``application_id`` from a header read by :meth:`FileHeader.read`; ``None`` when the
+    file is shorter than a header (a fresh WAL database before its first checkpoint)."""
+    if len(header) < HEADER_BYTES:
+        return None
+    return int.from_bytes(header[APPLICATION_ID_OFFSET:APPLICATION_ID_OFFSET + 4], "big")

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from hermes_data import migrate
+from hermes_data import files, migrate
 from hermes_data.engine import SqliteSettings
 from hermes_data.errors import DatabaseBusyError, NotAHermesDatabaseError
 from hermes_data.sessions import guards
@@ -285,17 +285,23 @@ HOLD_FILE = textwrap.dedent("""
 """)
 
 
-def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path):
-    path = tmp_path / "state.db"
-    with SessionStore(path, settings=WAL):
-        pass
-    wal = Path(f"{path}-wal")
-    wal.write_bytes(b"")  # a WAL of an older generation, then deleted under its holder
-    proc = subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(wal)], stdin=subprocess.PIPE,
+HOLD_CONNECTION = textwrap.dedent("""
+    import sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("SELECT COUNT(*) FROM sessions").fetchall()
+    print("holding", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _refused_while_held(path: Path, script: str, held: Path, unlink: list[Path]) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", script, str(held)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "holding"
-        wal.unlink()
+        for p in unlink:
+            p.unlink()
         with pytest.raises(DeletedWalGenerationError, match=f"pid {proc.pid}"):
             SessionStore(path, settings=WAL)
         assert _fds_on(path) == 0  # refused before connecting
@@ -303,8 +309,46 @@ def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path):
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=10)
+
+
+def test_a_connection_on_a_deleted_wal_generation_refuses_the_open(tmp_path):
+    """The real case: a sibling's WAL connection keeps the deleted -wal/-shm (and a lock on
+    the database, which is how the scan finds it without reading every process's fds)."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+    _refused_while_held(path, HOLD_CONNECTION, path,
+                        [Path(f"{path}-wal"), Path(f"{path}-shm")])
+    with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
+        s.create_session("b", "cli")
+
+
+def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path, monkeypatch):
+    """A holder with no lock on the file is found by the full scan, which runs whenever the
+    lock table cannot be read (here: made unreadable)."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL):
+        pass
+    wal = Path(f"{path}-wal")
+    wal.write_bytes(b"")  # a WAL of an older generation, then deleted under its holder
+    monkeypatch.setattr(files, "_PROC_LOCKS", str(tmp_path / "no-lock-table"))
+    _refused_while_held(path, HOLD_FILE, wal, [wal])
     with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
         s.create_session("a", "cli")
+
+
+def test_the_holder_scan_reads_only_lock_holders(tmp_path, monkeypatch):
+    """Issue 14: the deleted-sidecar scan reads the descriptors of the processes that hold a
+    lock on the file (none here but this one, while its handle is open), not every process."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL):
+        pass
+    read: list[int] = []
+    real = files._deleted_descriptors
+    monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
+    with SessionStore(path, settings=WAL):
+        assert files.deleted_sidecar_holders(path) == []
+    assert set(read) <= {os.getpid()}
 
 
 def test_replacing_the_file_under_a_live_handle_stops_writes(tmp_path):
@@ -406,9 +450,10 @@ def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
             t.join()
         assert not errors
         assert 2 <= budget.peak <= guards.PATH_READ_BUDGET
-        # descriptors on state.db itself: the writer's, at most 8 readers' and one SQLite
-        # may park (a closed connection's fd is kept while the process holds locks on the inode)
-        assert max(seen_fds) <= guards.PATH_READ_BUDGET + 2
+        # descriptors on state.db itself: the writer's, at most 8 readers', one SQLite may
+        # park (a closed connection's fd is kept while the process holds locks on the inode)
+        # and the process's header descriptor (§8.9: the on-disk application_id, by pread)
+        assert max(seen_fds) <= guards.PATH_READ_BUDGET + 3
         assert guards.PROCESS_BUDGET.peak <= guards.PROCESS_READ_BUDGET
 
         # Descriptor headroom below 64: reads are served by the writer, never an error.

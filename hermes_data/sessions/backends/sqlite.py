@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import sqlite3
 import threading
 import time
@@ -35,7 +34,7 @@ from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
 from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError
-from ...files import make_owner_only
+from ...files import FileHeader, make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
@@ -61,8 +60,6 @@ READ_PATIENCE_S = 20.0
 #: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
 #: file; an FTS table's constructor failed while its shadow tables were being rewritten).
 _READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
-#: A profile directory name (``<root>/profiles/<name>/state.db``).
-_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -99,6 +96,7 @@ class SqliteBackend(SessionBackend):
         self._read_pool: guards.ReadPool | None = None
         self._read_engine: Engine | None = None
         self._identity: guards.FileIdentity | None = None
+        self._header: FileHeader | None = None  # the on-disk header, by pread (§8.9)
         self._app_id = 0
         self._sticky: BaseException | None = None  # replaced / split WAL / corrupt
         self.quarantined = False
@@ -281,6 +279,9 @@ class SqliteBackend(SessionBackend):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+        if self._header is not None:  # after every connection of the handle is closed
+            self._header.release()
+            self._header = None
 
     def close(self) -> None:
         """PASSIVE checkpoint (not on read-only or quarantined handles), close every
@@ -324,17 +325,7 @@ class SqliteBackend(SessionBackend):
 
     def owner_profile(self, root: Path) -> str | None:
         """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``."""
-        try:
-            path = self.path.resolve()
-            root = root.expanduser().resolve()
-        except OSError:
-            return None
-        if path == root / "state.db":
-            return "default"
-        if path.name == "state.db" and path.parent.parent == root / "profiles":
-            name = path.parent.name
-            return name if _PROFILE_NAME.match(name) else None
-        return None
+        return opening.owner_profile(self.path, root)
 
     # -- transactions ------------------------------------------------------------------
 
@@ -344,7 +335,8 @@ class SqliteBackend(SessionBackend):
             raise self._sticky
         if self._identity is None:
             return
-        found = self._identity.check(self.path)
+        found = self._identity.check(self.path) or guards.disk_header_changed(
+            self._header, self._app_id)
         if found is not None:
             kind, why = found
             self._sticky = (StateDbReplacedError if kind == "replaced"
@@ -417,7 +409,12 @@ class SqliteBackend(SessionBackend):
                         ) -> Engine:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
-        No schema work: the open runs that next. ``identify`` runs once, first."""
+        No schema work: the open runs that next. ``identify`` runs once, first.
+
+        The header lease is taken first, before any connection holds a lock on the file, and
+        given back by :meth:`_dispose` after the connections are closed (§8.9)."""
+        if self._header is None:
+            self._header = FileHeader(self.path)
         engine = create_sqlite_engine(self.path, self._settings)
         pragmas = self._pragmas
         if identify is not None:
@@ -513,6 +510,7 @@ class SqliteBackend(SessionBackend):
                             fts_healed = True
                             continue
                         if guards.is_structural_corruption(exc):
+                            self.guard()  # a replaced file explains it better than "corrupt"
                             self._quarantine(exc)
                         if not is_busy(exc):
                             raise
