@@ -14,6 +14,11 @@ Spec sessions.md §8.6–§8.11:
   open and compared before each write (replaced-file and WAL-generation guards).
 * :func:`disk_header_changed` — the on-disk ``application_id`` (``pread``) against the open's.
 * :func:`is_transient_sqlite_error`, :func:`is_fts_corruption`, :func:`is_structural_corruption`.
+  Quarantine follows SQLite's corruption errors, the same in both journal modes: damage to a
+  page SQLite reads from the main file is seen as soon as the page is read (after any commit,
+  every connection drops its page cache). In WAL mode a main-file page whose current version
+  is a WAL frame is not what SQLite serves, and the checkpoint writes that frame over it: a
+  healthy database, never quarantined.
 
 Nothing here opens the database file with ``open()``: closing any descriptor of it would drop
 every POSIX lock this process holds on it (seed 003). Files are examined by ``stat``/readlink;

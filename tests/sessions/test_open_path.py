@@ -30,7 +30,6 @@ from hermes_data.sessions.backends.sqlite import SqliteBackend
 from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
 from hermes_data.telemetry import TelemetryStore
 
-from ..conftest import known_wal_defect
 
 pytestmark = pytest.mark.sqlite_only("file open path, WAL, read pool, guards, FTS5 fail-open")
 
@@ -394,33 +393,68 @@ def test_fts_corruption_during_a_write_fails_open(store):
 
 
 CORRUPT_PAGE = textwrap.dedent("""
-    import os, sys
+    import os, sqlite3, sys
     path, page, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fd = os.open(path, os.O_RDWR)
     os.pwrite(fd, b"\\xff" * size, (page - 1) * size)
-    counter = int.from_bytes(os.pread(fd, 4, 24), "big") + 1
-    os.pwrite(fd, counter.to_bytes(4, "big"), 24)   # invalidate page caches
-    os.close(fd)
+    os.close(fd)   # this process holds no connection to the file: no lock to drop
+    if sys.argv[4:] == ["commit"]:
+        # The database moves on: a commit that does not touch the damaged page. Every other
+        # connection drops its page cache (DELETE: the change counter; WAL: the WAL index),
+        # and in WAL, after a complete checkpoint, this writer restarts the WAL.
+        con = sqlite3.connect(path, isolation_level=None, timeout=10)
+        con.execute("INSERT OR REPLACE INTO state_meta (key, value) VALUES ('probe', 'x')")
+        con.close()
 """)
 
 
-@known_wal_defect("issue 13: in WAL the damaged page is served from the WAL, so the "
-                  "corruption injected into the main file is not seen by the live handle")
+def _sessions_page(s: SessionStore) -> tuple[int, int]:
+    return s.backend.read(lambda c: (
+        c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
+        c.exec_driver_sql("PRAGMA page_size").scalar()))
+
+
+def _damage(path: Path, page: int, size: int, *extra: str) -> None:
+    """Another process damages the page (this process never opens the file)."""
+    subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size), *extra],
+                   check=True, timeout=30)
+
+
 def test_structural_corruption_quarantines_the_handle(tmp_path):
+    """Both modes: damage to a page SQLite reads from the main file quarantines the handle.
+    In WAL the checkpoint first folds every frame back (the next writer then restarts the
+    WAL), so the damaged page's current version is the main file's, as in DELETE mode."""
     path = tmp_path / "state.db"
     with SessionStore(path) as s:
         s.create_session("a", "cli")
-        page, size = s.backend.read(lambda c: (
-            c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
-            c.exec_driver_sql("PRAGMA page_size").scalar()))
-        # Another process damages the sessions b-tree (this process never opens the file).
-        subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size)],
-                       check=True, timeout=30)
+        page, size = _sessions_page(s)
+        s.backend.checkpoint()  # WAL: complete (no reader); DELETE: nothing to do
+        _damage(path, page, size, "commit")
         with pytest.raises(StateDbCorruptError, match="corrupt"):
             s.append_message("a", "user", "x")
         assert s.quarantined
         with pytest.raises(StateDbCorruptError):  # sticky: fails fast
             s.create_session("b", "cli")
+
+
+def test_damage_under_a_newer_wal_frame_is_not_corruption(tmp_path):
+    """WAL only: a main-file page whose current version is a WAL frame is not what SQLite
+    serves, and the checkpoint writes that frame over it. The handle must not quarantine a
+    healthy database (§8.11 quarantines on SQLite's corruption errors, not on bytes it does
+    not read); the file is intact after the close."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        assert s.journal_mode == "wal"
+        s.create_session("a", "cli")
+        page, size = _sessions_page(s)
+        _damage(path, page, size)  # sessions' current page is create_session's WAL frame
+        s.append_message("a", "user", "x")
+        s.create_session("b", "cli")
+        assert not s.quarantined
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 2
+    con.close()
 
 
 def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
