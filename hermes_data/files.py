@@ -7,16 +7,19 @@ per process and inode), including those of live SQLite connections. So files are
 ``stat``, changed by ``chmod`` on the path, and other processes' descriptors are read with
 ``readlink``. The one descriptor this module opens on a database is the header reader's
 (spec sessions §8.9): read-only, one per path, shared by every handle of the process, read
-with ``pread``; it is closed only once ``/proc/locks`` shows this process holding no lock on
-the inode (nothing to drop), otherwise retired and kept.
+with ``pread``; it is closed only once a lock query (``F_OFD_GETLK``) shows no lock on the
+file at all (nothing to drop), otherwise retired and kept.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import resource
 import stat
+import struct
+import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -121,8 +124,8 @@ def lock_holders(inodes: Collection[int]) -> set[int] | None:
     no ``/proc/locks``, or a matching lock names no process (open-file-description locks
     print pid -1)."""
     try:
-        with open(_PROC_LOCKS, encoding="ascii", errors="replace") as f:
-            lines = f.read().splitlines()
+        with open(_PROC_LOCKS, "rb", buffering=0) as f:
+            lines = f.read().decode("ascii", "replace").splitlines()
     except OSError:
         return None
     wanted = {str(i) for i in inodes}
@@ -144,6 +147,42 @@ def lock_holders(inodes: Collection[int]) -> set[int] | None:
     return pids
 
 
+#: ``struct flock`` on 64-bit Linux (short, short, off_t, off_t, pid_t); elsewhere the lock
+#: probes answer "unknown".
+_FLOCK = "hhqqi"
+_LOCK_PROBES = sys.platform.startswith("linux") and sys.maxsize > 2**32
+
+
+def _lock_probe(fd: int, cmd_name: str) -> int | None:
+    """A write-lock query over the whole file open at ``fd``: 0 when nothing conflicts, else
+    the conflicting owner's pid (-1 for an open-file-description lock); None when it cannot
+    be asked. Queries take no lock and cost one system call."""
+    cmd = getattr(fcntl, cmd_name, None)
+    if not _LOCK_PROBES or cmd is None:
+        return None
+    try:
+        out = fcntl.fcntl(fd, cmd, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+    except OSError:
+        return None
+    l_type, _whence, _start, _len, pid = struct.unpack(_FLOCK, out)
+    return 0 if l_type == fcntl.F_UNLCK else (pid or -1)
+
+
+def other_process_locks(fd: int) -> bool | None:
+    """Does another process hold a lock on the file open at ``fd``? (``F_GETLK``: this
+    process's own locks never conflict with its query.) None when it cannot be told."""
+    pid = _lock_probe(fd, "F_GETLK")
+    return None if pid is None else pid != 0
+
+
+def any_locks(fd: int) -> bool | None:
+    """Does any process, this one included, hold a lock on the file open at ``fd``?
+    (``F_OFD_GETLK``: an open-file-description query conflicts with every POSIX lock, this
+    process's too.) None when it cannot be told."""
+    pid = _lock_probe(fd, "F_OFD_GETLK")
+    return None if pid is None else pid != 0
+
+
 def _inodes(paths: list[str]) -> set[int]:
     out = set()
     for p in paths:
@@ -154,27 +193,34 @@ def _inodes(paths: list[str]) -> set[int]:
     return out
 
 
-def deleted_sidecar_holders(path: Path) -> list[tuple[int, str]]:
+def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int, str]]:
     """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
     of ``path``: a second opener would mint a second WAL generation. A lower bound; empty
     where ``/proc`` does not exist.
 
-    Only processes that hold a lock on the database or its current sidecars are examined
-    (``/proc/locks``): a connection in WAL mode holds a shared lock on the database file for
-    its whole life (and one on the ``-shm``), so every SQLite process still writing into a
-    deleted WAL generation of this file is among them; a process with no lock on the file
-    has no connection to it. When the lock table cannot be read, every process is examined.
+    The processes that matter are SQLite connections still writing into that generation; a
+    connection in WAL mode holds a shared lock on the database file for its whole life. So
+    only lock holders are examined: with ``fd`` (a descriptor on the database, e.g. the
+    header's), one ``F_GETLK`` tells whether any other process holds a lock on it — if none,
+    only this process's descriptors are read; otherwise ``/proc/locks`` names the holders
+    (reading it costs the kernel an RCU grace period, so it is asked only then). When
+    neither can answer, every process is examined.
     """
     base = str(path.resolve())
     if not os.path.isdir("/proc"):
         return []
     targets = {f"{base}{suffix}" for suffix in SIDECARS}
-    inodes = _inodes(_with_sidecars(base))
-    pids = lock_holders(inodes) if inodes else set()
+    me = os.getpid()
+    others = other_process_locks(fd) if fd is not None else None
+    pids: set[int] | None = set() if others is False else None
+    if pids is None:
+        inodes = _inodes(_with_sidecars(base))
+        pids = lock_holders(inodes) if inodes else set()
     if pids is None:
         return [(h.pid, h.path) for h in file_holders(path, live=False) or ()
                 if h.path != base]
-    return [(pid, p) for pid in sorted(pids) for p in _deleted_descriptors(pid) if p in targets]
+    return [(pid, p) for pid in sorted(pids | {me}) for p in _deleted_descriptors(pid)
+            if p in targets]
 
 
 def foreign_holders(db_path: Path | None) -> int | None:
@@ -357,8 +403,8 @@ class FileHeader:
 
     One descriptor per resolved path for the whole process, shared by every lease. Take the
     lease *before* connecting to the file and release it *after* the connections are
-    closed: the descriptor is closed only when its last lease goes and ``/proc/locks`` shows
-    this process holding no lock on the inode (so closing drops nothing; a lease taken
+    closed: the descriptor is closed only when its last lease goes and a lock query shows no
+    lock on the file, this process's included (so closing drops nothing; a lease taken
     meanwhile by another handle waits for that decision). Otherwise it is retired and kept
     — never closed under a lock — and looked at again at the next release. A path that now
     names another inode gets a new descriptor; the old one is retired the same way.
@@ -366,6 +412,7 @@ class FileHeader:
 
     def __init__(self, path: Path | str) -> None:
         self.key = os.path.realpath(path)
+        self.fd = -1
         with _headers_lock:
             st = os.stat(self.key)
             entry = _headers.get(self.key)
@@ -380,6 +427,7 @@ class FileHeader:
                 _headers[self.key] = entry
             entry.users += 1
             _sweep_locked()
+        self.fd = entry.fd  # for lock queries (fcntl F_GETLK); never close it
         self._entry: _HeaderDescriptor | None = entry
 
     def read(self) -> bytes:
@@ -401,15 +449,12 @@ class FileHeader:
 
 
 def _sweep_locked() -> None:
-    """Close the header descriptors nobody leases whose inode this process holds no lock on
-    (call with ``_headers_lock`` held); the others stay (cached or retired)."""
-    me = os.getpid()
+    """Close the header descriptors nobody leases whose file no process holds a lock on
+    (``F_OFD_GETLK`` sees this process's POSIX locks too, so closing drops nothing); the
+    others stay, cached or retired (call with ``_headers_lock`` held)."""
     for key, entry in [*_headers.items(), *((None, e) for e in _retired)]:
-        if entry.users:
-            continue
-        held = lock_holders({entry.ident[1]})
-        if held is None or me in held:
-            continue  # a connection of this process still holds the file: keep it
+        if entry.users or any_locks(entry.fd) is not False:
+            continue  # a connection (maybe of this process) holds the file: keep it
         if key is None:
             _retired.remove(entry)
         else:

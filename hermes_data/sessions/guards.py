@@ -443,15 +443,4 @@ def evict_peer(pool: ReadPool, scope: str) -> bool:
     return any(p.evict_idle() for p in candidates)
 
 
-def make_read_engine(pool: ReadPool) -> sa.Engine:
-    """A SQLAlchemy engine over ``pool`` whose transactions start with a deferred ``BEGIN``."""
-    engine = sa.create_engine("sqlite://", pool=pool)
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(conn) -> None:
-        conn.exec_driver_sql("BEGIN")
-
-    return engine
-
-
 Opener = Callable[[], sqlite3.Connection]

@@ -303,11 +303,16 @@ def _refused_while_held(path: Path, script: str, held: Path, unlink: list[Path])
             p.unlink()
         with pytest.raises(DeletedWalGenerationError, match=f"pid {proc.pid}"):
             SessionStore(path, settings=WAL)
-        assert _fds_on(path) == 0  # refused before connecting
+        # Refused before connecting. The header descriptor (§8.9) stays cached while a
+        # process holds a lock on the file: a lock query cannot tell this process's locks
+        # from the holder's, and closing would drop ours.
+        assert _fds_on(path) <= 1
     finally:
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=10)
+    files.release_idle_headers()
+    assert _fds_on(path) == 0  # nobody holds the file any more: it is closed
 
 
 def test_a_connection_on_a_deleted_wal_generation_refuses_the_open(tmp_path):
@@ -322,32 +327,60 @@ def test_a_connection_on_a_deleted_wal_generation_refuses_the_open(tmp_path):
         s.create_session("b", "cli")
 
 
-def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path, monkeypatch):
-    """A holder with no lock on the file is found by the full scan, which runs whenever the
-    lock table cannot be read (here: made unreadable)."""
+def test_without_lock_answers_every_process_is_examined(tmp_path, monkeypatch):
+    """Where neither a lock query nor the lock table can answer (no descriptor given, the
+    table made unreadable), every process's descriptors are read: even a holder with no
+    lock on the file (a plain open of the old -wal) is found."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
     wal = Path(f"{path}-wal")
     wal.write_bytes(b"")  # a WAL of an older generation, then deleted under its holder
     monkeypatch.setattr(files, "_PROC_LOCKS", str(tmp_path / "no-lock-table"))
-    _refused_while_held(path, HOLD_FILE, wal, [wal])
-    with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(wal)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        wal.unlink()
+        assert (proc.pid, str(wal.resolve())) in files.deleted_sidecar_holders(path)
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+
+
+def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
+    """A sibling holding the database (a lock, so the lock table is read) but on the current
+    WAL generation refuses nothing."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
         s.create_session("a", "cli")
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, str(path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        with SessionStore(path, settings=WAL) as s:
+            assert files.other_process_locks(s.backend._header.fd) is True
+            assert files.deleted_sidecar_holders(path, s.backend._header.fd) == []
+            s.create_session("b", "cli")
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
 
 
 def test_the_holder_scan_reads_only_lock_holders(tmp_path, monkeypatch):
-    """Issue 14: the deleted-sidecar scan reads the descriptors of the processes that hold a
-    lock on the file (none here but this one, while its handle is open), not every process."""
+    """Issue 14: the deleted-sidecar scan of an open reads the descriptors of the processes
+    that hold a lock on the file — none but this one here — not every process's."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
     read: list[int] = []
     real = files._deleted_descriptors
     monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
-    with SessionStore(path, settings=WAL):
-        assert files.deleted_sidecar_holders(path) == []
-    assert set(read) <= {os.getpid()}
+    with SessionStore(path, settings=WAL) as s:
+        assert s.backend._header is not None
+    assert read == [os.getpid()]
 
 
 def test_replacing_the_file_under_a_live_handle_stops_writes(tmp_path):

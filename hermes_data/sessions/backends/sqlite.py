@@ -94,7 +94,6 @@ class SqliteBackend(SessionBackend):
         self._writer: Connection | None = None
         self._raw: sqlite3.Connection | None = None
         self._read_pool: guards.ReadPool | None = None
-        self._read_engine: Engine | None = None
         self._identity: guards.FileIdentity | None = None
         self._header: FileHeader | None = None  # the on-disk header, by pread (§8.9)
         self._app_id = 0
@@ -147,6 +146,8 @@ class SqliteBackend(SessionBackend):
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
                 existing = True
+        if self._header is None:  # before any connection (see _connect_writer)
+            self._header = FileHeader(self.path)
         self._refuse_deleted_sidecars("open")
         # Identity rule (README "What is refused, and how") on the writer's first connection,
         # ahead of the engine's policy: a foreign file stays byte-identical, at no extra cost.
@@ -155,24 +156,21 @@ class SqliteBackend(SessionBackend):
             def identify(dbapi_conn: sqlite3.Connection) -> None:
                 migrate.identify_file(spec, self.path, dbapi_conn)
         engine = self._connect_writer(identify=identify)
-        with self.reading_on_writer() as conn:
+        with self.reading_on_writer() as conn:  # one read transaction on a settled file
             behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
+            plan = None if behind else self._plan_open_checks(conn)
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
             checked = identify is not None and \
                 migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked,
                                      settings=self._settings)
             self.open_repairs.extend(report.repairs)
-        self._open_checks()
+        self._open_checks(plan)
         wal = journal_state(engine).mode == "wal"
-        assert self._raw is not None
-        self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
         self._identity = guards.FileIdentity.record(self.path, wal=wal)
         self._harden_permissions()
-        self.fts_available = opening.probe_fts_tables(self._raw)
         if wal:
             self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
-            self._read_engine = guards.make_read_engine(self._read_pool)
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
@@ -180,7 +178,8 @@ class SqliteBackend(SessionBackend):
                                                                      p, exc))
 
     def _refuse_deleted_sidecars(self, what: str) -> None:
-        holders = guards.deleted_sidecar_holders(self.path)
+        holders = guards.deleted_sidecar_holders(
+            self.path, None if self._header is None else self._header.fd)
         if holders:  # a second opener would mint a second WAL generation (§8.10)
             pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
             self._sticky = DeletedWalGenerationError(str(self.path),
@@ -216,26 +215,20 @@ class SqliteBackend(SessionBackend):
             raise SchemaBehindError(", ".join(missing), str(self.path))
         self.fts_available = opening.probe_fts_tables(con)
 
-    def _open_checks(self) -> None:
-        """Read-gated open-time heals (§8.4): zero writes on a settled database.
+    def _open_checks(self, plan: tuple | None = None) -> None:
+        """Read-gated open-time heals (§8.4): zero writes on a settled database (``plan``: the
+        reads, when the caller already made them in its read transaction).
 
         An FTS table this SQLite build cannot use (a store made where the trigram tokenizer or
         FTS5 existed, opened where it does not) with its triggers still present would fail
         every append: its triggers are dropped and the index marked stale (fail-open, as for
         FTS corruption); search answers through LIKE until a capable build rebuilds it."""
-        assert self._raw is not None
-        unusable = [t for t, ok in opening.probe_fts_tables(self._raw).items() if not ok]
-        with self.reading_on_writer() as conn:
-            state = opening.read_fts_state(conn)
-            present = [t for t in unusable if t in state.objects]
-            need_fail_open = bool(present) and any(n in state.objects for n in
-                                                   FTS_TRIGGERS)
-            need_fts = state.needs_work() and not present
-            need_heal = opening.needs_null_active_heal(conn)
-            need_gen = opening.read_generation(conn) is None
-            need_app_id = not conn.exec_driver_sql(q.APPLICATION_ID).scalar()
-            need_ver = opening.needs_fts_storage_version(conn, state)
-        if not (need_fts or need_fail_open or need_heal or need_gen or need_app_id or need_ver):
+        if plan is None:
+            with self.reading_on_writer() as conn:
+                plan = self._plan_open_checks(conn)
+        fts, app_id, present, need_fail_open, need_fts, need_heal, need_gen, need_ver = plan
+        if not (need_fts or need_fail_open or need_heal or need_gen or not app_id or need_ver):
+            self.fts_available, self._app_id = fts, app_id  # settled: nothing written
             return
 
         def work(conn: Connection) -> None:
@@ -253,19 +246,34 @@ class SqliteBackend(SessionBackend):
             if need_heal and opening.needs_null_active_heal(conn):
                 n = opening.heal_null_active(conn)
                 self.open_repairs.append(f"set active = 1 on {n} message(s)")
-            if need_gen or need_app_id:
+            if need_gen or not app_id:
                 opening.mint_generation(conn)
             if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
                 opening.write_fts_storage_version(conn)
 
         # Inside the open's patience loop: busy propagates to it (no nested retry budget).
         self._attempt(work, raw=False, guarded=False)
+        assert self._raw is not None
+        self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
+        self.fts_available = opening.probe_fts_tables(self._raw)
+
+    def _plan_open_checks(self, conn: Connection) -> tuple:
+        """The reads of :meth:`_open_checks`, inside the caller's read transaction: the FTS
+        tables this build can load, ``application_id`` and what needs writing."""
+        assert self._raw is not None
+        fts = opening.probe_fts_tables(self._raw)
+        state = opening.read_fts_state(conn)
+        present = [t for t, ok in fts.items() if not ok and t in state.objects]
+        return (fts, int(conn.exec_driver_sql(q.APPLICATION_ID).scalar() or 0), present,
+                bool(present) and any(n in state.objects for n in FTS_TRIGGERS),
+                state.needs_work() and not present, opening.needs_null_active_heal(conn),
+                opening.read_generation(conn) is None,
+                opening.needs_fts_storage_version(conn, state))
 
     def _dispose(self) -> None:
         if self._read_pool is not None:
             self._read_pool.dispose()
             self._read_pool = None
-            self._read_engine = None
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -571,16 +579,16 @@ class SqliteBackend(SessionBackend):
         A budget miss first closes one idle reader of a peer handle and retries once; still
         nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
         """
-        engine = self._read_engine
+        pool, engine = self._read_pool, self._engine
         conn = None
-        if engine is not None and self._read_pool is not None:
+        if pool is not None and engine is not None:
             for attempt in (0, 1):
-                try:
-                    conn = engine.connect()
+                try:  # the store's one engine, on a pooled reader: no second engine
+                    conn = Connection(engine, connection=pool.connect())
                     break
                 except guards.NoReadPermit as miss:
                     if attempt or miss.scope not in ("path", "process") \
-                            or not guards.evict_peer(self._read_pool, miss.scope):
+                            or not guards.evict_peer(pool, miss.scope):
                         break
         if conn is None:
             with self.reading_on_writer() as w:
