@@ -327,16 +327,14 @@ def test_a_connection_on_a_deleted_wal_generation_refuses_the_open(tmp_path):
         s.create_session("b", "cli")
 
 
-def test_without_lock_answers_every_process_is_examined(tmp_path, monkeypatch):
-    """Where neither a lock query nor the lock table can answer (no descriptor given, the
-    table made unreadable), every process's descriptors are read: even a holder with no
-    lock on the file (a plain open of the old -wal) is found."""
+def test_without_a_lock_answer_every_process_is_examined(tmp_path):
+    """Where no lock query can answer (no descriptor given), every process's descriptors are
+    read: even a holder with no lock on the file (a plain open of the old -wal) is found."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
     wal = Path(f"{path}-wal")
     wal.write_bytes(b"")  # a WAL of an older generation, then deleted under its holder
-    monkeypatch.setattr(files, "_PROC_LOCKS", str(tmp_path / "no-lock-table"))
     proc = subprocess.Popen([sys.executable, "-c", HOLD_FILE, str(wal)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
     try:
@@ -350,8 +348,8 @@ def test_without_lock_answers_every_process_is_examined(tmp_path, monkeypatch):
 
 
 def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
-    """A sibling holding the database (a lock, so the lock table is read) but on the current
-    WAL generation refuses nothing."""
+    """A sibling holding the database (a lock, so every process is examined) but on the
+    current WAL generation refuses nothing."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL) as s:
         s.create_session("a", "cli")
@@ -369,9 +367,9 @@ def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
         proc.wait(timeout=10)
 
 
-def test_the_holder_scan_reads_only_lock_holders(tmp_path, monkeypatch):
-    """Issue 14: the deleted-sidecar scan of an open reads the descriptors of the processes
-    that hold a lock on the file — none but this one here — not every process's."""
+def test_the_holder_scan_reads_only_this_process_when_no_other_holds_the_file(tmp_path, monkeypatch):
+    """Issue 14: when no other process holds a lock on the file, the deleted-sidecar scan of
+    an open reads this process's descriptors only, not every process's."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
