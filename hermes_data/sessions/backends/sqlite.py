@@ -157,7 +157,8 @@ class SqliteBackend(SessionBackend):
                 migrate.identify_file(spec, self.path, dbapi_conn)
         engine = self._connect_writer(identify=identify)
         with self.reading_on_writer() as conn:  # one read transaction on a settled file
-            behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
+            behind = migrate.current_revision(conn) != spec.head \
+                or bool(missing_core(self._raw or conn))  # same connection, no row objects
             plan = None if behind else self._plan_open_checks(conn)
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
             checked = identify is not None and \
