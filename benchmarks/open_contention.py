@@ -1,12 +1,24 @@
-"""Open of a settled session store under write contention from a sibling process.
+"""Open of a settled session store: against plain sqlite3, and under write contention.
 
-    python benchmarks/open_contention.py [--n 25] [--journal delete|wal] [--messages 5000]
+    python benchmarks/open_contention.py [--n 25] [--journal both|delete|wal] [--messages 5000]
+                                         [--settled-rounds 5] [--settled-n 100]
 
-Three scenarios in one run, on one settled file: (1) uncontended, (2) a sibling process holds
-``BEGIN IMMEDIATE`` for the whole scenario, (3) a sibling runs 200 ms write transactions in a
-loop. Each open is a full ``SessionStore(path)`` + one read + close. Reported: p50/p90 and
-the ratio to uncontended. Target (issue 7): p50 under contention within 2x uncontended, no
-errors (upstream before read-first gating: p50 894.6 ms, after: 9.6 ms).
+Per journal mode (both by default; issue 13 asks for the benchmark in both), on one settled
+file:
+
+* **settled open vs plain sqlite3** (issue 14): a full ``SessionStore(path)`` + one
+  ``get_session`` + close, against the same work in plain ``sqlite3`` measured in the same
+  run — connect with the same busy timeout, the same pragmas (journal mode read, synchronous,
+  journal_size_limit in WAL, foreign keys), the schema version, generation token and
+  ``application_id`` reads, the one ``SELECT`` of the session row, a PASSIVE checkpoint in
+  WAL, close. That is what upstream's settled open costs (no guards). ``--settled-rounds``
+  alternating rounds of ``--settled-n`` opens each; reported: the median of the per-round
+  medians and their ratio. Target: ratio <= 1.5 with every guard kept.
+* **contention** (issue 7): (1) uncontended, (2) a sibling process holds ``BEGIN IMMEDIATE``
+  for the whole scenario, (3) a sibling runs 200 ms write transactions in a loop. Each open
+  is a full ``SessionStore(path)`` + one read + close. Reported: p50/p90 and the ratio to
+  uncontended. Target: p50 under contention within 2x uncontended, no errors (upstream before
+  read-first gating: p50 894.6 ms, after: 9.6 ms).
 """
 
 from __future__ import annotations
@@ -66,6 +78,53 @@ def run_opens(path: Path, settings: SqliteSettings, n: int) -> tuple[list[float]
     return times, errors
 
 
+def plain_open(path: Path, mode: str) -> None:
+    """Upstream's settled open + one read, in plain sqlite3 (no guards, no SQLAlchemy)."""
+    con = sqlite3.connect(path, timeout=1.0, isolation_level=None, check_same_thread=False)
+    con.execute("PRAGMA busy_timeout=1000")
+    con.execute("PRAGMA journal_mode").fetchall()
+    con.execute(f"PRAGMA synchronous={'NORMAL' if mode == 'wal' else 'FULL'}")
+    if mode == "wal":
+        con.execute("PRAGMA journal_size_limit=67108864")
+    con.execute("PRAGMA foreign_keys=ON")
+    con.execute("SELECT version_num FROM alembic_version").fetchall()
+    con.execute("SELECT value FROM state_meta WHERE key = 'db_file_generation'").fetchall()
+    con.execute("PRAGMA application_id").fetchall()
+    con.execute("SELECT * FROM sessions WHERE id = ?", ("s0",)).fetchall()
+    if mode == "wal":
+        con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    con.close()
+
+
+def _timed(fn, n: int) -> tuple[float, float]:
+    """Median wall and process-CPU milliseconds of ``n`` calls (CPU time is what a loaded
+    machine distorts least)."""
+    wall, cpu = [], []
+    for _ in range(n):
+        t0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append((time.perf_counter() - t0) * 1000)
+        cpu.append((time.process_time() - c0) * 1000)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def settled_ratio(path: Path, settings: SqliteSettings, mode: str, rounds: int,
+                  n: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Medians of per-round medians, (wall, cpu) ms, of the plain and the store open; the
+    rounds alternate."""
+    def store_open() -> None:
+        with SessionStore(path, settings=settings) as s:
+            s.get_session("s0")
+
+    plain, store = [], []
+    for _ in range(rounds):
+        plain.append(_timed(lambda: plain_open(path, mode), n))
+        store.append(_timed(store_open, n))
+    med = statistics.median
+    return (med(p[0] for p in plain), med(p[1] for p in plain)), \
+        (med(s[0] for s in store), med(s[1] for s in store))
+
+
 def with_sibling(script: str, path: Path, fn):
     proc = subprocess.Popen([sys.executable, "-c", script, str(path)], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, text=True)
@@ -78,13 +137,8 @@ def with_sibling(script: str, path: Path, fn):
         proc.wait(timeout=30)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=25)
-    ap.add_argument("--journal", choices=("delete", "wal"), default="wal")
-    ap.add_argument("--messages", type=int, default=5000)
-    args = ap.parse_args()
-    settings = SqliteSettings(busy_timeout_ms=1000, journal_mode=args.journal)
+def run_mode(journal: str, args: argparse.Namespace) -> None:
+    settings = SqliteSettings(busy_timeout_ms=1000, journal_mode=journal)
     tmp = Path(tempfile.mkdtemp(prefix="hermes-open-"))
     try:
         path = tmp / "state.db"
@@ -95,7 +149,16 @@ def main() -> int:
                                            for i in range(args.messages)])
             mode = s.journal_mode
         run_opens(path, settings, 3)  # warm-up
-        print(f"SQLite {sqlite3.sqlite_version}; journal_mode={mode}; n={args.n} opens per scenario")
+        for _ in range(3):
+            plain_open(path, mode)
+        print(f"SQLite {sqlite3.sqlite_version}; journal_mode={mode}")
+        plain, store = settled_ratio(path, settings, mode, args.settled_rounds, args.settled_n)
+        print(f"settled open + get_session + close (medians of {args.settled_rounds} alternating "
+              f"rounds of {args.settled_n}; target: ratio <= 1.5):")
+        for i, clock in enumerate(("wall", "cpu")):
+            print(f"  {clock:<4}: SessionStore {store[i]:7.2f} ms   plain sqlite3 {plain[i]:7.2f} ms"
+                  f"   ratio {store[i] / plain[i]:5.2f}")
+        print(f"contention, n={args.n} opens per scenario:")
         base, e0 = run_opens(path, settings, args.n)
         held, e1 = with_sibling(HOLD, path, lambda: run_opens(path, settings, args.n))
         loop, e2 = with_sibling(LOOP, path, lambda: run_opens(path, settings, args.n))
@@ -103,10 +166,22 @@ def main() -> int:
         for name, xs, errs in (("uncontended", base, e0), ("sibling holds write lock", held, e1),
                                ("sibling 200 ms write loop", loop, e2)):
             p50 = statistics.median(xs)
-            print(f"{name:<27}: p50 {p50:8.2f} ms   p90 {pct(xs, 0.9):8.2f} ms   "
+            print(f"  {name:<27}: p50 {p50:8.2f} ms   p90 {pct(xs, 0.9):8.2f} ms   "
                   f"p50 ratio {p50 / b50:5.2f}   errors {errs}   (target: ratio <= 2, no errors)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--n", type=int, default=25)
+    ap.add_argument("--journal", choices=("both", "delete", "wal"), default="both")
+    ap.add_argument("--messages", type=int, default=5000)
+    ap.add_argument("--settled-rounds", type=int, default=5)
+    ap.add_argument("--settled-n", type=int, default=100)
+    args = ap.parse_args()
+    for journal in (("delete", "wal") if args.journal == "both" else (args.journal,)):
+        run_mode(journal, args)
     return 0
 
 

@@ -12,10 +12,18 @@ Spec sessions.md §8.6–§8.11:
   generation.
 * :class:`FileIdentity` — ``(st_dev, st_ino)`` of the database and its sidecars, recorded at
   open and compared before each write (replaced-file and WAL-generation guards).
+* :func:`disk_header_changed` — the on-disk ``application_id`` (``pread``) against the open's.
 * :func:`is_transient_sqlite_error`, :func:`is_fts_corruption`, :func:`is_structural_corruption`.
+  Quarantine follows SQLite's corruption errors, the same in both journal modes: damage to a
+  page SQLite reads from the main file is seen as soon as the page is read (after any commit,
+  every connection drops its page cache). In WAL mode a main-file page whose current version
+  is a WAL frame is not what SQLite serves, and the checkpoint writes that frame over it: a
+  healthy database, never quarantined.
 
 Nothing here opens the database file with ``open()``: closing any descriptor of it would drop
-every POSIX lock this process holds on it (seed 003). Files are examined by ``stat``/readlink.
+every POSIX lock this process holds on it (seed 003). Files are examined by ``stat``/readlink;
+the header is read with ``pread`` through the process's per-path descriptor
+(:class:`hermes_data.files.FileHeader`).
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import sqlalchemy as sa
 
 # Re-exported: the store and the tests reach these through this module.
 from ..files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
+from ..files import SQLITE_MAGIC, FileHeader, application_id
 from .sql import opening as open_sql
 
 log = logging.getLogger("hermes_data.sessions.guards")
@@ -150,7 +159,8 @@ class FileIdentity:
     journal churns the directory on every write), only when no component of the path is a
     symlink, and only for a directory timestamp old enough that a later change cannot carry
     the same value (see ``_settled``). A same-inode overwrite (``cp`` over the file) is not a
-    directory change: the in-transaction ``application_id`` read covers it.
+    directory change: :func:`disk_header_changed` (the header read from the file itself)
+    and, in rollback-journal mode, the in-transaction ``application_id`` read cover it.
     """
 
     db: tuple[int, int] | None
@@ -220,6 +230,28 @@ class FileIdentity:
             return "split", why
         self._dir_ok = before if before is not None and _settled(before) else None
         return None
+
+
+def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, str] | None:
+    """``("replaced", why)`` when the header on disk (``pread``, §8.9) contradicts the open's
+    ``application_id``, else None. A copy over the same inode changes no ``stat`` field
+    :class:`FileIdentity` compares, and in WAL mode SQLite serves page 1 from the WAL, so
+    only the file's own bytes show it. A file shorter than a header (a fresh WAL database
+    before its first checkpoint) or an ``application_id`` of 0 has no say (§8.11: "non-zero
+    and differs")."""
+    if header is None or not app_id:
+        return None
+    data = header.read()
+    disk_id = application_id(data)
+    if disk_id is None:
+        return None
+    if not data.startswith(SQLITE_MAGIC):
+        return "replaced", ("the file on disk no longer starts with an SQLite header: it was "
+                            "overwritten under a live handle (application_id unreadable)")
+    if disk_id and disk_id != app_id:
+        return "replaced", (f"the file's application_id changed on disk ({app_id} -> "
+                            f"{disk_id}): it was replaced under a live handle")
+    return None
 
 
 # ---------------------------------------------------------------------------------------
@@ -409,17 +441,6 @@ def evict_peer(pool: ReadPool, scope: str) -> bool:
         else:
             candidates = [p for peers in _pools.values() for p in peers if p is not pool]
     return any(p.evict_idle() for p in candidates)
-
-
-def make_read_engine(pool: ReadPool) -> sa.Engine:
-    """A SQLAlchemy engine over ``pool`` whose transactions start with a deferred ``BEGIN``."""
-    engine = sa.create_engine("sqlite://", pool=pool)
-
-    @sa.event.listens_for(engine, "begin")
-    def _begin(conn) -> None:
-        conn.exec_driver_sql("BEGIN")
-
-    return engine
 
 
 Opener = Callable[[], sqlite3.Connection]

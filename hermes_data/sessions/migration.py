@@ -116,16 +116,32 @@ def identify(conn: AnyConn) -> str:
     return "upstream"
 
 
+_CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)
+_CORE_CATALOG = mq.core_catalog(len(_CORE_TABLES))
+
+
 def missing_core(conn: AnyConn) -> list[str]:
-    """Core tables/columns/indexes absent from the live database (read-only)."""
+    """Core tables/columns/indexes absent from the live database (read-only; on SQLite one
+    catalogue statement — every open pays it)."""
+    columns: dict[str, set[str]] = {}
+    if isinstance(conn, sqlite3.Connection) or conn.dialect.name == "sqlite":
+        rows = (conn.execute(_CORE_CATALOG, _CORE_TABLES).fetchall()
+                if isinstance(conn, sqlite3.Connection)
+                else conn.exec_driver_sql(_CORE_CATALOG, _CORE_TABLES).fetchall())
+        for kind, name, column in rows:
+            columns.setdefault(str(name) if kind == "column" else "", set()).add(
+                str(column) if kind == "column" else str(name))
+        indexes = columns.pop("", set())
+    else:
+        tables = _tables(conn)
+        indexes = _index_names(conn)
+        columns = {t: set(_columns(conn, t)) for t in _CORE_TABLES if t in tables}
     out: list[str] = []
-    tables = _tables(conn)
-    indexes = _index_names(conn)
     for table in metadata.sorted_tables:
-        if table.name not in tables:
+        if table.name not in columns:
             out.append(table.name)
             continue
-        have = set(_columns(conn, table.name))
+        have = columns[table.name]
         out.extend(f"{table.name}.{c.name}" for c in table.columns if c.name not in have)
         out.extend(str(ix.name) for ix in table.indexes if ix.name not in indexes)
     return out

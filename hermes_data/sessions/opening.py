@@ -666,3 +666,23 @@ def connect_read_only_retrying(connect: Callable[[], sqlite3.Connection], path: 
             log.info("%s: transient I/O error on a read-only open (%s); retrying", path, exc)
             time.sleep(pause_s)
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
+#: A profile directory name (``<root>/profiles/<name>/state.db``).
+_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+
+
+def owner_profile(path: Path, root: Path) -> str | None:
+    """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``;
+    anything else (or an unresolvable path) → None."""
+    try:
+        path = path.resolve()
+        root = root.expanduser().resolve()
+    except OSError:
+        return None
+    if path == root / "state.db":
+        return "default"
+    if path.name == "state.db" and path.parent.parent == root / "profiles":
+        name = path.parent.name
+        return name if _PROFILE_NAME.match(name) else None
+    return None

@@ -20,7 +20,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy import event
 
-from hermes_data import migrate
+from hermes_data import files, migrate
 from hermes_data.engine import SqliteSettings
 from hermes_data.errors import DatabaseBusyError, NotAHermesDatabaseError
 from hermes_data.sessions import guards
@@ -30,7 +30,6 @@ from hermes_data.sessions.backends.sqlite import SqliteBackend
 from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error, last_init_error
 from hermes_data.telemetry import TelemetryStore
 
-from ..conftest import known_wal_defect
 
 pytestmark = pytest.mark.sqlite_only("file open path, WAL, read pool, guards, FTS5 fail-open")
 
@@ -285,7 +284,52 @@ HOLD_FILE = textwrap.dedent("""
 """)
 
 
-def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path):
+HOLD_CONNECTION = textwrap.dedent("""
+    import sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("SELECT COUNT(*) FROM sessions").fetchall()
+    print("holding", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _refused_while_held(path: Path, script: str, held: Path, unlink: list[Path]) -> None:
+    proc = subprocess.Popen([sys.executable, "-c", script, str(held)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        for p in unlink:
+            p.unlink()
+        with pytest.raises(DeletedWalGenerationError, match=f"pid {proc.pid}"):
+            SessionStore(path, settings=WAL)
+        # Refused before connecting. The header descriptor (§8.9) stays cached while a
+        # process holds a lock on the file: a lock query cannot tell this process's locks
+        # from the holder's, and closing would drop ours.
+        assert _fds_on(path) <= 1
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+    files.release_idle_headers()
+    assert _fds_on(path) == 0  # nobody holds the file any more: it is closed
+
+
+def test_a_connection_on_a_deleted_wal_generation_refuses_the_open(tmp_path):
+    """The real case: a sibling's WAL connection keeps the deleted -wal/-shm (and a lock on
+    the database, which is how the scan finds it without reading every process's fds)."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+    _refused_while_held(path, HOLD_CONNECTION, path,
+                        [Path(f"{path}-wal"), Path(f"{path}-shm")])
+    with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
+        s.create_session("b", "cli")
+
+
+def test_without_a_lock_answer_every_process_is_examined(tmp_path):
+    """Where no lock query can answer (no descriptor given), every process's descriptors are
+    read: even a holder with no lock on the file (a plain open of the old -wal) is found."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
@@ -296,15 +340,45 @@ def test_a_holder_of_a_deleted_wal_refuses_the_open(tmp_path):
     try:
         assert proc.stdout.readline().strip() == "holding"
         wal.unlink()
-        with pytest.raises(DeletedWalGenerationError, match=f"pid {proc.pid}"):
-            SessionStore(path, settings=WAL)
-        assert _fds_on(path) == 0  # refused before connecting
+        assert (proc.pid, str(wal.resolve())) in files.deleted_sidecar_holders(path)
     finally:
         proc.stdin.write("\n")
         proc.stdin.flush()
         proc.wait(timeout=10)
-    with SessionStore(path, settings=WAL) as s:  # holder gone: opens again
+
+
+def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
+    """A sibling holding the database (a lock, so every process is examined) but on the
+    current WAL generation refuses nothing."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
         s.create_session("a", "cli")
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, str(path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "holding"
+        with SessionStore(path, settings=WAL) as s:
+            assert files.other_process_locks(s.backend._header.fd) is True
+            assert files.deleted_sidecar_holders(path, s.backend._header.fd) == []
+            s.create_session("b", "cli")
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+
+
+def test_the_holder_scan_reads_only_this_process_when_no_other_holds_the_file(tmp_path, monkeypatch):
+    """Issue 14: when no other process holds a lock on the file, the deleted-sidecar scan of
+    an open reads this process's descriptors only, not every process's."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL):
+        pass
+    read: list[int] = []
+    real = files._deleted_descriptors
+    monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
+    with SessionStore(path, settings=WAL) as s:
+        assert s.backend._header is not None
+    assert read == [os.getpid()]
 
 
 def test_replacing_the_file_under_a_live_handle_stops_writes(tmp_path):
@@ -350,33 +424,68 @@ def test_fts_corruption_during_a_write_fails_open(store):
 
 
 CORRUPT_PAGE = textwrap.dedent("""
-    import os, sys
+    import os, sqlite3, sys
     path, page, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     fd = os.open(path, os.O_RDWR)
     os.pwrite(fd, b"\\xff" * size, (page - 1) * size)
-    counter = int.from_bytes(os.pread(fd, 4, 24), "big") + 1
-    os.pwrite(fd, counter.to_bytes(4, "big"), 24)   # invalidate page caches
-    os.close(fd)
+    os.close(fd)   # this process holds no connection to the file: no lock to drop
+    if sys.argv[4:] == ["commit"]:
+        # The database moves on: a commit that does not touch the damaged page. Every other
+        # connection drops its page cache (DELETE: the change counter; WAL: the WAL index),
+        # and in WAL, after a complete checkpoint, this writer restarts the WAL.
+        con = sqlite3.connect(path, isolation_level=None, timeout=10)
+        con.execute("INSERT OR REPLACE INTO state_meta (key, value) VALUES ('probe', 'x')")
+        con.close()
 """)
 
 
-@known_wal_defect("issue 13: in WAL the damaged page is served from the WAL, so the "
-                  "corruption injected into the main file is not seen by the live handle")
+def _sessions_page(s: SessionStore) -> tuple[int, int]:
+    return s.backend.read(lambda c: (
+        c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
+        c.exec_driver_sql("PRAGMA page_size").scalar()))
+
+
+def _damage(path: Path, page: int, size: int, *extra: str) -> None:
+    """Another process damages the page (this process never opens the file)."""
+    subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size), *extra],
+                   check=True, timeout=30)
+
+
 def test_structural_corruption_quarantines_the_handle(tmp_path):
+    """Both modes: damage to a page SQLite reads from the main file quarantines the handle.
+    In WAL the checkpoint first folds every frame back (the next writer then restarts the
+    WAL), so the damaged page's current version is the main file's, as in DELETE mode."""
     path = tmp_path / "state.db"
     with SessionStore(path) as s:
         s.create_session("a", "cli")
-        page, size = s.backend.read(lambda c: (
-            c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
-            c.exec_driver_sql("PRAGMA page_size").scalar()))
-        # Another process damages the sessions b-tree (this process never opens the file).
-        subprocess.run([sys.executable, "-c", CORRUPT_PAGE, str(path), str(page), str(size)],
-                       check=True, timeout=30)
+        page, size = _sessions_page(s)
+        s.backend.checkpoint()  # WAL: complete (no reader); DELETE: nothing to do
+        _damage(path, page, size, "commit")
         with pytest.raises(StateDbCorruptError, match="corrupt"):
             s.append_message("a", "user", "x")
         assert s.quarantined
         with pytest.raises(StateDbCorruptError):  # sticky: fails fast
             s.create_session("b", "cli")
+
+
+def test_damage_under_a_newer_wal_frame_is_not_corruption(tmp_path):
+    """WAL only: a main-file page whose current version is a WAL frame is not what SQLite
+    serves, and the checkpoint writes that frame over it. The handle must not quarantine a
+    healthy database (§8.11 quarantines on SQLite's corruption errors, not on bytes it does
+    not read); the file is intact after the close."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        assert s.journal_mode == "wal"
+        s.create_session("a", "cli")
+        page, size = _sessions_page(s)
+        _damage(path, page, size)  # sessions' current page is create_session's WAL frame
+        s.append_message("a", "user", "x")
+        s.create_session("b", "cli")
+        assert not s.quarantined
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    assert con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 2
+    con.close()
 
 
 def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
@@ -406,9 +515,10 @@ def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
             t.join()
         assert not errors
         assert 2 <= budget.peak <= guards.PATH_READ_BUDGET
-        # descriptors on state.db itself: the writer's, at most 8 readers' and one SQLite
-        # may park (a closed connection's fd is kept while the process holds locks on the inode)
-        assert max(seen_fds) <= guards.PATH_READ_BUDGET + 2
+        # descriptors on state.db itself: the writer's, at most 8 readers', one SQLite may
+        # park (a closed connection's fd is kept while the process holds locks on the inode)
+        # and the process's header descriptor (§8.9: the on-disk application_id, by pread)
+        assert max(seen_fds) <= guards.PATH_READ_BUDGET + 3
         assert guards.PROCESS_BUDGET.peak <= guards.PROCESS_READ_BUDGET
 
         # Descriptor headroom below 64: reads are served by the writer, never an error.

@@ -16,7 +16,6 @@ from hermes_data.engine import SqliteSettings
 from hermes_data.sessions.errors import DeletedWalGenerationError, StateDbReplacedError
 from hermes_data.sessions.store import SessionStore
 
-from ..conftest import known_wal_defect
 
 pytestmark = pytest.mark.sqlite_only("replaced-file / WAL-generation guards")
 
@@ -84,15 +83,13 @@ COPY_OVER = textwrap.dedent("""
 """)
 
 
-@known_wal_defect("issue 13: in WAL SQLite serves page 1 from the WAL, so a copy over the "
-                  "same inode is not seen by the header read; read the header from the file")
 @pytest.mark.parametrize("batch", [False, True], ids=["single", "batch"])
 def test_a_copy_over_the_same_inode_is_caught_by_the_folded_header_read(tmp_path, batch):
     path, other = tmp_path / "state.db", tmp_path / "other.db"
     with SessionStore(other) as o:
         o.create_session("a", "cli")
         o.create_session("z", "cli")  # a different change counter: SQLite drops its page cache
-    with SessionStore(path) as s:  # DELETE mode: the copied bytes are the whole database
+    with SessionStore(path) as s:  # in WAL the -wal keeps this file's pages: only the pread sees it
         s.create_session("a", "cli")
         inode = os.stat(path).st_ino
         # Another process overwrites the file in place (this one never opens it).

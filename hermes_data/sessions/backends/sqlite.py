@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import re
 import sqlite3
 import threading
 import time
@@ -35,7 +34,7 @@ from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
 from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError
-from ...files import make_owner_only
+from ...files import FileHeader, make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
@@ -61,8 +60,6 @@ READ_PATIENCE_S = 20.0
 #: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
 #: file; an FTS table's constructor failed while its shadow tables were being rewritten).
 _READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
-#: A profile directory name (``<root>/profiles/<name>/state.db``).
-_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -102,8 +99,8 @@ class SqliteBackend(SessionBackend):
         self._writer: Connection | None = None
         self._raw: sqlite3.Connection | None = None
         self._read_pool: guards.ReadPool | None = None
-        self._read_engine: Engine | None = None
         self._identity: guards.FileIdentity | None = None
+        self._header: FileHeader | None = None  # the on-disk header, by pread (§8.9)
         self._app_id = 0
         self._sticky: BaseException | None = None  # replaced / split WAL / corrupt
         self.quarantined = False
@@ -154,6 +151,8 @@ class SqliteBackend(SessionBackend):
                 os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
             except FileExistsError:
                 existing = True
+        if self._header is None:  # before any connection (see _connect_writer)
+            self._header = FileHeader(self.path)
         self._refuse_deleted_sidecars("open")
         # Identity rule (README "What is refused, and how") on the writer's first connection,
         # ahead of the engine's policy: a foreign file stays byte-identical, at no extra cost.
@@ -162,24 +161,22 @@ class SqliteBackend(SessionBackend):
             def identify(dbapi_conn: sqlite3.Connection) -> None:
                 migrate.identify_file(spec, self.path, dbapi_conn)
         engine = self._connect_writer(identify=identify)
-        with self.reading_on_writer() as conn:
-            behind = migrate.current_revision(conn) != spec.head or bool(missing_core(conn))
+        with self.reading_on_writer() as conn:  # one read transaction on a settled file
+            behind = migrate.current_revision(conn) != spec.head \
+                or bool(missing_core(self._raw or conn))  # same connection, no row objects
+            plan = None if behind else self._plan_open_checks(conn)
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
             checked = identify is not None and \
                 migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked,
                                      settings=self._settings)
             self.open_repairs.extend(report.repairs)
-        self._open_checks()
+        self._open_checks(plan)
         wal = journal_state(engine).mode == "wal"
-        assert self._raw is not None
-        self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
         self._identity = guards.FileIdentity.record(self.path, wal=wal)
         self._harden_permissions()
-        self.fts_available = opening.probe_fts_tables(self._raw)
         if wal:
             self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
-            self._read_engine = guards.make_read_engine(self._read_pool)
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
@@ -187,7 +184,8 @@ class SqliteBackend(SessionBackend):
                                                                      p, exc))
 
     def _refuse_deleted_sidecars(self, what: str) -> None:
-        holders = guards.deleted_sidecar_holders(self.path)
+        holders = guards.deleted_sidecar_holders(
+            self.path, None if self._header is None else self._header.fd)
         if holders:  # a second opener would mint a second WAL generation (§8.10)
             pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
             self._sticky = DeletedWalGenerationError(str(self.path),
@@ -223,26 +221,20 @@ class SqliteBackend(SessionBackend):
             raise SchemaBehindError(", ".join(missing), str(self.path))
         self.fts_available = opening.probe_fts_tables(con)
 
-    def _open_checks(self) -> None:
-        """Read-gated open-time heals (§8.4): zero writes on a settled database.
+    def _open_checks(self, plan: tuple | None = None) -> None:
+        """Read-gated open-time heals (§8.4): zero writes on a settled database (``plan``: the
+        reads, when the caller already made them in its read transaction).
 
         An FTS table this SQLite build cannot use (a store made where the trigram tokenizer or
         FTS5 existed, opened where it does not) with its triggers still present would fail
         every append: its triggers are dropped and the index marked stale (fail-open, as for
         FTS corruption); search answers through LIKE until a capable build rebuilds it."""
-        assert self._raw is not None
-        unusable = [t for t, ok in opening.probe_fts_tables(self._raw).items() if not ok]
-        with self.reading_on_writer() as conn:
-            state = opening.read_fts_state(conn)
-            present = [t for t in unusable if t in state.objects]
-            need_fail_open = bool(present) and any(n in state.objects for n in
-                                                   FTS_TRIGGERS)
-            need_fts = state.needs_work() and not present
-            need_heal = opening.needs_null_active_heal(conn)
-            need_gen = opening.read_generation(conn) is None
-            need_app_id = not conn.exec_driver_sql(q.APPLICATION_ID).scalar()
-            need_ver = opening.needs_fts_storage_version(conn, state)
-        if not (need_fts or need_fail_open or need_heal or need_gen or need_app_id or need_ver):
+        if plan is None:
+            with self.reading_on_writer() as conn:
+                plan = self._plan_open_checks(conn)
+        fts, app_id, present, need_fail_open, need_fts, need_heal, need_gen, need_ver = plan
+        if not (need_fts or need_fail_open or need_heal or need_gen or not app_id or need_ver):
+            self.fts_available, self._app_id = fts, app_id  # settled: nothing written
             return
 
         def work(conn: Connection) -> None:
@@ -260,19 +252,34 @@ class SqliteBackend(SessionBackend):
             if need_heal and opening.needs_null_active_heal(conn):
                 n = opening.heal_null_active(conn)
                 self.open_repairs.append(f"set active = 1 on {n} message(s)")
-            if need_gen or need_app_id:
+            if need_gen or not app_id:
                 opening.mint_generation(conn)
             if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
                 opening.write_fts_storage_version(conn)
 
         # Inside the open's patience loop: busy propagates to it (no nested retry budget).
         self._attempt(work, raw=False, guarded=False)
+        assert self._raw is not None
+        self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
+        self.fts_available = opening.probe_fts_tables(self._raw)
+
+    def _plan_open_checks(self, conn: Connection) -> tuple:
+        """The reads of :meth:`_open_checks`, inside the caller's read transaction: the FTS
+        tables this build can load, ``application_id`` and what needs writing."""
+        assert self._raw is not None
+        fts = opening.probe_fts_tables(self._raw)
+        state = opening.read_fts_state(conn)
+        present = [t for t, ok in fts.items() if not ok and t in state.objects]
+        return (fts, int(conn.exec_driver_sql(q.APPLICATION_ID).scalar() or 0), present,
+                bool(present) and any(n in state.objects for n in FTS_TRIGGERS),
+                state.needs_work() and not present, opening.needs_null_active_heal(conn),
+                opening.read_generation(conn) is None,
+                opening.needs_fts_storage_version(conn, state))
 
     def _dispose(self) -> None:
         if self._read_pool is not None:
             self._read_pool.dispose()
             self._read_pool = None
-            self._read_engine = None
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -286,6 +293,9 @@ class SqliteBackend(SessionBackend):
         if self._engine is not None:
             self._engine.dispose()
             self._engine = None
+        if self._header is not None:  # after every connection of the handle is closed
+            self._header.release()
+            self._header = None
 
     def close(self) -> None:
         """PASSIVE checkpoint (not on read-only or quarantined handles), close every
@@ -329,17 +339,7 @@ class SqliteBackend(SessionBackend):
 
     def owner_profile(self, root: Path) -> str | None:
         """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``."""
-        try:
-            path = self.path.resolve()
-            root = root.expanduser().resolve()
-        except OSError:
-            return None
-        if path == root / "state.db":
-            return "default"
-        if path.name == "state.db" and path.parent.parent == root / "profiles":
-            name = path.parent.name
-            return name if _PROFILE_NAME.match(name) else None
-        return None
+        return opening.owner_profile(self.path, root)
 
     # -- transactions ------------------------------------------------------------------
 
@@ -349,7 +349,8 @@ class SqliteBackend(SessionBackend):
             raise self._sticky
         if self._identity is None:
             return
-        found = self._identity.check(self.path)
+        found = self._identity.check(self.path) or guards.disk_header_changed(
+            self._header, self._app_id)
         if found is not None:
             kind, why = found
             self._sticky = (StateDbReplacedError if kind == "replaced"
@@ -422,7 +423,12 @@ class SqliteBackend(SessionBackend):
                         ) -> Engine:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
-        No schema work: the open runs that next. ``identify`` runs once, first."""
+        No schema work: the open runs that next. ``identify`` runs once, first.
+
+        The header lease is taken first, before any connection holds a lock on the file, and
+        given back by :meth:`_dispose` after the connections are closed (§8.9)."""
+        if self._header is None:
+            self._header = FileHeader(self.path)
         engine = create_sqlite_engine(self.path, self._settings)
         pragmas = self._pragmas
         if identify is not None:
@@ -518,6 +524,7 @@ class SqliteBackend(SessionBackend):
                             fts_healed = True
                             continue
                         if guards.is_structural_corruption(exc):
+                            self.guard()  # a replaced file explains it better than "corrupt"
                             self._quarantine(exc)
                         if not is_busy(exc):
                             raise
@@ -578,16 +585,16 @@ class SqliteBackend(SessionBackend):
         A budget miss first closes one idle reader of a peer handle and retries once; still
         nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
         """
-        engine = self._read_engine
+        pool, engine = self._read_pool, self._engine
         conn = None
-        if engine is not None and self._read_pool is not None:
+        if pool is not None and engine is not None:
             for attempt in (0, 1):
-                try:
-                    conn = engine.connect()
+                try:  # the store's one engine, on a pooled reader: no second engine
+                    conn = Connection(engine, connection=pool.connect())
                     break
                 except guards.NoReadPermit as miss:
                     if attempt or miss.scope not in ("path", "process") \
-                            or not guards.evict_peer(self._read_pool, miss.scope):
+                            or not guards.evict_peer(pool, miss.scope):
                         break
         if conn is None:
             with self.reading_on_writer() as w:

@@ -19,6 +19,17 @@ APPLICATION_ID = "PRAGMA application_id"
 PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
 
 
+def core_catalog(tables: int) -> str:
+    """In one statement: ``('column', table, column)`` for each column of the ``tables``
+    named by parameters (only those: loading an FTS table may need a tokenizer this build
+    lacks) and ``('index', name, NULL)`` for every index."""
+    marks = ", ".join("?" * tables)
+    return ("SELECT 'column', m.name, p.name FROM sqlite_master AS m "
+            "JOIN pragma_table_info(m.name) AS p "
+            f"WHERE m.type = 'table' AND m.name IN ({marks}) "
+            "UNION ALL SELECT 'index', name, NULL FROM sqlite_master WHERE type = 'index'")
+
+
 def table_info(table: str) -> str:
     """The columns of a SQLite table, in order."""
     return f"PRAGMA table_info({quote_ident(table)})"
