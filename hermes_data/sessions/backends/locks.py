@@ -8,11 +8,34 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
+import time
 from pathlib import Path
 
 from sqlalchemy.engine import Connection, Engine
 
+from ...errors import DatabaseBusyError
 from ..sql import backend as q
+
+
+class Patience:
+    """A budget for waiting out a sibling's lock: jittered pauses (short during the first 2 s,
+    longer after, so waiters spread out) until ``seconds`` have passed; then
+    :class:`DatabaseBusyError` with the caller's message — never a raw driver error."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.start = time.monotonic()
+        self.deadline = self.start + seconds
+
+    def wait(self, exc: BaseException, message: str) -> None:
+        """Sleep before the next attempt, or raise ``DatabaseBusyError(message)`` from ``exc``
+        once the budget is spent."""
+        now = time.monotonic()
+        if now >= self.deadline:
+            raise DatabaseBusyError(message) from exc
+        pause = random.uniform(0.02, 0.15) if now - self.start < 2.0 else random.uniform(0.25, 1.0)
+        time.sleep(min(pause, self.deadline - now))
 
 
 class FileLock:

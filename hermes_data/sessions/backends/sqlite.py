@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -33,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from ... import migrate
 from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
-from ...errors import ConfigurationError, DatabaseBusyError, StoreLinkError
+from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
 from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
@@ -41,7 +40,7 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q
 from ..sql import FTS_TRIGGERS, for_dialect
-from .locks import FileLock
+from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
 
@@ -118,24 +117,19 @@ class SqliteBackend(SessionBackend):
     # -- open / close ------------------------------------------------------------------
 
     def _open_with_patience(self, open_patience_s: float, open_once: Callable[[], None]) -> None:
-        deadline = time.monotonic() + open_patience_s
+        patience = Patience(open_patience_s)
         while True:
             try:
                 open_once()
                 return
             except BaseException as exc:
                 self._dispose()
-                if isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError)) \
-                        and is_busy(exc):
-                    remaining = deadline - time.monotonic()
-                    if remaining > 0:
-                        time.sleep(min(random.uniform(0.25, 1.0), remaining))
-                        continue
-                    raise DatabaseBusyError(
-                        f"{self.path}: another process held the write lock for over "
-                        f"{open_patience_s:.0f} s while opening; the database is healthy, retry"
-                    ) from exc
-                raise
+                if not isinstance(exc, (sa.exc.OperationalError, sqlite3.OperationalError)) \
+                        or not is_busy(exc):
+                    raise
+                patience.wait(exc, f"{self.path}: another process held the write lock for over "
+                              f"{open_patience_s:.0f} s while opening; the database is healthy, "
+                              "retry")
 
     def _open(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -502,8 +496,7 @@ class SqliteBackend(SessionBackend):
 
     def _write(self, fn: Callable[[Any], T], *, patience: float, raw: bool,
                header_in_fn: bool) -> T:
-        start = time.monotonic()
-        deadline = start + patience
+        budget = Patience(patience)
         fts_healed = False
         reopened = False
         try:
@@ -529,14 +522,8 @@ class SqliteBackend(SessionBackend):
                         if not is_busy(exc):
                             raise
                         err = exc
-                now = time.monotonic()
-                if now >= deadline:
-                    raise DatabaseBusyError(
-                        f"{self.path}: another process held the write lock for over "
-                        f"{patience:.1f} s; the database is healthy, retry later") from err
-                pause = (random.uniform(0.02, 0.15) if now - start < 2.0
-                         else random.uniform(0.25, 1.0))
-                time.sleep(min(pause, deadline - now))
+                budget.wait(err, f"{self.path}: another process held the write lock for over "
+                            f"{patience:.1f} s; the database is healthy, retry later")
         finally:
             if reopened:
                 self._end_close_race()
@@ -610,26 +597,19 @@ class SqliteBackend(SessionBackend):
         """Run ``fn`` in a read transaction; a lock conflict (or the schema changing under a
         VACUUM) retries the whole read with jitter for up to :data:`READ_PATIENCE_S`, then
         :class:`DatabaseBusyError` — never a raw driver error."""
-        start = time.monotonic()
-        deadline = start + READ_PATIENCE_S
+        patience = Patience(READ_PATIENCE_S)
         while True:
             try:
                 with self.reading() as conn:
                     return fn(conn)
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
                 msg = str(getattr(exc, "orig", exc)).lower()
-                if not any(m in msg for m in _READ_RETRY):
+                if not any(m in msg for m in _READ_RETRY) and not is_busy(exc):
                     raise
                 err = exc
-            now = time.monotonic()
-            if now >= deadline:
-                raise DatabaseBusyError(
-                    f"{self.path}: another process kept the database locked for over "
-                    f"{READ_PATIENCE_S:.1f} s while reading; the database is healthy, retry "
-                    "later") from err
-            pause = (random.uniform(0.02, 0.15) if now - start < 2.0
-                     else random.uniform(0.25, 1.0))
-            time.sleep(min(pause, deadline - now))
+            patience.wait(err, f"{self.path}: another process kept the database locked for over "
+                          f"{READ_PATIENCE_S:.1f} s while reading; the database is healthy, "
+                          "retry later")
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""
@@ -685,8 +665,7 @@ class SqliteBackend(SessionBackend):
 
             if self.read(exists):
                 self.write(optimize)
-        start = time.monotonic()
-        deadline = start + ROUTINE_PATIENCE_S
+        patience = Patience(ROUTINE_PATIENCE_S)
         while True:
             with self._lock:
                 raw = self._raw
@@ -695,21 +674,16 @@ class SqliteBackend(SessionBackend):
                 self.checkpoint()
                 try:
                     raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
+                    break
                 except sqlite3.OperationalError as exc:
                     # In WAL a sibling's commit between VACUUM's read and its write lock is
                     # SQLITE_BUSY at once (no busy handler): wait like any writer.
                     if not is_busy(exc):
                         raise
-                    now = time.monotonic()
-                    if now >= deadline:
-                        raise DatabaseBusyError(
-                            f"{self.path}: other processes kept writing for over "
-                            f"{ROUTINE_PATIENCE_S:.1f} s while VACUUM waited; the database is "
-                            "healthy, retry later") from exc
-                    pause = random.uniform(0.02, 0.15) if now - start < 2.0 else random.uniform(0.25, 1.0)
-                else:
-                    break
-            time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                    err = exc
+            patience.wait(err, f"{self.path}: other processes kept writing for over "
+                          f"{ROUTINE_PATIENCE_S:.1f} s while VACUUM waited; the database is "
+                          "healthy, retry later")
         with self._lock:
             self.checkpoint()
             if self._identity is not None:  # VACUUM may have recreated the sidecars
