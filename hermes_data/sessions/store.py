@@ -19,8 +19,9 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import guards, lifecycle, lineage, listing, meta, opening, titles
+from . import accounting, guards, lifecycle, lineage, listing, meta, opening, titles
 from . import messages as msg
+from .agent_api import AgentTurnAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
 from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
@@ -29,6 +30,7 @@ from .lifecycle import namespaces_agree
 from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                    SessionRow)
 from .sql.listing import SessionFilter
+from .token_writer import TokenWriter
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -99,8 +101,8 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore:
-    """Typed handle on one session store.
+class SessionStore(AgentTurnAPI):
+    """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
     (default: ``$HERMES_HOME/state.db``). ``config``: mapping (or zero-argument callable
@@ -130,6 +132,16 @@ class SessionStore:
             _record_init_error(where, exc)
             raise
         self._q = self._backend.sql
+        self._tokens = TokenWriter(partial(self._apply_tokens, self.owner_profile()), where)
+
+    def _apply_tokens(self, owner: str | None, session_id: str, delta: Any) -> None:
+        self._backend.write(lambda c: accounting.apply_token_delta(c, self._q, session_id,
+                                                                   delta, owner))
+
+    @property
+    def token_writer(self) -> TokenWriter:
+        """This handle's asynchronous token writer (``queue_token_counts``)."""
+        return self._tokens
 
     # -- handle ------------------------------------------------------------------------
 
@@ -184,7 +196,9 @@ class SessionStore:
         return getattr(self._backend, "read_pool", None)
 
     def close(self) -> None:
-        """Close every connection (SQLite: PASSIVE checkpoint first). Idempotent."""
+        """Drain the token queue, then close every connection (SQLite: PASSIVE checkpoint
+        first). Idempotent."""
+        self._tokens.close()
         self._backend.close()
 
     def __enter__(self) -> "SessionStore":
@@ -445,7 +459,8 @@ class SessionStore:
     # -- reads (§5) --------------------------------------------------------------------
 
     def get_session(self, session_id: str) -> SessionRow | None:
-        """Core columns plus the resolved system prompt, or None."""
+        """Core columns plus the resolved system prompt, or None (queued tokens flushed first)."""
+        self._tokens.flush()
         return self._backend.read(lambda c: listing.get_session(c, self._q, session_id))
 
     def list_sessions(self, *, source: str | None = None, sources: Iterable[str] | None = None,

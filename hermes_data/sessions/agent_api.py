@@ -1,0 +1,75 @@
+"""The agent turn API's public ``SessionStore`` methods, as one declarative delegation table
+(spec sessions-ext-agent.md §1).
+
+Why a table, and why a class: the facade must stay thin (``SessionStore`` ≤ 450 lines, a
+test), and the agent turn API adds some seventy methods. Each is an operation function in a
+module by concern (:mod:`.accounting`, :mod:`.session_meta`, :mod:`.activity`,
+:mod:`.row_helpers`, :mod:`.projections`, :mod:`.identity`, :mod:`.bulk`) taking the store
+first. :class:`AgentTurnAPI` is nothing but the table mapping a public name to that
+function — no state, no ``__init__``, no logic of its own — and ``SessionStore`` inherits
+it so the methods are the store's own to callers, ``help()`` and type checkers (a class
+body is the one table form mypy reads; a ``setattr`` loop would hide the methods from it).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
+
+from . import accounting, session_meta
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Op(Generic[P, R]):
+    """A method delegating to ``fn(store, *args, **kwargs)``."""
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], R]) -> None:
+        self._fn = fn
+        self.__doc__ = fn.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> "_Op[P, R]": ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        return self if obj is None else types.MethodType(self._fn, obj)
+
+
+def _static(fn: Callable[P, R]) -> Callable[P, R]:
+    return staticmethod(fn)
+
+
+class AgentTurnAPI:
+    """The delegation table (see the module docstring)."""
+
+    # -- A accounting (§3.1–§3.4)
+    update_token_counts = _Op(accounting.update_token_counts)
+    queue_token_counts = _Op(accounting.queue_token_counts)
+    flush_token_counts = _Op(accounting.flush_token_counts)
+    record_auxiliary_usage = _Op(accounting.record_auxiliary_usage)
+    update_session_billing_route = _Op(accounting.update_session_billing_route)
+    get_dominant_session_model_route = _Op(accounting.get_dominant_session_model_route)
+    usage_totals = _Op(accounting.usage_totals)
+    ensure_session = _Op(accounting.ensure_session)
+
+    # -- B metadata (§3.3, §3.9, §3.10)
+    update_system_prompt = _Op(session_meta.update_system_prompt)
+    update_session_model = _Op(session_meta.update_session_model)
+    update_session_meta = _Op(session_meta.update_session_meta)
+    patch_session_model_config = _Op(session_meta.patch_session_model_config)
+    get_session_model_config_value = _Op(session_meta.get_session_model_config_value)
+    update_session_runtime_lock = _Op(session_meta.update_session_runtime_lock)
+    set_session_yolo = _Op(session_meta.set_session_yolo)
+    session_yolo_enabled = _static(session_meta.session_yolo_enabled)
+    session_gateway_runtime = _static(session_meta.session_gateway_runtime)
+    update_session_tool_names = _Op(session_meta.update_session_tool_names)
+    update_session_cwd = _Op(session_meta.update_session_cwd)
+    publish_session_git_metadata = _Op(session_meta.publish_session_git_metadata)
+    backfill_repo_roots = _Op(session_meta.backfill_repo_roots)
+    distinct_session_cwds = _Op(session_meta.distinct_session_cwds)
+    set_expiry_finalized = _Op(session_meta.set_expiry_finalized)
+    backfill_null_session_profiles = _Op(session_meta.backfill_null_session_profiles)
