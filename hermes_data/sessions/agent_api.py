@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from . import accounting, session_meta
+from . import accounting, activity, row_helpers, session_meta
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -73,3 +73,26 @@ class AgentTurnAPI:
     distinct_session_cwds = _Op(session_meta.distinct_session_cwds)
     set_expiry_finalized = _Op(session_meta.set_expiry_finalized)
     backfill_null_session_profiles = _Op(session_meta.backfill_null_session_profiles)
+
+    # -- C activity (§3.7)
+    touch_session_activity = _Op(activity.touch_session_activity)
+    get_session_activity = _Op(activity.get_session_activity)
+    clear_session_activity_labels = _Op(activity.clear_session_activity_labels)
+
+    # -- E row helpers (§3.6)
+    set_latest_user_api_content = _Op(row_helpers.set_latest_user_api_content)
+    set_latest_matching_message_display_kind = _Op(
+        row_helpers.set_latest_matching_message_display_kind)
+    get_message_role = _Op(row_helpers.get_message_role)
+    latest_message_row_id = _Op(row_helpers.latest_message_row_id)
+    latest_user_message_row_id = _Op(row_helpers.latest_user_message_row_id)
+    get_active_message_ids = _Op(row_helpers.get_active_message_ids)
+    get_active_message_watermark = _Op(row_helpers.get_active_message_watermark)
+    has_archived_messages = _Op(row_helpers.has_archived_messages)
+    has_platform_message_id = _Op(row_helpers.has_platform_message_id)
+
+    # -- F titles (§3.10)
+    set_auto_title_if_empty = _Op(activity.set_auto_title_if_empty)
+    get_session_title = _Op(activity.get_session_title)
+    get_session_title_source = _Op(activity.get_session_title_source)
+    set_session_title_source = _Op(activity.set_session_title_source)

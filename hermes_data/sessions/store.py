@@ -19,7 +19,7 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import accounting, guards, lifecycle, lineage, listing, meta, opening, titles
+from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
 from . import messages as msg
 from .agent_api import AgentTurnAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
@@ -339,8 +339,10 @@ class SessionStore(AgentTurnAPI):
             c, self._q, session_id, include_inactive=include_inactive, limit=limit,
             offset=offset, latest=latest, after_id=after_id))
 
-    def message_count(self, session_id: str, include_inactive: bool = False) -> int:
-        """Number of (active) message rows of one session."""
+    def message_count(self, session_id: str | None = None, include_inactive: bool = False) -> int:
+        """Number of (active) message rows of one session, or of the store when None."""
+        if session_id is None:
+            return row_helpers.store_message_count(self, include_inactive)
         return self._backend.read(
             lambda c: msg.message_count(c, self._q, session_id, include_inactive))
 

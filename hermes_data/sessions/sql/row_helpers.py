@@ -1,0 +1,81 @@
+"""Statements of the agent turn API's message-row helpers (spec sessions-ext-agent.md §3.6)
+and identity reads (§3.8)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+#: Characters ``require_text`` trims (space, TAB, LF, CR).
+BLANK_CHARS = " \t\n\r"
+
+
+def _render(d: str, statement: str) -> str:
+    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
+
+
+class RowHelperStatements:
+    """The row-helper statements of one dialect."""
+
+    def __init__(self, d: str) -> None:
+        pg = d == "postgresql"
+        lock = " FOR UPDATE" if pg else ""
+        is_ = "IS NOT DISTINCT FROM" if pg else "IS"
+        trim = "btrim" if pg else "TRIM"
+        r = lambda s: _render(d, s)  # noqa: E731
+        #: Stamp api_content on the newest active user row when its content still matches.
+        self.SET_LATEST_USER_API_CONTENT = r(
+            "UPDATE messages SET api_content = ? WHERE id = (SELECT MAX(id) FROM messages "
+            f"WHERE session_id = ? AND role = 'user' AND active = 1) AND content {is_} ?")
+        #: The newest active row with a role and content (locked on PostgreSQL).
+        self.LATEST_MATCHING = r(
+            "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = ? "
+            f"AND content = ? ORDER BY id DESC LIMIT 1{lock}")
+        #: Set a row's display kind.
+        self.SET_DISPLAY_KIND = r("UPDATE messages SET display_kind = ? WHERE id = ?")
+        #: Set a row's display kind and metadata.
+        self.SET_DISPLAY_KIND_META = r(
+            "UPDATE messages SET display_kind = ?, display_metadata = ? WHERE id = ?")
+        #: Role of an active row of one session.
+        self.MESSAGE_ROLE = r("SELECT role FROM messages WHERE id = ? AND session_id = ? "
+                              "AND active = 1")
+        latest = ("SELECT id FROM messages WHERE session_id = ? AND role = ? AND active = 1{t} "
+                  "ORDER BY id DESC LIMIT 1 OFFSET ?")
+        #: The newest active row of a role, ``OFFSET`` turns back.
+        self.LATEST_ROW = r(latest.format(t=""))
+        #: The same, among rows with visible text (trim characters bound first).
+        self.LATEST_TEXT_ROW = r(latest.format(
+            t=f" AND content IS NOT NULL AND {trim}(content, ?) <> '' "
+              "AND COALESCE(display_kind, '') <> 'hidden'"))
+        #: Active row ids, ascending.
+        self.ACTIVE_IDS = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
+                            "ORDER BY id")
+        #: Highest active row id (0 when none).
+        self.ACTIVE_WATERMARK = r("SELECT COALESCE(MAX(id), 0) FROM messages "
+                                  "WHERE session_id = ? AND active = 1")
+        #: Any rewound/archived row.
+        self.HAS_INACTIVE = r("SELECT 1 FROM messages WHERE session_id = ? AND active = 0 "
+                              "LIMIT 1")
+        #: Any row (active or not) carrying a platform message id.
+        self.HAS_PLATFORM_ID = r("SELECT 1 FROM messages WHERE session_id = ? "
+                                 "AND platform_message_id = ? LIMIT 1")
+        #: Store-wide active rows.
+        self.STORE_COUNT_ACTIVE = r("SELECT COUNT(*) FROM messages WHERE active = 1")
+        #: Store-wide rows.
+        self.STORE_COUNT_ALL = r("SELECT COUNT(*) FROM messages")
+        # -- identity (§3.8)
+        #: Exact id.
+        self.SESSION_EXISTS = r("SELECT id FROM sessions WHERE id = ?")
+        prefix = "left(id, ?)" if pg else "substr(id, 1, ?)"
+        #: Case-sensitive id prefix (two rows tell ambiguity).
+        self.ID_PREFIX = r(f"SELECT id FROM sessions WHERE {prefix} = ? ORDER BY id LIMIT 2")
+        #: What fork / scope checks read.
+        self.SCOPE = r("SELECT source, parent_session_id, model_config FROM sessions "
+                       "WHERE id = ?")
+        #: One parent link.
+        self.PARENT = r("SELECT parent_session_id FROM sessions WHERE id = ?")
+
+
+@lru_cache(maxsize=None)
+def for_dialect(d: str) -> RowHelperStatements:
+    """The row-helper statements of ``d`` (built once per process)."""
+    return RowHelperStatements(d)
