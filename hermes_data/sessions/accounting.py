@@ -228,7 +228,7 @@ def update_session_billing_route(store: StoreHandle, session_id: str, *, provide
         c, store.backend.sql, session_id, provider, base_url, billing_mode))
 
 
-def ensure_session(store: StoreHandle, session_id: str, source: str = "unknown",
+def ensure_session(store: Any, session_id: str, source: str = "unknown",
                    model: str | None = None, **fields: Any) -> str:
     """``create_session`` under the transcript patience (60 s); a row still at
     ``source='unknown'`` takes a real source while it has no message rows."""

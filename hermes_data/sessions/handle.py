@@ -4,7 +4,7 @@ they never import the facade that delegates to them)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from .backends.base import SessionBackend
 from .token_writer import TokenWriter
@@ -26,5 +26,3 @@ class StoreHandle(Protocol):
     def token_writer(self) -> TokenWriter: ...
 
     def owner_profile(self) -> str | None: ...
-
-    def create_session(self, session_id: str, source: str, **fields: Any) -> str: ...
