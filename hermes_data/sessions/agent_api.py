@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from . import accounting, activity, row_helpers, session_meta
+from . import accounting, activity, projections, row_helpers, session_meta
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -96,3 +96,10 @@ class AgentTurnAPI:
     get_session_title = _Op(activity.get_session_title)
     get_session_title_source = _Op(activity.get_session_title_source)
     set_session_title_source = _Op(activity.set_session_title_source)
+
+    # -- D projections (§3.5)
+    get_messages_as_conversation = _Op(projections.get_messages_as_conversation)
+    get_resume_conversations = _Op(projections.get_resume_conversations)
+    get_resume_message_count = _Op(projections.get_resume_message_count)
+    get_ancestor_display_prefix = _Op(projections.get_ancestor_display_prefix)
+    get_conversation_root = _Op(projections.get_conversation_root)

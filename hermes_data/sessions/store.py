@@ -27,6 +27,7 @@ from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_
 from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
                      SessionResumeTooLargeError)
 from .lifecycle import namespaces_agree
+from .projections import ConversationHooks
 from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                    SessionRow)
 from .sql.listing import SessionFilter
@@ -112,6 +113,7 @@ class SessionStore(AgentTurnAPI):
     ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at open.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` is PostgreSQL's.
+    ``conversation_hooks``: the agent's transforms the projections apply.
     Use as a context manager or call :meth:`close`.
     """
 
@@ -120,9 +122,12 @@ class SessionStore(AgentTurnAPI):
                  config: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                  hermes_root: str | os.PathLike[str] | None = None,
                  open_patience_s: float = OPEN_PATIENCE_S, read_only: bool = False,
-                 pool_size: int | None = None) -> None:
+                 pool_size: int | None = None,
+                 conversation_hooks: ConversationHooks | None = None) -> None:
         url = resolve_url("sessions", path_or_url)
         self._config = config
+        #: The agent's transforms the conversation projections apply (:mod:`.projections`).
+        self.conversation_hooks = conversation_hooks or ConversationHooks()
         self._root = Path(hermes_root) if hermes_root is not None else hermes_home()
         where, options = _backend_options(url, config, settings=settings, read_only=read_only,
                                           open_patience_s=open_patience_s, pool_size=pool_size)
