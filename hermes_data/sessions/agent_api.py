@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from . import accounting, activity, projections, row_helpers, session_meta
+from . import accounting, activity, identity, projections, row_helpers, session_meta
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -103,3 +103,12 @@ class AgentTurnAPI:
     get_resume_message_count = _Op(projections.get_resume_message_count)
     get_ancestor_display_prefix = _Op(projections.get_ancestor_display_prefix)
     get_conversation_root = _Op(projections.get_conversation_root)
+
+    # -- G identity / reset (§3.8)
+    RECOVERABLE_END_REASONS = identity.RECOVERABLE_END_REASONS
+    resolve_session_id = _Op(identity.resolve_session_id)
+    is_explicit_fork_child = _Op(identity.is_explicit_fork_child)
+    declared_scope_identity = _Op(identity.declared_scope_identity)
+    promote_to_session_reset = _Op(identity.promote_to_session_reset)
+    latest_conversation_boundary = _Op(identity.latest_conversation_boundary)
+    session_unread = _static(identity.session_unread)

@@ -19,7 +19,8 @@ from . import messages
 from .errors import (CompressionPublishError, CompressionSessionBusyError,
                      SessionNotFoundError)
 from .rows import PublishResult
-from .sql import AUTOMATIC_END_REASONS, Fragments
+from .sql import AUTOMATIC_END_REASONS, RESET_END_REASONS, Fragments
+from .sql import identity as identity_sql
 from .sql import accounting as accounting_sql
 from .sql.core import CHILD_MARKERS, FILLABLE, PUBLISH_PARENT_COLS, ROUTING
 
@@ -146,9 +147,13 @@ def _backfill_from_parent(conn: Connection, q: Fragments, session_id: str) -> No
 
 
 def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str) -> bool:
-    """End an open session; the first reason wins. Returns whether the row changed."""
-    return conn.exec_driver_sql(q.END_SESSION,
-                                (enc.now(), end_reason, session_id)).rowcount == 1
+    """End an open session; the first reason wins. Returns whether the row changed. A reset
+    reason that lands bumps the peer's conversation generation (sessions-ext-agent §3.8)."""
+    changed = conn.exec_driver_sql(q.END_SESSION,
+                                   (enc.now(), end_reason, session_id)).rowcount == 1
+    if changed and end_reason in RESET_END_REASONS:
+        conn.exec_driver_sql(identity_sql.for_dialect(q.dialect).BUMP_GENERATION, (session_id,))
+    return changed
 
 
 def reopen_session(conn: Connection, q: Fragments, session_id: str) -> bool:

@@ -62,17 +62,6 @@ class RowHelperStatements:
         self.STORE_COUNT_ACTIVE = r("SELECT COUNT(*) FROM messages WHERE active = 1")
         #: Store-wide rows.
         self.STORE_COUNT_ALL = r("SELECT COUNT(*) FROM messages")
-        # -- identity (§3.8)
-        #: Exact id.
-        self.SESSION_EXISTS = r("SELECT id FROM sessions WHERE id = ?")
-        prefix = "left(id, ?)" if pg else "substr(id, 1, ?)"
-        #: Case-sensitive id prefix (two rows tell ambiguity).
-        self.ID_PREFIX = r(f"SELECT id FROM sessions WHERE {prefix} = ? ORDER BY id LIMIT 2")
-        #: What fork / scope checks read.
-        self.SCOPE = r("SELECT source, parent_session_id, model_config FROM sessions "
-                       "WHERE id = ?")
-        #: One parent link.
-        self.PARENT = r("SELECT parent_session_id FROM sessions WHERE id = ?")
 
 
 @lru_cache(maxsize=None)
