@@ -16,7 +16,7 @@ from __future__ import annotations
 import types
 from typing import Any, Callable, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from . import accounting, activity, identity, projections, row_helpers, session_meta
+from . import accounting, activity, bulk, identity, projections, row_helpers, session_meta
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -112,3 +112,8 @@ class AgentTurnAPI:
     promote_to_session_reset = _Op(identity.promote_to_session_reset)
     latest_conversation_boundary = _Op(identity.latest_conversation_boundary)
     session_unread = _static(identity.session_unread)
+
+    # -- H listing (§3.11; bulk delete: maintenance.delete_sessions)
+    session_count_by_source = _Op(bulk.session_count_by_source)
+    session_lifecycle_statuses = _Op(bulk.session_lifecycle_statuses)
+    list_cron_job_runs = _Op(bulk.list_cron_job_runs)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypedDict
+
+from .rows import SessionRow
 
 #: Lifecycle status of a session's newest active row (§3.11).
 SessionStatus = Literal["complete", "interrupted", "error", "empty"]
@@ -78,3 +81,11 @@ class TokenDelta(TypedDict, total=False):
     billing_mode: str | None
     api_call_count: int
     absolute: bool
+
+
+@dataclass(frozen=True)
+class SessionRichRow(SessionRow):
+    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (§2.6)."""
+
+    preview: str | None = None
+    last_active: float | None = None

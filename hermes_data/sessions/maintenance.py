@@ -52,7 +52,8 @@ from .store import SessionStore
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
            "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
            "SWEEPABLE_SOURCES", "SWEEP_END_REASON", "archive_sessions", "count_open_prune_matches",
-           "count_prune_matches", "delete_session", "freelist_ratio", "list_prune_candidates",
+           "count_prune_matches", "delete_session", "delete_sessions", "freelist_ratio",
+           "get_session_delete_targets", "list_prune_candidates",
            "logical_size_bytes", "maybe_auto_prune_and_vacuum", "prune_sessions", "prune_where",
            "sweep_stale_open_sessions", "vacuum"]
 
@@ -188,6 +189,77 @@ def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[s
                 pass  # file errors are swallowed (§7.4)
 
 
+def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
+                   seeds: list[str]) -> list[str]:
+    """Delegate descendants of ``seeds`` (never a seed itself), breadth first."""
+    delegates: list[str] = []
+    seen = set(seeds)
+    frontier = list(seeds)
+    while frontier:
+        nxt: list[str] = []
+        for i in range(0, len(frontier), CHUNK_IDS):
+            part = frontier[i:i + CHUNK_IDS]
+            rows = conn.exec_driver_sql(ms.delegates_of(len(part), J), (*part, *part)).fetchall()
+            for r in rows:
+                if r[0] not in seen:
+                    seen.add(r[0])
+                    nxt.append(r[0])
+        delegates += nxt
+        frontier = nxt
+    return delegates
+
+
+def get_session_delete_targets(store: SessionStore, session_id: str) -> list[str]:
+    """What deleting ``session_id`` removes: ``[session_id, *sorted(delegates)]`` (read on a
+    read connection); a missing session ⇒ ``[]`` (sessions-ext-agent §3.11)."""
+    if not session_id:
+        return []
+    ms = _ms(store)
+
+    def work(conn: Connection) -> list[str]:
+        if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
+            return []
+        return [session_id, *sorted(_delegate_walk(conn, ms, store.backend.sql.J, [session_id]))]
+
+    return store.backend.read(work)
+
+
+def delete_sessions(store: SessionStore, ids: Any,
+                    sessions_dir: str | os.PathLike[str] | None = None) -> int:
+    """Delete many sessions and their delegate descendants in one transaction (an explicit
+    user action: open, pinned or mid-turn sessions go too). Unknown ids are skipped (UI
+    selections race other tabs); children outside the set are orphaned; usage rows cascade;
+    ``conversation_generations`` are kept. Returns how many requested ids existed;
+    transcript files of every deleted id are removed after the commit."""
+    from .sql.bulk import for_dialect as bulk_sql
+
+    wanted = list(dict.fromkeys(i for i in (ids or ()) if isinstance(i, str) and i))
+    if not wanted:
+        return 0
+    ms = _ms(store)
+    b = bulk_sql(store.backend.dialect)
+    deleted: list[str] = []
+
+    def work(conn: Connection) -> int:
+        present: set[str] = set()
+        for i in range(0, len(wanted), CHUNK_IDS):
+            part = wanted[i:i + CHUNK_IDS]
+            present.update(r[0] for r in conn.exec_driver_sql(b.existing_ids(len(part)),
+                                                              tuple(part)))
+        seeds = [i for i in wanted if i in present]
+        if not seeds:
+            return 0
+        doomed = [*seeds, *_delegate_walk(conn, ms, store.backend.sql.J, seeds)]
+        _fill_doomed(conn, ms, doomed)
+        _delete_claimed(conn, ms, None, len(doomed))
+        deleted[:] = doomed
+        return len(seeds)
+
+    n = store.backend.write(work)
+    _remove_transcripts(sessions_dir, deleted)
+    return n
+
+
 def delete_session(store: SessionStore, session_id: str,
                    sessions_dir: str | os.PathLike[str] | None = None,
                    expected_delete_ids: set[str] | None = None) -> bool:
@@ -203,19 +275,7 @@ def delete_session(store: SessionStore, session_id: str,
     def work(conn: Connection) -> bool:
         if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
             return False
-        delegates: list[str] = []
-        seen = {session_id}
-        frontier = [session_id]
-        while frontier:
-            nxt: list[str] = []
-            for i in range(0, len(frontier), CHUNK_IDS):
-                part = frontier[i:i + CHUNK_IDS]
-                rows = conn.exec_driver_sql(ms.delegates_of(len(part), frag.J),
-                                            (*part, *part)).fetchall()
-                nxt += [r[0] for r in rows if r[0] not in seen]
-            seen.update(nxt)
-            delegates += nxt
-            frontier = nxt
+        delegates = _delegate_walk(conn, ms, frag.J, [session_id])
         if expected_delete_ids is not None and set(expected_delete_ids) != {session_id, *delegates}:
             return False
         _fill_doomed(conn, ms, [session_id, *delegates])
