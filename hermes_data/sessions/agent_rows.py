@@ -62,6 +62,15 @@ class ActivitySnapshot(NamedTuple):
         return out
 
 
+class PurgeReport(NamedTuple):
+    """What ``purge_stale_tool_call_markers`` found or changed."""
+
+    dry_run: bool
+    rows_affected: int
+    row_ids: tuple[int, ...]
+    backup_path: str | None
+
+
 class TokenDelta(TypedDict, total=False):
     """The keyword parameters of ``update_token_counts`` / ``queue_token_counts``."""
 

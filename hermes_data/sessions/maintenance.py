@@ -53,7 +53,7 @@ __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELI
            "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
            "SWEEPABLE_SOURCES", "SWEEP_END_REASON", "archive_sessions", "count_open_prune_matches",
            "count_prune_matches", "delete_session", "delete_sessions", "freelist_ratio",
-           "get_session_delete_targets", "list_prune_candidates",
+           "get_session_delete_targets", "purge_stale_tool_call_markers", "list_prune_candidates",
            "logical_size_bytes", "maybe_auto_prune_and_vacuum", "prune_sessions", "prune_where",
            "sweep_stale_open_sessions", "vacuum"]
 
@@ -258,6 +258,86 @@ def delete_sessions(store: SessionStore, ids: Any,
     n = store.backend.write(work)
     _remove_transcripts(sessions_dir, deleted)
     return n
+
+
+_MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
+
+
+def _marker_rows(conn: Connection, store: SessionStore) -> list[tuple[int, str, str]]:
+    from .sql.row_helpers import BLANK_CHARS, for_dialect as rows_sql
+
+    st = rows_sql(store.backend.dialect).MARKER_CANDIDATES
+    rows = conn.exec_driver_sql(st, (BLANK_CHARS, BLANK_CHARS)).fetchall()
+    return [(int(r[0]), r[1], r[2]) for r in rows if _MARKER.fullmatch(r[2].strip())]
+
+
+def _free_name(directory: Path, name: str) -> Path:
+    path, n = directory / name, 1
+    while path.exists():
+        path, n = directory / f"{name}.{n}", n + 1
+    return path
+
+
+def purge_stale_tool_call_markers(store: SessionStore, *, dry_run: bool = False,
+                                  backup: bool = True,
+                                  backup_dir: str | os.PathLike[str] | None = None) -> Any:
+    """Blank the content of assistant rows with tool calls whose whole text is a pre-#78148
+    ``[marker]`` (sessions-ext-agent §3.6). Detection reads only short candidates; a backup
+    is taken first (SQLite: ``VACUUM INTO`` beside the file or in ``backup_dir``, 0600;
+    PostgreSQL: ``backup_dir`` required, JSON lines of the affected rows); then one
+    transaction re-detects and clears. Only ``content`` changes; a rerun is idempotent."""
+    import json as _json
+
+    from .agent_rows import PurgeReport
+    from .sql.row_helpers import for_dialect as rows_sql
+
+    pg = store.backend.dialect == "postgresql"
+    if pg and backup and not dry_run and backup_dir is None:
+        raise ValueError("purge_stale_tool_call_markers on PostgreSQL needs backup_dir "
+                         "(the affected rows are written there as JSON lines)")
+    found = store.backend.read(lambda c: _marker_rows(c, store))
+    if dry_run or not found:
+        return PurgeReport(dry_run, len(found), tuple(r[0] for r in found), None)
+    backup_path: Path | None = None
+    if backup:
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        if pg:
+            directory = Path(backup_dir)  # type: ignore[arg-type]
+            backup_path = _free_name(directory, f"session-markers-backup-{stamp}.jsonl")
+            fd = os.open(backup_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for rid, sid, content in found:
+                    fh.write(_json.dumps({"id": rid, "session_id": sid, "content": content},
+                                         ensure_ascii=False) + "\n")
+        else:
+            db = Path(store.path)
+            directory = Path(backup_dir) if backup_dir is not None else db.parent
+            backup_path = _free_name(directory, f"{db.name}.pre-clean-markers-backup-{stamp}")
+            _vacuum_into(db, backup_path)
+    rh = rows_sql(store.backend.dialect)
+
+    def work(conn: Connection) -> list[int]:
+        ids = [r[0] for r in _marker_rows(conn, store)]
+        for i in range(0, len(ids), CHUNK_IDS):
+            part = ids[i:i + CHUNK_IDS]
+            conn.exec_driver_sql(rh.clear_content(len(part)), tuple(part))
+        return ids
+
+    ids = store.backend.write(work)
+    return PurgeReport(False, len(ids), tuple(ids), None if backup_path is None else str(backup_path))
+
+
+def _vacuum_into(db: Path, target: Path) -> None:
+    import sqlite3
+
+    from .sql.maintenance import VACUUM_INTO
+
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute(VACUUM_INTO, (str(target),))
+    finally:
+        con.close()
+    os.chmod(target, 0o600)
 
 
 def delete_session(store: SessionStore, session_id: str,

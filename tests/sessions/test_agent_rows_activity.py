@@ -209,3 +209,51 @@ def test_ab47_store_wide_message_count(store):
     assert store.message_count() == 5
     assert store.message_count(include_inactive=True) == 6
     assert store.message_count("a") == 2
+
+
+def test_ab37_stale_marker_purge(store, tmp_path):
+    """AB37: a dry run writes nothing; the run writes a 0600 backup and clears exactly the
+    marker rows, never selecting content over 256 characters; a rerun reports 0 and takes no
+    backup; PostgreSQL without ``backup_dir`` ⇒ ValueError."""
+    import os
+    import stat
+
+    from hermes_data.sessions.maintenance import purge_stale_tool_call_markers
+
+    calls = [{"id": "c", "function": {"name": "memory", "arguments": "{}"}}]
+    store.create_session("pm", "cli")
+    marker = store.append_message("pm", "assistant", " [memory] ", tool_calls=calls)
+    store.append_message("pm", "assistant", "[memory]")  # no tool calls: kept
+    store.append_message("pm", "assistant", "[not a marker]", tool_calls=calls)
+    store.append_message("pm", "assistant", "[" + "x" * 300 + "]", tool_calls=calls)
+    pg = store.engine.dialect.name == "postgresql"
+    if pg:
+        with pytest.raises(ValueError):
+            purge_stale_tool_call_markers(store)
+    seen, stop = trace_writes(store.engine)
+    try:
+        report = purge_stale_tool_call_markers(store, dry_run=True)
+    finally:
+        stop()
+    assert seen == [] and report.dry_run and report.row_ids == (marker,)
+    selected: list[str] = []
+
+    def watch(conn, cursor, statement, parameters, context, executemany):
+        if "FROM messages" in statement and "content" in statement.split("FROM")[0]:
+            selected.append(statement)
+
+    from sqlalchemy import event
+
+    event.listen(store.engine, "before_cursor_execute", watch)
+    try:
+        report = purge_stale_tool_call_markers(store, backup_dir=tmp_path if pg else None)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", watch)
+    assert report.row_ids == (marker,) and report.rows_affected == 1
+    assert selected and all("length(content) <= 256" in s for s in selected)
+    backup = report.backup_path
+    assert backup is not None and stat.S_IMODE(os.stat(backup).st_mode) == 0o600
+    contents = [m.content for m in store.get_messages("pm")]
+    assert contents == ["", "[memory]", "[not a marker]", "[" + "x" * 300 + "]"]
+    again = purge_stale_tool_call_markers(store, backup_dir=tmp_path if pg else None)
+    assert again.rows_affected == 0 and again.backup_path is None

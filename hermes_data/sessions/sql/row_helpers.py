@@ -62,6 +62,20 @@ class RowHelperStatements:
         self.STORE_COUNT_ACTIVE = r("SELECT COUNT(*) FROM messages WHERE active = 1")
         #: Store-wide rows.
         self.STORE_COUNT_ALL = r("SELECT COUNT(*) FROM messages")
+        head = f"left({trim}(content, ?), 1)" if pg else f"substr({trim}(content, ?), 1, 1)"
+        tail = f"right({trim}(content, ?), 1)" if pg else f"substr({trim}(content, ?), -1)"
+        #: Assistant rows with tool calls whose short content looks like ``[marker]`` (content
+        #: longer than 256 characters is never selected).
+        self.MARKER_CANDIDATES = r(
+            "SELECT id, session_id, content FROM messages WHERE role = 'assistant' "
+            "AND tool_calls IS NOT NULL AND tool_calls <> '' AND content IS NOT NULL "
+            f"AND length(content) <= 256 AND {head} = '[' AND {tail} = ']' ORDER BY id")
+        self._d = d
+
+    def clear_content(self, n: int) -> str:
+        """Blank the content of ``n`` bound message ids."""
+        return _render(self._d, f"UPDATE messages SET content = '' WHERE id IN "
+                                f"({', '.join('?' * n)})")
 
 
 @lru_cache(maxsize=None)
