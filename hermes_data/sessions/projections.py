@@ -99,17 +99,27 @@ def _fetch(conn: Connection, s: ProjectionStatements, ids: Sequence[str], which:
     return rows
 
 
-def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: bool) -> list[_Row]:
+def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: bool,
+             keyed: bool = False, row_ids: bool = True) -> list[_Row]:
     out = []
+    prefix = enc.content_prefix(d)
+    sanitize = hooks.sanitize_text
+    default_sanitizer = sanitize is sanitize_memory_context
     for r in rows:
         (rid, sid, role, content, tool_call_id, tool_calls, tool_name, ts, _tc, finish,
          reasoning, reasoning_content, details, codex_items, codex_msgs, pmid, observed,
          compressed, effect, active, _compacted, api_content, kind, meta) = r
-        content = enc.decode_content(content, d)
-        if role in ("user", "assistant") and isinstance(content, str):
-            content = hooks.sanitize_text(content).strip()
-        m: ConversationMessage = {"role": role, "content": content, "_db_persisted": True,
-                                  "_row_id": rid}
+        if isinstance(content, str):
+            if content.startswith(prefix):
+                content = enc.decode_content(content, d)
+            if (role == "user" or role == "assistant") and isinstance(content, str):
+                # The default sanitizer only ever removes text around '<' or '['.
+                if not default_sanitizer or "<" in content or "[" in content:
+                    content = sanitize(content)
+                content = content.strip()
+        m: ConversationMessage = {"role": role, "content": content, "_db_persisted": True}
+        if row_ids:
+            m["_row_id"] = rid
         if api_content:
             m["api_content"] = api_content
         if kind:
@@ -141,7 +151,7 @@ def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: 
                 if raw is not None:
                     m[name] = _parse(raw, name, rid, None)
         key = (role, _display_content(m, hooks, r[3]) if role == "user" else r[3], ts,
-               tool_call_id, tool_calls, tool_name)
+               tool_call_id, tool_calls, tool_name) if keyed else ()
         out.append(_Row(rid, sid, bool(active), m, key))
     return out
 
@@ -216,6 +226,8 @@ def _dedupe_replayed_users(rows: list[_Row], hooks: ConversationHooks) -> list[_
 
 
 def _post_passes(msgs: list[ConversationMessage]) -> list[ConversationMessage]:
+    if not any(_needs_post_pass(m) for m in msgs):
+        return msgs
     out: list[ConversationMessage] = []
     skip_reply = False
     for m in msgs:
@@ -235,12 +247,18 @@ def _post_passes(msgs: list[ConversationMessage]) -> list[ConversationMessage]:
     return out
 
 
-def _finish(rows: list[_Row], hooks: ConversationHooks, *, row_ids: bool,
-            repair: bool) -> list[ConversationMessage]:
+def _needs_post_pass(m: ConversationMessage) -> bool:
+    c = m["content"]
+    if not isinstance(c, str):
+        return False
+    if m["role"] == "assistant":
+        return "tool_calls" in m and "[" in c
+    return m["role"] in ("user", "system") and "Review the conversation above" in c
+
+
+def _finish(rows: list[_Row], hooks: ConversationHooks, *, repair: bool
+            ) -> list[ConversationMessage]:
     msgs = _post_passes([r.msg for r in rows])
-    if not row_ids:
-        for m in msgs:
-            m.pop("_row_id", None)
     if repair:
         hooks.repair_sequence(msgs)
     return msgs
@@ -253,12 +271,12 @@ def _conversation(conn: Connection, store: StoreHandle, session_id: str, *, ance
     ids = lineage.resume_lineage_ids(conn, q, session_id) if ancestors else [session_id]
     hooks = _hooks(store)
     rows = _project(_fetch(conn, for_dialect(q.dialect), ids, which), q.dialect, hooks,
-                    summary=summary)
+                    summary=summary, keyed=generations, row_ids=row_ids)
     if generations:
         rows = _dedupe_display_generations(rows)
     if ancestors:
         rows = _dedupe_replayed_users(rows, hooks)
-    return _finish(rows, hooks, row_ids=row_ids, repair=repair)
+    return _finish(rows, hooks, repair=repair)
 
 
 def get_messages_as_conversation(store: StoreHandle, session_id: str,
@@ -286,12 +304,12 @@ def _resume_pair(conn: Connection, store: StoreHandle, session_id: str
     hooks = _hooks(store)
     raw = _fetch(conn, for_dialect(q.dialect), ids, "compacted")
     own = [r for r in raw if r[1] == session_id and r[19]]
-    model = _finish(_project(own, q.dialect, hooks, summary=True), hooks, row_ids=True,
-                    repair=True)
+    model = _finish(_project(own, q.dialect, hooks, summary=True), hooks, repair=True)
     display_rows = _dedupe_replayed_users(
-        _dedupe_display_generations(_project(raw, q.dialect, hooks, summary=False)), hooks)
+        _dedupe_display_generations(_project(raw, q.dialect, hooks, summary=False, keyed=True)),
+        hooks)
     kept = list(display_rows)
-    display = _finish(display_rows, hooks, row_ids=True, repair=False)
+    display = _finish(display_rows, hooks, repair=False)
     return model, display, kept
 
 
