@@ -92,6 +92,16 @@ class PruneCandidate:
     archived: bool
 
 
+#: Prune filters reading token or cost columns (sessions-ext-agent §3.0 token barrier).
+_ACCOUNTING_FILTERS = ("min_tokens", "max_tokens", "min_cost", "max_cost")
+
+
+def _token_barrier(store: SessionStore, filters: dict[str, Any]) -> None:
+    # A filter on tokens or cost must see this handle's queued deltas.
+    if any(filters.get(k) is not None for k in _ACCOUNTING_FILTERS):
+        store.flush_token_counts()
+
+
 def _with_age(older_than_days: float | None, filters: dict[str, Any]) -> dict[str, Any]:
     out = dict(filters)
     if (older_than_days is not None and out.get("last_active_before") is None
@@ -104,6 +114,7 @@ def list_prune_candidates(store: SessionStore,
                           older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                           **filters: Any) -> list[PruneCandidate]:
     """Dry run: what a prune with these filters would delete, least recently active first."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     rows = store.backend.read(lambda c: c.execute(mq.prune_candidates(where), params).fetchall())
     return [PruneCandidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]))
@@ -114,6 +125,7 @@ def count_prune_matches(store: SessionStore,
                         older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                         **filters: Any) -> int:
     """How many ended sessions the filters match."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
         lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
@@ -123,6 +135,7 @@ def count_open_prune_matches(store: SessionStore,
                              older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                              **filters: Any) -> int:
     """Open sessions the same filters would match (for "N open sessions were spared")."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
         lambda c: c.execute(mq.count_matches(mq.open_twin(where)), params).scalar()) or 0)
@@ -381,6 +394,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
     """
     if source is not None:
         filters["source"] = source
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     deleted: list[str] = []
     ms = _ms(store)

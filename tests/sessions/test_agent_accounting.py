@@ -316,3 +316,17 @@ def test_ab17_dominant_route_and_usage_totals(store):
     assert store.usage_totals() == UsageTotals(16, 0.25)
     assert store.usage_totals(include_archived=True) == UsageTotals(116, 2.25)
     assert store.usage_totals(min_message_count=0) == UsageTotals(23, 3.25)
+
+
+def test_prune_token_filters_see_queued_deltas(store):
+    """§3.0 token barrier: a prune count or prune with a token/cost filter flushes the
+    handle's queue first."""
+    from hermes_data.sessions.maintenance import count_prune_matches, prune_sessions
+
+    store.create_session("big", "cli")
+    store.end_session("big", "user_exit")
+    _sql(store, "UPDATE sessions SET started_at = 1000, ended_at = 1001 WHERE id = 'big'")
+    store.queue_token_counts("big", input_tokens=5000)
+    assert count_prune_matches(store, older_than_days=None, min_tokens=4000) == 1
+    store.queue_token_counts("big", estimated_cost_usd=2.0)
+    assert prune_sessions(store, older_than_days=None, min_cost=1.5) == 1
