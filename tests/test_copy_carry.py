@@ -1,8 +1,9 @@
 """``copy --store sessions`` carries what the head metadata does not declare (issue 12).
 
 The shared legacy ``state.db`` (adopted) goes to PostgreSQL and back to a new SQLite file:
-every column of every source table — upstream-only columns such as ``api_call_count`` and
-``rewind_count``, and tables such as ``session_model_usage`` — compares equal row for row.
+every column of every source table — upstream-only columns such as ``rewind_count``, tables
+such as ``gateway_routing``, and the accounting objects the head declares since
+``s03_agent_turn`` (``api_call_count``, ``session_model_usage``) — compares equal row for row.
 What cannot be carried makes the copy refuse before it writes, naming it.
 """
 
@@ -47,10 +48,14 @@ def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, 
     report = copy_store(src, pg_url, store="sessions", batch=3)
     assert report.verified
     carried = "\n".join(report.carried)
-    for name in ("sessions.api_call_count BIGINT", "sessions.rewind_count BIGINT",
+    for name in ("sessions.rewind_count BIGINT",
                  "sessions.compression_failure_cooldown_until FLOAT(53)",
-                 "table session_model_usage", "table gateway_routing", "table async_delegations"):
+                 "table gateway_routing", "table async_delegations"):
         assert name in carried, carried
+    # Declared by the head since s03_agent_turn (sessions-ext-agent §2.1-§2.2): copied as head
+    # columns and tables, no longer as extras.
+    for name in ("api_call_count", "session_model_usage"):
+        assert name not in carried, carried
     assert {"session_model_usage", "sessions"} <= {t.table for t in report.tables}
     with sa.create_engine(pg_url).connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM session_model_usage").scalar() == 5

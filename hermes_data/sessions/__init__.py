@@ -17,6 +17,9 @@ if TYPE_CHECKING:
                          StateDbCorruptError, StateDbPermissionError, StateDbReplacedError)
     from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                        SessionRow)
+    from .agent_rows import (ActivitySnapshot, CwdUsage, ModelRoute, PurgeReport, ScopeIdentity,
+                             SessionRichRow, SessionStatus, TokenDelta, UsageTotals)
+    from .projections import ConversationHooks
     from .search_plan import ContextMessage, SearchResult
     from .store import SessionStore
 
@@ -31,6 +34,11 @@ _EXPORTS = {
     "SessionNotFoundError": "errors", "SessionResumeTooLargeError": "errors",
     "SessionStoreError": "errors", "StateDbCorruptError": "errors",
     "StateDbPermissionError": "errors", "StateDbReplacedError": "errors",
+    # Agent turn API (sessions-ext-agent.md §2.6, §3.5).
+    "ActivitySnapshot": "agent_rows", "CwdUsage": "agent_rows", "ModelRoute": "agent_rows",
+    "PurgeReport": "agent_rows", "ScopeIdentity": "agent_rows", "SessionRichRow": "agent_rows",
+    "SessionStatus": "agent_rows", "TokenDelta": "agent_rows", "UsageTotals": "agent_rows",
+    "ConversationHooks": "projections",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,7 +19,9 @@ from . import messages
 from .errors import (CompressionPublishError, CompressionSessionBusyError,
                      SessionNotFoundError)
 from .rows import PublishResult
-from .sql import AUTOMATIC_END_REASONS, Fragments
+from .sql import AUTOMATIC_END_REASONS, RESET_END_REASONS, Fragments
+from .sql import identity as identity_sql
+from .sql import accounting as accounting_sql
 from .sql.core import CHILD_MARKERS, FILLABLE, PUBLISH_PARENT_COLS, ROUTING
 
 log = logging.getLogger("hermes_data.sessions.lifecycle")
@@ -116,6 +118,12 @@ def create_session(conn: Connection, q: Fragments, new: NewSession) -> str:
             conn.exec_driver_sql(q.ENRICH_SESSION, (*params, new.session_id))
         else:
             conn.exec_driver_sql(q.ENRICH_SESSION_CONFIG, (*params, config, new.session_id))
+        if new.source != "unknown":
+            # sessions-ext-agent §3.4 (amends §4.1): a row an accounting write created as
+            # 'unknown' takes the real source while it has no message rows (the trigram
+            # boundary depends on source only once messages exist).
+            conn.exec_driver_sql(accounting_sql.for_dialect(q.dialect).UPGRADE_UNKNOWN_SOURCE,
+                                 (new.source, new.session_id, new.session_id))
     _backfill_from_parent(conn, q, new.session_id)
     if not new.profile_given and new.owner is not None:
         conn.exec_driver_sql(q.FILL_PROFILE, (new.owner, new.session_id))
@@ -139,9 +147,13 @@ def _backfill_from_parent(conn: Connection, q: Fragments, session_id: str) -> No
 
 
 def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str) -> bool:
-    """End an open session; the first reason wins. Returns whether the row changed."""
-    return conn.exec_driver_sql(q.END_SESSION,
-                                (enc.now(), end_reason, session_id)).rowcount == 1
+    """End an open session; the first reason wins. Returns whether the row changed. A reset
+    reason that lands bumps the peer's conversation generation (sessions-ext-agent §3.8)."""
+    changed = conn.exec_driver_sql(q.END_SESSION,
+                                   (enc.now(), end_reason, session_id)).rowcount == 1
+    if changed and end_reason in RESET_END_REASONS:
+        conn.exec_driver_sql(identity_sql.for_dialect(q.dialect).BUMP_GENERATION, (session_id,))
+    return changed
 
 
 def reopen_session(conn: Connection, q: Fragments, session_id: str) -> bool:

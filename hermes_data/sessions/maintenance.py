@@ -52,7 +52,8 @@ from .store import SessionStore
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
            "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
            "SWEEPABLE_SOURCES", "SWEEP_END_REASON", "archive_sessions", "count_open_prune_matches",
-           "count_prune_matches", "delete_session", "freelist_ratio", "list_prune_candidates",
+           "count_prune_matches", "delete_session", "delete_sessions", "freelist_ratio",
+           "get_session_delete_targets", "purge_stale_tool_call_markers", "list_prune_candidates",
            "logical_size_bytes", "maybe_auto_prune_and_vacuum", "prune_sessions", "prune_where",
            "sweep_stale_open_sessions", "vacuum"]
 
@@ -91,6 +92,16 @@ class PruneCandidate:
     archived: bool
 
 
+#: Prune filters reading token or cost columns (sessions-ext-agent §3.0 token barrier).
+_ACCOUNTING_FILTERS = ("min_tokens", "max_tokens", "min_cost", "max_cost")
+
+
+def _token_barrier(store: SessionStore, filters: dict[str, Any]) -> None:
+    # A filter on tokens or cost must see this handle's queued deltas.
+    if any(filters.get(k) is not None for k in _ACCOUNTING_FILTERS):
+        store.flush_token_counts()
+
+
 def _with_age(older_than_days: float | None, filters: dict[str, Any]) -> dict[str, Any]:
     out = dict(filters)
     if (older_than_days is not None and out.get("last_active_before") is None
@@ -103,6 +114,7 @@ def list_prune_candidates(store: SessionStore,
                           older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                           **filters: Any) -> list[PruneCandidate]:
     """Dry run: what a prune with these filters would delete, least recently active first."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     rows = store.backend.read(lambda c: c.execute(mq.prune_candidates(where), params).fetchall())
     return [PruneCandidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]))
@@ -113,6 +125,7 @@ def count_prune_matches(store: SessionStore,
                         older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                         **filters: Any) -> int:
     """How many ended sessions the filters match."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
         lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
@@ -122,6 +135,7 @@ def count_open_prune_matches(store: SessionStore,
                              older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                              **filters: Any) -> int:
     """Open sessions the same filters would match (for "N open sessions were spared")."""
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
         lambda c: c.execute(mq.count_matches(mq.open_twin(where)), params).scalar()) or 0)
@@ -188,6 +202,157 @@ def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[s
                 pass  # file errors are swallowed (§7.4)
 
 
+def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
+                   seeds: list[str]) -> list[str]:
+    """Delegate descendants of ``seeds`` (never a seed itself), breadth first."""
+    delegates: list[str] = []
+    seen = set(seeds)
+    frontier = list(seeds)
+    while frontier:
+        nxt: list[str] = []
+        for i in range(0, len(frontier), CHUNK_IDS):
+            part = frontier[i:i + CHUNK_IDS]
+            rows = conn.exec_driver_sql(ms.delegates_of(len(part), J), (*part, *part)).fetchall()
+            for r in rows:
+                if r[0] not in seen:
+                    seen.add(r[0])
+                    nxt.append(r[0])
+        delegates += nxt
+        frontier = nxt
+    return delegates
+
+
+def get_session_delete_targets(store: SessionStore, session_id: str) -> list[str]:
+    """What deleting ``session_id`` removes: ``[session_id, *sorted(delegates)]`` (read on a
+    read connection); a missing session ⇒ ``[]`` (sessions-ext-agent §3.11)."""
+    if not session_id:
+        return []
+    ms = _ms(store)
+
+    def work(conn: Connection) -> list[str]:
+        if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
+            return []
+        return [session_id, *sorted(_delegate_walk(conn, ms, store.backend.sql.J, [session_id]))]
+
+    return store.backend.read(work)
+
+
+def delete_sessions(store: SessionStore, ids: Any,
+                    sessions_dir: str | os.PathLike[str] | None = None) -> int:
+    """Delete many sessions and their delegate descendants in one transaction (an explicit
+    user action: open, pinned or mid-turn sessions go too). Unknown ids are skipped (UI
+    selections race other tabs); children outside the set are orphaned; usage rows cascade;
+    ``conversation_generations`` are kept. Returns how many requested ids existed;
+    transcript files of every deleted id are removed after the commit."""
+    from .sql.bulk import for_dialect as bulk_sql
+
+    wanted = list(dict.fromkeys(i for i in (ids or ()) if isinstance(i, str) and i))
+    if not wanted:
+        return 0
+    ms = _ms(store)
+    b = bulk_sql(store.backend.dialect)
+    deleted: list[str] = []
+
+    def work(conn: Connection) -> int:
+        present: set[str] = set()
+        for i in range(0, len(wanted), CHUNK_IDS):
+            part = wanted[i:i + CHUNK_IDS]
+            present.update(r[0] for r in conn.exec_driver_sql(b.existing_ids(len(part)),
+                                                              tuple(part)))
+        seeds = [i for i in wanted if i in present]
+        if not seeds:
+            return 0
+        doomed = [*seeds, *_delegate_walk(conn, ms, store.backend.sql.J, seeds)]
+        _fill_doomed(conn, ms, doomed)
+        _delete_claimed(conn, ms, None, len(doomed))
+        deleted[:] = doomed
+        return len(seeds)
+
+    n = store.backend.write(work)
+    _remove_transcripts(sessions_dir, deleted)
+    return n
+
+
+_MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
+
+
+def _marker_rows(conn: Connection, store: SessionStore) -> list[tuple[int, str, str]]:
+    from .sql.row_helpers import BLANK_CHARS, for_dialect as rows_sql
+
+    st = rows_sql(store.backend.dialect).MARKER_CANDIDATES
+    rows = conn.exec_driver_sql(st, (BLANK_CHARS, BLANK_CHARS)).fetchall()
+    return [(int(r[0]), r[1], r[2]) for r in rows if _MARKER.fullmatch(r[2].strip())]
+
+
+def _free_name(directory: Path, name: str) -> Path:
+    path, n = directory / name, 1
+    while path.exists():
+        path, n = directory / f"{name}.{n}", n + 1
+    return path
+
+
+def purge_stale_tool_call_markers(store: SessionStore, *, dry_run: bool = False,
+                                  backup: bool = True,
+                                  backup_dir: str | os.PathLike[str] | None = None) -> Any:
+    """Blank the content of assistant rows with tool calls whose whole text is a pre-#78148
+    ``[marker]`` (sessions-ext-agent §3.6). Detection reads only short candidates; a backup
+    is taken first (SQLite: ``VACUUM INTO`` beside the file or in ``backup_dir``, 0600;
+    PostgreSQL: ``backup_dir`` required, JSON lines of the affected rows); then one
+    transaction re-detects and clears. Only ``content`` changes; a rerun is idempotent."""
+    import json as _json
+
+    from .agent_rows import PurgeReport
+    from .sql.row_helpers import for_dialect as rows_sql
+
+    pg = store.backend.dialect == "postgresql"
+    if pg and backup and not dry_run and backup_dir is None:
+        raise ValueError("purge_stale_tool_call_markers on PostgreSQL needs backup_dir "
+                         "(the affected rows are written there as JSON lines)")
+    found = store.backend.read(lambda c: _marker_rows(c, store))
+    if dry_run or not found:
+        return PurgeReport(dry_run, len(found), tuple(r[0] for r in found), None)
+    backup_path: Path | None = None
+    if backup:
+        stamp = time.strftime("%Y%m%d_%H%M%S")
+        if pg:
+            directory = Path(backup_dir)  # type: ignore[arg-type]
+            backup_path = _free_name(directory, f"session-markers-backup-{stamp}.jsonl")
+            fd = os.open(backup_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for rid, sid, content in found:
+                    fh.write(_json.dumps({"id": rid, "session_id": sid, "content": content},
+                                         ensure_ascii=False) + "\n")
+        else:
+            db = Path(store.path)
+            directory = Path(backup_dir) if backup_dir is not None else db.parent
+            backup_path = _free_name(directory, f"{db.name}.pre-clean-markers-backup-{stamp}")
+            _vacuum_into(db, backup_path)
+    rh = rows_sql(store.backend.dialect)
+
+    def work(conn: Connection) -> list[int]:
+        ids = [r[0] for r in _marker_rows(conn, store)]
+        for i in range(0, len(ids), CHUNK_IDS):
+            part = ids[i:i + CHUNK_IDS]
+            conn.exec_driver_sql(rh.clear_content(len(part)), tuple(part))
+        return ids
+
+    ids = store.backend.write(work)
+    return PurgeReport(False, len(ids), tuple(ids), None if backup_path is None else str(backup_path))
+
+
+def _vacuum_into(db: Path, target: Path) -> None:
+    import sqlite3
+
+    from .sql.maintenance import VACUUM_INTO
+
+    con = sqlite3.connect(db, isolation_level=None)
+    try:
+        con.execute(VACUUM_INTO, (str(target),))
+    finally:
+        con.close()
+    os.chmod(target, 0o600)
+
+
 def delete_session(store: SessionStore, session_id: str,
                    sessions_dir: str | os.PathLike[str] | None = None,
                    expected_delete_ids: set[str] | None = None) -> bool:
@@ -203,19 +368,7 @@ def delete_session(store: SessionStore, session_id: str,
     def work(conn: Connection) -> bool:
         if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
             return False
-        delegates: list[str] = []
-        seen = {session_id}
-        frontier = [session_id]
-        while frontier:
-            nxt: list[str] = []
-            for i in range(0, len(frontier), CHUNK_IDS):
-                part = frontier[i:i + CHUNK_IDS]
-                rows = conn.exec_driver_sql(ms.delegates_of(len(part), frag.J),
-                                            (*part, *part)).fetchall()
-                nxt += [r[0] for r in rows if r[0] not in seen]
-            seen.update(nxt)
-            delegates += nxt
-            frontier = nxt
+        delegates = _delegate_walk(conn, ms, frag.J, [session_id])
         if expected_delete_ids is not None and set(expected_delete_ids) != {session_id, *delegates}:
             return False
         _fill_doomed(conn, ms, [session_id, *delegates])
@@ -241,6 +394,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
     """
     if source is not None:
         filters["source"] = source
+    _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     deleted: list[str] = []
     ms = _ms(store)

@@ -261,6 +261,11 @@ def ignore_table(name: str) -> bool:
     return is_fts_table(name) or name == PG_VERSION_TABLE
 
 
+#: s03_agent_turn's PostgreSQL-only expression index (``(id COLLATE "C") WHERE source =
+#: 'cron'``): no SQLite form, so it is not in the metadata. (name, table, reflected columns)
+PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
+
+
 def expected_shape_on(conn: Connection) -> Shape:
     """Head shape on PostgreSQL: the reflected metadata plus what only PostgreSQL has — the
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
@@ -278,6 +283,8 @@ def expected_shape_on(conn: Connection) -> Shape:
     for name in names:
         cols = sql.PG_FTS_INDEX_COLUMNS[name]
         indexes[name] = IndexShape(name, "messages", cols, False)
+    name, table, cols = PG_ONLY_INDEX
+    indexes[name] = IndexShape(name, table, cols, False)
     return replace(base, tables=tables, indexes=indexes)
 
 
@@ -302,5 +309,5 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s02_pg_stored_tsvector",
+    head="s03_agent_turn",
 )

@@ -1,6 +1,7 @@
 """Head shape of the session store (``state.db``): the single schema authority for its tables.
 
-Only the *core* columns of spec sessions.md §2 are declared. Upstream databases carry many
+The core columns of spec sessions.md §2 are declared, plus the agent turn API's columns and
+tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
 never drops them. Column order follows the spec tables, which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
@@ -69,6 +70,22 @@ sessions = sa.Table(
     sa.Column("pinned", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("hidden", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("last_read_at", REAL),
+    # Agent turn API (sessions-ext-agent §2.1, revision s03_agent_turn): appended, in the
+    # order that revision adds them; upstream files keep their own order.
+    sa.Column("cache_read_tokens", INTEGER, server_default=_zero()),
+    sa.Column("cache_write_tokens", INTEGER, server_default=_zero()),
+    sa.Column("reasoning_tokens", INTEGER, server_default=_zero()),
+    sa.Column("api_call_count", INTEGER, server_default=_zero()),
+    sa.Column("billing_base_url", TEXT),
+    sa.Column("billing_mode", TEXT),
+    sa.Column("cost_status", TEXT),
+    sa.Column("cost_source", TEXT),
+    sa.Column("pricing_version", TEXT),
+    sa.Column("last_activity_description", TEXT),
+    sa.Column("last_activity_provenance", TEXT),
+    sa.Column("git_metadata_generation", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("tool_names", TEXT),
+    sa.Column("expiry_finalized", INTEGER, server_default=_zero()),
 )
 
 messages = sa.Table(
@@ -123,6 +140,41 @@ session_turn_leases = sa.Table(
     sa.Column("expires_at", REAL, nullable=False),
 )
 
+_EMPTY = sa.text("''")
+
+# Per-session, per-route, per-task accounting (sessions-ext-agent §2.2). Rows go only through
+# the foreign key's cascade when their session is deleted.
+session_model_usage = sa.Table(
+    "session_model_usage", metadata,
+    sa.Column("session_id", TEXT, sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+              primary_key=True, nullable=False),
+    sa.Column("model", TEXT, primary_key=True, nullable=False),
+    sa.Column("billing_provider", TEXT, primary_key=True, nullable=False, server_default=_EMPTY),
+    sa.Column("billing_base_url", TEXT, primary_key=True, nullable=False, server_default=_EMPTY),
+    sa.Column("billing_mode", TEXT, primary_key=True, nullable=False, server_default=_EMPTY),
+    sa.Column("task", TEXT, primary_key=True, nullable=False, server_default=_EMPTY),
+    sa.Column("api_call_count", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("input_tokens", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("output_tokens", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("cache_read_tokens", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("cache_write_tokens", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("reasoning_tokens", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("estimated_cost_usd", REAL, nullable=False, server_default=_zero()),
+    sa.Column("actual_cost_usd", REAL, nullable=False, server_default=_zero()),
+    sa.Column("cost_status", TEXT),
+    sa.Column("cost_source", TEXT),
+    sa.Column("first_seen", REAL),
+    sa.Column("last_seen", REAL),
+)
+
+# Monotonic reset generation per routing peer (sessions-ext-agent §2.3): never deleted.
+conversation_generations = sa.Table(
+    "conversation_generations", metadata,
+    sa.Column("source", TEXT, primary_key=True, nullable=False),
+    sa.Column("session_key", TEXT, primary_key=True, nullable=False),
+    sa.Column("generation", INTEGER, nullable=False, server_default=_zero()),
+)
+
 # §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
 sa.Index("idx_sessions_source", sessions.c.source)
 sa.Index("idx_sessions_source_id", sessions.c.source, sessions.c.id)
@@ -146,6 +198,19 @@ sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.
          postgresql_where=messages.c.active.is_(None))
 sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
 sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
+
+# Agent indexes (sessions-ext-agent §2.4). PostgreSQL's byte-order cron range index
+# (idx_sessions_cron_id_c) has no SQLite form: it is part of the PostgreSQL head shape only
+# (sql.agent.PG_CRON_INDEX, migration.expected_shape_on).
+sa.Index("idx_session_model_usage_session", session_model_usage.c.session_id)
+sa.Index("idx_session_model_usage_model", session_model_usage.c.model)
+_HAS_PMID = messages.c.platform_message_id.isnot(None)
+sa.Index("idx_messages_platform_msg_id", messages.c.session_id, messages.c.platform_message_id,
+         sqlite_where=_HAS_PMID, postgresql_where=_HAS_PMID)
+_ASSISTANT_CALLS = sa.and_(messages.c.role == sa.literal_column("'assistant'"),
+                           messages.c.tool_calls.isnot(None))
+sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
+         sqlite_where=_ASSISTANT_CALLS, postgresql_where=_ASSISTANT_CALLS)
 
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -19,16 +19,19 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import guards, lifecycle, lineage, listing, meta, opening, titles
+from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
 from . import messages as msg
+from .agent_api import AgentTurnAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
 from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
                      SessionResumeTooLargeError)
 from .lifecycle import namespaces_agree
+from .projections import ConversationHooks
 from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                    SessionRow)
 from .sql.listing import SessionFilter
+from .token_writer import TokenWriter
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -99,8 +102,8 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore:
-    """Typed handle on one session store.
+class SessionStore(AgentTurnAPI):
+    """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
     (default: ``$HERMES_HOME/state.db``). ``config``: mapping (or zero-argument callable
@@ -110,6 +113,7 @@ class SessionStore:
     ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at open.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` is PostgreSQL's.
+    ``conversation_hooks``: the agent's transforms the projections apply.
     Use as a context manager or call :meth:`close`.
     """
 
@@ -118,9 +122,12 @@ class SessionStore:
                  config: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                  hermes_root: str | os.PathLike[str] | None = None,
                  open_patience_s: float = OPEN_PATIENCE_S, read_only: bool = False,
-                 pool_size: int | None = None) -> None:
+                 pool_size: int | None = None,
+                 conversation_hooks: ConversationHooks | None = None) -> None:
         url = resolve_url("sessions", path_or_url)
         self._config = config
+        #: The agent's transforms the conversation projections apply (:mod:`.projections`).
+        self.conversation_hooks = conversation_hooks or ConversationHooks()
         self._root = Path(hermes_root) if hermes_root is not None else hermes_home()
         where, options = _backend_options(url, config, settings=settings, read_only=read_only,
                                           open_patience_s=open_patience_s, pool_size=pool_size)
@@ -130,6 +137,16 @@ class SessionStore:
             _record_init_error(where, exc)
             raise
         self._q = self._backend.sql
+        self._tokens = TokenWriter(partial(self._apply_tokens, self.owner_profile()), where)
+
+    def _apply_tokens(self, owner: str | None, session_id: str, delta: Any) -> None:
+        self._backend.write(lambda c: accounting.apply_token_delta(c, self._q, session_id,
+                                                                   delta, owner))
+
+    @property
+    def token_writer(self) -> TokenWriter:
+        """This handle's asynchronous token writer (``queue_token_counts``)."""
+        return self._tokens
 
     # -- handle ------------------------------------------------------------------------
 
@@ -184,7 +201,9 @@ class SessionStore:
         return getattr(self._backend, "read_pool", None)
 
     def close(self) -> None:
-        """Close every connection (SQLite: PASSIVE checkpoint first). Idempotent."""
+        """Drain the token queue, then close every connection (SQLite: PASSIVE checkpoint
+        first). Idempotent."""
+        self._tokens.close()
         self._backend.close()
 
     def __enter__(self) -> "SessionStore":
@@ -325,8 +344,10 @@ class SessionStore:
             c, self._q, session_id, include_inactive=include_inactive, limit=limit,
             offset=offset, latest=latest, after_id=after_id))
 
-    def message_count(self, session_id: str, include_inactive: bool = False) -> int:
-        """Number of (active) message rows of one session."""
+    def message_count(self, session_id: str | None = None, include_inactive: bool = False) -> int:
+        """Number of (active) message rows of one session, or of the store when None."""
+        if session_id is None:
+            return row_helpers.store_message_count(self, include_inactive)
         return self._backend.read(
             lambda c: msg.message_count(c, self._q, session_id, include_inactive))
 
@@ -445,7 +466,8 @@ class SessionStore:
     # -- reads (§5) --------------------------------------------------------------------
 
     def get_session(self, session_id: str) -> SessionRow | None:
-        """Core columns plus the resolved system prompt, or None."""
+        """Core columns plus the resolved system prompt, or None (queued tokens flushed first)."""
+        self._tokens.flush()
         return self._backend.read(lambda c: listing.get_session(c, self._q, session_id))
 
     def list_sessions(self, *, source: str | None = None, sources: Iterable[str] | None = None,

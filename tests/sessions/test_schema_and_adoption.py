@@ -47,8 +47,9 @@ def _fts_tables(path):
 def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     fresh = tmp_path / "fresh.db"
     report = migrate.upgrade("sessions", fresh)
-    # s02 (PostgreSQL's stored tsvector) is a no-op here: the file is what s01 creates.
-    assert report.applied == ["s01_baseline", "s02_pg_stored_tsvector"]
+    # s02 (PostgreSQL's stored tsvector) is a no-op here; s03 appends the agent columns and
+    # tables (sessions-ext-agent §2): the file is what the head metadata creates.
+    assert report.applied == ["s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn"]
     ref = tmp_path / "ref.db"
     engine = sa.create_engine(f"sqlite:///{ref}")
     metadata.create_all(engine)
@@ -90,7 +91,8 @@ def _rows(path) -> list[tuple]:
 
 def test_s02_is_a_no_op_on_sqlite(tmp_path):
     """A file at s01_baseline (an install of the previous release) moves to s02 with its
-    schema untouched — same sqlite_master rows, same rows — and checks clean."""
+    schema untouched — same sqlite_master rows, same rows — and checks clean; s03 (read-gated)
+    finds every agent object present and writes nothing either."""
     path = tmp_path / "state.db"
     assert migrate.upgrade("sessions", path, revision="s01_baseline").applied == ["s01_baseline"]
     with SessionStore(path) as s:  # opening upgrades to the head
@@ -105,8 +107,9 @@ def test_s02_is_a_no_op_on_sqlite(tmp_path):
     before_schema, before_rows = _schema_sql(path), _rows(path)
     report = migrate.upgrade("sessions", path)
     assert report.before_revision == "s01_baseline"
-    assert report.applied == ["s02_pg_stored_tsvector"] and report.repairs == []
-    assert report.after_revision == migrate.head_revision("sessions") == "s02_pg_stored_tsvector"
+    assert report.applied == ["s02_pg_stored_tsvector", "s03_agent_turn"]
+    assert report.repairs == []
+    assert report.after_revision == migrate.head_revision("sessions") == "s03_agent_turn"
     assert _schema_sql(path) == before_schema
     assert _rows(path) == before_rows and len(before_rows) >= 3
     assert migrate.check("sessions", path) == []

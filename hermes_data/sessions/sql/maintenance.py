@@ -204,3 +204,7 @@ def sweep_close() -> TextClause:
     """Close one swept session, predicates re-applied (:id, :now, :cutoff)."""
     return text(f"UPDATE sessions AS s SET ended_at = :now, end_reason = '{SWEEP_END_REASON}' "
                 f"WHERE s.id = :id AND {sweep_predicate()}")
+
+
+#: Copy the whole database into a new file (a consistent backup; SQLite).
+VACUUM_INTO = "VACUUM INTO ?"

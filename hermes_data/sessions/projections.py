@@ -1,0 +1,391 @@
+"""Conversation projections of the agent turn API (spec sessions-ext-agent.md §3.5): the
+transcript as the OpenAI-shaped messages an agent replays, the resume pair (model and
+display histories), the ancestor display prefix, the resume count and the usage-tagging
+root.
+
+Agent-owned transforms are injected through :class:`ConversationHooks` (constructor
+argument ``conversation_hooks=`` of the store), never copied: a copied compaction-carrier
+parser would drift silently from the agent's. Rows are always ordered by ``id`` (clocks
+regress, and a tool result replayed before its call is an HTTP 400).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from sqlalchemy.engine import Connection
+
+from . import encoding as enc
+from . import lineage
+from .handle import StoreHandle
+from .sql.projections import IN_CHUNK, ProjectionStatements, for_dialect
+
+log = logging.getLogger("hermes_data.sessions.projections")
+
+ConversationMessage = dict[str, Any]
+
+_MEMORY_BLOCK = re.compile(r"<memory-context>.*?</memory-context>", re.I | re.S)
+_MEMORY_NOTE = re.compile(r"\[System note: The following is recalled memory context, NOT new "
+                          r"user input\. Treat as[^\]]*\]", re.I)
+_MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
+_MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
+_HARNESS = ("Review the conversation above and update the skill library",
+            "Review the conversation above and consider saving to memory")
+#: Hop limit of the conversation-root walk.
+ROOT_MAX_HOPS = 100
+
+
+def sanitize_memory_context(text: str) -> str:
+    """The agent's memory-context sanitizer: ``<memory-context>`` blocks (any case, across
+    lines), the recalled-memory system note and stray fence tags removed."""
+    return _MEMORY_FENCE.sub("", _MEMORY_NOTE.sub("", _MEMORY_BLOCK.sub("", text)))
+
+
+def _no_split(msg: ConversationMessage) -> tuple[Any, Any]:
+    return None, msg
+
+
+def _no_repair(messages: list[ConversationMessage]) -> int:
+    return 0
+
+
+def _strip(value: Any) -> Any:
+    return value.strip() if isinstance(value, str) else value
+
+
+@dataclass(frozen=True)
+class ConversationHooks:
+    """The agent's transforms the projections apply (defaults: memory-context sanitizer; not
+    a carrier; no sequence repair; ``str.strip``)."""
+
+    sanitize_text: Callable[[str], str] = sanitize_memory_context
+    split_user_turn: Callable[[ConversationMessage], tuple[Any, Any]] = _no_split
+    repair_sequence: Callable[[list[ConversationMessage]], int] = _no_repair
+    normalize_user_text: Callable[[Any], Any] = _strip
+
+
+def _hooks(store: StoreHandle) -> ConversationHooks:
+    return getattr(store, "conversation_hooks", None) or ConversationHooks()
+
+
+def _parse(raw: Any, what: str, row_id: int, fallback: Any) -> Any:
+    try:
+        return json.loads(raw)
+    except (TypeError, ValueError):
+        log.warning("message %s: %s is not JSON; replayed as %r", row_id, what, fallback)
+        return fallback
+
+
+@dataclass
+class _Row:
+    id: int
+    session_id: str
+    active: bool
+    msg: ConversationMessage
+    key: tuple
+
+
+def _fetch(conn: Connection, s: ProjectionStatements, ids: Sequence[str], which: str) -> list:
+    rows: list = []
+    for i in range(0, len(ids), IN_CHUNK):
+        chunk = tuple(ids[i:i + IN_CHUNK])
+        rows.extend(conn.exec_driver_sql(s.rows(len(chunk), which), chunk).fetchall())
+    if len(ids) > IN_CHUNK:
+        rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: bool,
+             keyed: bool = False, row_ids: bool = True) -> list[_Row]:
+    out = []
+    prefix = enc.content_prefix(d)
+    sanitize = hooks.sanitize_text
+    default_sanitizer = sanitize is sanitize_memory_context
+    for r in rows:
+        (rid, sid, role, content, tool_call_id, tool_calls, tool_name, ts, _tc, finish,
+         reasoning, reasoning_content, details, codex_items, codex_msgs, pmid, observed,
+         compressed, effect, active, _compacted, api_content, kind, meta) = r
+        if isinstance(content, str):
+            if content.startswith(prefix):
+                content = enc.decode_content(content, d)
+            if (role == "user" or role == "assistant") and isinstance(content, str):
+                # The default sanitizer only ever removes text around '<' or '['.
+                if not default_sanitizer or "<" in content or "[" in content:
+                    content = sanitize(content)
+                content = content.strip()
+        m: ConversationMessage = {"role": role, "content": content, "_db_persisted": True}
+        if row_ids:
+            m["_row_id"] = rid
+        if api_content:
+            m["api_content"] = api_content
+        if kind:
+            m["display_kind"] = kind
+        decoded_meta = enc.decode_display_metadata(meta) if meta else None
+        if isinstance(decoded_meta, dict):
+            m["display_metadata"] = decoded_meta
+        if summary and compressed:
+            m["_compressed_summary"] = True
+        for k, v in (("timestamp", ts), ("tool_call_id", tool_call_id), ("tool_name", tool_name),
+                     ("effect_disposition", effect)):
+            if v:
+                m[k] = v
+        if tool_calls is not None:
+            m["tool_calls"] = _parse(tool_calls, "tool_calls", rid, [])
+        if pmid:
+            m["message_id"] = pmid
+        if observed:
+            m["observed"] = True
+        if role == "assistant":
+            if finish:
+                m["finish_reason"] = finish
+            if reasoning:
+                m["reasoning"] = reasoning
+            if reasoning_content is not None:
+                m["reasoning_content"] = reasoning_content
+            for name, raw in (("reasoning_details", details), ("codex_reasoning_items", codex_items),
+                              ("codex_message_items", codex_msgs)):
+                if raw is not None:
+                    m[name] = _parse(raw, name, rid, None)
+        key = (role, _display_content(m, hooks, r[3]) if role == "user" else r[3], ts,
+               tool_call_id, tool_calls, tool_name) if keyed else ()
+        out.append(_Row(rid, sid, bool(active), m, key))
+    return out
+
+
+def _display_content(m: ConversationMessage, hooks: ConversationHooks, stored: Any) -> Any:
+    # A composite user row (handoff + live ask) is keyed by its encoded live content.
+    handoff, live = hooks.split_user_turn(m)
+    if handoff is None or live is None:
+        return stored
+    content = live.get("content") if isinstance(live, dict) else live
+    return json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _dedupe_display_generations(rows: list[_Row]) -> list[_Row]:
+    """One row per display key: the greatest ``(active, id)``, output in id order."""
+    best: dict[tuple, _Row] = {}
+    for row in rows:
+        cur = best.get(row.key)
+        if cur is None or (row.active, row.id) > (cur.active, cur.id):
+            best[row.key] = row
+    return sorted(best.values(), key=lambda r: r.id)
+
+
+def _canonical(m: ConversationMessage, hooks: ConversationHooks) -> tuple[Any, bool]:
+    handoff, live = hooks.split_user_turn(m)
+    if handoff is not None and live is not None:
+        return (live.get("content") if isinstance(live, dict) else live), True
+    return m.get("content"), False
+
+
+def _dedupe_replayed_users(rows: list[_Row], hooks: ConversationHooks) -> list[_Row]:
+    """A rotation persists the live ask in parent and child: keep one copy (§3.5)."""
+    out: list[_Row | None] = []
+    info: list[tuple[Any, bool]] = []
+    seen: dict[tuple, int] = {}
+    for row in rows:
+        m = row.msg
+        if m["role"] != "user":
+            out.append(row)
+            info.append((None, False))
+            continue
+        canon, composite = _canonical(m, hooks)
+        ts = m.get("timestamp")
+        if ts is not None and canon not in (None, "", [], {}):
+            key = (ts, json.dumps(canon, sort_keys=True, separators=(",", ":"),
+                                  ensure_ascii=False, default=str))
+            if key in seen and out[seen[key]] is not None:
+                out[seen[key]] = row  # the later copy (the child) owns the durable row id
+                continue
+            seen[key] = len(out)
+        duplicate = False
+        for j in range(len(out) - 1, -1, -1):
+            prev = out[j]
+            if prev is None:
+                continue
+            pm = prev.msg
+            if pm["role"] == "assistant" and (pm.get("content") or pm.get("tool_calls")):
+                break
+            if pm["role"] != "user":
+                continue
+            pcanon, pcomposite = info[j]
+            if pcanon == canon and (composite or pcomposite or isinstance(canon, str)):
+                if composite:
+                    out[j] = None
+                else:
+                    duplicate = True
+                break
+        if not duplicate:
+            out.append(row)
+            info.append((canon, composite))
+    return [r for r in out if r is not None]
+
+
+def _post_passes(msgs: list[ConversationMessage]) -> list[ConversationMessage]:
+    if not any(_needs_post_pass(m) for m in msgs):
+        return msgs
+    out: list[ConversationMessage] = []
+    skip_reply = False
+    for m in msgs:
+        role, content = m["role"], m.get("content")
+        if skip_reply:
+            skip_reply = False
+            if role == "assistant":
+                continue
+        if role in ("user", "system") and isinstance(content, str) \
+                and content.lstrip().startswith(_HARNESS):
+            skip_reply = True
+            continue
+        if role == "assistant" and m.get("tool_calls") and isinstance(content, str) \
+                and _MARKER.fullmatch(content.strip()):
+            m["content"] = ""
+        out.append(m)
+    return out
+
+
+def _needs_post_pass(m: ConversationMessage) -> bool:
+    c = m["content"]
+    if not isinstance(c, str):
+        return False
+    if m["role"] == "assistant":
+        return "tool_calls" in m and "[" in c
+    return m["role"] in ("user", "system") and "Review the conversation above" in c
+
+
+def _finish(rows: list[_Row], hooks: ConversationHooks, *, repair: bool
+            ) -> list[ConversationMessage]:
+    msgs = _post_passes([r.msg for r in rows])
+    if repair:
+        hooks.repair_sequence(msgs)
+    return msgs
+
+
+def _conversation(conn: Connection, store: StoreHandle, session_id: str, *, ancestors: bool,
+                  which: str, generations: bool, row_ids: bool, repair: bool,
+                  summary: bool) -> list[ConversationMessage]:
+    q = store.backend.sql
+    ids = lineage.resume_lineage_ids(conn, q, session_id) if ancestors else [session_id]
+    hooks = _hooks(store)
+    rows = _project(_fetch(conn, for_dialect(q.dialect), ids, which), q.dialect, hooks,
+                    summary=summary, keyed=generations, row_ids=row_ids)
+    if generations:
+        rows = _dedupe_display_generations(rows)
+    if ancestors:
+        rows = _dedupe_replayed_users(rows, hooks)
+    return _finish(rows, hooks, repair=repair)
+
+
+def get_messages_as_conversation(store: StoreHandle, session_id: str,
+                                 include_ancestors: bool = False, include_inactive: bool = False,
+                                 repair_alternation: bool = False, include_row_ids: bool = False,
+                                 include_compacted: bool = False) -> list[ConversationMessage]:
+    """The transcript as the messages an agent replays, in id order: every row marked
+    ``_db_persisted``; ``include_ancestors`` walks the compression path root → session (a
+    delegate or branch child keeps its own rows), de-duplicating replayed user turns;
+    ``include_compacted`` adds compacted rows, one per display generation (never for a
+    model-fed restore); harness turns dropped, pre-#78148 tool markers blanked."""
+    if not session_id:
+        return []
+    which = "all" if include_inactive else "compacted" if include_compacted else "active"
+    return store.backend.read(lambda c: _conversation(
+        c, store, session_id, ancestors=include_ancestors, which=which,
+        generations=include_compacted and not include_inactive, row_ids=include_row_ids,
+        repair=repair_alternation, summary=False))
+
+
+def _resume_pair(conn: Connection, store: StoreHandle, session_id: str
+                 ) -> tuple[list[ConversationMessage], list[ConversationMessage], list[_Row]]:
+    q = store.backend.sql
+    ids = lineage.resume_lineage_ids(conn, q, session_id)
+    hooks = _hooks(store)
+    raw = _fetch(conn, for_dialect(q.dialect), ids, "compacted")
+    own = [r for r in raw if r[1] == session_id and r[19]]
+    model = _finish(_project(own, q.dialect, hooks, summary=True), hooks, repair=True)
+    display_rows = _dedupe_replayed_users(
+        _dedupe_display_generations(_project(raw, q.dialect, hooks, summary=False, keyed=True)),
+        hooks)
+    kept = list(display_rows)
+    display = _finish(display_rows, hooks, repair=False)
+    return model, display, kept
+
+
+def get_resume_conversations(store: StoreHandle, session_id: str
+                             ) -> tuple[list[ConversationMessage], list[ConversationMessage]]:
+    """``(model_history, display_history)`` of a resume from one read: the model gets the
+    session's own active rows (alternation repaired, row ids, summary markers), the display
+    every active or compacted row of the resume lineage, one per display generation."""
+    if not session_id:
+        return [], []
+    model, display, _ = store.backend.read(lambda c: _resume_pair(c, store, session_id))
+    return model, display
+
+
+def get_ancestor_display_prefix(store: StoreHandle, session_id: str) -> list[ConversationMessage]:
+    """The display rows a resume shows above ``session_id``'s own: the ancestors' part of the
+    display history, selected by row (never by length arithmetic, #65919); ``[]`` for a root
+    or a branch."""
+    if not session_id:
+        return []
+
+    def work(conn: Connection) -> list[ConversationMessage]:
+        if len(lineage.resume_lineage_ids(conn, store.backend.sql, session_id)) <= 1:
+            return []
+        _, display, kept = _resume_pair(conn, store, session_id)
+        theirs = {r.id for r in kept if r.session_id != session_id}
+        out = [m for m in display if m.get("_row_id") in theirs]
+        for m in out:
+            m.pop("_row_id", None)
+        return out
+
+    return store.backend.read(work)
+
+
+def get_resume_message_count(store: StoreHandle, session_id: str, *, tip_only: bool = False) -> int:
+    """Rows a resume loads: the session's active rows (``tip_only``), else the active and
+    compacted rows of its resume lineage (unbounded; the bounded guard is
+    ``assert_resume_safe``)."""
+    if not session_id:
+        return 0
+
+    def work(conn: Connection) -> int:
+        q = store.backend.sql
+        s = for_dialect(q.dialect)
+        ids = [session_id] if tip_only else lineage.resume_lineage_ids(conn, q, session_id)
+        which = "active" if tip_only else "compacted"
+        total = 0
+        for i in range(0, len(ids), IN_CHUNK):
+            chunk = tuple(ids[i:i + IN_CHUNK])
+            total += int(conn.exec_driver_sql(s.count(len(chunk), which), chunk).scalar() or 0)
+        return total
+
+    return store.backend.read(work)
+
+
+def get_conversation_root(store: StoreHandle, session_id: str) -> str:
+    """The provider usage-tagging id: the topmost existing session up every parent link
+    (delegations included), at most 100 hops, cycle-safe; unknown or empty ⇒ the input."""
+    if not session_id:
+        return session_id
+
+    def work(conn: Connection) -> str:
+        s = for_dialect(store.backend.dialect)
+        current, seen = session_id, {session_id}
+        row = conn.exec_driver_sql(s.PARENT, (current,)).first()
+        if row is None:
+            return session_id
+        for _ in range(ROOT_MAX_HOPS):
+            parent = row[0]
+            if not parent or parent in seen:
+                break
+            nxt = conn.exec_driver_sql(s.PARENT, (parent,)).first()
+            if nxt is None:  # a dangling link: the topmost existing row is the root
+                break
+            seen.add(parent)
+            current, row = parent, nxt
+        return current
+
+    return store.backend.read(work)
