@@ -134,5 +134,5 @@ def test_cli_names_what_it_carried(tmp_path):
     out = run_cli("copy", "--from", str(src), "--to", str(tmp_path / "copy" / "state.db"))
     assert out.returncode == 0, out.stderr
     carried = [line for line in out.stdout.splitlines() if "carried (created on the target" in line]
-    assert any("sessions.api_call_count" in line for line in carried), out.stdout
+    assert any("sessions.rewind_count" in line for line in carried), out.stdout
     assert any("table schema_version" in line for line in carried), out.stdout

@@ -117,7 +117,9 @@ def test_ab1_postgresql_upgrade_adds_the_same_objects(pg_url):
 @pytest.mark.sqlite_only("upstream state.db shapes are SQLite files")
 def test_ab2_legacy_usage_key_is_rebuilt(tmp_path, caplog):
     """AB2: a key without ``task`` (some task NULL, one orphan row) is rebuilt: 6-column key,
-    NULL ⇒ '', orphan dropped and counted, other rows and totals kept; upserts then work."""
+    NULL ⇒ '', other rows and totals kept; upserts then work. Deliberately unlike the spec's
+    [D] (orphan dropped): nothing is dropped — the orphan stays in
+    ``session_model_usage_legacy_pk`` and is counted (CHANGELOG)."""
     path = tmp_path / "state.db"
     _core_only(path)
     _sql(path, LEGACY_USAGE,
@@ -128,7 +130,8 @@ def test_ab2_legacy_usage_key_is_rebuilt(tmp_path, caplog):
          "('s2', 'm2', 1, 20, 0.25, 'vision'), ('ghost', 'm1', 9, 99, 9.0, NULL)")
     with caplog.at_level(logging.WARNING, logger="hermes_data.sessions.migrations"):
         migrate.upgrade("sessions", path)
-    assert "1 orphan(s) dropped" in caplog.text
+    assert "1 row(s) kept in session_model_usage_legacy_pk (1 of sessions that no longer exist" \
+        in caplog.text
     key = [r[1] for r in sorted((r for r in _sql(path, "PRAGMA table_info(session_model_usage)")
                                  if r[5]), key=lambda r: r[5])]
     assert key == ["session_id", "model", "billing_provider", "billing_base_url",
@@ -138,7 +141,8 @@ def test_ab2_legacy_usage_key_is_rebuilt(tmp_path, caplog):
                       "ORDER BY session_id")
     assert rows == [("s1", "m1", "", 2, 10, 0.5, 0), ("s2", "m2", "vision", 1, 20, 0.25, 0)]
     names = {r[0] for r in _sql(path, "SELECT name FROM sqlite_master")}
-    assert "session_model_usage_legacy_pk" not in names
+    assert _sql(path, "SELECT session_id, model, input_tokens FROM session_model_usage_legacy_pk") \
+        == [("ghost", "m1", 99)]
     assert {"idx_session_model_usage_session", "idx_session_model_usage_model"} <= names
     # The 6-column upsert (what accounting writes) now finds its key.
     _sql(path, "INSERT INTO session_model_usage (session_id, model, billing_provider, "

@@ -13,10 +13,12 @@ Add-only and read-gated (a store that has everything sees no write here):
    above zero); present ⇒ missing columns added, and a primary key without ``task``
    (upstream #73823: every usage upsert failed "ON CONFLICT clause does not match any
    PRIMARY KEY") rebuilt: renamed to ``session_model_usage_legacy_pk``, the canonical table
-   created, rows copied (route/task columns ``COALESCE(…, '')``, first row wins on a key
-   conflict, rows of sessions that no longer exist dropped and counted — upstream switched
-   foreign keys off for the copy, impossible inside the upgrade's transaction), the legacy
-   table dropped and both indexes created;
+   created, rows copied (route/task columns ``COALESCE(…, '')``, the first row of a key
+   whose session exists), both indexes created. Nothing is dropped: the rows that could not
+   be merged (rows of sessions that no longer exist — upstream switched foreign keys off for
+   the copy, impossible inside the upgrade's transaction — and later rows of a key that is
+   now one row) stay in ``session_model_usage_legacy_pk``, which is dropped only when empty;
+   a WARNING counts them;
 3. ``conversation_generations`` and the agent indexes when absent;
 4. PostgreSQL: the same objects and data steps, plus ``idx_sessions_cron_id_c`` (a
    byte-order range index for ``list_cron_job_runs``).
@@ -153,6 +155,17 @@ def _copy_legacy(order: str) -> str:
             f"ORDER BY {order} ON CONFLICT DO NOTHING")
 
 
+def _forget_copied(row_id: str) -> str:
+    """Delete from the legacy table exactly the rows :func:`_copy_legacy` copied: per new key,
+    the first row (in ``row_id`` order) whose session exists."""
+    key = ", ".join(f"COALESCE(u.{c}, '')" if c in _COALESCED else f"u.{c}"
+                    for c in _COPY_COLUMNS[:6])
+    return (f"DELETE FROM {_LEGACY} WHERE {row_id} IN (SELECT rid FROM (SELECT u.{row_id} AS rid, "
+            f"ROW_NUMBER() OVER (PARTITION BY {key} ORDER BY u.{row_id}) AS rn FROM {_LEGACY} u "
+            "WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = u.session_id)) firsts "
+            "WHERE rn = 1)")
+
+
 def _tables_present(bind) -> set[str]:
     return set(sa.inspect(bind).get_table_names())
 
@@ -202,21 +215,24 @@ def _rebuild_usage(bind, usage: sa.Table) -> None:
     pk_name = sa.inspect(bind).get_pk_constraint("session_model_usage").get("name")
     bind.exec_driver_sql(f"ALTER TABLE session_model_usage RENAME TO {_LEGACY}")
     if pg and pk_name:
-        # The constraint keeps its name through the rename and would collide with the new key.
-        bind.exec_driver_sql(f'ALTER TABLE {_LEGACY} DROP CONSTRAINT "{pk_name}"')
+        # The constraint keeps its name through the rename and would collide with the new key;
+        # renamed (not dropped), so the kept legacy rows keep their key.
+        bind.exec_driver_sql(f'ALTER TABLE {_LEGACY} RENAME CONSTRAINT "{pk_name}" '
+                             f'TO "{_LEGACY}_pkey"')
     bind.execute(sa.schema.CreateTable(usage))
     total = bind.exec_driver_sql(f"SELECT COUNT(*) FROM {_LEGACY}").scalar() or 0
     orphans = bind.exec_driver_sql(
         f"SELECT COUNT(*) FROM {_LEGACY} u WHERE NOT EXISTS "
         "(SELECT 1 FROM sessions s WHERE s.id = u.session_id)").scalar() or 0
     copied = bind.exec_driver_sql(_copy_legacy("ctid" if pg else "rowid")).rowcount
-    bind.exec_driver_sql(f"DROP TABLE {_LEGACY}")
-    if orphans:
-        log.warning("session_model_usage: dropped %d row(s) of sessions that no longer exist "
-                    "while rebuilding its key", orphans)
+    bind.exec_driver_sql(_forget_copied("ctid" if pg else "rowid"))
+    kept = bind.exec_driver_sql(f"SELECT COUNT(*) FROM {_LEGACY}").scalar() or 0
+    if not kept:
+        bind.exec_driver_sql(f"DROP TABLE {_LEGACY}")
     log.warning("session_model_usage: rebuilt with task in its primary key (upstream #73823); "
-                "%d of %d row(s) copied, %d orphan(s) dropped, %d key conflict(s) merged "
-                "(first row kept)", copied, total, orphans, total - orphans - copied)
+                "%d of %d row(s) copied; %d row(s) kept in %s (%d of sessions that no longer "
+                "exist, %d later row(s) of a merged key), nothing dropped", copied, total, kept,
+                _LEGACY, orphans, kept - orphans)
 
 
 def upgrade() -> None:
