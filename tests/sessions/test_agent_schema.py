@@ -114,6 +114,32 @@ def test_ab1_postgresql_upgrade_adds_the_same_objects(pg_url):
     assert migrate.check("sessions", pg_url) == []
 
 
+def test_ab2_postgresql_legacy_usage_key_is_rebuilt_and_keeps_orphans(pg_url):
+    """AB2 on PostgreSQL: the old key constraint is renamed (not dropped) so the rows that
+    cannot be merged keep their key in ``session_model_usage_legacy_pk``; nothing is lost."""
+    assert migrate.upgrade("sessions", pg_url, revision="s02_pg_stored_tsvector").applied
+    engine = sa.create_engine(pg_url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(LEGACY_USAGE.replace(
+                " REFERENCES sessions(id) ON DELETE CASCADE", "").replace("REAL", "DOUBLE PRECISION"))
+            conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at) VALUES ('s1', 'cli', 1.0)")
+            conn.exec_driver_sql(
+                "INSERT INTO session_model_usage (session_id, model, input_tokens, task) VALUES "
+                "('s1', 'm1', 10, NULL), ('ghost', 'm1', 99, NULL)")
+        migrate.upgrade("sessions", pg_url)
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql("SELECT session_id, task, input_tokens FROM "
+                                        "session_model_usage").fetchall() == [("s1", "", 10)]
+            assert conn.exec_driver_sql("SELECT session_id, input_tokens FROM "
+                                        "session_model_usage_legacy_pk").fetchall() == [("ghost", 99)]
+            assert sa.inspect(conn).get_pk_constraint("session_model_usage_legacy_pk")[
+                "constrained_columns"] == ["session_id", "model", "billing_provider",
+                                           "billing_base_url", "billing_mode"]
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.sqlite_only("upstream state.db shapes are SQLite files")
 def test_ab2_legacy_usage_key_is_rebuilt(tmp_path, caplog):
     """AB2: a key without ``task`` (some task NULL, one orphan row) is rebuilt: 6-column key,
