@@ -8,6 +8,7 @@ level :class:`~hermes_data.sessions.backends.base.Driver`) and the dialect's
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import sqlalchemy as sa
@@ -17,6 +18,7 @@ from . import encoding as enc
 from .errors import CompressionSessionClosedError, SessionNotFoundError
 from .rows import MessageRow
 from .sql import Fragments
+from .sql import fts
 
 #: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
 EncodedRow = tuple[Any, ...]
@@ -98,12 +100,153 @@ def append_one(tx: Any, q: Fragments, check_header: Callable[[int | None], None]
     return int(tx.execute(q.INSERT_MESSAGE_RETURNING, (session_id, *row)).fetchone()[0])
 
 
-def append_chunk(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
-                 session_id: str, rows: list[EncodedRow]) -> int:
-    """Admit and insert a chunk of encoded rows in the caller's transaction."""
-    admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
-    tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
-    return len(rows)
+# -- the batch append (§6.3) -----------------------------------------------------------
+
+#: Rows encoded and sent per ``executemany`` inside one batch transaction: a 50,000-row call
+#: never holds more than this many encoded rows (the input itself is the caller's).
+ENCODE_CHUNK = 1000
+#: Smallest transaction whose FTS entries the batch path writes itself (SQLite, current
+#: layout); below it the per-row triggers cost less than the gate bookkeeping.
+BULK_FTS_MIN_ROWS = 4
+
+#: What a batch transaction reports back: rows inserted and the last timestamp assigned.
+_Progress = tuple[int, "float | None"]
+
+
+def _collapse(ddl: str | None) -> str:
+    return " ".join((ddl or "").split())
+
+
+_BULK_TRIGGERS = {name: _collapse(ddl) for name, ddl in fts.BULK_INSERT_TRIGGERS.items()}
+_CANONICAL = {name: _collapse(ddl) for name, ddl in fts.CANONICAL_TRIGGER_SQL.items()}
+
+
+def bulk_fts_plan(tx: Any) -> tuple[bool, bool] | None:
+    """Which indexes (base, trigram) a batch on this SQLite file may fill itself, or None
+    when the triggers must do it row by row: only a current-layout insert trigger is
+    replaced, and only when every trigger reading the rebuild gate is a current-layout one
+    (a trigger of another shape that reads the gate would be silenced by closing it)."""
+    base = trigram = False
+    for name, ddl in tx.execute(fts.MESSAGE_TRIGGERS).fetchall():
+        text = _collapse(ddl)
+        if _CANONICAL.get(name) == text:
+            base = base or (name == "messages_fts_insert" and _BULK_TRIGGERS[name] == text)
+            trigram = trigram or (name == "messages_fts_trigram_insert"
+                                  and _BULK_TRIGGERS[name] == text)
+        elif any(key in text for key in fts.GATE_KEYS):
+            return None
+    return (base, trigram) if base or trigram else None
+
+
+class _Gate:
+    """The rebuild gate closed over the ids a batch is about to insert (SQLite)."""
+
+    __slots__ = ("saved", "last_id", "base", "trigram")
+
+    def __init__(self, tx: Any, plan: tuple[bool, bool]) -> None:
+        self.base, self.trigram = plan
+        self.saved = dict(tx.execute(fts.READ_GATE).fetchall())
+        last = tx.execute(fts.LAST_MESSAGE_ID).fetchone()[0]
+        self.last_id = -1 if last is None else int(last)
+        # GATE(r) is false for last_id < r.id <= high water: the insert triggers skip them.
+        tx.executemany(fts.SET_GATE_MARKER, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
+                                             (fts.GATE_KEYS[1], self.last_id)))
+
+    def reopen_and_fill(self, tx: Any) -> None:
+        """Put the markers back as they were, then index the new rows the triggers would have
+        indexed under them (the fills apply GATE themselves)."""
+        for key in fts.GATE_KEYS:
+            if key in self.saved:
+                tx.execute(fts.SET_GATE_MARKER, (key, self.saved[key]))
+            else:
+                tx.execute(fts.DELETE_GATE_MARKER, (key,))
+        if self.base:
+            tx.execute(fts.BULK_FTS_FILL, (self.last_id,))
+        if self.trigram:
+            tx.execute(fts.BULK_FTS_TRIGRAM_FILL, (self.last_id,))
+
+
+def check_rows(messages: Sequence[Any]) -> None:
+    """The checks :func:`encode_row` makes before anything is written (mapping, role), over
+    the whole input, so an invalid row anywhere fails the call before its transaction."""
+    for i, m in enumerate(messages):
+        if type(m) is not dict and not isinstance(m, Mapping):
+            raise ValueError(f"message #{i} is not a mapping: {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"message #{i} has no role")
+
+
+def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | None:
+    """Default missing timestamps in place (strictly increasing, ≥ 1 µs apart, never before
+    ``now``), continuing after ``prev``; returns the last timestamp."""
+    for i, r in enumerate(rows):
+        ts = r[_TS]
+        if ts is None:
+            ts = now if prev is None else max(now, prev + 1e-6)
+            rows[i] = r[:_TS] + (ts,) + r[_TS + 1:]
+        prev = ts
+    return prev
+
+
+def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], None],
+              session_id: str, messages: Sequence[Any], start: int, stop: int, now: float,
+              prev: float | None, encoded: list[EncodedRow] | None) -> _Progress:
+    """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
+    at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
+    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``."""
+    gate: _Gate | None = None
+    want_bulk = q.dialect == "sqlite" and stop - start >= BULK_FTS_MIN_ROWS
+    for lo in range(start, stop, ENCODE_CHUNK):
+        hi = min(lo + ENCODE_CHUNK, stop)
+        if encoded is not None:
+            rows = encoded[lo:hi]
+        else:
+            rows = [encode_row(messages[i], i, q.dialect) for i in range(lo, hi)]
+        prev = _stamp(rows, now, prev)
+        admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
+        if want_bulk and lo == start:
+            plan = bulk_fts_plan(tx)
+            gate = None if plan is None else _Gate(tx, plan)
+        tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+    if gate is not None:
+        gate.reopen_and_fill(tx)
+    return stop - start, prev
+
+
+def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
+                 check_header: Callable[[int | None], None], q: Fragments, session_id: str,
+                 messages: Sequence[Any], chunk_rows: int | None = None) -> int:
+    """Append ``messages`` (§6.3): one transaction for the whole call — all-or-nothing — or
+    one per ``chunk_rows`` rows. ``write`` runs a function on a :class:`Driver` inside a
+    write transaction (the backend's ``write_driver``). Returns the rows inserted.
+
+    Memory stays bounded in the single-transaction case: rows are encoded
+    :data:`ENCODE_CHUNK` at a time inside the transaction (the cheap checks run over the
+    whole input first, so an invalid row still fails before anything is written). With
+    ``chunk_rows`` every row is encoded before the first commit, as before: an encoding
+    failure must not leave earlier chunks behind."""
+    if not isinstance(messages, Sequence):
+        messages = list(messages)  # a busy retry re-reads its rows
+    total = len(messages)
+    if not total:
+        return 0
+    size = total if not chunk_rows or chunk_rows <= 0 else min(int(chunk_rows), total)
+    encoded: list[EncodedRow] | None = None
+    if size < total:
+        encoded = [encode_row(m, i, q.dialect) for i, m in enumerate(messages)]
+    else:
+        check_rows(messages)
+    now = enc.now()
+    prev: float | None = None
+    inserted = 0
+    for start in range(0, total, size):
+        n, prev = write(partial(_batch_tx, q=q, check_header=check_header,
+                                session_id=session_id, messages=messages, start=start,
+                                stop=min(start + size, total), now=now, prev=prev,
+                                encoded=encoded))
+        inserted += n
+    return inserted
 
 
 def insert_rows(conn: Connection, q: Fragments, session_id: str,
