@@ -9,7 +9,7 @@ level :class:`~hermes_data.sessions.backends.base.Driver`) and the dialect's
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -271,17 +271,56 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
     return n, tools
 
 
+def message_rows(rows: Iterable[Sequence[Any]], dialect: str) -> list[MessageRow]:
+    """:class:`MessageRow` objects from ``MESSAGE_COLS`` rows, decoded per §6.1.
+
+    The transcript read path (a 50,000-row export pages through here): each row's values go
+    straight into a new instance's ``__dict__`` (the construction
+    :func:`~hermes_data.sessions.rows.new_message_row` documents) and only the columns that
+    need it are decoded."""
+    prefix = enc.content_prefix(dialect)
+    decode_content, decode_tool_calls = enc.decode_content, enc.decode_tool_calls
+    decode_metadata = enc.decode_display_metadata
+    new, cls, as_bool = object.__new__, MessageRow, bool
+    out = []
+    append = out.append
+    for (id_, sid, role, content, tool_call_id, tool_calls, tool_name, ts, tokens, finish,
+         reasoning, reasoning_content, reasoning_details, codex_reasoning, codex_message,
+         platform_id, observed, summary, effect, active, compacted, api_content, display_kind,
+         metadata) in rows:
+        if content.__class__ is str and content.startswith(prefix):
+            content = decode_content(content, dialect)
+        if tool_calls is not None:
+            tool_calls = decode_tool_calls(tool_calls)
+        if metadata is not None:
+            metadata = decode_metadata(metadata)
+        row = new(cls)
+        row.__dict__.update(
+            id=id_, session_id=sid, role=role, content=content, tool_call_id=tool_call_id,
+            tool_calls=tool_calls, tool_name=tool_name, timestamp=ts, token_count=tokens,
+            finish_reason=finish, reasoning=reasoning, reasoning_content=reasoning_content,
+            reasoning_details=reasoning_details, codex_reasoning_items=codex_reasoning,
+            codex_message_items=codex_message, platform_message_id=platform_id,
+            observed=observed or 0, compressed_summary=as_bool(summary),
+            effect_disposition=effect, active=as_bool(active), compacted=as_bool(compacted),
+            api_content=api_content, display_kind=display_kind, display_metadata=metadata)
+        append(row)
+    return out
+
+
 def message_row(r: Sequence[Any], dialect: str) -> MessageRow:
-    """A :class:`MessageRow` from a ``MESSAGE_COLS`` row."""
-    return MessageRow(
-        id=r[0], session_id=r[1], role=r[2], content=enc.decode_content(r[3], dialect),
-        tool_call_id=r[4], tool_calls=enc.decode_tool_calls(r[5]), tool_name=r[6],
-        timestamp=r[7], token_count=r[8], finish_reason=r[9], reasoning=r[10],
-        reasoning_content=r[11], reasoning_details=r[12], codex_reasoning_items=r[13],
-        codex_message_items=r[14], platform_message_id=r[15], observed=r[16] or 0,
-        compressed_summary=bool(r[17]), effect_disposition=r[18], active=bool(r[19]),
-        compacted=bool(r[20]), api_content=r[21], display_kind=r[22],
-        display_metadata=enc.decode_display_metadata(r[23]))
+    """A :class:`MessageRow` from one ``MESSAGE_COLS`` row."""
+    return message_rows((r,), dialect)[0]
+
+
+def _fetch_all(conn: Connection, q: Fragments, stmt: str, params: tuple[Any, ...]) -> list[Any]:
+    """Plain tuples of a driver statement. SQLite: straight on the DB-API connection inside
+    the caller's read transaction (no result-metadata or ``Row`` objects per page)."""
+    if q.dialect == "sqlite":
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        return raw.execute(stmt, params).fetchall()
+    return list(conn.exec_driver_sql(stmt, params).fetchall())
 
 
 def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_inactive: bool,
@@ -296,10 +335,10 @@ def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_ina
         params += [q.NO_LIMIT if limit is None else int(limit), int(offset or 0)]
     stmt = q.select_messages(include_inactive=include_inactive, after_id=after_id is not None,
                              latest=latest, paged=paged)
-    rows = list(conn.exec_driver_sql(stmt, tuple(params)).fetchall())
+    rows = _fetch_all(conn, q, stmt, tuple(params))
     if latest:
         rows.reverse()
-    return [message_row(r, q.dialect) for r in rows]
+    return message_rows(rows, q.dialect)
 
 
 def message_count(conn: Connection, q: Fragments, session_id: str,
