@@ -282,7 +282,7 @@ def message_rows(rows: Iterable[Sequence[Any]], dialect: str) -> list[MessageRow
     decode_content, decode_tool_calls = enc.decode_content, enc.decode_tool_calls
     decode_metadata = enc.decode_display_metadata
     new, cls, as_bool = object.__new__, MessageRow, bool
-    out = []
+    out: list[MessageRow] = []
     append = out.append
     for (id_, sid, role, content, tool_call_id, tool_calls, tool_name, ts, tokens, finish,
          reasoning, reasoning_content, reasoning_details, codex_reasoning, codex_message,
