@@ -287,3 +287,21 @@ def test_sigkill_mid_batch_leaves_nothing(backend, point, tmp_path, request):
         # The store carries on: the next batch is indexed as usual.
         s.append_messages_batch("s", _rows(10, "after"))
         assert len(s.search_messages("after", limit=50)) == 10
+
+
+def test_a_failure_past_the_first_encode_chunk_leaves_nothing(store):
+    """The input is encoded chunk by chunk inside the one transaction: an encoding failure
+    after 1,000 rows are in rolls all of them back (counters and index included)."""
+    store.create_session("s", "cli")
+    rows = _rows(msg.ENCODE_CHUNK + 500, "doomed")
+    rows[msg.ENCODE_CHUNK + 10] = {"role": "assistant", "content": "x", "tool_calls": [object()]}
+    with pytest.raises(TypeError):
+        store.append_messages_batch("s", rows)
+    assert store.get_messages("s", include_inactive=True) == []
+    assert store.get_session("s").message_count == 0
+    assert store.search_messages("doomed") == []
+    with pytest.raises(TypeError):  # with chunk_rows every row is encoded before any commit
+        store.append_messages_batch("s", rows, chunk_rows=100)
+    assert store.get_messages("s", include_inactive=True) == []
+    assert store.append_messages_batch("s", iter(_rows(5, "fromiter"))) == 5
+    assert len(store.search_messages("fromiter", limit=10)) == 5
