@@ -1,6 +1,6 @@
 """Session-store write/read hot paths against a plain-sqlite3 baseline of the same statements.
 
-    python benchmarks/sessions_writes.py [--journal wal|delete] [--n 3000] [--batch 20000]
+    python benchmarks/sessions_writes.py [--journal wal|delete] [--n 3000] [--batch-total 20000]
 
 Both sides run in this process, on files in one temp directory, with the same journal mode,
 ``synchronous`` setting and FTS objects (the baseline file is created by the store, so both
@@ -8,6 +8,13 @@ indexes and all six triggers are live). Reported: medians of --repeat runs and r
 Targets (issue 5, 2-core machine): append_message >= 3,700 msg/s, append_messages_batch
 >= 18,000 msg/s, tip of a 500-segment chain <= 5 ms, paging 50,000 messages by 100 with
 after_id <= 1 s in total.
+
+Issue 14: the batch baseline is the per-row path (the same admission and INSERT statements in
+plain sqlite3, every row fired through both FTS triggers — what append_messages_batch itself
+did before it filled the indexes in bulk): ratio >= 2.0. And the memory one call of
+--memory-rows rows (default 50,000) adds, in a fresh process each (VmHWM during the call
+minus VmRSS before it, the input list already built): ours against the upstream-equivalent
+(plain sqlite3, one transaction, one INSERT per row straight from the list); target <= 5 MB.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ import argparse
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -194,6 +202,52 @@ def bench_ceilings(d: Path, journal: str, n: int) -> dict[str, float]:
     return out
 
 
+def _rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
+def memory_child(side: str, path: Path, journal: str, rows: int) -> None:
+    """One call of ``rows`` rows; prints the peak RSS growth in kB (child process)."""
+    if side == "ours":
+        store = open_store(path, journal)
+        store.create_session("mem", "cli")
+    else:
+        open_store(path, journal).close()
+        con = baseline_conn(path, journal)
+        con.execute("INSERT INTO sessions (id, source, started_at) VALUES ('mem', 'cli', ?)",
+                    (time.time(),))
+    data = [_row(i) for i in range(rows)]
+    before = _rss_kb("VmRSS")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS (Linux >= 4.0)
+    if side == "ours":
+        assert store.append_messages_batch("mem", data) == rows
+    else:
+        now = time.time()
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(_ADMIT_AND_COUNT, (rows, 0, "mem")).fetchall()
+        for i, r in enumerate(data):
+            con.execute(_INSERT_MESSAGE, ("mem", r["role"], r["content"], None, None, None,
+                                          now + i * 1e-6, None, None, None, None, None, None,
+                                          None, None, 0, 0, None, 1, None, None, None))
+        con.execute("COMMIT")
+    print(_rss_kb("VmHWM") - before)
+
+
+def bench_memory(d: Path, journal: str, rows: int, repeat: int) -> tuple[float, float]:
+    out: dict[str, list[float]] = {"ours": [], "upstream": []}
+    for run in range(repeat):
+        for side in out:
+            res = subprocess.run([sys.executable, __file__, "--memory-child", side,
+                                  str(d / f"mem-{side}-{run}.db"), "--journal", journal,
+                                  "--memory-rows", str(rows)],
+                                 check=True, capture_output=True, text=True)
+            out[side].append(int(res.stdout.split()[-1]) / 1024)
+    return statistics.median(out["ours"]), statistics.median(out["upstream"])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--journal", choices=("wal", "delete"), default="wal")
@@ -201,7 +255,13 @@ def main() -> int:
     ap.add_argument("--batch-total", type=int, default=20_000)
     ap.add_argument("--batch-size", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--memory-rows", type=int, default=50_000)
+    ap.add_argument("--memory-child", nargs=2, metavar=("SIDE", "DB"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.memory_child:
+        memory_child(args.memory_child[0], Path(args.memory_child[1]), args.journal,
+                     args.memory_rows)
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
     try:
         singles, batches = [], []
@@ -224,6 +284,7 @@ def main() -> int:
                 ceilings = bench_ceilings(d, args.journal, args.n)
                 tip = bench_tip(store, con, 21)
                 paging = bench_paging(store, con)
+                memory = bench_memory(d, args.journal, args.memory_rows, 3)
             store.close()
             con.close()
         med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
@@ -231,7 +292,10 @@ def main() -> int:
         b_o, b_b = med(batches, 0), med(batches, 1)
         print(f"append_message        : {s_o:10,.0f} msg/s   baseline {s_b:10,.0f} msg/s   ratio {s_o / s_b:5.2f}   target >= 3,700")
         print(f"  same + PASSIVE checkpoint every {CHECKPOINT_EVERY} writes (§8.5): baseline {s_c:10,.0f} msg/s   ratio {s_o / s_c:5.2f}")
-        print(f"append_messages_batch : {b_o:10,.0f} msg/s   baseline {b_b:10,.0f} msg/s   ratio {b_o / b_b:5.2f}   target >= 18,000 (batches of {args.batch_size})")
+        print(f"append_messages_batch : {b_o:10,.0f} msg/s   baseline {b_b:10,.0f} msg/s   ratio {b_o / b_b:5.2f}   target >= 18,000 (batches of {args.batch_size}); "
+              "ratio >= 2.0 against the per-row trigger path (issue 14)")
+        print(f"append_messages_batch of {args.memory_rows:,} rows in one call: peak RSS growth "
+              f"{memory[0]:+6.1f} MB   upstream-equivalent {memory[1]:+6.1f} MB   target <= 5 MB")
         print("raw sqlite3 single-append ceilings: " + ", ".join(
             f"{k} {v:,.0f} msg/s" for k, v in ceilings.items()))
         print(f"tip of 500-segment    : {tip[0]:10.2f} ms      baseline {tip[1]:10.2f} ms      ratio {tip[0] / tip[1]:5.2f}   target <= 5 ms")

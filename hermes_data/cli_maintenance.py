@@ -11,6 +11,7 @@ import json
 import os
 import sys
 from dataclasses import asdict
+from typing import Callable, TextIO
 
 from . import migrate
 from .cli_output import elapsed, emit, emit_json, progress, progress_enabled
@@ -81,17 +82,8 @@ def cmd_export(args) -> int:
         if args.output:
             os.chmod(args.output, 0o600)  # an existing file keeps its mode through O_TRUNC
         try:
-            after, n = 0, 0
-            while True:  # keyset paging: each page is an index seek
-                page = store.get_messages(args.session, limit=args.page_size, after_id=after)
-                if not page:
-                    break
-                for m in page:
-                    out.write(json.dumps(asdict(m), ensure_ascii=False, default=str) + "\n")
-                n += len(page)
-                after = page[-1].id
-                if show:
-                    show(n, total)
+            n = write_jsonl(store, args.session, out, page_size=args.page_size,
+                            progress=(lambda done: show(done, total)) if show else None)
         finally:
             if out is not sys.stdout:
                 out.close()
@@ -99,6 +91,28 @@ def cmd_export(args) -> int:
     emit(f"exported {n:,} message(s) of {args.session}" + (f" to {args.output}" if args.output else ""),
          file=sys.stderr)
     return 0
+
+
+#: One encoder for every exported line (``json.dumps`` with options builds one per call).
+_ENCODE_LINE = json.JSONEncoder(ensure_ascii=False, default=str).encode
+
+
+def write_jsonl(store: SessionStore, session_id: str, out: TextIO, *, page_size: int = 500,
+                progress: Callable[[int], None] | None = None) -> int:
+    """Stream one session's active messages to ``out`` as JSON Lines (one object per message,
+    the :class:`~hermes_data.sessions.rows.MessageRow` fields in order), keyset-paged
+    ``page_size`` rows at a time so memory stays flat; returns the number written. The size
+    guard is the caller's (``assert_export_safe``)."""
+    after, n = 0, 0
+    while True:  # keyset paging: each page is an index seek
+        page = store.get_messages(session_id, limit=page_size, after_id=after)
+        if not page:
+            return n
+        out.write("".join([_ENCODE_LINE(m.to_dict()) + "\n" for m in page]))
+        n += len(page)
+        after = page[-1].id
+        if progress is not None:
+            progress(n)
 
 
 def register(subparsers) -> None:

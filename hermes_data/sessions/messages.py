@@ -8,7 +8,8 @@ level :class:`~hermes_data.sessions.backends.base.Driver`) and the dialect's
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence
+from functools import partial
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -17,6 +18,7 @@ from . import encoding as enc
 from .errors import CompressionSessionClosedError, SessionNotFoundError
 from .rows import MessageRow
 from .sql import Fragments
+from .sql import fts
 
 #: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
 EncodedRow = tuple[Any, ...]
@@ -98,12 +100,153 @@ def append_one(tx: Any, q: Fragments, check_header: Callable[[int | None], None]
     return int(tx.execute(q.INSERT_MESSAGE_RETURNING, (session_id, *row)).fetchone()[0])
 
 
-def append_chunk(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
-                 session_id: str, rows: list[EncodedRow]) -> int:
-    """Admit and insert a chunk of encoded rows in the caller's transaction."""
-    admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
-    tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
-    return len(rows)
+# -- the batch append (§6.3) -----------------------------------------------------------
+
+#: Rows encoded and sent per ``executemany`` inside one batch transaction: a 50,000-row call
+#: never holds more than this many encoded rows (the input itself is the caller's).
+ENCODE_CHUNK = 1000
+#: Smallest transaction whose FTS entries the batch path writes itself (SQLite, current
+#: layout); below it the per-row triggers cost less than the gate bookkeeping.
+BULK_FTS_MIN_ROWS = 4
+
+#: What a batch transaction reports back: rows inserted and the last timestamp assigned.
+_Progress = tuple[int, "float | None"]
+
+
+def _collapse(ddl: str | None) -> str:
+    return " ".join((ddl or "").split())
+
+
+_BULK_TRIGGERS = {name: _collapse(ddl) for name, ddl in fts.BULK_INSERT_TRIGGERS.items()}
+_CANONICAL = {name: _collapse(ddl) for name, ddl in fts.CANONICAL_TRIGGER_SQL.items()}
+
+
+def bulk_fts_plan(tx: Any) -> tuple[bool, bool] | None:
+    """Which indexes (base, trigram) a batch on this SQLite file may fill itself, or None
+    when the triggers must do it row by row: only a current-layout insert trigger is
+    replaced, and only when every trigger reading the rebuild gate is a current-layout one
+    (a trigger of another shape that reads the gate would be silenced by closing it)."""
+    base = trigram = False
+    for name, ddl in tx.execute(fts.MESSAGE_TRIGGERS).fetchall():
+        text = _collapse(ddl)
+        if _CANONICAL.get(name) == text:
+            base = base or (name == "messages_fts_insert" and _BULK_TRIGGERS[name] == text)
+            trigram = trigram or (name == "messages_fts_trigram_insert"
+                                  and _BULK_TRIGGERS[name] == text)
+        elif any(key in text for key in fts.GATE_KEYS):
+            return None
+    return (base, trigram) if base or trigram else None
+
+
+class _Gate:
+    """The rebuild gate closed over the ids a batch is about to insert (SQLite)."""
+
+    __slots__ = ("saved", "last_id", "base", "trigram")
+
+    def __init__(self, tx: Any, plan: tuple[bool, bool]) -> None:
+        self.base, self.trigram = plan
+        self.saved = dict(tx.execute(fts.READ_GATE).fetchall())
+        last = tx.execute(fts.LAST_MESSAGE_ID).fetchone()[0]
+        self.last_id = -1 if last is None else int(last)
+        # GATE(r) is false for last_id < r.id <= high water: the insert triggers skip them.
+        tx.executemany(fts.SET_GATE_MARKER, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
+                                             (fts.GATE_KEYS[1], self.last_id)))
+
+    def reopen_and_fill(self, tx: Any) -> None:
+        """Put the markers back as they were, then index the new rows the triggers would have
+        indexed under them (the fills apply GATE themselves)."""
+        for key in fts.GATE_KEYS:
+            if key in self.saved:
+                tx.execute(fts.SET_GATE_MARKER, (key, self.saved[key]))
+            else:
+                tx.execute(fts.DELETE_GATE_MARKER, (key,))
+        if self.base:
+            tx.execute(fts.BULK_FTS_FILL, (self.last_id,))
+        if self.trigram:
+            tx.execute(fts.BULK_FTS_TRIGRAM_FILL, (self.last_id,))
+
+
+def check_rows(messages: Sequence[Any]) -> None:
+    """The checks :func:`encode_row` makes before anything is written (mapping, role), over
+    the whole input, so an invalid row anywhere fails the call before its transaction."""
+    for i, m in enumerate(messages):
+        if type(m) is not dict and not isinstance(m, Mapping):
+            raise ValueError(f"message #{i} is not a mapping: {type(m).__name__}")
+        role = m.get("role")
+        if not isinstance(role, str) or not role:
+            raise ValueError(f"message #{i} has no role")
+
+
+def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | None:
+    """Default missing timestamps in place (strictly increasing, ≥ 1 µs apart, never before
+    ``now``), continuing after ``prev``; returns the last timestamp."""
+    for i, r in enumerate(rows):
+        ts = r[_TS]
+        if ts is None:
+            ts = now if prev is None else max(now, prev + 1e-6)
+            rows[i] = r[:_TS] + (ts,) + r[_TS + 1:]
+        prev = ts
+    return prev
+
+
+def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], None],
+              session_id: str, messages: Sequence[Any], start: int, stop: int, now: float,
+              prev: float | None, encoded: list[EncodedRow] | None) -> _Progress:
+    """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
+    at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
+    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``."""
+    gate: _Gate | None = None
+    want_bulk = q.dialect == "sqlite" and stop - start >= BULK_FTS_MIN_ROWS
+    for lo in range(start, stop, ENCODE_CHUNK):
+        hi = min(lo + ENCODE_CHUNK, stop)
+        if encoded is not None:
+            rows = encoded[lo:hi]
+        else:
+            rows = [encode_row(messages[i], i, q.dialect) for i in range(lo, hi)]
+        prev = _stamp(rows, now, prev)
+        admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
+        if want_bulk and lo == start:
+            plan = bulk_fts_plan(tx)
+            gate = None if plan is None else _Gate(tx, plan)
+        tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+    if gate is not None:
+        gate.reopen_and_fill(tx)
+    return stop - start, prev
+
+
+def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
+                 check_header: Callable[[int | None], None], q: Fragments, session_id: str,
+                 messages: Sequence[Any], chunk_rows: int | None = None) -> int:
+    """Append ``messages`` (§6.3): one transaction for the whole call — all-or-nothing — or
+    one per ``chunk_rows`` rows. ``write`` runs a function on a :class:`Driver` inside a
+    write transaction (the backend's ``write_driver``). Returns the rows inserted.
+
+    Memory stays bounded in the single-transaction case: rows are encoded
+    :data:`ENCODE_CHUNK` at a time inside the transaction (the cheap checks run over the
+    whole input first, so an invalid row still fails before anything is written). With
+    ``chunk_rows`` every row is encoded before the first commit, as before: an encoding
+    failure must not leave earlier chunks behind."""
+    if not isinstance(messages, Sequence):
+        messages = list(messages)  # a busy retry re-reads its rows
+    total = len(messages)
+    if not total:
+        return 0
+    size = total if not chunk_rows or chunk_rows <= 0 else min(int(chunk_rows), total)
+    encoded: list[EncodedRow] | None = None
+    if size < total:
+        encoded = [encode_row(m, i, q.dialect) for i, m in enumerate(messages)]
+    else:
+        check_rows(messages)
+    now = enc.now()
+    prev: float | None = None
+    inserted = 0
+    for start in range(0, total, size):
+        n, prev = write(partial(_batch_tx, q=q, check_header=check_header,
+                                session_id=session_id, messages=messages, start=start,
+                                stop=min(start + size, total), now=now, prev=prev,
+                                encoded=encoded))
+        inserted += n
+    return inserted
 
 
 def insert_rows(conn: Connection, q: Fragments, session_id: str,
@@ -128,17 +271,56 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
     return n, tools
 
 
+def message_rows(rows: Iterable[Sequence[Any]], dialect: str) -> list[MessageRow]:
+    """:class:`MessageRow` objects from ``MESSAGE_COLS`` rows, decoded per §6.1.
+
+    The transcript read path (a 50,000-row export pages through here): each row's values go
+    straight into a new instance's ``__dict__`` (the construction
+    :func:`~hermes_data.sessions.rows.new_message_row` documents) and only the columns that
+    need it are decoded."""
+    prefix = enc.content_prefix(dialect)
+    decode_content, decode_tool_calls = enc.decode_content, enc.decode_tool_calls
+    decode_metadata = enc.decode_display_metadata
+    new, cls, as_bool = object.__new__, MessageRow, bool
+    out: list[MessageRow] = []
+    append = out.append
+    for (id_, sid, role, content, tool_call_id, tool_calls, tool_name, ts, tokens, finish,
+         reasoning, reasoning_content, reasoning_details, codex_reasoning, codex_message,
+         platform_id, observed, summary, effect, active, compacted, api_content, display_kind,
+         metadata) in rows:
+        if content.__class__ is str and content.startswith(prefix):
+            content = decode_content(content, dialect)
+        if tool_calls is not None:
+            tool_calls = decode_tool_calls(tool_calls)
+        if metadata is not None:
+            metadata = decode_metadata(metadata)
+        row = new(cls)
+        row.__dict__.update(
+            id=id_, session_id=sid, role=role, content=content, tool_call_id=tool_call_id,
+            tool_calls=tool_calls, tool_name=tool_name, timestamp=ts, token_count=tokens,
+            finish_reason=finish, reasoning=reasoning, reasoning_content=reasoning_content,
+            reasoning_details=reasoning_details, codex_reasoning_items=codex_reasoning,
+            codex_message_items=codex_message, platform_message_id=platform_id,
+            observed=observed or 0, compressed_summary=as_bool(summary),
+            effect_disposition=effect, active=as_bool(active), compacted=as_bool(compacted),
+            api_content=api_content, display_kind=display_kind, display_metadata=metadata)
+        append(row)
+    return out
+
+
 def message_row(r: Sequence[Any], dialect: str) -> MessageRow:
-    """A :class:`MessageRow` from a ``MESSAGE_COLS`` row."""
-    return MessageRow(
-        id=r[0], session_id=r[1], role=r[2], content=enc.decode_content(r[3], dialect),
-        tool_call_id=r[4], tool_calls=enc.decode_tool_calls(r[5]), tool_name=r[6],
-        timestamp=r[7], token_count=r[8], finish_reason=r[9], reasoning=r[10],
-        reasoning_content=r[11], reasoning_details=r[12], codex_reasoning_items=r[13],
-        codex_message_items=r[14], platform_message_id=r[15], observed=r[16] or 0,
-        compressed_summary=bool(r[17]), effect_disposition=r[18], active=bool(r[19]),
-        compacted=bool(r[20]), api_content=r[21], display_kind=r[22],
-        display_metadata=enc.decode_display_metadata(r[23]))
+    """A :class:`MessageRow` from one ``MESSAGE_COLS`` row."""
+    return message_rows((r,), dialect)[0]
+
+
+def _fetch_all(conn: Connection, q: Fragments, stmt: str, params: tuple[Any, ...]) -> list[Any]:
+    """Plain tuples of a driver statement. SQLite: straight on the DB-API connection inside
+    the caller's read transaction (no result-metadata or ``Row`` objects per page)."""
+    if q.dialect == "sqlite":
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        return raw.execute(stmt, params).fetchall()
+    return list(conn.exec_driver_sql(stmt, params).fetchall())
 
 
 def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_inactive: bool,
@@ -153,10 +335,10 @@ def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_ina
         params += [q.NO_LIMIT if limit is None else int(limit), int(offset or 0)]
     stmt = q.select_messages(include_inactive=include_inactive, after_id=after_id is not None,
                              latest=latest, paged=paged)
-    rows = list(conn.exec_driver_sql(stmt, tuple(params)).fetchall())
+    rows = _fetch_all(conn, q, stmt, tuple(params))
     if latest:
         rows.reverse()
-    return [message_row(r, q.dialect) for r in rows]
+    return message_rows(rows, q.dialect)
 
 
 def message_count(conn: Connection, q: Fragments, session_id: str,

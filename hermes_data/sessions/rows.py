@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from dataclasses import dataclass, field, fields
+from typing import Any, Sequence, TypedDict
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,29 @@ class MessageRow:
     api_content: str | None
     display_kind: str | None
     display_metadata: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a new dict in field order (what ``dataclasses.asdict`` gives, without
+        its recursive deep copy: nested values are shared, not copied)."""
+        return dict(self.__dict__)
+
+
+#: The fields of :class:`MessageRow`, in ``MESSAGE_COLS`` order.
+MESSAGE_ROW_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(MessageRow))
+
+
+def new_message_row(values: Sequence[Any]) -> MessageRow:
+    """A :class:`MessageRow` from already-decoded values in field order.
+
+    The generated ``__init__`` of a frozen dataclass sets each of the 24 fields through
+    ``object.__setattr__``; on the transcript read path that was over half the time of a
+    page. A new instance whose ``__dict__`` is filled with every field in field order is the
+    same object (equality, hash, ``repr``, ``asdict`` and :meth:`MessageRow.to_dict` agree);
+    :func:`hermes_data.sessions.messages.message_rows` builds rows this way, so
+    :class:`MessageRow` keeps a ``__dict__`` (no ``__slots__``) and no ``__post_init__``."""
+    row = object.__new__(MessageRow)
+    row.__dict__.update(zip(MESSAGE_ROW_FIELDS, values))
+    return row
 
 
 class NewMessage(TypedDict, total=False):

@@ -321,18 +321,9 @@ class SessionStore(AgentTurnAPI):
     def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
                               chunk_rows: int | None = None) -> int:
         """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``); returns rows inserted."""
-        if not messages:
-            return 0
-        encoded = msg.with_timestamps(self._encode(messages))
-        size = len(encoded) if not chunk_rows or chunk_rows <= 0 else chunk_rows
         b = self._backend
-        inserted = 0
-        for start in range(0, len(encoded), size):
-            chunk = encoded[start:start + size]
-            inserted += b.write_driver(partial(msg.append_chunk, q=self._q,
-                                               check_header=b.check_header,
-                                               session_id=session_id, rows=chunk))
-        return inserted
+        return msg.append_batch(b.write_driver, b.check_header, self._q, session_id, messages,
+                                chunk_rows)
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,

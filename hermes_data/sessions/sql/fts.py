@@ -151,6 +151,67 @@ FTS_REBUILD = text("INSERT INTO messages_fts(messages_fts) VALUES ('rebuild')")
 FTS_TRIGRAM_REBUILD = text("INSERT INTO messages_fts_trigram(messages_fts_trigram) VALUES ('rebuild')")
 
 # ---------------------------------------------------------------------------------------
+# Bulk indexing of an appended batch (SQLite, current layout; issue 14)
+# ---------------------------------------------------------------------------------------
+#
+# A batch inserted through the triggers leaves one FTS5 segment per row in each index. The
+# batch path instead closes the rebuild gate over the ids it is about to insert, inserts the
+# rows (the gated insert triggers skip them), puts the gate markers back exactly as they were
+# and indexes the new id range with one INSERT ... SELECT per index — all inside the batch's
+# own write transaction, so no other connection ever sees the in-between state. The fills
+# select what the triggers would have inserted (the same projection, TRI_ROW and GATE).
+
+#: The state_meta keys of the rebuild gate (GATE).
+GATE_KEYS = ("fts_rebuild_high_water", "fts_rebuild_progress")
+#: A high-water mark above every possible rowid (closes the gate over everything new).
+GATE_CLOSED_HIGH_WATER = 9223372036854775807
+
+#: The triggers on ``messages`` (name, stored SQL).
+MESSAGE_TRIGGERS = "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
+#: The gate markers as stored (key, value).
+READ_GATE = ("SELECT key, value FROM state_meta WHERE key IN "
+             "('fts_rebuild_high_water', 'fts_rebuild_progress')")
+#: The largest message id so far (NULL on an empty table).
+LAST_MESSAGE_ID = "SELECT MAX(id) FROM messages"
+#: Set one gate marker (key, value).
+SET_GATE_MARKER = ("INSERT INTO state_meta(key, value) VALUES (?, ?) "
+                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+#: Remove one gate marker (key).
+DELETE_GATE_MARKER = "DELETE FROM state_meta WHERE key = ?"
+#: Index the rows above an id (bound) in ``messages_fts`` exactly as its insert trigger would.
+BULK_FTS_FILL = (
+    f"INSERT INTO messages_fts({_FTS_COLS}) SELECT messages.id, {_idx('messages')}, "
+    f"messages.tool_name, messages.tool_calls FROM messages WHERE messages.id > ? "
+    f"AND {_gate('messages')} ORDER BY messages.id")
+#: The same for ``messages_fts_trigram`` (eligible rows only).
+BULK_FTS_TRIGRAM_FILL = (
+    "INSERT INTO messages_fts_trigram(rowid, content, tool_name) SELECT messages.id, "
+    "messages.content, messages.tool_name FROM messages WHERE messages.id > ? "
+    f"AND {_tri_row('messages')} AND {_gate('messages')} ORDER BY messages.id")
+
+
+def stored_trigger_sql(ddl: str) -> str:
+    """The text SQLite keeps in ``sqlite_master`` for a ``CREATE TRIGGER IF NOT EXISTS``
+    statement (the ``IF NOT EXISTS`` clause is not stored)."""
+    return ddl.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
+
+
+#: The two insert triggers the bulk fill stands in for, and the index each one feeds.
+BULK_INSERT_TRIGGERS: dict[str, str] = {
+    "messages_fts_insert": stored_trigger_sql(FTS_INSERT_TRIGGER_DDL),
+    "messages_fts_trigram_insert": stored_trigger_sql(FTS_TRIGRAM_INSERT_TRIGGER_DDL),
+}
+#: Every current-layout trigger in its stored form (the ones that may read the gate).
+CANONICAL_TRIGGER_SQL: dict[str, str] = {name: stored_trigger_sql(ddl) for name, ddl in (
+    ("messages_fts_insert", FTS_INSERT_TRIGGER_DDL),
+    ("messages_fts_delete", FTS_DELETE_TRIGGER_DDL),
+    ("messages_fts_update", FTS_UPDATE_TRIGGER_DDL),
+    ("messages_fts_trigram_insert", FTS_TRIGRAM_INSERT_TRIGGER_DDL),
+    ("messages_fts_trigram_delete", FTS_TRIGRAM_DELETE_TRIGGER_DDL),
+    ("messages_fts_trigram_update", FTS_TRIGRAM_UPDATE_TRIGGER_DDL),
+)}
+
+# ---------------------------------------------------------------------------------------
 # Legacy inline layout (pre-v23 upstream; §2.7, §4.7) — kept, narrowed, repaired in shape
 # ---------------------------------------------------------------------------------------
 
