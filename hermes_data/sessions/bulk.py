@@ -11,7 +11,8 @@ from sqlalchemy.engine import Connection
 from .agent_rows import SessionRichRow, SessionStatus
 from .handle import StoreHandle
 from .sql.bulk import STATUS_CHUNK, BulkStatements, count_by_source, for_dialect
-from .sql.core import SESSION_COLS
+from .listing import session_fields
+from .sql.core import SESSION_ROW_COLS
 from .sql.listing import SessionFilter
 
 _ERROR_REASONS = frozenset({"error", "agent_error", "content_filter"})
@@ -99,13 +100,7 @@ def list_cron_job_runs(store: StoreHandle, job_id: str, limit: int = 20,
     params = (lo, hi, *([start] * b.CRON_SUFFIX_BINDS), int(limit), int(offset))
     rows = store.backend.read(lambda c: c.exec_driver_sql(b.CRON_RUNS, params).fetchall())
     out = []
-    n = len(SESSION_COLS)
+    n = len(SESSION_ROW_COLS)
     for r in rows:
-        d = dict(zip(SESSION_COLS, r[:n]))
-        d["system_prompt"] = r[n]
-        for k in ("message_count", "tool_call_count", "input_tokens", "output_tokens"):
-            d[k] = d[k] or 0
-        for k in ("archived", "pinned", "hidden"):
-            d[k] = bool(d[k])
-        out.append(SessionRichRow(**d, preview=r[n + 1], last_active=r[n + 2]))
+        out.append(SessionRichRow(**session_fields(r), preview=r[n + 1], last_active=r[n + 2]))
     return out

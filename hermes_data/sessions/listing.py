@@ -4,6 +4,7 @@ compression tips, counts with the same filter, and the latency-bounded recent br
 
 from __future__ import annotations
 
+import json
 from typing import Any, Sequence
 
 from sqlalchemy.engine import Connection
@@ -12,7 +13,7 @@ from . import lineage
 from .rows import RecentSessionRow, SessionListRow, SessionRow
 from .sql import Fragments
 from .sql import listing as ls
-from .sql.core import SESSION_COLS
+from .sql.core import SESSION_ROW_COLS
 
 #: Preview length before the ellipsis.
 PREVIEW_CHARS = 60
@@ -41,13 +42,40 @@ def get_session(conn: Connection, q: Fragments, session_id: str) -> SessionRow |
     r = conn.exec_driver_sql(q.GET_SESSION, (session_id,)).first()
     if r is None:
         return None
-    d = dict(zip(SESSION_COLS, r[:-1]))
-    d["system_prompt"] = r[-1]
-    for k in ("message_count", "tool_call_count", "input_tokens", "output_tokens"):
+    return SessionRow(**session_fields(r))
+
+
+#: Integer counters a NULL (legacy rows) reads as 0.
+_COUNTERS = ("message_count", "tool_call_count", "input_tokens", "output_tokens",
+             "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "api_call_count",
+             "git_metadata_generation")
+
+
+def _tool_names(raw: Any) -> tuple[str, ...] | None:
+    """``sessions.tool_names`` decoded: a JSON array of strings, else None (§2.6)."""
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        return None
+    return tuple(value)
+
+
+def session_fields(r: Sequence[Any]) -> dict[str, Any]:
+    """The ``SessionRow`` fields of a row selected as ``SESSION_ROW_COLS`` + resolved prompt
+    (what ``GET_SESSION`` and the cron-run listing select); further columns are the caller's."""
+    n = len(SESSION_ROW_COLS)
+    d = dict(zip(SESSION_ROW_COLS, r[:n]))
+    d["system_prompt"] = r[n]
+    for k in _COUNTERS:
         d[k] = d[k] or 0
-    for k in ("archived", "pinned", "hidden"):
+    for k in ("archived", "pinned", "hidden", "expiry_finalized"):
         d[k] = bool(d[k])
-    return SessionRow(**d)
+    d["tool_names"] = _tool_names(d["tool_names"])
+    return d
 
 
 def _fetch_list_rows(conn: Connection, q: Fragments, ids: list[str]) -> dict[str, dict[str, Any]]:

@@ -45,6 +45,22 @@ class SessionRow:
     pinned: bool
     hidden: bool
     last_read_at: float | None
+    # The agent turn API's columns (sessions-ext-agent §2.6), with defaults so existing
+    # constructors keep working; ``tool_names`` is the decoded JSON array.
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    api_call_count: int = 0
+    billing_base_url: str | None = None
+    billing_mode: str | None = None
+    cost_status: str | None = None
+    cost_source: str | None = None
+    pricing_version: str | None = None
+    last_activity_description: str | None = None
+    last_activity_provenance: str | None = None
+    git_metadata_generation: int = 0
+    tool_names: tuple[str, ...] | None = None
+    expiry_finalized: bool = False
 
 
 @dataclass(frozen=True)

@@ -198,3 +198,24 @@ def test_ab42_profile_backfill(store):
     with pytest.raises(ValueError):
         store.backfill_null_session_profiles("Work Profile")
     assert store.backfill_null_session_profiles("  ") == 0
+
+
+def test_session_row_carries_the_agent_columns(store):
+    """§2.6: ``SessionRow`` gains every §2.1 column (defaults for old constructors), read back
+    after the operations that write them; ``tool_names`` decoded, ``expiry_finalized`` a bool."""
+    store.create_session("r", "cli")
+    fresh = store.get_session("r")
+    assert (fresh.api_call_count, fresh.cache_read_tokens, fresh.tool_names,
+            fresh.expiry_finalized, fresh.git_metadata_generation) == (0, 0, None, False, 0)
+    store.update_token_counts("r", input_tokens=3, cache_read_tokens=5, reasoning_tokens=2,
+                              api_call_count=1, billing_base_url="https://api.example")
+    store.update_session_tool_names("r", ["terminal", "read_file"])
+    store.set_expiry_finalized("r", True)
+    row = store.get_session("r")
+    assert (row.input_tokens, row.cache_read_tokens, row.reasoning_tokens, row.api_call_count) \
+        == (3, 5, 2, 1)
+    assert row.billing_base_url == "https://api.example"
+    assert row.tool_names == ("terminal", "read_file")
+    assert row.expiry_finalized is True
+    _sql(store, "UPDATE sessions SET tool_names = ? WHERE id = ?", ('{"not": "a list"}', "r"))
+    assert store.get_session("r").tool_names is None

@@ -8,7 +8,7 @@ from functools import lru_cache
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from .core import SESSION_COLS
+from .core import SESSION_ROW_COLS
 from .predicates import last_active, preview_sql
 
 #: Ids per lifecycle-status statement.
@@ -32,7 +32,7 @@ class BulkStatements:
     def __init__(self, d: str) -> None:
         self.dialect = d
         pg = d == "postgresql"
-        cols = ", ".join("s." + c for c in SESSION_COLS)
+        cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
         ident = 's.id COLLATE "C"' if pg else "s.id"
         suffix = "substr(s.id, ?) ~ '^[0-9_]+$'" if pg else \
             "substr(s.id, ?) <> '' AND substr(s.id, ?) NOT GLOB '*[^0-9_]*'"

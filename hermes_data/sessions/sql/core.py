@@ -23,6 +23,16 @@ SESSION_COLS = (
     "billing_provider", "estimated_cost_usd", "actual_cost_usd", "title", "title_source",
     "last_activity_at", "profile_name", "archived", "pinned", "hidden", "last_read_at",
 )
+#: The agent turn API's ``sessions`` columns (sessions-ext-agent §2.1, revision s03) a
+#: :class:`~hermes_data.sessions.rows.SessionRow` also carries (§2.6).
+AGENT_SESSION_COLS = (
+    "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "api_call_count",
+    "billing_base_url", "billing_mode", "cost_status", "cost_source", "pricing_version",
+    "last_activity_description", "last_activity_provenance", "git_metadata_generation",
+    "tool_names", "expiry_finalized",
+)
+#: Every column a ``SessionRow`` is read from, in order (the resolved prompt follows them).
+SESSION_ROW_COLS = SESSION_COLS + AGENT_SESSION_COLS
 #: ``messages`` columns a :class:`~hermes_data.sessions.rows.MessageRow` carries, in order.
 MESSAGE_COLS = (
     "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
@@ -204,7 +214,7 @@ class CoreStatements:
         # -- reads (§5.1)
         #: One session with its resolved system prompt.
         self.GET_SESSION = r(
-            f"SELECT {', '.join('s.' + c for c in SESSION_COLS)}, "
+            f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
             "COALESCE(sp.prompt, s.system_prompt) FROM sessions s LEFT JOIN system_prompts sp "
             "ON sp.hash = s.system_prompt_hash WHERE s.id = ?")
         #: At least n sessions? (reads at most n rows).
