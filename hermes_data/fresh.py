@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -35,7 +37,7 @@ from sqlalchemy.engine import URL, Connection
 
 from .config import sqlite_path
 from .engine import SqliteSettings, create_engine_for, journal_state
-from .files import make_owner_only
+from .files import link_target, make_owner_only
 
 if TYPE_CHECKING:
     from .migration_spec import StoreSpec, UpgradeReport
@@ -99,6 +101,21 @@ def _plain_statements(conn: Connection) -> tuple[str, str]:
     return found
 
 
+def owner_only_journal(path: Path) -> list[str]:
+    """``chmod 0600`` the rollback journal beside ``path`` when it exists (by path, never by
+    descriptor). A TRUNCATE journal (:mod:`hermes_data.engine`) outlives its transaction, and
+    SQLite created it with the mode the database had then — before a fresh file was made
+    owner-only. :func:`hermes_data.files.make_owner_only` covers the WAL sidecars only."""
+    journal = f"{link_target(path) or path}-journal"
+    try:
+        if (os.stat(journal).st_mode & 0o777) != 0o600:
+            os.chmod(journal, 0o600)
+            return [journal]
+    except FileNotFoundError:
+        pass
+    return []
+
+
 def is_new_file(url: URL) -> bool:
     """True when ``url`` names an SQLite file that is missing or zero bytes long."""
     path = sqlite_path(url)
@@ -126,6 +143,9 @@ def create_fresh(spec: StoreSpec, url: URL, settings: SqliteSettings | None,
         busy_timeout_ms=spec.busy_timeout_ms))
     try:
         with engine.connect() as conn:
+            # The connection created the (empty) file: owner-only before the first write, so
+            # the rollback journal SQLite creates next inherits 0600.
+            make_owner_only(sqlite_path(url))  # type: ignore[arg-type]
             conn.execution_options(hermes_begin="IMMEDIATE")
             with conn.begin():
                 # DDL straight on the DB-API cursor, inside the BEGIN IMMEDIATE that
@@ -146,6 +166,7 @@ def create_fresh(spec: StoreSpec, url: URL, settings: SqliteSettings | None,
     path = sqlite_path(url)
     if path is not None:
         make_owner_only(path)
+        owner_only_journal(path)
     report.before_revision, report.after_revision = None, spec.head
     report.applied = list(module.REVISIONS)
     report.step_seconds["fresh"] = report.seconds = time.perf_counter() - started

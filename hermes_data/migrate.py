@@ -42,7 +42,7 @@ from .engine import SqliteSettings, create_engine_for, journal_state
 from .errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreLinkError, StoreNotCreatedError)
 from .files import link_target, make_owner_only
-from .fresh import create_fresh, is_new_file
+from .fresh import create_fresh, is_new_file, owner_only_journal
 from .migration_spec import StoreSpec, UpgradeReport, current_revision
 from .shape import Difference, diff_shapes, live_shape
 
@@ -304,7 +304,7 @@ def run_env(store: str) -> None:
         if path is not None and path.exists():
             # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
             # file drops every POSIX lock this process holds on it).
-            changed = make_owner_only(path)
+            changed = make_owner_only(path) + owner_only_journal(path)
             if changed and not created:  # a file created just now is not a repair
                 report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
         report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"

@@ -178,3 +178,20 @@ def test_threads_of_one_process_create_one_missing_file(tmp_path):
     assert errors == []
     assert sum("fresh" in r.step_seconds for r in reports) == 1
     assert sum(r.up_to_date for r in reports) == 4
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fresh-path", "revision-path"])
+@pytest.mark.parametrize("store", ["telemetry", "sessions"])
+def test_created_files_and_a_lasting_journal_are_owner_only(tmp_path, store, fast):
+    """A TRUNCATE rollback journal outlives its transaction (hermes_data.engine): it must be
+    as private as the database (it holds page images while a write runs)."""
+    import os
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "x.db"
+        migrate.upgrade(store, path, fast_create=fast)
+    finally:
+        os.umask(old)
+    for p in tmp_path.iterdir():
+        assert oct(p.stat().st_mode & 0o777) == "0o600", p
