@@ -164,11 +164,14 @@ class Prepared:
 class _Held:
     """This thread's checked-out connection; returned to the pool when the thread ends."""
 
-    __slots__ = ("fairy", "dbapi", "__weakref__")
+    __slots__ = ("fairy", "dbapi", "cursor", "__weakref__")
 
     def __init__(self, fairy: Any) -> None:
         self.fairy = fairy
         self.dbapi: sqlite3.Connection = fairy.driver_connection
+        #: One cursor for the hot path (:meth:`TelemetryStore.execute_pair`): a
+        #: ``Connection.execute`` builds and drops a cursor per statement.
+        self.cursor: sqlite3.Cursor = self.dbapi.cursor()
 
     def close(self) -> None:
         fairy, self.fairy = self.fairy, None
@@ -421,18 +424,38 @@ class TelemetryStore:
 
     def execute_pair(self, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
         """Hot path: two statements in one ``BEGIN IMMEDIATE`` transaction; returns the first
-        statement's ``lastrowid``."""
-        conn = self.connection()
-        with self.writer_queue:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                rowid = cast(int, conn.execute(sql1, args1).lastrowid)  # set by every INSERT
-                conn.execute(sql2, args2)
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
-        return rowid
+        statement's ``lastrowid``.
+
+        Lean on purpose (issue 14, ``record_tool_call`` at parity with upstream's two bare
+        statements): this thread's held cursor, no context manager in WAL (no queue there).
+        """
+        held = getattr(self._local, "held", None)
+        if held is None or held.fairy is None:
+            self.connection()
+            held = self._local.held
+        queue = self._write_lock
+        if queue is None:
+            queue = self.writer_queue
+        if type(queue) is nullcontext:  # WAL: SQLite hands the write lock over itself
+            return _pair(held, sql1, args1, sql2, args2)
+        with queue:
+            return _pair(held, sql1, args1, sql2, args2)
+
+
+def _pair(held: _Held, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
+    cur = held.cursor
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        rowid = cast(int, cur.execute(sql1, args1).lastrowid)  # set by every INSERT
+        cur.execute(sql2, args2)
+        # COMMIT through the cursor's statement cache (Connection.commit prepares it anew
+        # each time); a COMMIT that fails (busy past the timeout) rolls back like the rest.
+        cur.execute("COMMIT")
+    except BaseException:
+        if held.dbapi.in_transaction:
+            held.dbapi.rollback()
+        raise
+    return rowid
 
 
 #: What the query functions accept as their first argument.
