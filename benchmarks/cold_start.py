@@ -127,7 +127,7 @@ def main() -> int:
         for p in (ours, theirs):
             migrate.upgrade("telemetry", p)  # the same settled file for both sides
         mode = sqlite3.connect(ours).execute("PRAGMA journal_mode").fetchone()[0]
-        print(f"SQLite {sqlite3.sqlite_version}, journal mode {mode}, nproc {os.cpu_count()}, "
+        print(f"SQLite {sqlite3.sqlite_version}, file journal mode {mode}, nproc {os.cpu_count()}, "
               f"load {os.getloadavg()[0]:.1f}, {args.runs} interleaved runs per line")
         loaded = json.loads(subprocess.run([sys.executable, "-c", _CHECK, str(ours)],
                                            capture_output=True, text=True, check=True,
