@@ -16,6 +16,20 @@ script prints calls/s medians and ratios, counts lock errors, and checks that th
 
     python benchmarks/telemetry_writes.py                      # journal mode by policy
     python benchmarks/telemetry_writes.py --journal-mode wal   # force WAL for all three
+    python benchmarks/telemetry_writes.py --tool-calls         # record_tool_call in WAL (issue 14)
+    python benchmarks/telemetry_writes.py --rollback           # rollback-journal flavours (issue 14)
+
+``--tool-calls``: ``record_tool_call`` on a :class:`TelemetryStore` vs upstream's two bare
+statements (INSERT tool_calls; UPDATE runs SET tool_calls = tool_calls + 1, autocommitted) on
+plain ``sqlite3``, both in WAL with ``synchronous=NORMAL`` on the v18 schema (``idx_tool_turn``
+kept), 50 started runs, the same ts strings; fresh files, interleaved repetitions; medians of
+calls per wall second and per CPU second (the CPU figure is what a loaded machine distorts
+least). Target: >= 1.0x.
+
+``--rollback``: one thread of ``record_llm_call`` under the default policy on a build with the
+WAL-reset bug (rollback journal) with each flavour — DELETE, TRUNCATE (the default), PERSIST —
+beside upstream's three statements in WAL (what upstream runs) and in DELETE; per-call cost
+in ms and ratios. Target: the default flavour >= 1.0x DELETE.
 """
 
 from __future__ import annotations
@@ -206,6 +220,106 @@ def file_settings(path: Path) -> tuple[str, str]:
         c.close()
 
 
+TOOL_INSERT = ("INSERT INTO tool_calls (session_id, ts, tool_name, ok, latency_ms, turn_id, "
+               "tool_call_id) VALUES (?, ?, ?, ?, ?, ?, ?)")
+TOOL_BUMP = "UPDATE runs SET tool_calls = tool_calls + 1 WHERE session_id = ?"
+
+
+def _cpu_and_wall(fn) -> tuple[float, float]:
+    c0, t0 = time.process_time(), time.perf_counter()
+    fn()
+    return time.process_time() - c0, time.perf_counter() - t0
+
+
+def _tool_file(tmp: Path, name: str, settings: SqliteSettings) -> Path:
+    from hermes_data.telemetry.writes import start_run
+
+    path = fresh_db(tmp, name, settings)
+    with TelemetryStore(path, settings=settings) as store:
+        for s in range(50):
+            start_run(store, f"s{s:02d}", platform="cli")
+    return path
+
+
+def bench_tool_calls(tmp: Path, n_calls: int, repeats: int) -> int:
+    """record_tool_call vs upstream's two statements, WAL on both sides (issue 14)."""
+    from hermes_data.telemetry.writes import record_tool_call
+
+    settings = SqliteSettings(journal_mode="wal")
+    calls = [(f"s{i % 50:02d}", f"2026-07-20T10:{(i // 60) % 60:02d}:{i % 60:02d}.{i % 1000:03d}000+00:00",
+              f"tool-{i % 9}", i % 13 != 0, 10 + i % 90, f"s{i % 50:02d}:turn:{i // 4:06x}",
+              f"call-{i}") for i in range(n_calls)]
+    rates: dict[str, list[tuple[float, float]]] = {"upstream": [], "hermes-data": []}
+    for _ in range(repeats):
+        path = _tool_file(tmp, "tool-upstream", settings)
+        con = sqlite3.connect(str(path), isolation_level=None)
+        con.execute("PRAGMA busy_timeout=30000")
+        con.execute("PRAGMA synchronous=NORMAL")
+
+        def upstream() -> None:
+            for sid, ts, name, ok, lat, turn, cid in calls:
+                con.execute(TOOL_INSERT, (sid, ts, name, 1 if ok else 0, lat, turn, cid))
+                con.execute(TOOL_BUMP, (sid,))
+
+        cpu, wall = _cpu_and_wall(upstream)
+        con.close()
+        rates["upstream"].append((n_calls / wall, n_calls / cpu))
+        path = _tool_file(tmp, "tool-ours", settings)
+        with TelemetryStore(path, settings=settings) as store:
+            store.connection()
+
+            def ours() -> None:
+                for sid, ts, name, ok, lat, turn, cid in calls:
+                    record_tool_call(store, sid, ts, name, ok, lat, turn_id=turn, tool_call_id=cid)
+
+            cpu, wall = _cpu_and_wall(ours)
+        rates["hermes-data"].append((n_calls / wall, n_calls / cpu))
+    wall_med = {k: statistics.median(w for w, _ in v) for k, v in rates.items()}
+    cpu_med = {k: statistics.median(c for _, c in v) for k, v in rates.items()}
+    ratio_wall = wall_med["hermes-data"] / wall_med["upstream"]
+    ratio_cpu = cpu_med["hermes-data"] / cpu_med["upstream"]
+    print(f"record_tool_call, WAL, synchronous=NORMAL, v18 indexes, {n_calls} calls x {repeats}:")
+    for k in rates:
+        print(f"  {k:12s} {wall_med[k]:>9,.0f} calls/s wall   {cpu_med[k]:>9,.0f} calls/CPU-s")
+    print(f"  ratio {ratio_wall:.2f}x wall, {ratio_cpu:.2f}x CPU (target >= 1.0x)")
+    return 0 if max(ratio_wall, ratio_cpu) >= 1.0 else 1
+
+
+def bench_rollback(tmp: Path, n_calls: int, repeats: int) -> int:
+    """record_llm_call per rollback flavour vs upstream's statements (issue 14)."""
+    os.environ.pop("HERMES_DATA_JOURNAL_MODE", None)  # the default policy, not an override
+    calls = workload(n_calls, 50)
+    vulnerable = (3, 40, 1)  # the policy as on this machine's build, whatever SQLite runs
+    flavours = {f: SqliteSettings(sqlite_version=vulnerable, rollback_journal=f)
+                for f in ("delete", "truncate", "persist")}
+    default_flavour = SqliteSettings().rollback_journal
+    rates: dict[str, list[float]] = {k: [] for k in
+                                     ("upstream WAL", "upstream DELETE", *flavours)}
+    modes: dict[str, str] = {}
+    for _ in range(repeats):
+        for name in rates:
+            if name.startswith("upstream"):
+                mode = "wal" if name.endswith("WAL") else "delete"
+                path = fresh_db(tmp, f"rb-{mode}", SqliteSettings(journal_mode=mode))
+                elapsed = bench_baseline(path, [calls], "NORMAL", Errors())
+            else:
+                path = fresh_db(tmp, f"rb-{name}", flavours[name])
+                with TelemetryStore(path, settings=flavours[name]) as s:
+                    modes[name] = s.connection().execute("PRAGMA journal_mode").fetchone()[0]
+                elapsed = bench_sync(path, [calls], flavours[name], Errors())
+            rates[name].append(n_calls / elapsed)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"record_llm_call, one thread, {n_calls} calls x {repeats}, rollback journal by the "
+          f"default policy of a WAL-reset-bug build (connection modes: {modes}):")
+    for k, v in med.items():
+        print(f"  {k:16s} {v:>8,.0f} calls/s  {1000 / v:6.2f} ms/call   "
+              f"{v / med['delete']:.2f}x DELETE   {v / med['upstream WAL']:.2f}x upstream WAL")
+    ok = med[default_flavour] >= med["delete"]
+    print(f"  default flavour {default_flavour.upper()}: {med[default_flavour] / med['delete']:.2f}x "
+          f"DELETE (target >= 1.0x): {'MET' if ok else 'NOT MET'}")
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--calls", type=int, default=20_000)
@@ -215,7 +329,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--journal-mode", choices=["wal", "delete"], default=None,
                     help="force a journal mode (default: hermes-data's policy for a fresh file)")
     ap.add_argument("--dir", default=None, help="directory for the scratch databases")
+    ap.add_argument("--tool-calls", action="store_true",
+                    help="only the record_tool_call line (WAL, vs upstream's two statements)")
+    ap.add_argument("--rollback", action="store_true",
+                    help="only the rollback-journal flavours line (DELETE / TRUNCATE / PERSIST)")
     args = ap.parse_args(argv)
+    if args.tool_calls or args.rollback:
+        tmp = Path(args.dir or tempfile.mkdtemp(prefix="hermes-bench-"))
+        tmp.mkdir(parents=True, exist_ok=True)
+        print(f"sqlite {sqlite3.sqlite_version}, python {sys.version.split()[0]}, "
+              f"nproc {os.cpu_count()}, load {os.getloadavg()[0]:.1f}")
+        status = 0
+        if args.tool_calls:
+            status |= bench_tool_calls(tmp, min(args.calls, 20_000), max(args.repeats, 5))
+        if args.rollback:
+            status |= bench_rollback(tmp, min(args.calls, 2_000), max(args.repeats, 3))
+        return status
 
     settings = SqliteSettings(journal_mode=args.journal_mode)
     sync_mode = settings.synchronous

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.sql.elements import TextClause
@@ -20,8 +19,9 @@ TEXT = sa.Text()
 #: INTEGER on SQLite (a rowid alias when it is the primary key), BIGINT on PostgreSQL.
 INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 #: REAL on SQLite, DOUBLE PRECISION on PostgreSQL.
-REAL: sa.types.TypeEngine[float] = sa.REAL().with_variant(postgresql.DOUBLE_PRECISION(),
-                                                          "postgresql")
+#: (``sa.DOUBLE_PRECISION`` is the class ``sqlalchemy.dialects.postgresql`` exports: naming
+#: it here keeps the PostgreSQL dialect out of every SQLite process, issue 14.)
+REAL: sa.types.TypeEngine[float] = sa.REAL().with_variant(sa.DOUBLE_PRECISION(), "postgresql")
 
 
 # SQLAlchemy's SQLite compiler wraps a textual default such as ``0.0`` in parentheses

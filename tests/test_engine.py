@@ -57,13 +57,71 @@ def _touch(engine):
         conn.exec_driver_sql("CREATE TABLE IF NOT EXISTS t (x INTEGER)")
 
 
-def test_fresh_file_on_vulnerable_build_uses_delete(tmp_path):
+def test_fresh_file_on_vulnerable_build_uses_a_truncated_rollback_journal(tmp_path):
     engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=VULNERABLE))
     _touch(engine)
-    assert journal_state(engine).mode == "delete"
+    # Not WAL; the connection's rollback journal is truncated, not unlinked, per commit.
+    assert journal_state(engine).mode == "truncate"
     assert "WAL-reset bug" in journal_state(engine).reason
+    assert "TRUNCATE" in journal_state(engine).reason
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "truncate"
+    journal = tmp_path / "a.db-journal"
+    assert journal.exists() and journal.stat().st_size == 0  # committed: nothing to replay
     engine.dispose()
-    assert _mode(tmp_path / "a.db") == "delete"
+    assert _mode(tmp_path / "a.db") == "delete"  # a per-connection setting: the file is not WAL
+
+
+@pytest.mark.parametrize("settings, expected", [
+    (SqliteSettings(sqlite_version=VULNERABLE, journal_mode="delete"), "delete"),
+    (SqliteSettings(sqlite_version=VULNERABLE, rollback_journal="delete"), "delete"),
+    (SqliteSettings(sqlite_version=VULNERABLE, rollback_journal="persist"), "persist"),
+    (SqliteSettings(sqlite_version=SAFE), "wal"),
+], ids=["configured-delete", "flavour-delete", "flavour-persist", "safe-build-wal"])
+def test_rollback_flavour_applies_only_where_the_default_policy_keeps_a_rollback_journal(
+        tmp_path, settings, expected, monkeypatch):
+    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+    engine = create_sqlite_engine(tmp_path / "a.db", settings)
+    _touch(engine)
+    assert journal_state(engine).mode == expected
+    engine.dispose()
+
+
+def test_unknown_rollback_flavour_is_refused_by_name(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(
+        sqlite_version=VULNERABLE, journal_mode=None, rollback_journal="memory"))
+    with pytest.raises(ConfigurationError, match="'memory'"):
+        _touch(engine)
+    engine.dispose()
+
+
+_DELETE_WRITER = """
+import sqlite3, sys
+c = sqlite3.connect(sys.argv[1], timeout=30, isolation_level=None)
+assert c.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+for i in range(200):
+    c.execute("BEGIN IMMEDIATE"); c.execute("INSERT INTO t VALUES (?)", (-i,)); c.execute("COMMIT")
+"""
+
+
+def test_truncate_and_a_delete_mode_process_share_a_file(tmp_path):
+    """Upstream processes keep DELETE on the same file: both commit, nothing is lost."""
+    import subprocess
+    import sys
+
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(sqlite_version=VULNERABLE))
+    _touch(engine)
+    other = subprocess.Popen([sys.executable, "-c", _DELETE_WRITER, str(tmp_path / "a.db")])
+    for i in range(200):
+        with engine.connect() as conn:
+            conn.execution_options(hermes_begin="IMMEDIATE")
+            with conn.begin():
+                conn.exec_driver_sql("INSERT INTO t VALUES (?)", (i + 1,))
+    assert other.wait(timeout=120) == 0
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT count(*) FROM t").scalar() == 400
+        assert conn.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+    engine.dispose()
 
 
 def test_fresh_file_on_safe_build_uses_wal(tmp_path):

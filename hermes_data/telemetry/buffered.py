@@ -53,7 +53,7 @@ from operator import itemgetter
 from typing import Any, Iterable
 
 from ..errors import HermesDataError
-from .store import _PG_DIALECT, Compiled, TelemetryStore
+from .store import Compiled, TelemetryStore, pg_dialect
 from .writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
@@ -71,13 +71,21 @@ _SQL = {
     _LLM_ATTRIBUTED: (INSERT_LLM_CALL.sql, UPSERT_RUN_FOR_CALL_ATTRIBUTED.sql),
     _TOOL: (INSERT_TOOL_CALL.sql, BUMP_RUN_TOOL_CALLS.sql),
 }
-# PostgreSQL: the plain inserts without RETURNING (executemany needs no ids).
-_PG_SQL = {
-    _LLM: (Compiled(INSERT_LLM_CALL.stmt, _PG_DIALECT).sql, UPSERT_RUN_FOR_CALL.pg.sql),
-    _LLM_ATTRIBUTED: (Compiled(INSERT_LLM_CALL.stmt, _PG_DIALECT).sql,
-                      UPSERT_RUN_FOR_CALL_ATTRIBUTED.pg.sql),
-    _TOOL: (Compiled(INSERT_TOOL_CALL.stmt, _PG_DIALECT).sql, BUMP_RUN_TOOL_CALLS.pg.sql),
-}
+_pg_sql: dict[int, tuple[str, str]] = {}
+
+
+def _pg_statements() -> dict[int, tuple[str, str]]:
+    """PostgreSQL: the plain inserts without RETURNING (executemany needs no ids); compiled
+    on first use, so a SQLite process never imports the PostgreSQL dialect."""
+    if not _pg_sql:
+        dialect = pg_dialect()
+        _pg_sql.update({
+            _LLM: (Compiled(INSERT_LLM_CALL.stmt, dialect).sql, UPSERT_RUN_FOR_CALL.pg.sql),
+            _LLM_ATTRIBUTED: (Compiled(INSERT_LLM_CALL.stmt, dialect).sql,
+                              UPSERT_RUN_FOR_CALL_ATTRIBUTED.pg.sql),
+            _TOOL: (Compiled(INSERT_TOOL_CALL.stmt, dialect).sql, BUMP_RUN_TOOL_CALLS.pg.sql),
+        })
+    return _pg_sql
 
 
 @contextmanager
@@ -131,7 +139,7 @@ class BufferedWriter:
         if store.dialect == "sqlite":
             self._sql, self._tx = _SQL, _sqlite_tx
         else:
-            self._sql, self._tx = _PG_SQL, _pg_tx
+            self._sql, self._tx = _pg_statements(), _pg_tx
         self._thread = threading.Thread(target=self._run, name="hermes-telemetry-writer",
                                         daemon=True)
         self._thread.start()

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
-from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.sql.elements import ClauseElement
 
 from ..config import resolve_url, sqlite_path
 from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
@@ -53,8 +53,18 @@ from ..errors import ConfigurationError
 log = logging.getLogger("hermes_data.telemetry.store")
 
 _DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
-#: psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both.
-_PG_DIALECT = psycopg_dialect.dialect(paramstyle="format")
+_pg_dialect: Any = None
+
+
+def pg_dialect() -> Any:
+    """psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both.
+    Built on first use: a SQLite process never imports the PostgreSQL dialect (issue 14)."""
+    global _pg_dialect
+    if _pg_dialect is None:
+        from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+
+        _pg_dialect = psycopg_dialect.dialect(paramstyle="format")
+    return _pg_dialect
 
 
 class Compiled:
@@ -80,20 +90,30 @@ class Prepared:
     ``args(params)`` turns a mapping into the positional tuple the DBAPI wants; bind
     parameters with a value baked into the construct (``.values(status="running")``) fall
     back to that value. ``pg_stmt`` is the PostgreSQL construct where it differs (dialect
-    upserts, ``RETURNING``, fragments); :attr:`pg` compiles it on first use.
+    upserts, ``RETURNING``, fragments) — or a function building it, called on first use, so
+    a SQLite process never imports the PostgreSQL dialect; :attr:`pg` compiles it on first use.
+
+    Compilation is lazy too (issue 14, cold start): ``sql`` / ``order`` / ``defaults`` are
+    filled by the first access to any of them (an unset slot falls through to
+    :meth:`__getattr__`), then read as plain attributes — the hot paths pay nothing.
     """
 
-    __slots__ = ("name", "stmt", "sql", "order", "defaults", "pg_stmt", "_pg", "_get")
+    __slots__ = ("name", "stmt", "sql", "order", "defaults", "_pg_stmt", "_pg", "_get")
 
     def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
-        compiled = stmt.compile(dialect=_DIALECT)
         self.name = name
         self.stmt = stmt
-        self.sql: str = compiled.string
-        self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
-        self.defaults: dict[str, Any] = dict(compiled.params)
-        self.pg_stmt = stmt if pg_stmt is None else pg_stmt
+        self._pg_stmt = pg_stmt
         self._pg: Compiled | None = None
+
+    def __getattr__(self, attr: str) -> Any:
+        # Only unset slots get here: compile for SQLite once, then they are plain attributes.
+        if attr not in ("sql", "order", "defaults", "_get"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
+        compiled = self.stmt.compile(dialect=_DIALECT)
+        self.sql = compiled.string
+        self.order = tuple(compiled.positiontup or ())
+        self.defaults = dict(compiled.params)
         # Fast path of args(): one C-level itemgetter when every value comes from params.
         self._get: Callable[[Mapping[str, Any]], tuple]
         if len(self.order) > 1:
@@ -103,13 +123,24 @@ class Prepared:
             self._get = lambda params: (only(params),)
         else:
             self._get = lambda params: ()
+        return getattr(self, attr)
+
+    @property
+    def pg_stmt(self) -> Any:
+        """The PostgreSQL construct (built on first use when given as a function)."""
+        stmt = self._pg_stmt
+        if stmt is None:
+            return self.stmt
+        if callable(stmt) and not isinstance(stmt, ClauseElement):
+            stmt = self._pg_stmt = stmt()
+        return stmt
 
     @property
     def pg(self) -> Compiled:
         """The statement compiled for PostgreSQL (psycopg, ``%s`` placeholders)."""
         pg = self._pg
         if pg is None:
-            pg = self._pg = Compiled(self.pg_stmt, _PG_DIALECT)
+            pg = self._pg = Compiled(self.pg_stmt, pg_dialect())
         return pg
 
     def stmt_for(self, dialect_name: str) -> Any:
@@ -133,11 +164,14 @@ class Prepared:
 class _Held:
     """This thread's checked-out connection; returned to the pool when the thread ends."""
 
-    __slots__ = ("fairy", "dbapi", "__weakref__")
+    __slots__ = ("fairy", "dbapi", "cursor", "__weakref__")
 
     def __init__(self, fairy: Any) -> None:
         self.fairy = fairy
         self.dbapi: sqlite3.Connection = fairy.driver_connection
+        #: One cursor for the hot path (:meth:`TelemetryStore.execute_pair`): a
+        #: ``Connection.execute`` builds and drops a cursor per statement.
+        self.cursor: sqlite3.Cursor = self.dbapi.cursor()
 
     def close(self) -> None:
         fairy, self.fairy = self.fairy, None
@@ -233,14 +267,14 @@ def migrate_if_missing(path: Path, settings: SqliteSettings | None = None) -> bo
     file behind): the same upgrade ``hermes-data upgrade`` runs, owner-only, with the
     caller's engine ``settings`` (journal mode …). Returns True when it created the store.
     Existing files are left to the caller (zero cost)."""
-    from .. import migrate
-
     try:
         if path.stat().st_size > 0:
-            return False
+            return False  # the common case: no migration module is even imported
     except FileNotFoundError:
-        migrate.refuse_dangling_link(path)
-    migrate.upgrade("telemetry", path, settings=settings)
+        pass
+    from .. import migrate
+
+    migrate.upgrade("telemetry", path, settings=settings)  # refuses a dangling link first
     return True
 
 
@@ -390,18 +424,38 @@ class TelemetryStore:
 
     def execute_pair(self, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
         """Hot path: two statements in one ``BEGIN IMMEDIATE`` transaction; returns the first
-        statement's ``lastrowid``."""
-        conn = self.connection()
-        with self.writer_queue:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                rowid = cast(int, conn.execute(sql1, args1).lastrowid)  # set by every INSERT
-                conn.execute(sql2, args2)
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
-        return rowid
+        statement's ``lastrowid``.
+
+        Lean on purpose (issue 14, ``record_tool_call`` at parity with upstream's two bare
+        statements): this thread's held cursor, no context manager in WAL (no queue there).
+        """
+        held = getattr(self._local, "held", None)
+        if held is None or held.fairy is None:
+            self.connection()
+            held = self._local.held
+        queue = self._write_lock
+        if queue is None:
+            queue = self.writer_queue
+        if type(queue) is nullcontext:  # WAL: SQLite hands the write lock over itself
+            return _pair(held, sql1, args1, sql2, args2)
+        with queue:
+            return _pair(held, sql1, args1, sql2, args2)
+
+
+def _pair(held: _Held, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
+    cur = held.cursor
+    cur.execute("BEGIN IMMEDIATE")
+    try:
+        rowid = cast(int, cur.execute(sql1, args1).lastrowid)  # set by every INSERT
+        cur.execute(sql2, args2)
+        # COMMIT through the cursor's statement cache (Connection.commit prepares it anew
+        # each time); a COMMIT that fails (busy past the timeout) rolls back like the rest.
+        cur.execute("COMMIT")
+    except BaseException:
+        if held.dbapi.in_transaction:
+            held.dbapi.rollback()
+        raise
+    return rowid
 
 
 #: What the query functions accept as their first argument.

@@ -14,8 +14,7 @@ from typing import Literal, TypedDict
 #: Budget / attribution scopes understood by the spend reads.
 Scope = Literal["global", "cron_job", "sender", "profile", "session"]
 
-#: Run statuses that a later ``ok`` does not overwrite unless asked (spec §8.5).
-TERMINAL_STATUSES = ("error", "interrupted")
+from .values import TERMINAL_STATUSES  # noqa: F401  (public here; defined on the write path)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,11 +25,10 @@ from __future__ import annotations
 import logging
 import math
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping, cast
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func, literal_column
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .schema import (
@@ -40,9 +39,10 @@ from .schema import (
 from . import sql as fragments
 from .keys import efficiency_cache_key
 from .store import PgTelemetryStore, Prepared, Target, TelemetryStore, write_tx
-from .types import TERMINAL_STATUSES, ApiErrorOutcome, ModelUnavailable, PricingEntry
-from .values import (clean_text, duration_ms_from_seconds, opt_int, opt_text, retryable_flag,
-                     to_iso)
+if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
+    from .types import ApiErrorOutcome, ModelUnavailable, PricingEntry
+from .values import (TERMINAL_STATUSES, clean_text, duration_ms_from_seconds, opt_int,
+                     opt_text, retryable_flag, to_iso)
 
 log = logging.getLogger("hermes_data.telemetry.writes")
 
@@ -53,12 +53,17 @@ CACHE_MAX_AGE = timedelta(hours=6)
 #: … and at most this many entries are kept (per cache name for the endpoint cache).
 CACHE_MAX_ENTRIES = 64
 
-
-
 # --------------------------------------------------------------------------- statements
+def _pg_insert(table: Any) -> Any:
+    from sqlalchemy.dialects.postgresql import insert  # only when PostgreSQL runs it
+
+    return insert(table)
+
+
 def _both(name: str, build) -> Prepared:
-    """A statement built by ``build(insert)`` with SQLite's and PostgreSQL's ``insert``."""
-    return Prepared(name, build(sqlite_insert), build(pg_insert))
+    """A statement built by ``build(insert)`` with SQLite's and (on first use) PostgreSQL's
+    ``insert``."""
+    return Prepared(name, build(sqlite_insert), lambda: build(_pg_insert))
 
 
 _LLM_COLS = (
@@ -111,12 +116,11 @@ INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool, _ins_tool.returning(t
 BUMP_RUN_TOOL_CALLS = Prepared("bump_run_tool_calls", sa.update(runs).where(
     runs.c.session_id == bp("sid")).values(tool_calls=func.coalesce(runs.c.tool_calls, literal_column("0")) + literal_column("1")))
 
-for _p, _cols in ((INSERT_LLM_CALL, _LLM_COLS), (UPSERT_RUN_FOR_CALL, _RUN_FOR_CALL_COLS),
-                  (UPSERT_RUN_FOR_CALL_ATTRIBUTED, _RUN_FOR_CALL_COLS),
-                  (INSERT_TOOL_CALL, _TOOL_COLS), (BUMP_RUN_TOOL_CALLS, ("sid",))):
-    if _p.order != _cols or _p.pg.order != _cols:
-        raise AssertionError(  # the hot paths build their tuples in these orders
-            f"{_p.name}: unexpected bind order {_p.order} / {_p.pg.order}")
+#: The hot paths build their argument tuples in these orders; tests/telemetry/test_cold_start.py
+#: checks both dialects' bind orders (checking at import compiled five statements per process).
+HOT_BIND_ORDERS = ((INSERT_LLM_CALL, _LLM_COLS), (UPSERT_RUN_FOR_CALL, _RUN_FOR_CALL_COLS),
+                   (UPSERT_RUN_FOR_CALL_ATTRIBUTED, _RUN_FOR_CALL_COLS),
+                   (INSERT_TOOL_CALL, _TOOL_COLS), (BUMP_RUN_TOOL_CALLS, ("sid",)))
 
 # start_run: insert the row; on an existing (e.g. lazily created) row only fill NULL facts.
 START_RUN = _both("start_run", lambda insert: insert(runs).values(
@@ -476,6 +480,8 @@ def record_free_paid_transition(target: Target, model: str, provider: str,
 
 # --------------------------------------------------------------------------- model unavailable
 def _mua_row(row) -> ModelUnavailable:
+    from .types import ModelUnavailable
+
     return ModelUnavailable(*row)
 
 
@@ -594,6 +600,8 @@ def record_api_request_error(target: Target, payload: Mapping[str, object]) -> A
                                              message_text or None)
         except Exception:
             log.exception("model_unavailable_alerts: could not record %r/%r", model_text, provider)
+    from .types import ApiErrorOutcome
+
     return ApiErrorOutcome(error_id=error_id, alert=alert, model=model_text, provider=provider,
                            status_code=status_code,
                            retryable=retryable if isinstance(retryable, bool) else None,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 import sqlite3
 import stat
@@ -53,6 +54,12 @@ def dbapi_trace():
         event.remove(sa.pool.Pool, "connect", _on_connect)
 
 
+#: The engine's rollback flavour (hermes_data.engine, issued only on a connection already in a
+#: rollback journal): DELETE -> TRUNCATE/PERSIST is a per-connection setting that touches
+#: neither the file nor a lock (SQLite's pager only deletes a journal going the other way).
+_ROLLBACK_FLAVOUR = re.compile(r"\s*PRAGMA journal_mode=(TRUNCATE|PERSIST)\s*$", re.I)
+
+
 def writes_in(statements: list[str]) -> list[str]:
     out = []
     for s in statements:
@@ -61,7 +68,7 @@ def writes_in(statements: list[str]) -> list[str]:
             out.append(s)
         elif head == "PRAGMA" and "=" in s and "busy_timeout" not in s.lower() \
                 and "synchronous" not in s.lower() and "journal_size_limit" not in s.lower() \
-                and "foreign_keys" not in s.lower():
+                and "foreign_keys" not in s.lower() and not _ROLLBACK_FLAVOUR.match(s):
             out.append(s)  # a pragma that writes the file (journal_mode=, application_id=)
     return out
 

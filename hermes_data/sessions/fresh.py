@@ -1,0 +1,38 @@
+"""Fresh session store at the head (used by :mod:`hermes_data.fresh`).
+
+After the head metadata's DDL (``sessions/schema.py`` — columns added there follow
+automatically), a fresh file gets what ``s01_baseline`` and the store's ``after_upgrade``
+hook would leave on an empty file: the current-layout FTS5 objects (views, external-content
+tables, narrowed triggers; the trigram half only where the tokenizer exists, none without
+FTS5) and the settled ``state_meta`` rows and ``application_id`` of
+:func:`~hermes_data.sessions.migration.settle`, so the first open writes nothing.
+``tests/migrations/test_fresh_path.py`` compares the result with the revision path.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from typing import Any
+
+from sqlalchemy.engine import Connection
+
+from . import opening, sql
+from .migration import settle
+
+log = logging.getLogger("hermes_data.sessions.fresh")
+
+#: The revisions a fresh file stands for, in order (a test keeps them equal to the scripts).
+REVISIONS = ("s01_baseline", "s02_pg_stored_tsvector")
+
+
+def create_head(conn: Connection, cursor: Any) -> None:
+    """FTS objects and settled bookkeeping, in the caller's transaction (tables exist; the
+    file held nothing else, so every fragment is created)."""
+    caps = opening.capabilities(conn)
+    if caps.fts5:
+        for _name, ddl in sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
+            cursor.execute(ddl)
+    else:
+        log.warning("SQLite has no FTS5 module: full-text search disabled, search uses LIKE")
+    settle(conn)
