@@ -62,7 +62,7 @@ def next_title_in_lineage(conn: Connection, q: Fragments, base: str) -> str:
             numbers.append(1)
         else:
             suffix = t[len(base) + 2:]
-            if suffix.isdigit():
+            if suffix.isascii() and suffix.isdigit():  # '²'.isdigit() but int('²') fails
                 numbers.append(int(suffix))
     if not numbers:
         return base
@@ -79,6 +79,7 @@ def resolve_by_title(conn: Connection, q: Fragments, title: str) -> str | None:
     """Newest numbered variant ``title #N``, else the exact title's session id."""
     rows = conn.exec_driver_sql(q.NUMBERED_TITLES, (enc.escape_like(title) + " #%",)).fetchall()
     for sid, t in rows:
-        if t[len(title) + 2:].isdigit():
+        suffix = t[len(title) + 2:]
+        if suffix.isascii() and suffix.isdigit():
             return str(sid)
     return session_by_title(conn, q, title)

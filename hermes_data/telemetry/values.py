@@ -4,9 +4,13 @@ overflow never cost a row)."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime, timezone
 
 _INT64_MAX = 2**63 - 1
+#: An integer written in ASCII digits ('²' and '-+5' are junk: str.isdigit() accepts the first,
+#: int() refuses both).
+_DECIMAL = re.compile(r"[+-]?[0-9]+")
 
 #: Run statuses that a later ``ok`` does not overwrite unless asked (spec §8.5). Kept here,
 #: not in :mod:`.types` (which re-exports it): the write path does not import the 20 row
@@ -58,7 +62,7 @@ def opt_int(value: object) -> int | None:
         return None
     if isinstance(value, int):
         return value if -_INT64_MAX - 1 <= value <= _INT64_MAX else None
-    if isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+    if isinstance(value, str) and _DECIMAL.fullmatch(value.strip()):
         return opt_int(int(value.strip()))
     if isinstance(value, float) and value.is_integer():
         return opt_int(int(value))

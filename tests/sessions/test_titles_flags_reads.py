@@ -103,6 +103,16 @@ def test_next_title_in_lineage(store):
     assert store.get_session_by_title("myXproj #9").id == "c"
 
 
+def test_a_superscript_suffix_is_not_a_number(store):
+    """'²'.isdigit() is True but int('²') raises: such a title is a title, not variant 2."""
+    store.create_session("a", "cli")
+    store.set_session_title("a", "notes")
+    store.create_session("b", "cli")
+    store.set_session_title("b", "notes #²")
+    assert store.get_next_title_in_lineage("notes") == "notes #2"
+    assert store.resolve_session_by_title("notes") == "a"
+
+
 def test_archive_is_lineage_wide_but_not_branches(store):
     _compressed(store, "r", "t")
     store.create_child_session("r", "br", "branch")

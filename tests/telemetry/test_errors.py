@@ -172,3 +172,12 @@ def test_hostile_payloads_never_raise_and_always_leave_a_bounded_row(store, payl
     # the alert fired exactly when the identity guard says so
     should_alert = out.status_code == 404 and payload.get("retryable") is False and bool(out.model)
     assert (out.alert is not None) is should_alert
+
+
+def test_integer_fields_refuse_digits_int_cannot_read():
+    """The example hypothesis found: '²' passes str.isdigit() but int() refuses it; junk
+    becomes NULL like any other junk instead of raising."""
+    from hermes_data.telemetry.values import opt_int
+
+    assert opt_int("²") is None and opt_int("-+5") is None and opt_int("٣") is None
+    assert opt_int(" 42 ") == 42 and opt_int("-7") == -7 and opt_int("+3") == 3
