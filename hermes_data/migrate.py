@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 import zlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -293,13 +293,20 @@ def run_env(store: str) -> None:
         _preflight(spec, resolved)
     new_file = sqlite_path(resolved)
     created = new_file is not None and (not new_file.exists() or new_file.stat().st_size == 0)
-    engine = create_engine_for(store, resolved,
-                               cfg.attributes.get("hermes_settings") or _settings_for(spec))
+    settings = cfg.attributes.get("hermes_settings") or _settings_for(spec)
+    kept = None if created or new_file is None else _keeping_journal(new_file, settings)
+    engine = create_engine_for(store, resolved, kept or settings)
     script = context.script
     destination = context.get_revision_argument()
     try:
         with engine.connect() as conn:
             _run_locked(conn, spec, context, script, destination, report)
+        if kept is not None:
+            # The journal policy applies once the upgrade has committed: a refused adoption
+            # must leave the file byte-identical, and a mode switch rewrites its header.
+            engine.dispose()
+            engine = create_engine_for(store, resolved, settings)
+            engine.connect().close()
         path = sqlite_path(resolved)
         if path is not None and path.exists():
             # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
@@ -311,6 +318,15 @@ def run_env(store: str) -> None:
     finally:
         engine.dispose()
         report.seconds = time.perf_counter() - started
+
+
+def _keeping_journal(path: Path, settings: SqliteSettings) -> SqliteSettings:
+    """``settings`` with the journal mode the existing file is in (its header says WAL or a
+    rollback journal), so upgrading it switches nothing until the upgrade has committed."""
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    wal = len(header) == 20 and header[18] == 2 and header[19] == 2
+    return replace(settings, journal_mode="wal" if wal else "delete")
 
 
 def _is_migration_command(context) -> bool:

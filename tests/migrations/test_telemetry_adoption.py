@@ -16,7 +16,7 @@ from hermes_data.shape import diff_shapes, live_shape
 from hermes_data.engine import create_sqlite_engine
 from hermes_data.telemetry.migration import SPEC, complete_level
 
-from ..conftest import copy_fixture, known_wal_defect, run_cli
+from ..conftest import copy_fixture, run_cli
 from .manifest import assert_adopted_losslessly, fixture_entries
 
 ENTRIES = {e["file"]: e for e in fixture_entries()}
@@ -181,9 +181,6 @@ def test_unknown_ledger_version_is_refused_unchanged(tmp_path):
     assert _sha(work) == before
 
 
-@known_wal_defect("issue 13: a forced WAL switches the journal mode (a header write) when the "
-                  "upgrade connects, before adoption refuses the file; the shape check must run "
-                  "read-only first")
 def test_retyped_column_is_refused_not_rebuilt(tmp_path):
     """A column whose declared type differs cannot be healed add-only: the upgrade aborts and
     rolls back everything, leaving the file as it was."""
