@@ -489,3 +489,13 @@ def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathL
         dbapi_conn.execute("PRAGMA checkpoint_fullfsync=1")
     dbapi_conn.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
     return state
+
+
+def keeping_journal_mode(path: Path, settings: SqliteSettings) -> SqliteSettings:
+    """``settings`` with the journal mode the existing file at ``path`` is in (its header says
+    WAL or a rollback journal): an engine made with them switches nothing, so a migration that
+    is refused leaves the file byte-identical; the caller applies ``settings`` afterwards."""
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    wal = len(header) == 20 and header[18] == 2 and header[19] == 2
+    return replace(settings, journal_mode="wal" if wal else "delete")

@@ -30,7 +30,7 @@ import threading
 import time
 import warnings
 import zlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -38,7 +38,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
 from .config import check_store, resolve_url, sqlite_path
-from .engine import SqliteSettings, create_engine_for, journal_state
+from .engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
 from .errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreLinkError, StoreNotCreatedError)
 from .files import link_target, make_owner_only
@@ -294,39 +294,27 @@ def run_env(store: str) -> None:
     new_file = sqlite_path(resolved)
     created = new_file is not None and (not new_file.exists() or new_file.stat().st_size == 0)
     settings = cfg.attributes.get("hermes_settings") or _settings_for(spec)
-    kept = None if created or new_file is None else _keeping_journal(new_file, settings)
+    kept = None if created or new_file is None else keeping_journal_mode(new_file, settings)
     engine = create_engine_for(store, resolved, kept or settings)
     script = context.script
     destination = context.get_revision_argument()
     try:
         with engine.connect() as conn:
             _run_locked(conn, spec, context, script, destination, report)
-        if kept is not None:
-            # The journal policy applies once the upgrade has committed: a refused adoption
-            # must leave the file byte-identical, and a mode switch rewrites its header.
+        if kept is not None:  # the journal policy once committed (keeping_journal_mode)
             engine.dispose()
             engine = create_engine_for(store, resolved, settings)
             engine.connect().close()
-        path = sqlite_path(resolved)
-        if path is not None and path.exists():
+        if new_file is not None and new_file.exists():
             # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
             # file drops every POSIX lock this process holds on it).
-            changed = make_owner_only(path) + owner_only_journal(path)
+            changed = make_owner_only(new_file) + owner_only_journal(new_file)
             if changed and not created:  # a file created just now is not a repair
                 report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
         report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
     finally:
         engine.dispose()
         report.seconds = time.perf_counter() - started
-
-
-def _keeping_journal(path: Path, settings: SqliteSettings) -> SqliteSettings:
-    """``settings`` with the journal mode the existing file is in (its header says WAL or a
-    rollback journal), so upgrading it switches nothing until the upgrade has committed."""
-    with open(path, "rb") as fh:
-        header = fh.read(20)
-    wal = len(header) == 20 and header[18] == 2 and header[19] == 2
-    return replace(settings, journal_mode="wal" if wal else "delete")
 
 
 def _is_migration_command(context) -> bool:
