@@ -66,8 +66,9 @@ from . import opening
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
-                          cjk_count, cjk_like_groups, has_cjk, like_groups, name_list,
-                          plan_search, query_tokens, sanitize_fts_query, trigram_match)
+                          cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
+                          literal_text, name_list, plan_search, query_tokens,
+                          sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -75,8 +76,9 @@ __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
     "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
-    "cjk_count", "fetch_context", "has_cjk", "pg_tsquery", "plan_search", "query_tokens",
-    "read_capabilities", "sanitize_fts_query", "search_messages", "trigram_match",
+    "cjk_count", "fetch_context", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
+    "plan_search", "query_tokens", "read_capabilities", "sanitize_fts_query", "search_messages",
+    "trigram_match", "word_invisible",
 ]
 
 log = logging.getLogger("hermes_data.sessions.search")
@@ -113,16 +115,64 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
 # -------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Filters:
     sources: list[str]
     excluded: list[str]
     roles: list[str]
     include_inactive: bool
+    #: Ids an earlier tier of the same search returned (never returned twice).
+    exclude_ids: tuple[int, ...] = ()
 
     def sql(self, params: dict[str, Any]) -> str:
         return q.filter_where(params, sources=self.sources, excluded=self.excluded,
-                              roles=self.roles, include_inactive=self.include_inactive)
+                              roles=self.roles, include_inactive=self.include_inactive,
+                              exclude_ids=self.exclude_ids)
+
+
+#: One tier of a search: ``(filters, limit, offset) -> hits``.
+_Tier = Callable[[_Filters, int, int], list[SearchResult]]
+
+
+def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
+             sort: str | None) -> list[SearchResult]:
+    """The hits of several tiers as one list (issue 16): each tier is ``(run, always)``.
+
+    Relevance order (``sort`` None/"rank"): tier after tier, each excluding what the earlier
+    ones returned, until ``offset + limit`` hits are there. ``sort`` "newest"/"oldest": the
+    tiers' hits merged by timestamp (a tier with ``always`` false joins only when the earlier
+    ones did not fill the page)."""
+    if len(tiers) == 1:
+        return tiers[0][0](filters, limit, offset)
+    need = offset + limit
+    out: list[SearchResult] = []
+    for run, always in tiers:
+        if len(out) >= need and (sort in (None, "rank") or not always):
+            continue
+        seen = tuple(h.id for h in out if h.id is not None)
+        out += run(replace(filters, exclude_ids=seen), need if sort in ("newest", "oldest")
+                   else need - len(out), 0)
+    if sort in ("newest", "oldest"):
+        out.sort(key=lambda h: (h.timestamp or 0.0, h.id or 0), reverse=sort == "newest")
+    return out[offset:offset + limit]
+
+
+def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
+               literal: _Tier | None, sort: str | None) -> list[tuple[_Tier, bool]]:
+    """Tier order of the standard route: the literal first when the typed text has characters
+    the word index cannot see, then the exact phrase (relevance order only: its hits are word
+    hits too), then the words, then — when the words do not fill the page — the literal as a
+    substring (``ell`` finds ``hello``)."""
+    tiers: list[tuple[_Tier, bool]] = []
+    if literal is not None and plan.literal_first:
+        tiers.append((literal, True))
+    if phrase is not None and sort in (None, "rank"):
+        tiers.append((phrase, True))
+    if words is not None:
+        tiers.append((words, True))
+    if literal is not None and not plan.literal_first:
+        tiers.append((literal, False))
+    return tiers
 
 
 def search_messages(conn: Connection, query: str | None, *,
@@ -146,14 +196,18 @@ def search_messages(conn: Connection, query: str | None, *,
         raise ValueError(f"sort must be one of {SORTS[1:]} or None, not {sort!r}")
     limit, offset = max(0, int(limit)), max(0, int(offset))
     sanitized = sanitize_fts_query(query)
-    if sanitized is None or limit == 0:
+    literal = literal_text(query)
+    if (sanitized is None and literal is None) or limit == 0:
         return []
     roles = name_list(role_filter)
     sources = name_list(source_filter)
     filters = _Filters(sources, name_list(exclude_sources), roles, include_inactive)
     caps = read_capabilities(conn)
-    plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources)
+    plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources,
+                       literal=literal)
     log.debug("search %r -> %r via %s (%s)", query, sanitized, plan.route, plan.reason)
+    if plan.route == "none" or (plan.route == "like" and not plan.groups):
+        return []
     if conn.dialect.name == "postgresql":
         hits = _pg_run_plan(conn, plan, filters, limit, offset, sort)
     else:
@@ -188,31 +242,54 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
               sort: str | None) -> list[SearchResult]:
     if plan.route in ("like", "cjk_like"):
         return _like(conn, plan, filters, limit, offset, sort)
+    if plan.route == "trigram":
+        assert plan.match is not None
+        return _sqlite_words(conn, plan, plan.match, filters, limit, offset, sort)
+    match, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
+    words: _Tier | None = None if match is None else (
+        lambda f, n, o: _sqlite_words(conn, plan, match, f, n, o, sort))
+    phrase: _Tier | None = None if phrase_text is None else (
+        lambda f, n, o: _fts_safe(conn, q.FTS_TABLE, phrase_text, f, n, o, sort))
+    literal: _Tier | None = None
+    if lit_text is not None and plan.literal_indexed:
+        literal = lambda f, n, o: _fts_safe(  # noqa: E731
+            conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), f, n, o, sort,
+            route="literal")
+    elif lit_text is not None:
+        literal = lambda f, n, o: _substrings(  # noqa: E731
+            conn, "literal", ((LikeTerm(lit_text),),), q.LITERAL_COLS,
+            lambda matches, where: q.literal_scan_page(matches, where, sort), f, n, o)
+    return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+
+
+def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
+                  limit: int, offset: int, sort: str | None) -> list[SearchResult]:
+    """The word tier on SQLite: ``match`` on the plan's index (unicode61, or trigram for
+    CJK), the zero-result trigram fallback, the LIKE route when the index is corrupt."""
     table = q.FTS_TRIGRAM_TABLE if plan.route == "trigram" else q.FTS_TABLE
-    assert plan.match is not None
     try:
-        hits = _fts(conn, table, plan.match, filters, limit, offset, sort)
+        hits = _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.OperationalError as exc:
         if _is_lock_error(exc):
             raise  # the database is busy, not the query wrong: never a silent "no results"
-        log.debug("FTS5 rejected %r on %s: %s", plan.match, table, exc.orig)
+        log.debug("FTS5 rejected %r on %s: %s", match, table, exc.orig)
         return []
     except sa.exc.DatabaseError as exc:
         log.warning("FTS index %s unusable (%s); answering through LIKE", table, exc.orig)
         like = SearchPlan("cjk_like" if plan.route == "trigram" else "like",
-                          groups=(cjk_like_groups(plan.match) if plan.route == "trigram"
-                                  else like_groups(plan.match)))
+                          groups=(cjk_like_groups(match) if plan.route == "trigram"
+                                  else like_groups(match)))
         return _like(conn, like, filters, limit, offset, sort)
     return _or_trigram(
-        hits, plan.match, plan.trigram_fallback, offset,
+        hits, match, plan.trigram_fallback, offset,
         probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
         retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, limit, offset, sort))
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,
-              offset: int, sort: str | None) -> list[SearchResult]:
+              offset: int, sort: str | None, route: str | None = None) -> list[SearchResult]:
     try:
-        return _fts(conn, table, match, filters, limit, offset, sort)
+        return _fts(conn, table, match, filters, limit, offset, sort, route)
     except sa.exc.DatabaseError as exc:
         if _is_lock_error(exc):
             raise
@@ -226,10 +303,13 @@ def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
 
 
 def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int, offset: int,
-         sort: str | None) -> list[SearchResult]:
+         sort: str | None, route: str | None = None) -> list[SearchResult]:
+    """A page of ``MATCH match`` on ``table``; ``route="literal"`` orders by recency (the
+    literal tier: every hit holds the same text)."""
     params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.fts_page(table, where, sort)), params).fetchall()
+    rows = conn.execute(sa.text(q.fts_page(table, where, sort, newest_first=route == "literal")),
+                        params).fetchall()
     if not rows:
         return []
     # Snippets for the page only (computed by FTS5 from the indexed text, never in Python).
@@ -237,7 +317,7 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     sp: dict[str, Any] = {"q": match}
     sp.update({f"i{k}": v for k, v in enumerate(ids)})
     snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
-    route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
+    route = route or ("trigram" if table == q.FTS_TRIGRAM_TABLE else "fts")
     return [_result(r, snippets.get(r[0]), route) for r in rows]
 
 
@@ -313,11 +393,29 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
-    assert plan.match is not None
-    match = plan.match
     if plan.route == "trigram":
+        assert plan.match is not None
+        match = plan.match
         return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
             conn, match, filters, limit, offset, sort)) or []
+    match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
+    words: _Tier | None = None if match_text is None else (
+        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
+    phrase: _Tier | None = None if phrase_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
+            conn, phrase_text, f, n, o, sort)) or [])
+    literal: _Tier | None = None if lit_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _substrings(
+            conn, "literal", ((LikeTerm(lit_text),),), q.PG_TRIGRAM_COLS,
+            lambda matches, where: q.pg_trigram_page(matches, where, sort, marked=True),
+            f, n, o)) or [])
+    return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+
+
+def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
+              offset: int, sort: str | None) -> list[SearchResult]:
+    """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
+    fallback."""
     hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error

@@ -53,9 +53,29 @@ PG_TRIGRAM_COLS = ("m.content ILIKE {p} ESCAPE '\\'",)
 LIKE_SNIPPET = "substr(m.content, max(1, instr(m.content, :first) - 40), 120)"
 PG_LIKE_SNIPPET = ("substr(m.content, greatest(1, strpos(lower(m.content), lower(:first)) - 40), "
                    "120)")
+
+
+def _marked_window(pos: str) -> str:
+    # A 120-character window around the literal at ``pos`` (1-based, 0 = not found), the
+    # literal between the FTS highlight markers, as the word routes' snippets show it.
+    return (f"CASE WHEN {pos} > 0 THEN substr(m.content, max(1, {pos} - 40), "
+            f"{pos} - max(1, {pos} - 40)) || '{HIGHLIGHT_START}' || "
+            f"substr(m.content, {pos}, length(:first)) || '{HIGHLIGHT_END}' || "
+            f"substr(m.content, {pos} + length(:first), 80 - length(:first)) "
+            "ELSE substr(m.content, 1, 120) END")
+
+
+#: Literal-tier snippets (the scan and PostgreSQL): the literal marked, found as the match
+#: finds it (SQLite ``LIKE`` folds ASCII case, ``lower`` too; PostgreSQL ``ILIKE``/``lower``).
+LITERAL_SNIPPET = _marked_window("instr(lower(m.content), lower(:first))")
+PG_LITERAL_SNIPPET = _marked_window("strpos(lower(m.content), lower(:first))").replace(
+    "max(", "greatest(")
 #: Sessions whose rows the SQLite trigram index holds (TRI_SESSION of sql, PostgreSQL twin).
 PG_TRI_SESSION = ("s.source NOT IN ('cron', 'subagent') "
                   f"AND {J('s.model_config', '_delegate_from', 'postgresql')} IS NULL")
+#: SQLite twin: the sessions of the trigram index, for the literal tier's scan.
+TRI_SESSION_S = ("s.source NOT IN ('cron', 'subagent') "
+                 f"AND {J('s.model_config', '_delegate_from')} IS NULL")
 #: Options of ``ts_headline``: the highlight markers of FTS5 snippets.
 PG_HEADLINE_OPTS = (f"StartSel={HIGHLIGHT_START}, StopSel={HIGHLIGHT_END}, MaxWords=40, "
                     "MinWords=15")
@@ -84,13 +104,16 @@ def pattern_where(groups: Sequence[Sequence[LikeTerm]], templates: Sequence[str]
 
 
 def filter_where(params: dict[str, Any], *, sources: Sequence[str], excluded: Sequence[str],
-                 roles: Sequence[str], include_inactive: bool) -> str:
+                 roles: Sequence[str], include_inactive: bool,
+                 exclude_ids: Sequence[int] = ()) -> str:
     """The row filters every route applies: hidden rows never, rewound rows unless
-    ``include_inactive``, session sources and message roles bound one parameter each."""
+    ``include_inactive``, session sources and message roles bound one parameter each.
+    ``exclude_ids``: message ids an earlier tier of the same search already returned."""
     parts = ["COALESCE(m.display_kind, '') <> 'hidden'"]
     if not include_inactive:
         parts.append("(m.active = 1 OR m.compacted = 1)")
-    for (key, col, op), values in zip(_FILTERS, (sources, excluded, roles)):
+    for (key, col, op), values in zip(_FILTERS + (("xid", "m.id", "NOT IN"),),
+                                      (sources, excluded, roles, exclude_ids)):
         if values:
             names = [f"{key}{i}" for i in range(len(values))]
             params.update(zip(names, values))
@@ -126,13 +149,39 @@ def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool) -
             f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset")
 
 
-def pg_trigram_page(matches: str, where: str, sort: str | None) -> str:
-    """PostgreSQL trigram route: ILIKE on the content over the rows the SQLite trigram index
-    holds (no tool rows, no cron/subagent/delegate sessions)."""
+#: SQLite literal tier below the trigram length: the content matched as a substring, over the
+#: rows the trigram index holds (non-tool rows of trigram-eligible sessions).
+LITERAL_COLS = ("COALESCE(m.content, '') LIKE {p} ESCAPE '\\'",)
+
+
+def literal_scan_page(matches: str, where: str, sort: str | None) -> str:
+    """SQLite literal tier by scan (a 1–2-character literal, or no trigram index): newest
+    first by id, so LIMIT stops the scan at the first page of matches."""
     direction = _direction(sort)
     order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
              else "m.id DESC")
-    return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
+    return (f"SELECT {HIT_COLS}, {LITERAL_SNIPPET} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
+            f"AND ({matches}) AND {TRI_SESSION_S} AND {where} "
+            f"ORDER BY {order} LIMIT :limit OFFSET :offset")
+
+
+def literal_match(literal: str) -> str:
+    """MATCH text of the SQLite literal tier: the literal as one trigram phrase on the
+    ``content`` column (internal quotes doubled)."""
+    return 'content : "' + literal.replace('"', '""') + '"'
+
+
+def pg_trigram_page(matches: str, where: str, sort: str | None, *,
+                    marked: bool = False) -> str:
+    """PostgreSQL trigram route: ILIKE on the content over the rows the SQLite trigram index
+    holds (no tool rows, no cron/subagent/delegate sessions). ``marked``: the literal tier's
+    snippet (the literal between highlight markers)."""
+    direction = _direction(sort)
+    order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
+             else "m.id DESC")
+    snippet = PG_LITERAL_SNIPPET if marked else PG_LIKE_SNIPPET
+    return (f"SELECT {HIT_COLS}, {snippet} FROM messages m "
             f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
             f"AND ({matches}) AND {PG_TRI_SESSION} AND {where} "
             f"ORDER BY {order} LIMIT :limit OFFSET :offset")
@@ -154,11 +203,13 @@ def _fts_table(table: str) -> str:
     return table
 
 
-def fts_page(table: str, where: str, sort: str | None) -> str:
+def fts_page(table: str, where: str, sort: str | None, *, newest_first: bool = False) -> str:
     """One page of hits of FTS5 ``table`` for ``MATCH :q`` (no snippet: see
-    :func:`fts_snippets`)."""
+    :func:`fts_snippets`). ``newest_first``: relevance order replaced by id (the literal
+    tier: every hit holds the same text; recency is the tie-break)."""
     table = _fts_table(table)
-    order = {None: f"{table}.rank", "rank": f"{table}.rank",
+    best = "m.id DESC" if newest_first else f"{table}.rank"
+    order = {None: best, "rank": best,
              "newest": f"m.timestamp DESC, {table}.rank",
              "oldest": f"m.timestamp ASC, {table}.rank"}[sort]
     return (f"SELECT {HIT_COLS} FROM {table} JOIN messages m ON m.id = {table}.rowid "
