@@ -101,7 +101,8 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
         names = {r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES)}
         fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
-        return SearchCapabilities(fts5=fts, trigram=tri, stale=False)
+        return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
+                                  folded=fts and "messages_fts_folded" in names)
     caps = opening.capabilities(conn)
     names = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
     stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
@@ -403,7 +404,7 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
         lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
     phrase: _Tier | None = None if phrase_text is None else (
         lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
-            conn, phrase_text, f, n, o, sort)) or [])
+            conn, phrase_text, f, n, o, sort, plan.folded)) or [])
     literal: _Tier | None = None if lit_text is None else (
         lambda f, n, o: _pg_attempt(conn, "literal", lambda: _substrings(
             conn, "literal", ((LikeTerm(lit_text),),), q.PG_TRIGRAM_COLS,
@@ -416,28 +417,34 @@ def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
               offset: int, sort: str | None) -> list[SearchResult]:
     """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
     fallback."""
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
+    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort,
+                                                    plan.folded))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
     return _or_trigram(
         hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort)),
+        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort,
+                                                                 plan.folded)),
         retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
             conn, m, filters, limit, offset, sort)) or [])
 
 
 def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-            sort: str | None) -> list[SearchResult]:
+            sort: str | None, folded: bool = False) -> list[SearchResult]:
     params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
                               "hl": PG_HEADLINE_CHARS}
     tsq = pg_tsquery(match, params)
     if tsq is None:
         return []
+    # Accent folding: the folded query matches the folded document; ``tsq`` ranks.
+    match_q = pg_tsquery(match, params, "f", fold=True) if folded else None
     where = filters.sql(params)
     # The parser reads the headline text as it read the document: each ASCII punctuation run
     # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
     params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
-    rows = conn.execute(sa.text(q.pg_fts_page(tsq, where, sort)), params).fetchall()
+    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq) if match_q
+            else q.pg_fts_page(tsq, where, sort))
+    rows = conn.execute(sa.text(page), params).fetchall()
     return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
 
 

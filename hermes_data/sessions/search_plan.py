@@ -149,7 +149,7 @@ def sanitize_fts_query(query: str | None) -> str | None:
     tokens = [_clean_star(t) for t in _TOKEN_RE.findall(text)]
     tokens = [t for t in tokens if t]
     kept = [f'"{tok}"' if role == "word" else tok
-            for tok, role in zip(tokens, operator_roles(tokens)) if role != "drop"]
+            for tok, role in zip(tokens, operator_roles(tokens)) if role != "skip"]
     # Step 8: restore the phrases.
     out = " ".join(kept)
     out = _PLACEHOLDER_RE.sub(lambda m: phrases[int(m.group(1))], out).strip()
@@ -158,7 +158,7 @@ def sanitize_fts_query(query: str | None) -> str | None:
 
 def operator_roles(tokens: Sequence[str]) -> list[str]:
     """Role of each token for step 7: ``"term"``, ``"op"`` (an operator between two terms),
-    ``"drop"`` (one of several operators in a row between two terms: ``foo AND OR bar``) or
+    ``"skip"`` (one of several operators in a row between two terms: ``foo AND OR bar``) or
     ``"word"`` (an operator keyword at an edge of the query, alone or in a run touching an
     edge: ``NOT``, ``AND now``, ``x OR`` — a word to find, like lower-case ``not``)."""
     roles = ["term" if t not in OPERATORS else "" for t in tokens]
@@ -173,7 +173,7 @@ def operator_roles(tokens: Sequence[str]) -> list[str]:
         if i == 0 or j == len(tokens):
             fill = ["word"] * (j - i)
         else:
-            fill = ["op"] if j - i == 1 else ["drop"] * (j - i)
+            fill = ["op"] if j - i == 1 else ["skip"] * (j - i)
         roles[i:j] = fill
         i = j
     return roles
@@ -226,7 +226,7 @@ def literal_groups(literal: str) -> tuple[tuple[LikeTerm, ...], ...]:
     groups: list[list[LikeTerm]] = [[]]
     negate = False
     for tok, role in zip(tokens, operator_roles(tokens)):
-        if role == "drop":
+        if role == "skip":
             continue
         if role == "op":
             if tok == "OR":
@@ -310,6 +310,7 @@ class SearchCapabilities:
     fts5: bool  # FTS5 module present and ``messages_fts`` exists
     trigram: bool  # ``messages_fts_trigram`` usable
     stale: bool  # ``fts_stale`` set: the indexes are detached
+    folded: bool = False  # PostgreSQL: the accent-folded document index is there
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,8 @@ class SearchPlan:
     #: The literal tier can use the trigram index (≥ 3 characters and the index present);
     #: otherwise it scans, newest first.
     literal_indexed: bool = False
+    #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
+    folded: bool = False
 
 
 def like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
@@ -409,7 +412,8 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
     return SearchPlan("fts", match=sanitized, trigram_fallback=fallback, reason="standard",
                       literal=lit, literal_first=first and lit is not None,
                       phrase=phrase_match(sanitized), literal_indexed=caps.trigram and (
-                          lit is not None and len(lit) >= LITERAL_TRIGRAM_MIN))
+                          lit is not None and len(lit) >= LITERAL_TRIGRAM_MIN),
+                      folded=caps.folded)
 
 
 # -------------------------------------------------------------------------------------

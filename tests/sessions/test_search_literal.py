@@ -229,3 +229,14 @@ def test_like_route_hits_hold_the_typed_terms(store, query):
         whole = " ".join(_row(store, h.id)).casefold()
         assert any(all(t.text.casefold() in whole for t in g if not t.negated)
                    for g in groups), (query, whole)
+
+
+ACCENTED = st.sampled_from(list("éèêëàâäçñüöïîôûáíóúÉÀÇÑÜ"))
+
+
+@pytest.mark.parametrize("query, expect", [
+    ("cafe", "le café est prêt"), ("café", "a resume of cafe culture"),
+    ("pret", "le café est prêt"), ("résumé", "a resume of cafe culture"),
+])
+def test_accents_fold_alike_on_both_backends(store, query, expect):
+    assert expect in _contents(store, store.search_messages(query, limit=50))

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 from .. import encoding as enc
 from ..search_plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
 from . import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT, J
+from .search_index import pg_folded_document
 
 # -------------------------------------------------------------------------------------
 # Search state (read_capabilities)
@@ -31,7 +32,8 @@ FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 #: PostgreSQL: which of the two GIN indexes of the head exist.
 PG_SEARCH_INDEXES = (
     "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
-    "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm')")
+    "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm', "
+    "'messages_fts_folded')")
 
 # -------------------------------------------------------------------------------------
 # Fragments shared by the routes
@@ -239,7 +241,8 @@ def _pg_prefix_quote(word: str) -> str:
     return "'" + word.replace("\\", "\\\\").replace("'", "''") + "':*"
 
 
-def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str | None:
+def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
+               fold: bool = False) -> str | None:
     """SQL ``tsquery`` expression for a sanitized query, every term a bound parameter.
 
     FTS5 precedence (NOT > AND > OR): ``OR`` starts a new group, terms of a group are AND-ed
@@ -248,7 +251,9 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str
     as a phrase: ``chat-send`` ⇒ ``'chat' <-> 'send'``, ``gateway/run.py`` ⇒ ``'gateway' <->
     'run' <-> 'py'``. A prefix term (``word*``, ``foo_ba*``, ``"some phra"*``) puts ``:*`` on
     its last word, as FTS5 does: ``'foo' <-> 'ba':*``. ``None`` when no positive term is
-    left."""
+    left. ``fold``: every term passes through ``hermes_unaccent`` (the folded document of
+    :mod:`.search_index`)."""
+    f = (lambda e: f"hermes_unaccent({e})") if fold else (lambda e: e)
     groups: list[list[str]] = [[]]
     n = 0
     for tok, negate in operands(query_tokens(sanitized)):
@@ -263,15 +268,16 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str
         n += 1
         if last is not None:
             params[key] = _pg_prefix_quote(last.group(0))
-            term = f"to_tsquery('simple', :{key})"
+            term = f"to_tsquery('simple', {f(':' + key)})"
             head = text[:last.start()]
             if _PG_WORD_CHAR_RE.search(head):
                 params[key + "h"] = head
-                term = (f"tsquery_phrase(phraseto_tsquery('simple', regexp_replace(:{key}h, "
-                        f"'{PG_FTS_SPLIT}', ' ', 'g')), {term})")
+                split = f(f"regexp_replace(:{key}h, '{PG_FTS_SPLIT}', ' ', 'g')")
+                term = f"tsquery_phrase(phraseto_tsquery('simple', {split}), {term})"
         else:
             params[key] = text
-            term = f"phraseto_tsquery('simple', regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g'))"
+            split = f(f"regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g')")
+            term = f"phraseto_tsquery('simple', {split})"
         if negate and groups[-1]:
             groups[-1].append(f"!!{term}")
         elif not negate:
@@ -280,22 +286,30 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t") -> str
     return "(" + " || ".join(ors) + ")" if ors else None
 
 
-def pg_fts_page(tsq: str, where: str, sort: str | None) -> str:
+def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
+                rank_tsq: str | None = None) -> str:
     """One page of the standard route on PostgreSQL, the headline as a ninth column.
 
     ``tsq`` comes from :func:`pg_tsquery` (bound terms). Binds expected: ``limit``,
     ``offset``, ``cand`` (ranked candidates), ``hl`` (headline characters) and ``fence`` (the
     replacement that fences each ASCII punctuation run, so the parser reads the headline
-    text as it read the document; the fence is removed from the snippet afterwards)."""
+    text as it read the document; the fence is removed from the snippet afterwards).
+
+    ``folded``: ``tsq`` (built with ``fold=True``) matches the accent-folded document
+    (GIN ``messages_fts_folded``); relevance and headline use ``rank_tsq`` (the unfolded
+    query) on the stored ``fts_document``, so no candidate's document is recomputed — a row
+    matched only through folding ranks after the exact-accent ones."""
+    document = pg_folded_document("m") if folded else PG_FTS_DOCUMENT
+    rank_q = rank_tsq or tsq
     head = (f"ts_headline('simple', regexp_replace(concat_ws(' ', left(m.content, :hl), "
-            f"m.tool_name, left(m.tool_calls, :hl)), '{PG_FTS_SPLIT}', :fence, 'g'), {tsq}, "
+            f"m.tool_name, left(m.tool_calls, :hl)), '{PG_FTS_SPLIT}', :fence, 'g'), {rank_q}, "
             f"'{PG_HEADLINE_OPTS}')")
     if sort in (None, "rank"):
         # Rank the newest ``cand`` matches (GIN index scan), then page.
         return (
             f"WITH cand AS (SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} ORDER BY m.id DESC LIMIT :cand), "
-            f"page AS (SELECT m.id, ts_rank({PG_FTS_DOCUMENT}, {tsq}) AS r FROM cand "
+            f"WHERE {document} @@ {tsq} AND {where} ORDER BY m.id DESC LIMIT :cand), "
+            f"page AS (SELECT m.id, ts_rank({PG_FTS_DOCUMENT}, {rank_q}) AS r FROM cand "
             "JOIN messages m ON m.id = cand.id ORDER BY r DESC, m.id DESC "
             "LIMIT :limit OFFSET :offset) "
             f"SELECT {HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
@@ -303,7 +317,7 @@ def pg_fts_page(tsq: str, where: str, sort: str | None) -> str:
     direction = "DESC" if sort == "newest" else "ASC"
     return (
         f"WITH page AS (SELECT m.id, m.timestamp FROM messages m JOIN sessions s "
-        f"ON s.id = m.session_id WHERE {PG_FTS_DOCUMENT} @@ {tsq} AND {where} "
+        f"ON s.id = m.session_id WHERE {document} @@ {tsq} AND {where} "
         f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT :limit OFFSET :offset) "
         f"SELECT {HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
         f"JOIN sessions s ON s.id = m.session_id "
