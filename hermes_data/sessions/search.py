@@ -13,6 +13,37 @@ Three parts, each usable on its own:
   fetched by id with bounded prefixes, so a multi-MB tool row is never materialised in
   Python.
 
+**What a search returns (issue 16).** The standard route answers in *tiers*, each excluding
+the rows an earlier one returned, so a row appears once:
+
+1. the **literal tier** — rows whose ``content`` holds the text as typed
+   (:func:`literal_text`: trimmed, case folded as the engine folds it), over the rows the
+   trigram index holds (no tool rows, no cron/subagent/delegate sessions); through the trigram
+   index for ≥ 3 characters (SQLite ``content : "…"`` MATCH, PostgreSQL ``ILIKE`` on the
+   ``pg_trgm`` index), by a newest-first scan below that. It comes **first** when the typed
+   text has a character the word index cannot see (:func:`word_invisible`: ``what?``,
+   ``~/.config``, ``C#``, ``x->y``, ``🚀``, ``read_file``; a query of such characters only,
+   ``?!``, is answered by it alone), newest first;
+2. the **exact phrase** (two or more plain terms, relevance order only, not after a literal
+   tier — the literal is the stricter phrase): ``quick brown fox``
+   ranks the rows holding the phrase above the scattered-word ones;
+3. the **word tier** — the FTS query (unicode61 / the stored tsvector) with the zero-result
+   trigram fallback, by relevance (PostgreSQL: equal ranks newest first; SQLite keeps
+   FTS5's order for them — a tie-break key costs 1.5–1.9× on common words, see
+   ``sql.search.fts_page``);
+   (PostgreSQL: then the accent-folded words, see below);
+4. the literal tier again, **after** the words, when they do not fill the page and the text
+   has ≥ 3 characters (``ell`` finds ``hello``; a query is always found inside a longer word).
+
+So every hit holds the typed text, or holds — as words, case and diacritics folded — every
+positive term of one OR-group of the sanitized query (CJK route: one of its tokens); this is
+what ``tests/sessions/test_search_literal.py`` checks on both backends. With ``sort`` newest /
+oldest the tiers are merged by timestamp (tier 4 joins only when the words do not fill the
+page). Operators: ``AND``/``OR``/``NOT`` are operators only alone between two terms; alone,
+or at an edge, they are words (``NOT`` finds "not"). The LIKE routes (``--role tool``, stale
+index, no FTS5) read the typed text (:func:`literal_groups`): ``1=1`` and ``' OR 1=1 --`` are
+text, not split or reinterpreted.
+
 The first two (and the result types) live in :mod:`hermes_data.sessions.search_plan`, pure
 and free of SQLAlchemy; every SQL text is in :mod:`hermes_data.sessions.sql.search`. This
 module executes, and re-exports the public names of both, so imports from
@@ -41,9 +72,20 @@ letters or digits is a word boundary — in the document and in every query term
 ``gateway/run.py``, ``user@host``, ``read_file`` split into unicode61's words and ``gateway``
 finds them on the standard route. Non-ASCII punctuation is left to the 'simple' parser (a
 boundary under a Unicode ``LC_CTYPE``). Case folds on both sides ('simple' lower-cases).
-Remaining difference: diacritics are not folded (``cafe`` does not find ``café``; FTS5's
-``remove_diacritics`` does), and the document is one text, so a phrase may span from
-``content`` into ``tool_name`` where FTS5's columns keep them apart.
+Diacritics fold as FTS5's ``remove_diacritics`` folds them (``cafe`` finds ``café`` and
+back): the writable open ensures ``hermes_unaccent`` (an IMMUTABLE wrapper of ``unaccent``)
+and the GIN index ``messages_fts_folded`` on the folded document
+(:mod:`hermes_data.sessions.search_index`). The word tier matches the stored
+``fts_document`` as typed; a *folded tier* follows it when it does not fill the page,
+matching the folded query against the folded document (ranked with the unfolded query on the
+stored document): a row matched only through folding ranks after the exact-accent rows.
+(Matching the expression index first made common words slow: the planner filters a
+backward id scan with it, recomputing ``unaccent``/``to_tsvector`` per row.)
+The literal tier's ``ILIKE`` is narrowed by the literal's words on the stored document
+(:func:`literal_word_phrase`): ``pg_trgm`` ignores punctuation, so ``[more]python`` alone
+rechecks every row holding two common words. Without the extension (no privilege)
+folding is off, logged at WARNING. Remaining difference: the document is one text, so a
+phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays
@@ -67,7 +109,8 @@ from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
                           cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
-                          literal_text, name_list, plan_search, query_tokens,
+                          literal_text, literal_word_phrase, name_list, plan_search,
+                          query_tokens,
                           sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
@@ -159,7 +202,8 @@ def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int,
 
 
 def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
-               literal: _Tier | None, sort: str | None) -> list[tuple[_Tier, bool]]:
+               literal: _Tier | None, sort: str | None,
+               folded: _Tier | None = None) -> list[tuple[_Tier, bool]]:
     """Tier order of the standard route: the literal first when the typed text has characters
     the word index cannot see, then the exact phrase (relevance order only: its hits are word
     hits too), then the words, then — when the words do not fill the page — the literal as a
@@ -167,10 +211,12 @@ def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
     tiers: list[tuple[_Tier, bool]] = []
     if literal is not None and plan.literal_first:
         tiers.append((literal, True))
-    if phrase is not None and sort in (None, "rank"):
-        tiers.append((phrase, True))
+    if phrase is not None and sort in (None, "rank") and not plan.literal_first:
+        tiers.append((phrase, True))  # (after a literal tier it would repeat it, looser)
     if words is not None:
         tiers.append((words, True))
+    if folded is not None:  # PostgreSQL: rows matched only once diacritics are folded
+        tiers.append((folded, False))
     if literal is not None and not plan.literal_first:
         tiers.append((literal, False))
     return tiers
@@ -252,7 +298,11 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     phrase: _Tier | None = None if phrase_text is None else (
         lambda f, n, o: _fts_safe(conn, q.FTS_TABLE, phrase_text, f, n, o, sort))
     literal: _Tier | None = None
-    if lit_text is not None and plan.literal_indexed:
+    words_phrase = plan.literal_words
+    if lit_text is not None and words_phrase is not None:
+        literal = lambda f, n, o: _sqlite_literal_words(  # noqa: E731
+            conn, lit_text, words_phrase, f, n, o, sort)
+    elif lit_text is not None and plan.literal_indexed:
         literal = lambda f, n, o: _fts_safe(  # noqa: E731
             conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), f, n, o, sort,
             route="literal")
@@ -261,6 +311,22 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
             conn, "literal", ((LikeTerm(lit_text),),), q.LITERAL_COLS,
             lambda matches, where: q.literal_scan_page(matches, where, sort), f, n, o)
     return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+
+
+def _sqlite_literal_words(conn: Connection, literal: str, phrase: str, filters: _Filters,
+                          limit: int, offset: int, sort: str | None) -> list[SearchResult]:
+    """The literal tier of a long literal on SQLite: word-index candidates, ``LIKE``-checked."""
+    params: dict[str, Any] = {"q": phrase, "limit": limit, "offset": offset}
+    matches = q.pattern_where(((LikeTerm(literal),),), q.LITERAL_COLS, params)
+    where = filters.sql(params)
+    try:
+        rows = conn.execute(sa.text(q.literal_words_page(matches, where, sort)), params).fetchall()
+    except sa.exc.DatabaseError as exc:
+        if _is_lock_error(exc):
+            raise
+        log.debug("literal candidates %r failed: %s", phrase, exc.orig)
+        return []
+    return [_result(r, r[8], "literal") for r in rows]
 
 
 def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
@@ -404,27 +470,40 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
         lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
     phrase: _Tier | None = None if phrase_text is None else (
         lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
-            conn, phrase_text, f, n, o, sort, plan.folded)) or [])
+            conn, phrase_text, f, n, o, sort)) or [])
+    folded: _Tier | None = None if match_text is None or not plan.folded else (
+        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
+            conn, match_text, f, n, o, sort, folded=True)) or [])
     literal: _Tier | None = None if lit_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _substrings(
-            conn, "literal", ((LikeTerm(lit_text),),), q.PG_TRIGRAM_COLS,
-            lambda matches, where: q.pg_trigram_page(matches, where, sort, marked=True),
-            f, n, o)) or [])
-    return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
+            conn, lit_text, f, n, o, sort)) or [])
+    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
+                    offset, sort)
+
+
+def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
+                sort: str | None) -> list[SearchResult]:
+    """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
+    literal's words on the stored document (:func:`literal_word_phrase`)."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
+    phrase = literal_word_phrase(literal)
+    tsq = pg_tsquery(phrase, params, "w") if phrase else None
+    where = filters.sql(params)
+    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq)), params).fetchall()
+    return [_result(r, r[8], "literal") for r in rows]
 
 
 def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
               offset: int, sort: str | None) -> list[SearchResult]:
     """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
     fallback."""
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort,
-                                                    plan.folded))
+    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
     return _or_trigram(
         hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort,
-                                                                 plan.folded)),
+        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort)),
         retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
             conn, m, filters, limit, offset, sort)) or [])
 

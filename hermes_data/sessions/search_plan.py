@@ -193,6 +193,8 @@ def _clean_star(token: str) -> str:
 
 #: A literal shorter than this has no trigram: the literal tier scans for it, newest first.
 LITERAL_TRIGRAM_MIN = 3
+#: A literal longer than this takes its candidates from the word index when it has words.
+LITERAL_WORDS_MIN = 16
 
 
 def literal_text(query: str | None) -> str | None:
@@ -243,6 +245,23 @@ def literal_groups(literal: str) -> tuple[tuple[LikeTerm, ...], ...]:
             groups[-1].append(LikeTerm(term, negate))
         negate = False
     return tuple(tuple(g) for g in groups if any(not t.negated for t in g))
+
+
+_LEADING_WORD_RE = re.compile(r"^[^\W_]+")
+_WORD_CHAR_RE = re.compile(r"[^\W_]")
+
+
+def literal_word_phrase(literal: str) -> str | None:
+    """A word-index phrase every row holding ``literal`` matches (PostgreSQL's literal tier
+    takes its candidates from it): the literal without a leading word (it may end a longer
+    one), quoted, with a prefix ``*`` when it ends inside a word; ``None`` when no word is
+    left (``C#``, ``🚀``, ``?!``). ``[more]python`` ⇒ ``"[more]python"*``."""
+    if any(ord(ch) > 127 and not (ch.isalnum() or ch.isspace()) for ch in literal):
+        return None  # symbols/emoji: tokenizers disagree on them; the trigram/scan decides
+    text = _LEADING_WORD_RE.sub("", literal).replace('"', " ")
+    if not _WORD_CHAR_RE.search(text):
+        return None
+    return '"' + text + '"' + ("*" if _WORD_CHAR_RE.match(text[-1]) else "")
 
 
 def phrase_match(sanitized: str) -> str | None:
@@ -347,6 +366,10 @@ class SearchPlan:
     #: The literal tier can use the trigram index (≥ 3 characters and the index present);
     #: otherwise it scans, newest first.
     literal_indexed: bool = False
+    #: SQLite: a long literal's candidates come from this word-index phrase
+    #: (:func:`literal_word_phrase`), checked by ``LIKE`` — a long trigram phrase reads the
+    #: doclists of dozens of common trigrams.
+    literal_words: str | None = None
     #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
     folded: bool = False
 
@@ -413,6 +436,8 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
                       literal=lit, literal_first=first and lit is not None,
                       phrase=phrase_match(sanitized), literal_indexed=caps.trigram and (
                           lit is not None and len(lit) >= LITERAL_TRIGRAM_MIN),
+                      literal_words=(literal_word_phrase(lit) if lit is not None
+                                     and len(lit) > LITERAL_WORDS_MIN else None),
                       folded=caps.folded)
 
 

@@ -163,6 +163,14 @@ def test_recency_breaks_ties_in_the_literal_tier(store):
     assert hits[0].id == newer and len(hits) == 2
 
 
+def test_relevance_ties_in_the_word_tier(store):
+    ids = [store.append_message("cli1", "user", "tiebreak zebra", timestamp=float(next(_ts)))
+           for _ in range(3)]
+    # PostgreSQL: newest first; SQLite keeps FTS5's order (oldest first; search.py says why).
+    expected = ids[::-1] if store.engine.dialect.name == "postgresql" else ids
+    assert [h.id for h in store.search_messages("zebra")] == expected
+
+
 def test_pages_across_tiers_are_disjoint_and_complete(store):
     everything = [h.id for h in store.search_messages("config", limit=100)]
     paged = [h.id for o in range(0, len(everything), 2)
