@@ -30,8 +30,8 @@ the rows an earlier one returned, so a row appears once:
 3. the **word tier** — the FTS query (unicode61 / the stored tsvector) with the zero-result
    trigram fallback, by relevance (PostgreSQL: equal ranks newest first; SQLite keeps
    FTS5's order for them — a tie-break key costs 1.5–1.9× on common words, see
-   ``sql.search.fts_page``);
-   (PostgreSQL: then the accent-folded words, see below);
+   ``sql.search.fts_page``); on PostgreSQL, when it does not fill the page, the
+   accent-folded words follow (see below);
 4. the literal tier again, **after** the words, when they do not fill the page and the text
    has ≥ 3 characters (``ell`` finds ``hello``; a query is always found inside a longer word).
 
@@ -110,8 +110,7 @@ from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
                           cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
                           literal_text, literal_word_phrase, name_list, plan_search,
-                          query_tokens,
-                          sanitize_fts_query, trigram_match, word_invisible)
+                          query_tokens, sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
