@@ -19,8 +19,9 @@ the rows an earlier one returned, so a row appears once:
 1. the **literal tier** — rows whose ``content`` holds the text as typed
    (:func:`literal_text`: trimmed, case folded as the engine folds it), over the rows the
    trigram index holds (no tool rows, no cron/subagent/delegate sessions); through the trigram
-   index for ≥ 3 characters (SQLite ``content : "…"`` MATCH, PostgreSQL ``ILIKE`` on the
-   ``pg_trgm`` index), by a newest-first scan below that. It comes **first** when the typed
+   index for ≥ 3 characters (SQLite: trigram phrase candidates — the word phrase of a
+   literal over 16 characters — checked by ``LIKE``; PostgreSQL ``ILIKE`` on the ``pg_trgm``
+   index), by a newest-first scan below that. It comes **first** when the typed
    text has a character the word index cannot see (:func:`word_invisible`: ``what?``,
    ``~/.config``, ``C#``, ``x->y``, ``🚀``, ``read_file``; a query of such characters only,
    ``?!``, is answered by it alone), newest first;
@@ -299,12 +300,11 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     literal: _Tier | None = None
     words_phrase = plan.literal_words
     if lit_text is not None and words_phrase is not None:
-        literal = lambda f, n, o: _sqlite_literal_words(  # noqa: E731
-            conn, lit_text, words_phrase, f, n, o, sort)
+        literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
+            conn, q.FTS_TABLE, words_phrase, lit_text, f, n, o, sort)
     elif lit_text is not None and plan.literal_indexed:
-        literal = lambda f, n, o: _fts_safe(  # noqa: E731
-            conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), f, n, o, sort,
-            route="literal")
+        literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
+            conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), lit_text, f, n, o, sort)
     elif lit_text is not None:
         literal = lambda f, n, o: _substrings(  # noqa: E731
             conn, "literal", ((LikeTerm(lit_text),),), q.LITERAL_COLS,
@@ -312,18 +312,21 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
 
 
-def _sqlite_literal_words(conn: Connection, literal: str, phrase: str, filters: _Filters,
-                          limit: int, offset: int, sort: str | None) -> list[SearchResult]:
-    """The literal tier of a long literal on SQLite: word-index candidates, ``LIKE``-checked."""
-    params: dict[str, Any] = {"q": phrase, "limit": limit, "offset": offset}
+def _sqlite_literal(conn: Connection, table: str, match: str, literal: str,
+                    filters: _Filters, limit: int, offset: int,
+                    sort: str | None) -> list[SearchResult]:
+    """The literal tier on SQLite: candidates ``table MATCH match`` (trigram phrase, or the
+    word phrase of a long literal), ``LIKE``-checked on the content."""
+    params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
     matches = q.pattern_where(((LikeTerm(literal),),), q.LITERAL_COLS, params)
     where = filters.sql(params)
     try:
-        rows = conn.execute(sa.text(q.literal_words_page(matches, where, sort)), params).fetchall()
+        rows = conn.execute(sa.text(q.literal_candidates_page(table, matches, where, sort)),
+                            params).fetchall()
     except sa.exc.DatabaseError as exc:
         if _is_lock_error(exc):
-            raise
-        log.debug("literal candidates %r failed: %s", phrase, exc.orig)
+            raise  # busy, never "no results"
+        log.debug("literal candidates %r on %s failed: %s", match, table, exc.orig)
         return []
     return [_result(r, r[8], "literal") for r in rows]
 
@@ -353,9 +356,9 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,
-              offset: int, sort: str | None, route: str | None = None) -> list[SearchResult]:
+              offset: int, sort: str | None) -> list[SearchResult]:
     try:
-        return _fts(conn, table, match, filters, limit, offset, sort, route)
+        return _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.DatabaseError as exc:
         if _is_lock_error(exc):
             raise
@@ -369,13 +372,11 @@ def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
 
 
 def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int, offset: int,
-         sort: str | None, route: str | None = None) -> list[SearchResult]:
-    """A page of ``MATCH match`` on ``table``; ``route="literal"`` orders by recency (the
-    literal tier: every hit holds the same text)."""
+         sort: str | None) -> list[SearchResult]:
+    """A page of ``MATCH match`` on ``table``, snippets made by FTS5 for the page only."""
     params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.fts_page(table, where, sort, newest_first=route == "literal")),
-                        params).fetchall()
+    rows = conn.execute(sa.text(q.fts_page(table, where, sort)), params).fetchall()
     if not rows:
         return []
     # Snippets for the page only (computed by FTS5 from the indexed text, never in Python).
@@ -383,7 +384,7 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     sp: dict[str, Any] = {"q": match}
     sp.update({f"i{k}": v for k, v in enumerate(ids)})
     snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
-    route = route or ("trigram" if table == q.FTS_TRIGRAM_TABLE else "fts")
+    route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
     return [_result(r, snippets.get(r[0]), route) for r in rows]
 
 

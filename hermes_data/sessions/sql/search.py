@@ -168,23 +168,25 @@ def literal_scan_page(matches: str, where: str, sort: str | None) -> str:
             f"ORDER BY {order} LIMIT :limit OFFSET :offset")
 
 
-def literal_words_page(matches: str, where: str, sort: str | None) -> str:
-    """SQLite literal tier of a long literal: candidates ``messages_fts MATCH :q`` (the
-    literal's words as a phrase), checked by ``matches`` (``LIKE`` on the content), over the
-    rows the trigram index holds; newest first by rowid (FTS5 consumes it, LIMIT stops)."""
+def literal_candidates_page(table: str, matches: str, where: str, sort: str | None) -> str:
+    """SQLite literal tier: candidates ``<table> MATCH :q`` (the trigram index with the
+    literal as one phrase, or the word index with its words — a long literal), checked by
+    ``matches`` (``LIKE`` on the content: exact on every FTS layout, the legacy inline one
+    included), over the rows the trigram index holds; newest first by rowid (FTS5 consumes
+    that order, LIMIT stops the scan: a common literal ~59 ms by m.id, ~0.5 ms by rowid)."""
+    table = _fts_table(table)
     direction = _direction(sort)
     order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
-             else "messages_fts.rowid DESC")
-    return (f"SELECT {HIT_COLS}, {LITERAL_SNIPPET} FROM messages_fts "
-            f"JOIN messages m ON m.id = messages_fts.rowid JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_fts MATCH :q AND m.role <> 'tool' AND ({matches}) "
+             else f"{table}.rowid DESC")
+    return (f"SELECT {HIT_COLS}, {LITERAL_SNIPPET} FROM {table} "
+            f"JOIN messages m ON m.id = {table}.rowid JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {table} MATCH :q AND m.role <> 'tool' AND ({matches}) "
             f"AND {TRI_SESSION_S} AND {where} ORDER BY {order} LIMIT :limit OFFSET :offset")
 
 
 def literal_match(literal: str) -> str:
-    """MATCH text of the SQLite literal tier: the literal as one trigram phrase on the
-    ``content`` column (internal quotes doubled)."""
-    return 'content : "' + literal.replace('"', '""') + '"'
+    """Trigram MATCH text of the literal tier: the literal as one phrase (quotes doubled)."""
+    return '"' + literal.replace('"', '""') + '"'
 
 
 def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None) -> str:
@@ -226,18 +228,15 @@ def _fts_table(table: str) -> str:
     return table
 
 
-def fts_page(table: str, where: str, sort: str | None, *, newest_first: bool = False) -> str:
+def fts_page(table: str, where: str, sort: str | None) -> str:
     """One page of hits of FTS5 ``table`` for ``MATCH :q`` (no snippet: see
-    :func:`fts_snippets`). ``newest_first``: relevance order replaced by id (the literal
-    tier: every hit holds the same text; recency is the tie-break)."""
+    :func:`fts_snippets`)."""
     table = _fts_table(table)
-    # Literal tier by rowid: FTS5 consumes that order and LIMIT stops its scan early (a
-    # common literal on 200,000 rows: ~59 ms by m.id, ~0.5 ms by rowid).
     # ``ORDER BY rank`` alone is consumed by FTS5; a recency tie-break (``rank, m.id DESC``)
     # makes SQLite sort every match instead: 1.5–1.9× the CPU on a common word of the
     # 200,000-message corpus (self 60 → 86 ms, hermes 17 → 33 ms). Equal ranks therefore
     # keep FTS5's order (oldest first) on SQLite; PostgreSQL breaks ties newest first.
-    best = f"{table}.rowid DESC" if newest_first else f"{table}.rank"
+    best = f"{table}.rank"
     order = {None: best, "rank": best,
              "newest": f"m.timestamp DESC, {table}.rank",
              "oldest": f"m.timestamp ASC, {table}.rank"}[sort]
