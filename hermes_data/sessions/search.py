@@ -13,6 +13,38 @@ Three parts, each usable on its own:
   fetched by id with bounded prefixes, so a multi-MB tool row is never materialised in
   Python.
 
+**What a search returns (issue 16).** The standard route answers in *tiers*, each excluding
+the rows an earlier one returned, so a row appears once:
+
+1. the **literal tier** — rows whose ``content`` holds the text as typed
+   (:func:`literal_text`: trimmed, case folded as the engine folds it), over the rows the
+   trigram index holds (no tool rows, no cron/subagent/delegate sessions); through the trigram
+   index for ≥ 3 characters (SQLite: trigram phrase candidates — the word phrase of a
+   literal over 16 characters — checked by ``LIKE``; PostgreSQL ``ILIKE`` on the ``pg_trgm``
+   index), by a newest-first scan below that. It comes **first** when the typed
+   text has a character the word index cannot see (:func:`word_invisible`: ``what?``,
+   ``~/.config``, ``C#``, ``x->y``, ``🚀``, ``read_file``; a query of such characters only,
+   ``?!``, is answered by it alone), newest first;
+2. the **exact phrase** (two or more plain terms, relevance order only, not after a literal
+   tier — the literal is the stricter phrase): ``quick brown fox``
+   ranks the rows holding the phrase above the scattered-word ones;
+3. the **word tier** — the FTS query (unicode61 / the stored tsvector) with the zero-result
+   trigram fallback, by relevance (PostgreSQL: equal ranks newest first; SQLite keeps
+   FTS5's order for them — a tie-break key costs 1.5–1.9× on common words, see
+   ``sql.search.fts_page``); on PostgreSQL, when it does not fill the page, the
+   accent-folded words follow (see below);
+4. the literal tier again, **after** the words, when they do not fill the page and the text
+   has ≥ 3 characters (``ell`` finds ``hello``; a query is always found inside a longer word).
+
+So every hit holds the typed text, or holds — as words, case and diacritics folded — every
+positive term of one OR-group of the sanitized query (CJK route: one of its tokens); this is
+what ``tests/sessions/test_search_literal.py`` checks on both backends. With ``sort`` newest /
+oldest the tiers are merged by timestamp (tier 4 joins only when the words do not fill the
+page). Operators: ``AND``/``OR``/``NOT`` are operators only alone between two terms; alone,
+or at an edge, they are words (``NOT`` finds "not"). The LIKE routes (``--role tool``, stale
+index, no FTS5) read the typed text (:func:`literal_groups`): ``1=1`` and ``' OR 1=1 --`` are
+text, not split or reinterpreted.
+
 The first two (and the result types) live in :mod:`hermes_data.sessions.search_plan`, pure
 and free of SQLAlchemy; every SQL text is in :mod:`hermes_data.sessions.sql.search`. This
 module executes, and re-exports the public names of both, so imports from
@@ -41,9 +73,20 @@ letters or digits is a word boundary — in the document and in every query term
 ``gateway/run.py``, ``user@host``, ``read_file`` split into unicode61's words and ``gateway``
 finds them on the standard route. Non-ASCII punctuation is left to the 'simple' parser (a
 boundary under a Unicode ``LC_CTYPE``). Case folds on both sides ('simple' lower-cases).
-Remaining difference: diacritics are not folded (``cafe`` does not find ``café``; FTS5's
-``remove_diacritics`` does), and the document is one text, so a phrase may span from
-``content`` into ``tool_name`` where FTS5's columns keep them apart.
+Diacritics fold as FTS5's ``remove_diacritics`` folds them (``cafe`` finds ``café`` and
+back): the writable open ensures ``hermes_unaccent`` (an IMMUTABLE wrapper of ``unaccent``)
+and the GIN index ``messages_fts_folded`` on the folded document
+(:mod:`hermes_data.sessions.search_index`). The word tier matches the stored
+``fts_document`` as typed; a *folded tier* follows it when it does not fill the page,
+matching the folded query against the folded document (ranked with the unfolded query on the
+stored document): a row matched only through folding ranks after the exact-accent rows.
+(Matching the expression index first made common words slow: the planner filters a
+backward id scan with it, recomputing ``unaccent``/``to_tsvector`` per row.)
+The literal tier's ``ILIKE`` is narrowed by the literal's words on the stored document
+(:func:`literal_word_phrase`): ``pg_trgm`` ignores punctuation, so ``[more]python`` alone
+rechecks every row holding two common words. Without the extension (no privilege)
+folding is off, logged at WARNING. Remaining difference: the document is one text, so a
+phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays
@@ -66,8 +109,9 @@ from . import opening
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
-                          cjk_count, cjk_like_groups, has_cjk, like_groups, name_list,
-                          plan_search, query_tokens, sanitize_fts_query, trigram_match)
+                          cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
+                          literal_text, literal_word_phrase, name_list, plan_search,
+                          query_tokens, sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -75,8 +119,9 @@ __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
     "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
-    "cjk_count", "fetch_context", "has_cjk", "pg_tsquery", "plan_search", "query_tokens",
-    "read_capabilities", "sanitize_fts_query", "search_messages", "trigram_match",
+    "cjk_count", "fetch_context", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
+    "plan_search", "query_tokens", "read_capabilities", "sanitize_fts_query", "search_messages",
+    "trigram_match", "word_invisible",
 ]
 
 log = logging.getLogger("hermes_data.sessions.search")
@@ -99,7 +144,8 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
         names = {r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES)}
         fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
-        return SearchCapabilities(fts5=fts, trigram=tri, stale=False)
+        return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
+                                  folded=fts and "messages_fts_folded" in names)
     caps = opening.capabilities(conn)
     names = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
     stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
@@ -113,16 +159,67 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
 # -------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Filters:
     sources: list[str]
     excluded: list[str]
     roles: list[str]
     include_inactive: bool
+    #: Ids an earlier tier of the same search returned (never returned twice).
+    exclude_ids: tuple[int, ...] = ()
 
     def sql(self, params: dict[str, Any]) -> str:
         return q.filter_where(params, sources=self.sources, excluded=self.excluded,
-                              roles=self.roles, include_inactive=self.include_inactive)
+                              roles=self.roles, include_inactive=self.include_inactive,
+                              exclude_ids=self.exclude_ids)
+
+
+#: One tier of a search: ``(filters, limit, offset) -> hits``.
+_Tier = Callable[[_Filters, int, int], list[SearchResult]]
+
+
+def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
+             sort: str | None) -> list[SearchResult]:
+    """The hits of several tiers as one list (issue 16): each tier is ``(run, always)``.
+
+    Relevance order (``sort`` None/"rank"): tier after tier, each excluding what the earlier
+    ones returned, until ``offset + limit`` hits are there. ``sort`` "newest"/"oldest": the
+    tiers' hits merged by timestamp (a tier with ``always`` false joins only when the earlier
+    ones did not fill the page)."""
+    if len(tiers) == 1:
+        return tiers[0][0](filters, limit, offset)
+    need = offset + limit
+    out: list[SearchResult] = []
+    for run, always in tiers:
+        if len(out) >= need and (sort in (None, "rank") or not always):
+            continue
+        seen = tuple(h.id for h in out if h.id is not None)
+        out += run(replace(filters, exclude_ids=seen), need if sort in ("newest", "oldest")
+                   else need - len(out), 0)
+    if sort in ("newest", "oldest"):
+        out.sort(key=lambda h: (h.timestamp or 0.0, h.id or 0), reverse=sort == "newest")
+    return out[offset:offset + limit]
+
+
+def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
+               literal: _Tier | None, sort: str | None,
+               folded: _Tier | None = None) -> list[tuple[_Tier, bool]]:
+    """Tier order of the standard route: the literal first when the typed text has characters
+    the word index cannot see, then the exact phrase (relevance order only: its hits are word
+    hits too), then the words, then — when the words do not fill the page — the literal as a
+    substring (``ell`` finds ``hello``)."""
+    tiers: list[tuple[_Tier, bool]] = []
+    if literal is not None and plan.literal_first:
+        tiers.append((literal, True))
+    if phrase is not None and sort in (None, "rank") and not plan.literal_first:
+        tiers.append((phrase, True))  # (after a literal tier it would repeat it, looser)
+    if words is not None:
+        tiers.append((words, True))
+    if folded is not None:  # PostgreSQL: rows matched only once diacritics are folded
+        tiers.append((folded, False))
+    if literal is not None and not plan.literal_first:
+        tiers.append((literal, False))
+    return tiers
 
 
 def search_messages(conn: Connection, query: str | None, *,
@@ -146,14 +243,18 @@ def search_messages(conn: Connection, query: str | None, *,
         raise ValueError(f"sort must be one of {SORTS[1:]} or None, not {sort!r}")
     limit, offset = max(0, int(limit)), max(0, int(offset))
     sanitized = sanitize_fts_query(query)
-    if sanitized is None or limit == 0:
+    literal = literal_text(query)
+    if (sanitized is None and literal is None) or limit == 0:
         return []
     roles = name_list(role_filter)
     sources = name_list(source_filter)
     filters = _Filters(sources, name_list(exclude_sources), roles, include_inactive)
     caps = read_capabilities(conn)
-    plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources)
+    plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources,
+                       literal=literal)
     log.debug("search %r -> %r via %s (%s)", query, sanitized, plan.route, plan.reason)
+    if plan.route == "none" or (plan.route == "like" and not plan.groups):
+        return []
     if conn.dialect.name == "postgresql":
         hits = _pg_run_plan(conn, plan, filters, limit, offset, sort)
     else:
@@ -188,23 +289,68 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
               sort: str | None) -> list[SearchResult]:
     if plan.route in ("like", "cjk_like"):
         return _like(conn, plan, filters, limit, offset, sort)
-    table = q.FTS_TRIGRAM_TABLE if plan.route == "trigram" else q.FTS_TABLE
-    assert plan.match is not None
+    if plan.route == "trigram":
+        assert plan.match is not None
+        return _sqlite_words(conn, plan, plan.match, filters, limit, offset, sort)
+    match, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
+    words: _Tier | None = None if match is None else (
+        lambda f, n, o: _sqlite_words(conn, plan, match, f, n, o, sort))
+    phrase: _Tier | None = None if phrase_text is None else (
+        lambda f, n, o: _fts_safe(conn, q.FTS_TABLE, phrase_text, f, n, o, sort))
+    literal: _Tier | None = None
+    words_phrase = plan.literal_words
+    if lit_text is not None and words_phrase is not None:
+        literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
+            conn, q.FTS_TABLE, words_phrase, lit_text, f, n, o, sort)
+    elif lit_text is not None and plan.literal_indexed:
+        literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
+            conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), lit_text, f, n, o, sort)
+    elif lit_text is not None:
+        literal = lambda f, n, o: _substrings(  # noqa: E731
+            conn, "literal", ((LikeTerm(lit_text),),), q.LITERAL_COLS,
+            lambda matches, where: q.literal_scan_page(matches, where, sort), f, n, o)
+    return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+
+
+def _sqlite_literal(conn: Connection, table: str, match: str, literal: str,
+                    filters: _Filters, limit: int, offset: int,
+                    sort: str | None) -> list[SearchResult]:
+    """The literal tier on SQLite: candidates ``table MATCH match`` (trigram phrase, or the
+    word phrase of a long literal), ``LIKE``-checked on the content."""
+    params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
+    matches = q.pattern_where(((LikeTerm(literal),),), q.LITERAL_COLS, params)
+    where = filters.sql(params)
     try:
-        hits = _fts(conn, table, plan.match, filters, limit, offset, sort)
+        rows = conn.execute(sa.text(q.literal_candidates_page(table, matches, where, sort)),
+                            params).fetchall()
+    except sa.exc.DatabaseError as exc:
+        if _is_lock_error(exc):
+            raise  # busy, never "no results"
+        log.debug("literal candidates %r on %s failed: %s", match, table, exc.orig)
+        return []
+    return [_result(r, r[8], "literal") for r in rows]
+
+
+def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
+                  limit: int, offset: int, sort: str | None) -> list[SearchResult]:
+    """The word tier on SQLite: ``match`` on the plan's index (unicode61, or trigram for
+    CJK), the zero-result trigram fallback, the LIKE route when the index is corrupt."""
+    table = q.FTS_TRIGRAM_TABLE if plan.route == "trigram" else q.FTS_TABLE
+    try:
+        hits = _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.OperationalError as exc:
         if _is_lock_error(exc):
             raise  # the database is busy, not the query wrong: never a silent "no results"
-        log.debug("FTS5 rejected %r on %s: %s", plan.match, table, exc.orig)
+        log.debug("FTS5 rejected %r on %s: %s", match, table, exc.orig)
         return []
     except sa.exc.DatabaseError as exc:
         log.warning("FTS index %s unusable (%s); answering through LIKE", table, exc.orig)
         like = SearchPlan("cjk_like" if plan.route == "trigram" else "like",
-                          groups=(cjk_like_groups(plan.match) if plan.route == "trigram"
-                                  else like_groups(plan.match)))
+                          groups=(cjk_like_groups(match) if plan.route == "trigram"
+                                  else like_groups(match)))
         return _like(conn, like, filters, limit, offset, sort)
     return _or_trigram(
-        hits, plan.match, plan.trigram_fallback, offset,
+        hits, match, plan.trigram_fallback, offset,
         probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
         retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, limit, offset, sort))
 
@@ -227,6 +373,7 @@ def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
 
 def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int, offset: int,
          sort: str | None) -> list[SearchResult]:
+    """A page of ``MATCH match`` on ``table``, snippets made by FTS5 for the page only."""
     params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
     where = filters.sql(params)
     rows = conn.execute(sa.text(q.fts_page(table, where, sort)), params).fetchall()
@@ -313,11 +460,44 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
-    assert plan.match is not None
-    match = plan.match
     if plan.route == "trigram":
+        assert plan.match is not None
+        match = plan.match
         return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
             conn, match, filters, limit, offset, sort)) or []
+    match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
+    words: _Tier | None = None if match_text is None else (
+        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
+    phrase: _Tier | None = None if phrase_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
+            conn, phrase_text, f, n, o, sort)) or [])
+    folded: _Tier | None = None if match_text is None or not plan.folded else (
+        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
+            conn, match_text, f, n, o, sort, folded=True)) or [])
+    literal: _Tier | None = None if lit_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
+            conn, lit_text, f, n, o, sort)) or [])
+    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
+                    offset, sort)
+
+
+def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
+                sort: str | None) -> list[SearchResult]:
+    """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
+    literal's words on the stored document (:func:`literal_word_phrase`)."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
+    phrase = literal_word_phrase(literal)
+    tsq = pg_tsquery(phrase, params, "w") if phrase else None
+    where = filters.sql(params)
+    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq)), params).fetchall()
+    return [_result(r, r[8], "literal") for r in rows]
+
+
+def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
+              offset: int, sort: str | None) -> list[SearchResult]:
+    """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
+    fallback."""
     hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
@@ -329,17 +509,21 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
 
 
 def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-            sort: str | None) -> list[SearchResult]:
+            sort: str | None, folded: bool = False) -> list[SearchResult]:
     params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
                               "hl": PG_HEADLINE_CHARS}
     tsq = pg_tsquery(match, params)
     if tsq is None:
         return []
+    # Accent folding: the folded query matches the folded document; ``tsq`` ranks.
+    match_q = pg_tsquery(match, params, "f", fold=True) if folded else None
     where = filters.sql(params)
     # The parser reads the headline text as it read the document: each ASCII punctuation run
     # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
     params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
-    rows = conn.execute(sa.text(q.pg_fts_page(tsq, where, sort)), params).fetchall()
+    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq) if match_q
+            else q.pg_fts_page(tsq, where, sort))
+    rows = conn.execute(sa.text(page), params).fetchall()
     return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
 
 

@@ -99,8 +99,10 @@ def sanitize_fts_query(query: str | None) -> str | None:
     4       ``AND*`` / ``OR*`` / ``NOT*``    the star is dropped (operators take none)
     5       ``a.b``, ``chat-send``, ``a_b.c``  quoted as one phrase: ``"chat-send"``
     6       other ``.`` / ``-``              space (``foo.``, ``-bar``, ``...``)
-    7       ``AND`` / ``OR`` / ``NOT``        kept only between two non-operator terms;
-                                             leading, trailing, consecutive ones dropped
+    7       ``AND`` / ``OR`` / ``NOT``        an operator only alone between two terms;
+            between two terms, in a run       dropped (``foo AND OR bar`` ⇒ ``foo bar``)
+            alone or at an edge               a word, quoted: ``NOT`` ⇒ ``"NOT"``,
+                                             ``AND now`` ⇒ ``"AND" now`` (issue 16)
     7       lower-case ``and``/``or``/``not``  ordinary words
     8       nothing left                     ``None``
     ======  ===============================  ==============================================
@@ -146,18 +148,35 @@ def sanitize_fts_query(query: str | None) -> str | None:
     text = _INNER_STAR_RE.sub(" ", text)
     tokens = [_clean_star(t) for t in _TOKEN_RE.findall(text)]
     tokens = [t for t in tokens if t]
-    kept: list[str] = []
-    for i, tok in enumerate(tokens):
-        if tok in OPERATORS:
-            before = tokens[i - 1] if i > 0 else None
-            after = tokens[i + 1] if i + 1 < len(tokens) else None
-            if before is None or after is None or before in OPERATORS or after in OPERATORS:
-                continue
-        kept.append(tok)
+    kept = [f'"{tok}"' if role == "word" else tok
+            for tok, role in zip(tokens, operator_roles(tokens)) if role != "skip"]
     # Step 8: restore the phrases.
     out = " ".join(kept)
     out = _PLACEHOLDER_RE.sub(lambda m: phrases[int(m.group(1))], out).strip()
     return out or None
+
+
+def operator_roles(tokens: Sequence[str]) -> list[str]:
+    """Role of each token for step 7: ``"term"``, ``"op"`` (an operator between two terms),
+    ``"skip"`` (one of several operators in a row between two terms: ``foo AND OR bar``) or
+    ``"word"`` (an operator keyword at an edge of the query, alone or in a run touching an
+    edge: ``NOT``, ``AND now``, ``x OR`` — a word to find, like lower-case ``not``)."""
+    roles = ["term" if t not in OPERATORS else "" for t in tokens]
+    i = 0
+    while i < len(tokens):
+        if roles[i]:
+            i += 1
+            continue
+        j = i
+        while j < len(tokens) and not roles[j]:
+            j += 1  # tokens[i:j] is a run of operator keywords
+        if i == 0 or j == len(tokens):
+            fill = ["word"] * (j - i)
+        else:
+            fill = ["op"] if j - i == 1 else ["skip"] * (j - i)
+        roles[i:j] = fill
+        i = j
+    return roles
 
 
 def _clean_star(token: str) -> str:
@@ -166,6 +185,93 @@ def _clean_star(token: str) -> str:
     token = re.sub(r"\*+", "*", token).lstrip("*")
     # An operator word cannot take a prefix star ('AND*' is a syntax error): drop it.
     return token.rstrip("*") if token.rstrip("*") in OPERATORS else token
+
+
+# -------------------------------------------------------------------------------------
+# The literal text (issue 16): what was typed, matched as a substring
+# -------------------------------------------------------------------------------------
+
+#: A literal shorter than this has no trigram: the literal tier scans for it, newest first.
+LITERAL_TRIGRAM_MIN = 3
+#: A literal longer than this takes its candidates from the word index when it has words.
+LITERAL_WORDS_MIN = 16
+
+
+def literal_text(query: str | None) -> str | None:
+    """The text as typed, for the literal tier and the LIKE routes: cut to 2048 characters,
+    lone surrogates replaced, NUL made a space, trimmed; ``None`` when blank or not text."""
+    if not isinstance(query, str):
+        return None
+    text = (enc.scrub(query[:MAX_QUERY_CHARS]) or "").replace("\x00", " ").strip()
+    return text or None
+
+
+def word_invisible(literal: str) -> bool:
+    """True when ``literal`` holds a character the word index cannot see: anything but
+    letters, digits and whitespace, except the phrase quote ``"`` and a prefix ``*`` ending
+    a token (query syntax, not text). ``what?``, ``~/.config``, ``C#``, ``x->y``, ``🚀``,
+    ``read_file`` are; ``hello world``, ``"a phrase"``, ``conf*`` are not."""
+    return any(not ch.isalnum() and ch != '"'
+               for tok in literal.split() for ch in tok.rstrip("*"))
+
+
+def literal_groups(literal: str) -> tuple[tuple[LikeTerm, ...], ...]:
+    """LIKE terms of the typed text (the LIKE routes: ``--role tool``, stale index, no FTS5).
+
+    Nothing is reinterpreted: a balanced ``"…"`` is one term (its text verbatim), every other
+    whitespace-separated token is a term as typed (``1=1``, ``100%``, ``'``, ``--`` are text;
+    only the quote character and a ``*`` ending a token — the prefix marker — are removed).
+    ``AND``/``OR``/``NOT`` are operators under the sanitizer's step-7 rule (alone between two
+    terms; otherwise words, or dropped in a run between terms): ``OR`` starts a new group,
+    ``NOT`` negates the next term. Groups without a positive term are dropped."""
+    tokens = _LIKE_TOKEN_RE.findall(literal)
+    groups: list[list[LikeTerm]] = [[]]
+    negate = False
+    for tok, role in zip(tokens, operator_roles(tokens)):
+        if role == "skip":
+            continue
+        if role == "op":
+            if tok == "OR":
+                groups.append([])
+                negate = False
+            elif tok == "NOT":
+                negate = True
+            continue
+        if tok.startswith('"') and tok.endswith('"') and len(tok) >= 2:
+            term = tok[1:-1]
+        else:
+            term = tok.replace('"', "").rstrip("*")
+        if term:
+            groups[-1].append(LikeTerm(term, negate))
+        negate = False
+    return tuple(tuple(g) for g in groups if any(not t.negated for t in g))
+
+
+_LEADING_WORD_RE = re.compile(r"^[^\W_]+")
+_WORD_CHAR_RE = re.compile(r"[^\W_]")
+
+
+def literal_word_phrase(literal: str) -> str | None:
+    """A word-index phrase every row holding ``literal`` matches (PostgreSQL's literal tier
+    takes its candidates from it): the literal without a leading word (it may end a longer
+    one), quoted, with a prefix ``*`` when it ends inside a word; ``None`` when no word is
+    left (``C#``, ``🚀``, ``?!``). ``[more]python`` ⇒ ``"[more]python"*``."""
+    if any(ord(ch) > 127 and not (ch.isalnum() or ch.isspace()) for ch in literal):
+        return None  # symbols/emoji: tokenizers disagree on them; the trigram/scan decides
+    text = _LEADING_WORD_RE.sub("", literal).replace('"', " ")
+    if not _WORD_CHAR_RE.search(text):
+        return None
+    return '"' + text + '"' + ("*" if _WORD_CHAR_RE.match(text[-1]) else "")
+
+
+def phrase_match(sanitized: str) -> str | None:
+    """The exact-phrase form of a query of two or more plain terms (no operator, no prefix):
+    ``foo bar`` ⇒ ``"foo bar"``; ``None`` otherwise (issue 16 item 6: a phrase match ranks
+    above scattered words)."""
+    tokens = query_tokens(sanitized)
+    if len(tokens) < 2 or any(t in OPERATORS or t.endswith("*") for t in tokens):
+        return None
+    return '"' + " ".join(bare_token(t).replace('"', '""') for t in tokens) + '"'
 
 
 def query_tokens(sanitized: str) -> list[str]:
@@ -223,6 +329,7 @@ class SearchCapabilities:
     fts5: bool  # FTS5 module present and ``messages_fts`` exists
     trigram: bool  # ``messages_fts_trigram`` usable
     stale: bool  # ``fts_stale`` set: the indexes are detached
+    folded: bool = False  # PostgreSQL: the accent-folded document index is there
 
 
 @dataclass(frozen=True)
@@ -249,6 +356,22 @@ class SearchPlan:
     groups: tuple[tuple[LikeTerm, ...], ...] = ()
     trigram_fallback: str | None = None
     reason: str = ""
+    #: The literal tier (``fts`` route only): rows whose content holds this text as typed.
+    literal: str | None = None
+    #: Literal hits rank first (the text has characters the word index cannot see);
+    #: otherwise they follow the word hits (substrings inside longer words).
+    literal_first: bool = False
+    #: Exact-phrase MATCH text ranked above the scattered-word matches, or ``None``.
+    phrase: str | None = None
+    #: The literal tier can use the trigram index (≥ 3 characters and the index present);
+    #: otherwise it scans, newest first.
+    literal_indexed: bool = False
+    #: SQLite: a long literal's candidates come from this word-index phrase
+    #: (:func:`literal_word_phrase`), checked by ``LIKE`` — a long trigram phrase reads the
+    #: doclists of dozens of common trigrams.
+    literal_words: str | None = None
+    #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
+    folded: bool = False
 
 
 def like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
@@ -270,21 +393,30 @@ def cjk_like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
     return tuple((LikeTerm(t),) for t in terms if t)
 
 
-def plan_search(sanitized: str, caps: SearchCapabilities, *,
+def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
                 role_filter: Sequence[str] | None = None,
-                source_filter: Sequence[str] | None = None) -> SearchPlan:
-    """Choose the route for an already sanitized query (pure; spec §7.2 steps 2–6)."""
+                source_filter: Sequence[str] | None = None,
+                literal: str | None = None) -> SearchPlan:
+    """Choose the route for an already sanitized query (pure; spec §7.2 steps 2–6, amended
+    by issue 16). ``literal`` is :func:`literal_text` of the query as typed: the LIKE routes
+    compile it (:func:`literal_groups`), the standard route adds its literal tier."""
     wants_tool = bool(role_filter) and "tool" in role_filter  # type: ignore[operator]
-    if wants_tool:
-        return SearchPlan("like", groups=like_groups(sanitized),
-                          reason="tool rows are indexed only to 8192 characters")
-    if caps.stale or not caps.fts5:
-        return SearchPlan("like", groups=like_groups(sanitized),
-                          reason="FTS index stale" if caps.stale else "FTS5 unavailable")
+    if wants_tool or caps.stale or not caps.fts5:
+        reason = ("tool rows are indexed only to 8192 characters" if wants_tool
+                  else "FTS index stale" if caps.stale else "FTS5 unavailable")
+        groups = (literal_groups(literal) if literal is not None
+                  else like_groups(sanitized) if sanitized else ())
+        return SearchPlan("like", groups=groups, reason=reason)
+    excluded_src = bool(source_filter) and any(
+        s in ("cron", "subagent") for s in source_filter)  # type: ignore[union-attr]
+    if sanitized is None:
+        # Nothing the word index can see ('?!', '->', '⨁'): the literal alone.
+        if literal is None or excluded_src:
+            return SearchPlan("none", reason="nothing searchable")
+        return SearchPlan("fts", literal=literal, literal_first=True, reason="literal only",
+                          literal_indexed=caps.trigram and len(literal) >= LITERAL_TRIGRAM_MIN)
     terms = [bare_token(t) for t in query_tokens(sanitized) if t not in OPERATORS]
     if has_cjk(sanitized):
-        excluded_src = bool(source_filter) and any(
-            s in ("cron", "subagent") for s in source_filter)  # type: ignore[union-attr]
         cjk_ok = (cjk_count(sanitized) >= 3 and terms
                   and all(len(t) >= 3 for t in terms)
                   and all(cjk_count(t) >= 3 for t in terms if has_cjk(t)))
@@ -295,7 +427,18 @@ def plan_search(sanitized: str, caps: SearchCapabilities, *,
     fallback = None
     if caps.trigram and terms and all(len(t) >= 3 for t in terms):
         fallback = trigram_match(sanitized)
-    return SearchPlan("fts", match=sanitized, trigram_fallback=fallback, reason="standard")
+    lit, first = None, False
+    if literal is not None and not excluded_src:
+        first = word_invisible(literal)
+        if first or len(literal) >= LITERAL_TRIGRAM_MIN:
+            lit = literal
+    return SearchPlan("fts", match=sanitized, trigram_fallback=fallback, reason="standard",
+                      literal=lit, literal_first=first and lit is not None,
+                      phrase=phrase_match(sanitized), literal_indexed=caps.trigram and (
+                          lit is not None and len(lit) >= LITERAL_TRIGRAM_MIN),
+                      literal_words=(literal_word_phrase(lit) if lit is not None
+                                     and len(lit) > LITERAL_WORDS_MIN else None),
+                      folded=caps.folded)
 
 
 # -------------------------------------------------------------------------------------

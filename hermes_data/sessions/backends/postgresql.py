@@ -32,6 +32,7 @@ from ... import migrate
 from ...engine import create_engine_for
 from ...errors import ConfigurationError, DatabaseBusyError
 from ..sql import backend as q
+from ..search_index import ensure_pg_search_objects
 from ..sql import for_dialect
 from .locks import AdvisoryLock
 from .base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
@@ -94,6 +95,7 @@ class PostgresBackend(SessionBackend):
                 if rev != migrate.head_revision("sessions"):
                     report = migrate.upgrade("sessions", url)
                     self.open_repairs.extend(report.repairs)
+                ensure_pg_search_objects(self._engine)  # issue 16: accent folding (search)
             self._writer: Connection | None = self._engine.connect()
         except BaseException:
             self._engine.dispose()
