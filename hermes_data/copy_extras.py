@@ -224,15 +224,8 @@ def apply_extras(d: Connection, extras: _Extras) -> None:
                 continue
             d.exec_driver_sql(f"ALTER TABLE {q(name)} ADD COLUMN {q(col.name)} "
                               f"{col.type.compile(dialect=d.dialect)}")
-    for table in extras.tables:
-        if insp.has_table(table.name):
-            names = {c["name"] for c in insp.get_columns(table.name)}
-            if names != {c.name for c in table.c}:
-                problems.append(f"table {table.name} exists on the target with other columns")
-            continue
-        table.create(d)
-    for ledger in extras.ledgers:
-        table = side_table(ledger, extras.store, d.dialect.name)
+    ledgers = [side_table(t, extras.store, d.dialect.name) for t in extras.ledgers]
+    for table in extras.tables + ledgers:
         if insp.has_table(table.name):
             names = {c["name"] for c in insp.get_columns(table.name)}
             if names != {c.name for c in table.c}:
