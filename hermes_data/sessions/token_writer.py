@@ -143,12 +143,16 @@ class TokenWriter:
                 self._busy = True  # before taking: flush reads queue, then busy, lock-free
                 batch = list(self._queue)
                 self._queue.clear()
-            try:
-                self._apply(batch)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+            self._apply_claimed(batch)
+
+    def _apply_claimed(self, batch: list[Item]) -> None:
+        """Apply a batch this thread claimed (``_busy`` set), then release the claim."""
+        try:
+            self._apply(batch)
+        finally:
+            with self._cond:
+                self._busy = False
+                self._cond.notify_all()
 
     def _apply(self, batch: list[Item]) -> None:
         try:
@@ -185,12 +189,7 @@ class TokenWriter:
                     if remaining <= 0:
                         return False
                     self._cond.wait(remaining)
-            try:
-                self._apply(batch)
-            finally:
-                with self._cond:
-                    self._busy = False
-                    self._cond.notify_all()
+            self._apply_claimed(batch)
 
     def close(self) -> None:
         """Stop the writer, drain what is left synchronously, unregister the atexit hook. A
