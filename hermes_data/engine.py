@@ -57,6 +57,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 
 from .config import resolve_url, sqlite_path
 from .errors import ConfigurationError, WalUnsupportedError
+from .files import FileHeader
 
 log = logging.getLogger("hermes_data.engine")
 
@@ -491,11 +492,20 @@ def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathL
     return state
 
 
-def keeping_journal_mode(path: Path, settings: SqliteSettings) -> SqliteSettings:
-    """``settings`` with the journal mode the existing file at ``path`` is in (its header says
-    WAL or a rollback journal): an engine made with them switches nothing, so a migration that
-    is refused leaves the file byte-identical; the caller applies ``settings`` afterwards."""
-    with open(path, "rb") as fh:
-        header = fh.read(20)
-    wal = len(header) == 20 and header[18] == 2 and header[19] == 2
-    return replace(settings, journal_mode="wal" if wal else "delete")
+def keeping_journal_mode(path: Path, settings: SqliteSettings) -> SqliteSettings | None:
+    """``settings`` with the journal mode the existing file at ``path`` is in, when ``settings``
+    would switch it (its header says WAL or a rollback journal), else None: an engine made with
+    them switches nothing, so a migration that is refused leaves the file byte-identical; the
+    caller applies ``settings`` once the migration has committed."""
+    # Through the process's shared header descriptor: opening and closing a descriptor of
+    # the file here would drop every POSIX lock this process holds on it (a live handle's).
+    lease = FileHeader(path)
+    try:
+        header = lease.read()
+    finally:
+        lease.release()
+    current = "wal" if len(header) == 20 and header[18] == 2 and header[19] == 2 else "delete"
+    wanted = settings.configured_mode()
+    if wanted is None:  # the default policy moves a rollback-journal file to WAL only
+        wanted = "wal" if current == "delete" and not settings.vulnerable() else current
+    return None if wanted == current else replace(settings, journal_mode=current)
