@@ -117,10 +117,10 @@ def _fetch(conn: Connection, s: ProjectionStatements, ids: Sequence[str], which:
     return rows
 
 
-def _stream(conn: Connection, s: ProjectionStatements, session_id: str, which: str
-            ) -> Iterable[Any]:
-    """The rows of one session, in id order, as the cursor yields them: each row is freed
-    once projected, so the fetched rows are never all held alongside the messages."""
+def _stream(conn: Connection, s: ProjectionStatements, session_id: str, which: str) -> Any:
+    """The open cursor of one session's rows, in id order (the caller closes it): each row
+    is freed once projected, so the fetched rows are never all held alongside the
+    messages."""
     return _runner(conn, s)(s.rows(1, which), (session_id,))
 
 
@@ -402,8 +402,11 @@ def _conversation(conn: Connection, store: StoreHandle, session_id: str, *, ance
     hooks = _hooks(store)
     s = for_dialect(q.dialect)
     if not generations and not ancestors:
-        msgs, needed = _messages(_stream(conn, s, session_id, which), q.dialect, hooks,
-                                 summary=summary, row_ids=row_ids)
+        cursor = _stream(conn, s, session_id, which)
+        try:
+            msgs, needed = _messages(cursor, q.dialect, hooks, summary=summary, row_ids=row_ids)
+        finally:  # a raising hook leaves no statement pending on the connection
+            cursor.close()
         msgs = _post_passes(msgs, needed)
         if repair:
             hooks.repair_sequence(msgs)

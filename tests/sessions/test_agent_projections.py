@@ -280,3 +280,21 @@ def test_projection_columns_cover_every_replayed_column():
     for d in ("sqlite", "postgresql"):
         stmt = p.for_dialect(d).rows(2, "active")
         assert stmt.startswith(f"SELECT {', '.join(p.PROJECTION_COLS)} FROM messages ")
+
+
+def test_a_raising_hook_leaves_the_store_usable(store):
+    """§3.5 hooks: an exception from an injected transform reaches the caller, and the next
+    reads and writes on the same store work (no statement left pending)."""
+    def boom(text):
+        raise RuntimeError(f"sanitizer refused {text!r}")
+
+    store.create_session("x", "cli")
+    for i in range(5):
+        store.append_message("x", "user", f"ask {i}")
+    store.conversation_hooks = ConversationHooks(sanitize_text=boom)
+    with pytest.raises(RuntimeError, match="ask 0"):
+        store.get_messages_as_conversation("x")
+    store.conversation_hooks = ConversationHooks()
+    store.append_message("x", "assistant", "answer")
+    assert [m["content"] for m in store.get_messages_as_conversation("x")][-2:] == [
+        "ask 4", "answer"]
