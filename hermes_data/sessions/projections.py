@@ -15,14 +15,15 @@ import json
 import logging
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
 from . import lineage
 from .handle import StoreHandle
-from .sql.projections import IN_CHUNK, ProjectionStatements, for_dialect
+from .sql.projections import (ASSISTANT_ONLY_FROM, IN_CHUNK, OPTIONAL_EMPTY, OPTIONAL_FROM,
+                              PROJECTION_COLS, SHARED_EMPTY, ProjectionStatements, for_dialect)
 
 log = logging.getLogger("hermes_data.sessions.projections")
 
@@ -35,6 +36,10 @@ _MEMORY_FENCE = re.compile(r"</?memory-context>", re.I)
 _MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
 _HARNESS = ("Review the conversation above and update the skill library",
             "Review the conversation above and consider saving to memory")
+#: What every harness turn contains (the cheap test of whether the harness pass can apply).
+_HARNESS_TEXT = "Review the conversation above"
+_TOOL_CALLS, _TOOL_CALL_ID, _TOOL_NAME = (PROJECTION_COLS.index(c) for c in (
+    "tool_calls", "tool_call_id", "tool_name"))
 #: Hop limit of the conversation-root walk.
 ROOT_MAX_HOPS = 100
 
@@ -89,70 +94,190 @@ class _Row:
     key: tuple
 
 
+def _runner(conn: Connection, s: ProjectionStatements) -> Callable[[str, tuple], Any]:
+    """How a projection statement runs. SQLite: straight on the DB-API connection inside the
+    caller's read transaction (plain tuples; no result metadata or ``Row`` per row), as the
+    transcript read path does."""
+    if s.dialect == "sqlite":
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        return raw.execute
+    return conn.exec_driver_sql
+
+
 def _fetch(conn: Connection, s: ProjectionStatements, ids: Sequence[str], which: str) -> list:
+    """The ``PROJECTION_COLS`` rows of ``ids`` under filter ``which``, in id order."""
+    run = _runner(conn, s)
     rows: list = []
     for i in range(0, len(ids), IN_CHUNK):
         chunk = tuple(ids[i:i + IN_CHUNK])
-        rows.extend(conn.exec_driver_sql(s.rows(len(chunk), which), chunk).fetchall())
+        rows.extend(run(s.rows(len(chunk), which), chunk).fetchall())
     if len(ids) > IN_CHUNK:
         rows.sort(key=lambda r: r[0])
     return rows
 
 
+def _stream(conn: Connection, s: ProjectionStatements, session_id: str, which: str) -> Any:
+    """The open cursor of one session's rows, in id order (the caller closes it): each row
+    is freed once projected, so the fetched rows are never all held alongside the
+    messages."""
+    return _runner(conn, s)(s.rows(1, which), (session_id,))
+
+
+def _messages(rows: Iterable[Any], d: str, hooks: ConversationHooks, *, summary: bool,
+              row_ids: bool) -> tuple[list[ConversationMessage], bool]:
+    """The replayed message of every row (``PROJECTION_COLS``), in row order, and whether
+    the harness / stale-marker pass can change anything (:func:`_post_passes`).
+
+    The per-row hot path of every projection (a 20,000-row transcript goes through here).
+    A plain-text user or assistant turn is handled inline: the content checks the default
+    sanitizer needs, then, when it has a timestamp and its optional columns are empty
+    (``SHARED_EMPTY``; an assistant's ``OPTIONAL_EMPTY``), a copy of its role's prebuilt
+    message with content and timestamp set. Any other content goes through :func:`_text`
+    and any other row through :func:`_full_message`, which add the same keys in the same
+    order."""
+    out: list[ConversationMessage] = []
+    append = out.append
+    prefix = enc.content_prefix(d)
+    marker = prefix[0]
+    sanitize = hooks.sanitize_text
+    custom = sanitize is not sanitize_memory_context
+    opt, shared_end, harness = OPTIONAL_FROM, ASSISTANT_ONLY_FROM, _HARNESS_TEXT
+    shared_empty, assistant_empty = SHARED_EMPTY, OPTIONAL_EMPTY
+    new_user = _plain_message("user", row_ids).copy
+    new_assistant = _plain_message("assistant", row_ids).copy
+    post = False
+    for r in rows:
+        role = r[2]
+        content = r[3]
+        if content.__class__ is not str or marker in content:
+            content = _text(content, role, prefix, d, hooks)
+            if not post and _may_be_harness(role, content):
+                post = True
+        elif role == "user":
+            # The default sanitizer only ever removes text around '<' or '['.
+            if custom or "<" in content or "[" in content:
+                content = sanitize(content)
+            content = content.strip()
+            if not post and harness in content:
+                post = True
+            if r[4] and r[opt:shared_end] == shared_empty:
+                m = new_user()
+                m["content"] = content
+                m["timestamp"] = r[4]
+                if row_ids:
+                    m["_row_id"] = r[0]
+                append(m)
+                continue
+        elif role == "assistant":
+            if custom or "<" in content or "[" in content:
+                content = sanitize(content)
+            content = content.strip()
+            if r[4] and r[opt:] == assistant_empty:
+                m = new_assistant()
+                m["content"] = content
+                m["timestamp"] = r[4]
+                if row_ids:
+                    m["_row_id"] = r[0]
+                append(m)
+                continue
+        elif not post and role == "system" and harness in content:
+            post = True
+        m = _full_message(r, content, summary=summary, row_ids=row_ids)
+        if not post and role == "assistant" and "tool_calls" in m \
+                and isinstance(content, str) and "[" in content:
+            post = True
+        append(m)
+    return out, post
+
+
+def _plain_message(role: str, row_ids: bool) -> ConversationMessage:
+    """The keys, in order, of a ``role`` message whose optional columns are all empty
+    (:func:`_messages` copies it and sets the per-row values)."""
+    m: ConversationMessage = {"role": role, "content": None, "_db_persisted": True}
+    if row_ids:
+        m["_row_id"] = None
+    m["timestamp"] = None
+    return m
+
+
+def _may_be_harness(role: Any, content: Any) -> bool:
+    """Whether a message could be a harness turn (:func:`_post_passes` decides)."""
+    return (role == "user" or role == "system") and isinstance(content, str) \
+        and _HARNESS_TEXT in content
+
+
+def _text(content: Any, role: Any, prefix: str, d: str, hooks: ConversationHooks) -> Any:
+    """The replayed ``content`` of any stored value (the general form of the hot path's
+    checks in :func:`_messages`): the multimodal marker decoded, user and assistant text
+    sanitized and stripped."""
+    if not isinstance(content, str):
+        return content
+    value: Any = content
+    if value.startswith(prefix):
+        value = enc.decode_content(value, d)
+    if (role == "user" or role == "assistant") and isinstance(value, str):
+        sanitize = hooks.sanitize_text
+        if sanitize is not sanitize_memory_context or "<" in value or "[" in value:
+            value = sanitize(value)
+        value = value.strip()
+    return value
+
+
+def _full_message(r: Sequence[Any], content: Any, *, summary: bool, row_ids: bool
+                  ) -> ConversationMessage:
+    """The replayed message of a row with optional columns set (``content`` already
+    decoded, sanitized and stripped)."""
+    (rid, _sid, role, _stored, ts, _active, tool_calls, meta, api_content, kind, tool_call_id,
+     tool_name, effect, pmid, observed, compressed, reasoning_content, details, codex_items,
+     codex_msgs, finish, reasoning) = r
+    m: ConversationMessage = {"role": role, "content": content, "_db_persisted": True}
+    if row_ids:
+        m["_row_id"] = rid
+    if api_content:
+        m["api_content"] = api_content
+    if kind:
+        m["display_kind"] = kind
+    decoded_meta = enc.decode_display_metadata(meta) if meta else None
+    if isinstance(decoded_meta, dict):
+        m["display_metadata"] = decoded_meta
+    if summary and compressed:
+        m["_compressed_summary"] = True
+    for k, v in (("timestamp", ts), ("tool_call_id", tool_call_id), ("tool_name", tool_name),
+                 ("effect_disposition", effect)):
+        if v:
+            m[k] = v
+    if tool_calls is not None:
+        m["tool_calls"] = _parse(tool_calls, "tool_calls", rid, [])
+    if pmid:
+        m["message_id"] = pmid
+    if observed:
+        m["observed"] = True
+    if role == "assistant":
+        if finish:
+            m["finish_reason"] = finish
+        if reasoning:
+            m["reasoning"] = reasoning
+        if reasoning_content is not None:
+            m["reasoning_content"] = reasoning_content
+        for name, raw in (("reasoning_details", details), ("codex_reasoning_items", codex_items),
+                          ("codex_message_items", codex_msgs)):
+            if raw is not None:
+                m[name] = _parse(raw, name, rid, None)
+    return m
+
+
 def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: bool,
              keyed: bool = False, row_ids: bool = True) -> list[_Row]:
+    """:func:`_messages` wrapped with what the de-duplication passes need (row id, session,
+    active flag and, when ``keyed``, the display-generation key)."""
+    msgs, _ = _messages(rows, d, hooks, summary=summary, row_ids=row_ids)
     out = []
-    prefix = enc.content_prefix(d)
-    sanitize = hooks.sanitize_text
-    default_sanitizer = sanitize is sanitize_memory_context
-    for r in rows:
-        (rid, sid, role, content, tool_call_id, tool_calls, tool_name, ts, _tc, finish,
-         reasoning, reasoning_content, details, codex_items, codex_msgs, pmid, observed,
-         compressed, effect, active, _compacted, api_content, kind, meta) = r
-        if isinstance(content, str):
-            if content.startswith(prefix):
-                content = enc.decode_content(content, d)
-            if (role == "user" or role == "assistant") and isinstance(content, str):
-                # The default sanitizer only ever removes text around '<' or '['.
-                if not default_sanitizer or "<" in content or "[" in content:
-                    content = sanitize(content)
-                content = content.strip()
-        m: ConversationMessage = {"role": role, "content": content, "_db_persisted": True}
-        if row_ids:
-            m["_row_id"] = rid
-        if api_content:
-            m["api_content"] = api_content
-        if kind:
-            m["display_kind"] = kind
-        decoded_meta = enc.decode_display_metadata(meta) if meta else None
-        if isinstance(decoded_meta, dict):
-            m["display_metadata"] = decoded_meta
-        if summary and compressed:
-            m["_compressed_summary"] = True
-        for k, v in (("timestamp", ts), ("tool_call_id", tool_call_id), ("tool_name", tool_name),
-                     ("effect_disposition", effect)):
-            if v:
-                m[k] = v
-        if tool_calls is not None:
-            m["tool_calls"] = _parse(tool_calls, "tool_calls", rid, [])
-        if pmid:
-            m["message_id"] = pmid
-        if observed:
-            m["observed"] = True
-        if role == "assistant":
-            if finish:
-                m["finish_reason"] = finish
-            if reasoning:
-                m["reasoning"] = reasoning
-            if reasoning_content is not None:
-                m["reasoning_content"] = reasoning_content
-            for name, raw in (("reasoning_details", details), ("codex_reasoning_items", codex_items),
-                              ("codex_message_items", codex_msgs)):
-                if raw is not None:
-                    m[name] = _parse(raw, name, rid, None)
-        key = (role, _display_content(m, hooks, r[3]) if role == "user" else r[3], ts,
-               tool_call_id, tool_calls, tool_name) if keyed else ()
-        out.append(_Row(rid, sid, bool(active), m, key))
+    for r, m in zip(rows, msgs):
+        role = r[2]
+        key = (role, _display_content(m, hooks, r[3]) if role == "user" else r[3], r[4],
+               r[_TOOL_CALL_ID], r[_TOOL_CALLS], r[_TOOL_NAME]) if keyed else ()
+        out.append(_Row(r[0], r[1], bool(r[5]), m, key))
     return out
 
 
@@ -225,8 +350,13 @@ def _dedupe_replayed_users(rows: list[_Row], hooks: ConversationHooks) -> list[_
     return [r for r in out if r is not None]
 
 
-def _post_passes(msgs: list[ConversationMessage]) -> list[ConversationMessage]:
-    if not any(_needs_post_pass(m) for m in msgs):
+def _post_passes(msgs: list[ConversationMessage], needed: bool | None = None
+                 ) -> list[ConversationMessage]:
+    """Harness turns (and the reply after each) dropped, stale tool markers blanked;
+    ``needed=False`` (from :func:`_messages`) skips the scan."""
+    if needed is None:
+        needed = any(_needs_post_pass(m) for m in msgs)
+    if not needed:
         return msgs
     out: list[ConversationMessage] = []
     skip_reply = False
@@ -270,8 +400,19 @@ def _conversation(conn: Connection, store: StoreHandle, session_id: str, *, ance
     q = store.backend.sql
     ids = lineage.resume_lineage_ids(conn, q, session_id) if ancestors else [session_id]
     hooks = _hooks(store)
-    rows = _project(_fetch(conn, for_dialect(q.dialect), ids, which), q.dialect, hooks,
-                    summary=summary, keyed=generations, row_ids=row_ids)
+    s = for_dialect(q.dialect)
+    if not generations and not ancestors:
+        cursor = _stream(conn, s, session_id, which)
+        try:
+            msgs, needed = _messages(cursor, q.dialect, hooks, summary=summary, row_ids=row_ids)
+        finally:  # a raising hook leaves no statement pending on the connection
+            cursor.close()
+        msgs = _post_passes(msgs, needed)
+        if repair:
+            hooks.repair_sequence(msgs)
+        return msgs
+    rows = _project(_fetch(conn, s, ids, which), q.dialect, hooks, summary=summary,
+                    keyed=generations, row_ids=row_ids)
     if generations:
         rows = _dedupe_display_generations(rows)
     if ancestors:
@@ -303,7 +444,7 @@ def _resume_pair(conn: Connection, store: StoreHandle, session_id: str
     ids = lineage.resume_lineage_ids(conn, q, session_id)
     hooks = _hooks(store)
     raw = _fetch(conn, for_dialect(q.dialect), ids, "compacted")
-    own = [r for r in raw if r[1] == session_id and r[19]]
+    own = [r for r in raw if r[1] == session_id and r[5]]
     model = _finish(_project(own, q.dialect, hooks, summary=True), hooks, repair=True)
     display_rows = _dedupe_replayed_users(
         _dedupe_display_generations(_project(raw, q.dialect, hooks, summary=False, keyed=True)),

@@ -178,3 +178,123 @@ def test_ab32_dangling_parent_gives_the_topmost_existing_row(store):
     con.commit()
     con.close()
     assert store.get_conversation_root("b") == "a"
+
+
+_FULL_ORDER = ["role", "content", "_db_persisted", "_row_id", "api_content", "display_kind",
+               "display_metadata", "timestamp", "tool_call_id", "tool_name", "effect_disposition",
+               "tool_calls", "message_id", "observed", "finish_reason", "reasoning",
+               "reasoning_content", "reasoning_details", "codex_reasoning_items",
+               "codex_message_items"]
+
+
+def test_plain_and_full_rows_keep_one_key_order(store):
+    """§3.5 message shape: a plain turn and a turn with every optional column give their keys
+    in the same relative order (with and without row ids); assistant-only columns on a user
+    row add nothing; an empty-but-present ``reasoning_content`` is kept."""
+    store.create_session("k", "cli")
+    plain_user = store.append_message("k", "user", "  plain ask  ", timestamp=1.0)
+    store.append_message("k", "assistant", "plain answer", timestamp=2.0)
+    full = store.append_message(
+        "k", "assistant", " calling ", timestamp=3.0, api_content="raw", display_kind="note",
+        display_metadata={"a": 1}, tool_call_id="c0", tool_name="t", effect_disposition="applied",
+        tool_calls=[{"id": "c1"}], platform_message_id="pm", observed=True,
+        finish_reason="tool_calls", reasoning="why", reasoning_content="",
+        reasoning_details=[{"d": 1}], codex_reasoning_items=[{"r": 1}],
+        codex_message_items=[{"m": 1}])
+    odd_user = store.append_message("k", "user", "user with stray columns", timestamp=4.0)
+    _sql(store, "UPDATE messages SET finish_reason = 'stop', reasoning = 'r', "
+                "reasoning_content = '' WHERE id = ?", (odd_user,))
+    store.append_message("k", "assistant", "empty reasoning", timestamp=5.0,
+                         reasoning_content="")
+
+    with_ids = store.get_messages_as_conversation("k", include_row_ids=True)
+    assert with_ids[0] == {"role": "user", "content": "plain ask", "_db_persisted": True,
+                           "_row_id": plain_user, "timestamp": 1.0}
+    assert list(with_ids[0]) == ["role", "content", "_db_persisted", "_row_id", "timestamp"]
+    assert list(with_ids[1]) == ["role", "content", "_db_persisted", "_row_id", "timestamp"]
+    assert list(with_ids[2]) == _FULL_ORDER
+    assert with_ids[2]["_row_id"] == full and with_ids[2]["content"] == "calling"
+    assert with_ids[2]["display_metadata"] == {"a": 1}
+    assert with_ids[2]["codex_message_items"] == [{"m": 1}]
+    assert with_ids[2]["observed"] is True and with_ids[2]["reasoning_content"] == ""
+    assert list(with_ids[3]) == ["role", "content", "_db_persisted", "_row_id", "timestamp"]
+    assert with_ids[4]["reasoning_content"] == ""
+
+    plain = store.get_messages_as_conversation("k")
+    assert list(plain[0]) == ["role", "content", "_db_persisted", "timestamp"]
+    assert list(plain[2]) == [k for k in _FULL_ORDER if k != "_row_id"]
+    assert [{k: v for k, v in m.items() if k != "_row_id"} for m in with_ids] == plain
+
+
+def test_custom_sanitizer_applies_to_every_text_turn(store):
+    """§3.5 hooks: an injected ``sanitize_text`` runs on plain user and assistant text (not only
+    text the default sanitizer would touch); tool and system text is never sanitized."""
+    store.conversation_hooks = ConversationHooks(
+        sanitize_text=lambda text: text.replace("secret", "******"))
+    store.create_session("s", "cli")
+    store.append_message("s", "user", "my secret ask ")
+    store.append_message("s", "assistant", "the secret answer")
+    store.append_message("s", "assistant", "secret call", tool_calls=[{"id": "z"}])
+    store.append_message("s", "tool", " secret result ", tool_call_id="z")
+    store.append_message("s", "system", "secret system")
+    assert [m["content"] for m in store.get_messages_as_conversation("s")] == [
+        "my ****** ask", "the ****** answer", "****** call", " secret result ", "secret system"]
+
+
+def test_harness_flag_survives_many_plain_rows(store):
+    """§3.5 post passes on a long transcript: a harness turn deep in many plain rows is still
+    dropped with its reply, and a stale marker after it is still blanked."""
+    store.create_session("long", "cli")
+    rows = [{"role": "assistant" if i % 2 else "user", "content": f"turn {i}", "timestamp": i}
+            for i in range(1, 401)]
+    rows[299] = {"role": "user", "content": "Review the conversation above and update the "
+                 "skill library", "timestamp": 300}
+    rows.append({"role": "assistant", "content": "[skill]", "tool_calls": [{"id": "k"}],
+                 "timestamp": 401})
+    store.append_messages_batch("long", rows)
+    conv = store.get_messages_as_conversation("long")
+    assert len(conv) == 399
+    contents = [m["content"] for m in conv]
+    assert "turn 299" in contents and "turn 302" in contents
+    assert "turn 301" not in contents and not any(c.startswith("Review") for c in contents)
+    assert contents[-1] == "" and conv[-1]["tool_calls"] == [{"id": "k"}]
+    assert [m["timestamp"] for m in conv[:3]] == [1, 2, 3]
+
+
+def test_projection_columns_cover_every_replayed_column():
+    """The projection statement reads every message column but ``token_count`` and
+    ``compacted``, the optional tail is as long as its empty pattern, and the assistant-only
+    tail is the columns only an assistant message carries."""
+    from hermes_data.sessions.sql import core
+    from hermes_data.sessions.sql import projections as p
+
+    assert set(p.PROJECTION_COLS) == set(core.MESSAGE_COLS) - {"token_count", "compacted"}
+    assert len(p.PROJECTION_COLS) == len(set(p.PROJECTION_COLS))
+    assert p.PROJECTION_COLS[:p.OPTIONAL_FROM] == ("id", "session_id", "role", "content",
+                                                   "timestamp", "active")
+    assert len(p.PROJECTION_COLS) - p.OPTIONAL_FROM == len(p.OPTIONAL_EMPTY)
+    assert p.ASSISTANT_ONLY_FROM - p.OPTIONAL_FROM == len(p.SHARED_EMPTY)
+    assert set(p.PROJECTION_COLS[p.ASSISTANT_ONLY_FROM:]) == {
+        "reasoning_content", "reasoning_details", "codex_reasoning_items",
+        "codex_message_items", "finish_reason", "reasoning"}
+    for d in ("sqlite", "postgresql"):
+        stmt = p.for_dialect(d).rows(2, "active")
+        assert stmt.startswith(f"SELECT {', '.join(p.PROJECTION_COLS)} FROM messages ")
+
+
+def test_a_raising_hook_leaves_the_store_usable(store):
+    """§3.5 hooks: an exception from an injected transform reaches the caller, and the next
+    reads and writes on the same store work (no statement left pending)."""
+    def boom(text):
+        raise RuntimeError(f"sanitizer refused {text!r}")
+
+    store.create_session("x", "cli")
+    for i in range(5):
+        store.append_message("x", "user", f"ask {i}")
+    store.conversation_hooks = ConversationHooks(sanitize_text=boom)
+    with pytest.raises(RuntimeError, match="ask 0"):
+        store.get_messages_as_conversation("x")
+    store.conversation_hooks = ConversationHooks()
+    store.append_message("x", "assistant", "answer")
+    assert [m["content"] for m in store.get_messages_as_conversation("x")][-2:] == [
+        "ask 4", "answer"]

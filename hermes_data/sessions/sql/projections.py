@@ -7,6 +7,25 @@ from functools import lru_cache
 
 from .core import MESSAGE_COLS
 
+#: Columns a projection reads (no replayed message carries ``token_count`` or ``compacted``):
+#: six every row uses, then the optional ones — first those any role can carry, then those
+#: only an assistant message carries. A plain turn's optional values are ``OPTIONAL_EMPTY``
+#: (the projection compares the tail as one tuple).
+PROJECTION_COLS = (
+    "id", "session_id", "role", "content", "timestamp", "active",
+    "tool_calls", "display_metadata", "api_content", "display_kind", "tool_call_id",
+    "tool_name", "effect_disposition", "platform_message_id", "observed", "_compressed_summary",
+    "reasoning_content", "reasoning_details", "codex_reasoning_items", "codex_message_items",
+    "finish_reason", "reasoning",
+)
+#: Index of the first optional column of ``PROJECTION_COLS``.
+OPTIONAL_FROM = 6
+#: Index after the last optional column any role carries.
+ASSISTANT_ONLY_FROM = 16
+#: The optional columns any role carries, on a plain turn (NULL; the two flags stored as 0).
+SHARED_EMPTY = (None,) * 8 + (0, 0)
+#: All optional columns of a plain assistant turn.
+OPTIONAL_EMPTY = SHARED_EMPTY + (None,) * 6
 #: Session ids per statement (SQLite's historical 999-variable limit, with headroom).
 IN_CHUNK = 900
 #: Row filters: every row, active rows, active or compacted rows.
@@ -27,9 +46,9 @@ class ProjectionStatements:
 
     @lru_cache(maxsize=256)
     def rows(self, n: int, which: str) -> str:
-        """``MESSAGE_COLS`` of the rows of ``n`` bound session ids under filter ``which``."""
+        """``PROJECTION_COLS`` of the rows of ``n`` bound session ids under filter ``which``."""
         marks = ", ".join("?" * n)
-        return _render(self.dialect, f"SELECT {', '.join(MESSAGE_COLS)} FROM messages "
+        return _render(self.dialect, f"SELECT {', '.join(PROJECTION_COLS)} FROM messages "
                                      f"WHERE session_id IN ({marks}){FILTERS[which]} ORDER BY id")
 
     @lru_cache(maxsize=256)
