@@ -140,8 +140,8 @@ def decide_journal_mode(
             warn=vulnerable,
         )
     if vulnerable:
-        why = ("new file: DELETE mode" if not has_pages else
-               "DELETE mode" + ("" if current == "delete" else f" (was {current.upper()})"))
+        why = ("new file: rollback journal" if not has_pages else
+               "rollback journal" + ("" if current == "delete" else f" (was {current.upper()})"))
         return JournalDecision(
             "delete" if current != "delete" else None,
             f"{why}, not WAL: this SQLite build has the WAL-reset bug "
