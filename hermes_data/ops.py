@@ -42,6 +42,40 @@ def add_column_if_missing(table: str, column: sa.Column) -> bool:
     return True
 
 
+def add_missing_columns(bind, table: str, columns, logger: logging.Logger = log) -> None:
+    """Append the absent ``columns`` to ``table`` with their declared expression; present
+    columns are never touched (core spec §2.8 reconcile rule, seed 003 #79531/#80037).
+
+    Each ``ALTER`` runs in a savepoint. ``duplicate column`` (a sibling added it first) is
+    logged at DEBUG; ``locked``/``busy`` propagates into the caller's lock patience; any other
+    error is a WARNING naming ``table.column`` and the store stays behind on that column. A
+    key column without a default cannot be added by ``ALTER``: WARNING, skipped.
+    """
+    have = {c["name"] for c in sa.inspect(bind).get_columns(table)}
+    pg = bind.dialect.name == "postgresql"
+    for col in columns:
+        if col.name in have:
+            continue
+        if col.primary_key and col.server_default is None:
+            logger.warning("%s lacks key column %s; no ALTER can add it", table, col.name)
+            continue
+        ddl = str(sa.schema.CreateColumn(col).compile(dialect=bind.dialect)).strip()
+        try:
+            with bind.begin_nested():
+                bind.exec_driver_sql(
+                    f'ALTER TABLE "{table}" ADD COLUMN {"IF NOT EXISTS " if pg else ""}{ddl}')
+            logger.info("added column %s.%s", table, col.name)
+        except sa.exc.OperationalError as exc:
+            msg = str(exc).lower()
+            if "duplicate column" in msg:
+                logger.debug("column %s.%s added by a sibling", table, col.name)
+            elif "locked" in msg or "busy" in msg:
+                raise
+            else:
+                logger.warning("could not add column %s.%s (%s); the store stays behind",
+                               table, col.name, exc)
+
+
 def record_ledger_version(version: int) -> None:
     """Write the upstream ``schema_version`` row for ``version`` (no-op when present).
 

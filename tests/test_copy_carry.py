@@ -48,13 +48,13 @@ def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, 
     report = copy_store(src, pg_url, store="sessions", batch=3)
     assert report.verified
     carried = "\n".join(report.carried)
-    for name in ("sessions.rewind_count BIGINT",
-                 "sessions.compression_failure_cooldown_until FLOAT(53)",
-                 "table gateway_routing", "table async_delegations"):
+    for name in ("sessions.handoff_state TEXT", "table gateway_routing",
+                 "table async_delegations"):
         assert name in carried, carried
-    # Declared by the head since s03_agent_turn (sessions-ext-agent §2.1-§2.2): copied as head
-    # columns and tables, no longer as extras.
-    for name in ("api_call_count", "session_model_usage"):
+    # Declared by the head since s03_agent_turn (sessions-ext-agent §2.1-§2.2) and
+    # s04_coordination (coordination §2.1): copied as head columns and tables, not as extras.
+    for name in ("api_call_count", "session_model_usage", "rewind_count",
+                 "compression_failure_cooldown_until"):
         assert name not in carried, carried
     assert {"session_model_usage", "sessions"} <= {t.table for t in report.tables}
     with sa.create_engine(pg_url).connect() as conn:
@@ -62,6 +62,10 @@ def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, 
         assert conn.exec_driver_sql(
             "SELECT data_type FROM information_schema.columns WHERE table_name = 'sessions' "
             "AND column_name = 'api_call_count'").scalar() == "bigint"
+        assert conn.exec_driver_sql(
+            "SELECT data_type FROM information_schema.columns WHERE table_name = 'sessions' "
+            "AND column_name = 'compression_failure_cooldown_until'").scalar() \
+            == "double precision"
         # Upstream's ledger arrives under its server name; ``schema_version`` stays free for
         # the telemetry store sharing the database.
         assert [r[0] for r in conn.exec_driver_sql(
@@ -134,5 +138,5 @@ def test_cli_names_what_it_carried(tmp_path):
     out = run_cli("copy", "--from", str(src), "--to", str(tmp_path / "copy" / "state.db"))
     assert out.returncode == 0, out.stderr
     carried = [line for line in out.stdout.splitlines() if "carried (created on the target" in line]
-    assert any("sessions.rewind_count" in line for line in carried), out.stdout
+    assert any("sessions.handoff_state" in line for line in carried), out.stdout
     assert any("table schema_version" in line for line in carried), out.stdout

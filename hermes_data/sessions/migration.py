@@ -309,5 +309,5 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s03_agent_turn",
+    head="s04_coordination",
 )

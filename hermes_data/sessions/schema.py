@@ -1,7 +1,8 @@
 """Head shape of the session store (``state.db``): the single schema authority for its tables.
 
 The core columns of spec sessions.md §2 are declared, plus the agent turn API's columns and
-tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``). Upstream databases carry
+tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``) and the coordination columns
+(sessions-ext-coordination.md §2.1, revision ``s04_coordination``). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
 never drops them. Column order follows the spec tables, which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
@@ -86,6 +87,14 @@ sessions = sa.Table(
     sa.Column("git_metadata_generation", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("tool_names", TEXT),
     sa.Column("expiry_finalized", INTEGER, server_default=_zero()),
+    # Coordination (sessions-ext-coordination §2.1, revision s04_coordination).
+    sa.Column("compression_failure_cooldown_until", REAL),
+    sa.Column("compression_failure_error", TEXT),
+    sa.Column("compression_fallback_streak", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("compression_ineffective_count", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("compression_recovery_deadline", REAL),
+    sa.Column("compression_overload_streak", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("rewind_count", INTEGER, nullable=False, server_default=_zero()),
 )
 
 messages = sa.Table(

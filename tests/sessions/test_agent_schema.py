@@ -16,6 +16,7 @@ from hermes_data.sessions.errors import SchemaBehindError
 from hermes_data.sessions.schema import metadata
 from hermes_data.sessions.store import SessionStore
 from hermes_data.shape import live_shape, metadata_shape
+from hermes_data.sessions.fresh import REVISIONS
 
 AGENT_COLUMNS = ("cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "api_call_count",
                  "billing_base_url", "billing_mode", "cost_status", "cost_source",
@@ -65,7 +66,7 @@ def test_ab1_upgrade_of_a_core_only_store_adds_canonical_objects_then_opens_writ
     _core_only(path)
     _sql(path, "INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
     report = migrate.upgrade("sessions", path)
-    assert report.applied == ["s03_agent_turn"]
+    assert report.applied == list(REVISIONS[2:])
     want = metadata_shape(metadata)
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
@@ -95,7 +96,7 @@ def test_ab1_postgresql_upgrade_adds_the_same_objects(pg_url):
     with engine.begin() as conn:
         conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at, input_tokens, "
                              "model) VALUES ('a', 'cli', 1.0, 7, 'm')")
-    assert migrate.upgrade("sessions", pg_url).applied == ["s03_agent_turn"]
+    assert migrate.upgrade("sessions", pg_url).applied == list(REVISIONS[2:])
     with engine.connect() as conn:
         insp = sa.inspect(conn)
         cols = {c["name"] for c in insp.get_columns("sessions")}

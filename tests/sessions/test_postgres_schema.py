@@ -7,6 +7,7 @@ import sqlalchemy as sa
 
 from hermes_data import migrate
 from hermes_data.sessions.migration import PG_VERSION_TABLE
+from hermes_data.sessions.fresh import REVISIONS
 
 
 def _names(url: str, sql: str) -> set[str]:
@@ -20,7 +21,7 @@ def _names(url: str, sql: str) -> set[str]:
 
 def test_fresh_upgrade_checks_clean_and_is_idempotent(pg_url):
     report = migrate.upgrade("sessions", pg_url)
-    assert report.applied == ["s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn"]
+    assert report.applied == list(REVISIONS)
     assert migrate.check("sessions", pg_url) == []
     assert migrate.upgrade("sessions", pg_url).up_to_date
     indexes = _names(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
@@ -123,7 +124,7 @@ def test_s01_database_upgrades_to_s02_and_backfills(pg_url):
 
     report = migrate.upgrade("sessions", pg_url)
     assert report.before_revision == "s01_baseline"
-    assert report.applied == ["s02_pg_stored_tsvector", "s03_agent_turn"]
+    assert report.applied == list(REVISIONS[1:])
     assert migrate.check("sessions", pg_url) == []
     assert _exec(pg_url, "SELECT count(*) FROM messages WHERE fts_document IS NULL "
                          "OR fts_document = ''::tsvector") == [(0,)]

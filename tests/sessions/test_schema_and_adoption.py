@@ -20,6 +20,7 @@ from hermes_data.shape import diff_shapes, live_shape, metadata_shape
 
 from ..conftest import REPO
 from .conftest import manifest, table_digest
+from hermes_data.sessions.fresh import REVISIONS
 
 pytestmark = pytest.mark.sqlite_only(
     "PRAGMA table_info shapes and upstream file adoption (PostgreSQL schema: test_postgres_schema.py)")
@@ -49,7 +50,7 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     report = migrate.upgrade("sessions", fresh)
     # s02 (PostgreSQL's stored tsvector) is a no-op here; s03 appends the agent columns and
     # tables (sessions-ext-agent §2): the file is what the head metadata creates.
-    assert report.applied == ["s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn"]
+    assert report.applied == list(REVISIONS)
     ref = tmp_path / "ref.db"
     engine = sa.create_engine(f"sqlite:///{ref}")
     metadata.create_all(engine)
@@ -107,9 +108,9 @@ def test_s02_is_a_no_op_on_sqlite(tmp_path):
     before_schema, before_rows = _schema_sql(path), _rows(path)
     report = migrate.upgrade("sessions", path)
     assert report.before_revision == "s01_baseline"
-    assert report.applied == ["s02_pg_stored_tsvector", "s03_agent_turn"]
+    assert report.applied == list(REVISIONS[1:])
     assert report.repairs == []
-    assert report.after_revision == migrate.head_revision("sessions") == "s03_agent_turn"
+    assert report.after_revision == migrate.head_revision("sessions") == REVISIONS[-1]
     assert _schema_sql(path) == before_schema
     assert _rows(path) == before_rows and len(before_rows) >= 3
     assert migrate.check("sessions", path) == []

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
+from hermes_data.ops import add_missing_columns
 from hermes_data.types import INTEGER, REAL, TEXT
 
 revision = "s03_agent_turn"
@@ -170,43 +171,13 @@ def _tables_present(bind) -> set[str]:
     return set(sa.inspect(bind).get_table_names())
 
 
-def _columns(bind, table: str) -> list[str]:
-    return [c["name"] for c in sa.inspect(bind).get_columns(table)]
-
-
 def _index_names(bind, table: str) -> set[str]:
     return {str(ix["name"]) for ix in sa.inspect(bind).get_indexes(table)}
 
 
-def _column_ddl(bind, col: sa.Column) -> str:
-    return str(sa.schema.CreateColumn(col).compile(dialect=bind.dialect)).strip()
-
-
 def _add_missing(bind, table: str, columns) -> None:
     """Append absent columns (the core reconcile rule); present ones are never touched."""
-    have = set(_columns(bind, table))
-    pg = bind.dialect.name == "postgresql"
-    for col in columns:
-        if col.name in have:
-            continue
-        if col.primary_key and col.server_default is None:
-            log.warning("%s lacks key column %s; no ALTER can add it", table, col.name)
-            continue
-        ddl = _column_ddl(bind, col)
-        try:
-            with bind.begin_nested():
-                bind.exec_driver_sql(
-                    f'ALTER TABLE "{table}" ADD COLUMN {"IF NOT EXISTS " if pg else ""}{ddl}')
-            log.info("added column %s.%s", table, col.name)
-        except sa.exc.OperationalError as exc:
-            msg = str(exc).lower()
-            if "duplicate column" in msg:
-                log.debug("column %s.%s added by a sibling", table, col.name)
-            elif "locked" in msg or "busy" in msg:
-                raise
-            else:
-                log.warning("could not add column %s.%s (%s); the store stays behind",
-                            table, col.name, exc)
+    add_missing_columns(bind, table, columns, log)
 
 
 def _rebuild_usage(bind, usage: sa.Table) -> None:
