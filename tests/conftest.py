@@ -61,6 +61,40 @@ def known_wal_defect(reason: str) -> pytest.MarkDecorator:
     return pytest.mark.xfail(RUN_JOURNAL_MODE == "wal", reason=reason, strict=True)
 
 
+def pytest_configure(config) -> None:
+    config.addinivalue_line(
+        "markers", "journal_independent(reason): nothing the test exercises can depend on the "
+        "SQLite journal mode (PostgreSQL only, static checks, pure functions); the WAL pass "
+        "skips it with that reason and the default pass runs it")
+
+
+def journal_independence(item: pytest.Item) -> str | None:
+    """Why ``item`` cannot depend on the SQLite journal mode, or None when it may.
+
+    A test is independent when it is marked ``journal_independent`` or when it is the
+    PostgreSQL instance of a backend-parametrized test (``backend`` = ``postgresql``): the
+    journal mode is a property of a SQLite file and PostgreSQL has none."""
+    marker = item.get_closest_marker("journal_independent")
+    if marker is not None:
+        return marker.args[0] if marker.args else "marked journal_independent"
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "postgresql":
+        return "PostgreSQL backend"
+    return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """In the WAL pass (``HERMES_DATA_JOURNAL_MODE=wal``), skip the tests whose outcome cannot
+    depend on the journal mode: the default pass already ran them, unchanged."""
+    if RUN_JOURNAL_MODE != "wal":
+        return
+    for item in items:
+        why = journal_independence(item)
+        if why is not None:
+            item.add_marker(pytest.mark.skip(
+                reason=f"journal-mode independent ({why}): run by the default pass"))
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path_factory, monkeypatch):
     """Never touch the user's real stores: every test gets its own HERMES_HOME."""

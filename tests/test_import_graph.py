@@ -14,6 +14,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.journal_independent("static import graph")
+
 PACKAGE = "hermes_data"
 ROOT = Path(__file__).resolve().parent.parent / PACKAGE
 

@@ -7,6 +7,10 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.journal_independent("source layout scans")
+
 PACKAGE = Path(__file__).resolve().parents[1] / "hermes_data"
 SESSIONS = PACKAGE / "sessions"
 MAX_MODULE_LINES = 700

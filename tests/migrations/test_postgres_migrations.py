@@ -17,6 +17,8 @@ from hermes_data.errors import ForwardOnlyError
 from ..conftest import REPO, run_cli
 from .shapes import EXPECTED
 
+pytestmark = pytest.mark.journal_independent("PostgreSQL only")
+
 
 def _versions(url):
     engine = sa.create_engine(url)

@@ -9,6 +9,8 @@ import pytest
 
 from ..conftest import REPO
 
+pytestmark = pytest.mark.journal_independent("packaging layout")
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10

@@ -34,6 +34,8 @@ reveal_type(TelemetryStore)
 BAD = '''\
 from hermes_data import SessionStore, TelemetryStore
 
+pytestmark = pytest.mark.journal_independent("static type checks")
+
 
 def use(store: SessionStore, telemetry: TelemetryStore) -> None:
     store.message_count(42)

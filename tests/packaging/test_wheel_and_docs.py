@@ -17,6 +17,7 @@ from hermes_data.cli import build_parser
 from ..conftest import REPO
 
 
+@pytest.mark.journal_independent("packaging: what the built wheel carries")
 def test_wheel_carries_migrations_and_upgrades_outside_the_checkout(installed_wheel):
     """The wheel ships the top-level migrations/ as hermes_data.migrations plus py.typed;
     installed into a throwaway venv outside the checkout, it upgrades both stores from the

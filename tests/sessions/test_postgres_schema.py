@@ -3,11 +3,14 @@ database with the telemetry store (own Alembic version table), full-text indexes
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from hermes_data import migrate
 from hermes_data.sessions.migration import PG_VERSION_TABLE
 from hermes_data.sessions.fresh import REVISIONS
+
+pytestmark = pytest.mark.journal_independent("PostgreSQL only")
 
 
 def _names(url: str, sql: str) -> set[str]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import sqlalchemy as sa
 
 from .conftest import make_chain
+
+pytestmark = pytest.mark.journal_independent("PostgreSQL only")
 
 
 def test_lineage_of_a_500_segment_chain_in_one_statement(pg_store):
