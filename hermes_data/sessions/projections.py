@@ -15,6 +15,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Iterable, Sequence
 
 from sqlalchemy.engine import Connection
@@ -44,6 +45,11 @@ _TOOL_CALLS, _TOOL_CALL_ID, _TOOL_NAME = (PROJECTION_COLS.index(c) for c in (
     "tool_calls", "tool_call_id", "tool_name"))
 #: The JSON scanner ``json.loads`` runs: one value from an index, and where it ended.
 _scan_json = json.JSONDecoder().scan_once
+#: Rows per fetch of a streamed transcript: small enough that a batch is still in the CPU
+#: caches when it is projected, large enough to amortize the fetch call (measured on
+#: SQLite, 20,000 rows: 16–128 alike, about 8 % of the call faster than row-at-a-time
+#: iteration; 256 and more slower again).
+STREAM_BATCH = 64
 #: Hop limit of the conversation-root walk.
 ROOT_MAX_HOPS = 100
 
@@ -131,16 +137,17 @@ def _fetch(conn: Connection, s: ProjectionStatements, ids: Sequence[str], which:
 
 
 def _stream(conn: Connection, s: ProjectionStatements, session_id: str, which: str) -> Any:
-    """The open cursor of one session's rows, in id order (the caller closes it): each row
-    is freed once projected, so the fetched rows are never all held alongside the
-    messages."""
+    """The open cursor of one session's rows, in id order (the caller closes it; read it in
+    :data:`STREAM_BATCH` batches): each batch is freed once projected, so the fetched rows
+    are never all held alongside the messages."""
     return _runner(conn, s)(s.rows(1, which), (session_id,))
 
 
-def _messages(rows: Iterable[Any], d: str, hooks: ConversationHooks, *, summary: bool,
-              row_ids: bool) -> tuple[list[ConversationMessage], bool]:
-    """The replayed message of every row (``PROJECTION_COLS``), in row order, and whether
-    the harness / stale-marker pass can change anything (:func:`_post_passes`).
+def _messages(batches: Iterable[Sequence[Any]], d: str, hooks: ConversationHooks, *,
+              summary: bool, row_ids: bool) -> tuple[list[ConversationMessage], bool]:
+    """The replayed message of every row (``PROJECTION_COLS``) of ``batches`` (row
+    sequences), in row order, and whether the harness / stale-marker pass can change
+    anything (:func:`_post_passes`).
 
     The per-row hot path of every projection (a 20,000-row transcript goes through here;
     each row should cost little beyond what the driver spends fetching it). A user or
@@ -157,58 +164,59 @@ def _messages(rows: Iterable[Any], d: str, hooks: ConversationHooks, *, summary:
     custom = sanitize is not sanitize_memory_context
     harness, harness_end = _HARNESS_TEXT, _HARNESS_TEXT_END
     post = False
-    for r in rows:
-        role = r[2]
-        content = r[3]
-        if content.__class__ is not str or marker in content:
-            content = _text(content, role, prefix, d, hooks)
-            if not post and _may_be_harness(role, content):
+    for rows in batches:
+        for r in rows:
+            role = r[2]
+            content = r[3]
+            if content.__class__ is not str or marker in content:
+                content = _text(content, role, prefix, d, hooks)
+                if not post and _may_be_harness(role, content):
+                    post = True
+            elif role == "user":
+                # The default sanitizer only ever removes text around '<' or '['.
+                if custom or "<" in content or "[" in content:
+                    content = sanitize(content)
+                content = content.strip()
+                # Starts with the harness text: a range test (no scan of the text).
+                if harness <= content < harness_end:
+                    post = True
+                ts = r[4]
+                # Plain: a truthy timestamp, the NONE_TESTED columns None, the other optional
+                # columns falsy (inlined: a call per row would cost more than the test).
+                if ts and not (r[6] is not None or r[7] or r[8] or r[9] or r[10] or r[11]
+                               or r[12] or r[13] or r[14] or r[15] or r[16] is not None
+                               or r[17] is not None or r[18] is not None or r[19] is not None
+                               or r[20] or r[21]):
+                    if row_ids:
+                        append({"role": "user", "content": content, "_db_persisted": True,
+                                "_row_id": r[0], "timestamp": ts})
+                    else:
+                        append({"role": "user", "content": content, "_db_persisted": True,
+                                "timestamp": ts})
+                    continue
+            elif role == "assistant":  # the same as a user turn, without the harness test
+                if custom or "<" in content or "[" in content:
+                    content = sanitize(content)
+                content = content.strip()
+                ts = r[4]
+                if ts and not (r[6] is not None or r[7] or r[8] or r[9] or r[10] or r[11]
+                               or r[12] or r[13] or r[14] or r[15] or r[16] is not None
+                               or r[17] is not None or r[18] is not None or r[19] is not None
+                               or r[20] or r[21]):
+                    if row_ids:
+                        append({"role": "assistant", "content": content,
+                                "_db_persisted": True, "_row_id": r[0], "timestamp": ts})
+                    else:
+                        append({"role": "assistant", "content": content,
+                                "_db_persisted": True, "timestamp": ts})
+                    continue
+            elif not post and role == "system" and harness in content:
                 post = True
-        elif role == "user":
-            # The default sanitizer only ever removes text around '<' or '['.
-            if custom or "<" in content or "[" in content:
-                content = sanitize(content)
-            content = content.strip()
-            # Starts with the harness text: a range test (no scan of the text).
-            if harness <= content < harness_end:
+            m = _full_message(r, content, summary, row_ids)
+            if not post and role == "assistant" and "tool_calls" in m \
+                    and isinstance(content, str) and "[" in content:
                 post = True
-            ts = r[4]
-            # Plain: a truthy timestamp, the NONE_TESTED columns None, the other optional
-            # columns falsy (inlined: a call per row would cost more than the test).
-            if ts and not (r[6] is not None or r[7] or r[8] or r[9] or r[10] or r[11]
-                           or r[12] or r[13] or r[14] or r[15] or r[16] is not None
-                           or r[17] is not None or r[18] is not None or r[19] is not None
-                           or r[20] or r[21]):
-                if row_ids:
-                    append({"role": "user", "content": content, "_db_persisted": True,
-                            "_row_id": r[0], "timestamp": ts})
-                else:
-                    append({"role": "user", "content": content, "_db_persisted": True,
-                            "timestamp": ts})
-                continue
-        elif role == "assistant":  # the same as a user turn, without the harness test
-            if custom or "<" in content or "[" in content:
-                content = sanitize(content)
-            content = content.strip()
-            ts = r[4]
-            if ts and not (r[6] is not None or r[7] or r[8] or r[9] or r[10] or r[11]
-                           or r[12] or r[13] or r[14] or r[15] or r[16] is not None
-                           or r[17] is not None or r[18] is not None or r[19] is not None
-                           or r[20] or r[21]):
-                if row_ids:
-                    append({"role": "assistant", "content": content, "_db_persisted": True,
-                            "_row_id": r[0], "timestamp": ts})
-                else:
-                    append({"role": "assistant", "content": content, "_db_persisted": True,
-                            "timestamp": ts})
-                continue
-        elif not post and role == "system" and harness in content:
-            post = True
-        m = _full_message(r, content, summary, row_ids)
-        if not post and role == "assistant" and "tool_calls" in m \
-                and isinstance(content, str) and "[" in content:
-            post = True
-        append(m)
+            append(m)
     return out, post
 
 
@@ -292,7 +300,7 @@ def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: 
              keyed: bool = False, row_ids: bool = True) -> list[_Row]:
     """:func:`_messages` wrapped with what the de-duplication passes need (row id, session,
     active flag and, when ``keyed``, the display-generation key)."""
-    msgs, _ = _messages(rows, d, hooks, summary=summary, row_ids=row_ids)
+    msgs, _ = _messages((rows,), d, hooks, summary=summary, row_ids=row_ids)
     out = []
     for r, m in zip(rows, msgs):
         role = r[2]
@@ -425,7 +433,8 @@ def _conversation(conn: Connection, store: StoreHandle, session_id: str, *, ance
     if not generations and not ancestors:
         cursor = _stream(conn, s, session_id, which)
         try:
-            msgs, needed = _messages(cursor, q.dialect, hooks, summary=summary, row_ids=row_ids)
+            msgs, needed = _messages(iter(partial(cursor.fetchmany, STREAM_BATCH), []),
+                                     q.dialect, hooks, summary=summary, row_ids=row_ids)
         finally:  # a raising hook leaves no statement pending on the connection
             cursor.close()
         msgs = _post_passes(msgs, needed)
