@@ -43,8 +43,10 @@ _HARNESS_TEXT = "Review the conversation above"
 _HARNESS_TEXT_END = _HARNESS_TEXT[:-1] + chr(ord(_HARNESS_TEXT[-1]) + 1)
 _TOOL_CALLS, _TOOL_CALL_ID, _TOOL_NAME = (PROJECTION_COLS.index(c) for c in (
     "tool_calls", "tool_call_id", "tool_name"))
-#: The JSON scanner ``json.loads`` runs: one value from an index, and where it ended.
-_scan_json = json.JSONDecoder().scan_once
+#: The JSON scanner ``json.loads`` runs: one value from an index, and where it ended
+#: (an attribute of every ``JSONDecoder`` since Python 2.6; typeshed does not declare it).
+_scan_json: Callable[[str, int], tuple[Any, int]] = \
+    json.JSONDecoder().scan_once  # type: ignore[attr-defined]
 #: Rows per fetch of a streamed transcript: small enough that a batch is still in the CPU
 #: caches when it is projected, large enough to amortize the fetch call (measured on
 #: SQLite, 20,000 rows: 16–128 alike, about 8 % of the call faster than row-at-a-time
