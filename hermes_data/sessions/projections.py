@@ -152,12 +152,14 @@ def _messages(batches: Iterable[Sequence[Any]], d: str, hooks: ConversationHooks
     anything (:func:`_post_passes`).
 
     The per-row hot path of every projection (a 20,000-row transcript goes through here;
-    each row should cost little beyond what the driver spends fetching it). A user or
-    assistant turn whose content is text without the multimodal marker is handled inline:
-    the content checks the default sanitizer needs and the strip, then, when the row is
-    plain, one dict literal with the keys :func:`_full_message` would give it, in the same
-    order. Any other content goes through :func:`_text` and any other row through
-    :func:`_full_message` (the reference the equivalence tests compare the hot path with)."""
+    each row should cost little beyond what the driver spends fetching it). Rows of the
+    common shapes are handled inline — a user or assistant turn whose content is text
+    without the multimodal marker gets the content checks the default sanitizer needs and
+    the strip; then a plain turn (an answer may also carry its finish reason) or a tool
+    result with just its call id and tool name becomes one dict literal with the keys
+    :func:`_full_message` would give it, in the same order. Any other content goes through
+    :func:`_text` and any other row through :func:`_full_message` (the general path the
+    equivalence tests hold the inline shapes to)."""
     out: list[ConversationMessage] = []
     append = out.append
     prefix = enc.content_prefix(d)
@@ -196,21 +198,39 @@ def _messages(batches: Iterable[Sequence[Any]], d: str, hooks: ConversationHooks
                         append({"role": "user", "content": content, "_db_persisted": True,
                                 "timestamp": ts})
                     continue
-            elif role == "assistant":  # the same as a user turn, without the harness test
+            elif role == "assistant":  # as a user turn, without the harness test
                 if custom or "<" in content or "[" in content:
                     content = sanitize(content)
                 content = content.strip()
                 ts = r[4]
+                # Plain but for a finish reason (most answers): that key comes last.
                 if ts and not (r[6] is not None or r[7] or r[8] or r[9] or r[10] or r[11]
                                or r[12] or r[13] or r[14] or r[15] or r[16] is not None
                                or r[17] is not None or r[18] is not None or r[19] is not None
-                               or r[20] or r[21]):
+                               or r[21]):
                     if row_ids:
-                        append({"role": "assistant", "content": content,
-                                "_db_persisted": True, "_row_id": r[0], "timestamp": ts})
+                        m = {"role": "assistant", "content": content, "_db_persisted": True,
+                             "_row_id": r[0], "timestamp": ts}
                     else:
-                        append({"role": "assistant", "content": content,
-                                "_db_persisted": True, "timestamp": ts})
+                        m = {"role": "assistant", "content": content, "_db_persisted": True,
+                             "timestamp": ts}
+                    if r[20]:
+                        m["finish_reason"] = r[20]
+                    append(m)
+                    continue
+            elif role == "tool":
+                # Content replayed as stored; a result with its call id and tool name and no
+                # other optional column (assistant-only ones never apply to a tool row).
+                ts = r[4]
+                if ts and r[10] and r[11] and not (r[6] is not None or r[7] or r[8] or r[9]
+                                                   or r[12] or r[13] or r[14] or r[15]):
+                    if row_ids:
+                        append({"role": "tool", "content": content, "_db_persisted": True,
+                                "_row_id": r[0], "timestamp": ts, "tool_call_id": r[10],
+                                "tool_name": r[11]})
+                    else:
+                        append({"role": "tool", "content": content, "_db_persisted": True,
+                                "timestamp": ts, "tool_call_id": r[10], "tool_name": r[11]})
                     continue
             elif not post and role == "system" and harness in content:
                 post = True
