@@ -90,9 +90,10 @@ def _hooks(store: StoreHandle) -> ConversationHooks:
 
 
 def _parse(raw: Any, what: str, row_id: int, fallback: Any) -> Any:
-    """``json.loads(raw)``; not JSON ⇒ ``fallback`` with a warning. A string holding exactly
-    one JSON value is scanned directly (what ``json.loads`` ends up doing, without its
-    per-call wrapper and whitespace matching); anything else goes through ``json.loads``."""
+    """``json.loads(raw)``; not JSON ⇒ ``fallback`` with a warning. A string that is exactly
+    one JSON value (no surrounding whitespace) is scanned directly — what ``json.loads`` ends
+    up doing, without its per-call wrapper and whitespace matching; anything else (padding,
+    trailing data, invalid text, non-strings) goes through ``json.loads`` itself."""
     try:
         value, end = _scan_json(raw, 0)
         if end == len(raw):
