@@ -1,6 +1,7 @@
 """Agent turn API hot paths (issue 17) against plain sqlite3 running the same statements.
 
     python benchmarks/agent_turn.py [--journal wal|delete] [--calls 2000] [--messages 20000]
+        [--repeat 3] [--rounds 11] [--only accounting|conversation] [--shape plain|mixed|both]
 
 Both sides run in this process on files in one temp directory, with the same journal mode
 and ``synchronous`` setting. Reported: medians of --repeat runs and ratios.
@@ -11,14 +12,22 @@ and ``synchronous`` setting. Reported: medians of --repeat runs and ratios.
   ``queue_token_counts`` + ``flush_token_counts`` (queued). Target: queued ≥ 0.9× baseline.
 * ``8 threads``: the same calls from 8 threads, queued vs sync. Target: ≥ 5×.
 * ``conversation``: ``get_messages_as_conversation`` of a 20,000-message session vs plain
-  sqlite3 running the projection's own statement (the same rows and columns), both warm,
-  interleaved, median of 5 calls per run. Target: ≤ 1.2× the time. Memory: the peak traced
-  Python memory of one call of each (``tracemalloc``) and the process's peak RSS.
+  sqlite3 running the projection's own statement (the same rows and columns) and keeping
+  the tuples (``fetchall``); both warm. Each repetition times --rounds (>= 5) interleaved
+  pairs of calls, alternating which side goes first, in wall-clock and in CPU time of the
+  calling thread; the ratio is median(ours) / median(baseline) of the wall-clock times,
+  printed with the target beside it, the median per-pair ratio and the CPU-time ratio (the
+  steadier figure on a shared machine), then the median over repetitions. Target: ≤ 1.2×
+  on the ``plain`` transcript (text turns); the ``mixed`` one (agent turns with a tool call
+  and its result: JSON to parse, optional columns set) is reported beside it. Memory: the
+  peak traced Python memory of one call of each (``tracemalloc``), the resident set after
+  the first and the last round (bounded: no growth across calls), and the process's peak RSS.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import resource
 import sqlite3
 import statistics
@@ -122,24 +131,55 @@ def bench_threads(tmp: Path, journal: str, calls: int, threads: int = 8) -> tupl
     return out[0], out[1]
 
 
-def bench_conversation(tmp: Path, journal: str, n: int, rounds: int = 5
-                       ) -> tuple[float, float, int, int]:
-    """Median seconds of the plain fetch and of ``get_messages_as_conversation`` over
-    ``rounds`` interleaved calls, and the peak traced Python memory (bytes) of one call of
-    each.
+def _rss_mib() -> float:
+    """The process's current resident set (MiB; Linux ``/proc``, else the peak)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+    except OSError:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def transcript(n: int, shape: str) -> list[dict]:
+    """``n`` messages: ``plain`` alternates user and assistant text turns (no optional
+    column); ``mixed`` repeats an agent turn of four — user ask, assistant tool call
+    (``tool_calls`` JSON, finish reason, reasoning), tool result, assistant answer (finish
+    reason) — so three rows in four take the general path and one in four parses JSON."""
+    if shape == "plain":
+        return [{"role": "assistant" if i % 2 else "user",
+                 "content": f"message {i} " + "lorem ipsum dolor sit amet " * 8}
+                for i in range(n)]
+    rows: list[dict] = []
+    for i in range(n // 4):
+        call = {"id": f"call_{i}", "type": "function", "function": {
+            "name": "read_file", "arguments": json.dumps({"path": f"src/module_{i}.py"})}}
+        rows += [{"role": "user", "content": f"ask {i} " + "lorem ipsum dolor sit amet " * 4},
+                 {"role": "assistant", "content": "", "tool_calls": [call],
+                  "finish_reason": "tool_calls", "reasoning": "the file is needed"},
+                 {"role": "tool", "content": "file body line\n" * 12,
+                  "tool_call_id": f"call_{i}", "tool_name": "read_file"},
+                 {"role": "assistant", "content": f"answer {i} " + "lorem ipsum " * 10,
+                  "finish_reason": "stop"}]
+    return rows
+
+
+def bench_conversation(tmp: Path, journal: str, n: int, rounds: int = 11,
+                       shape: str = "plain") -> dict[str, float]:
+    """One repetition of the conversation line: ``rounds`` interleaved pairs of calls (the
+    plain fetch and ``get_messages_as_conversation``, the order alternating each round), each
+    timed in wall-clock and in CPU time of the calling thread; medians of each, the median of
+    the per-round ratios, the peak traced Python memory (bytes) of one call of each and the
+    resident set (MiB) after the first and the last round.
 
     The baseline runs the projection's own statement (``rows(1, 'active')``: the same rows
-    and columns) on a plain ``sqlite3`` connection and keeps the tuples. Each side's first
-    call is untimed and traced with ``tracemalloc`` (it opens or warms its connection), so
-    both sides are timed warm and untraced."""
-    path = tmp / "conv.db"
+    and columns) on a plain ``sqlite3`` connection and keeps the tuples (``fetchall``). Each
+    side's first call is untimed and traced with ``tracemalloc`` (it opens or warms its
+    connection), so both sides are timed warm and untraced."""
+    path = tmp / f"conv-{shape}.db"
     if not path.exists():
         with open_store(path, journal) as s:
             s.create_session("big", "cli")
-            rows = [{"role": "assistant" if i % 2 else "user",
-                     "content": f"message {i} " + "lorem ipsum dolor sit amet " * 8}
-                    for i in range(n)]
-            s.append_messages_batch("big", rows, chunk_rows=5000)
+            s.append_messages_batch("big", transcript(n, shape), chunk_rows=5000)
     stmt = proj_sql.for_dialect("sqlite").rows(1, "active")
     con = baseline_conn(path, journal)
     tracemalloc.start()
@@ -148,8 +188,8 @@ def bench_conversation(tmp: Path, journal: str, n: int, rounds: int = 5
     tracemalloc.stop()
     assert len(got) == n
     del got
-    base: list[float] = []
-    ours: list[float] = []
+    wall: dict[str, list[float]] = {"base": [], "ours": []}
+    cpu: dict[str, list[float]] = {"base": [], "ours": []}
     with open_store(path, journal) as s:
         tracemalloc.start()
         conv = s.get_messages_as_conversation("big")
@@ -157,17 +197,26 @@ def bench_conversation(tmp: Path, journal: str, n: int, rounds: int = 5
         tracemalloc.stop()
         assert len(conv) == n
         del conv
-        for _ in range(rounds):
-            t0 = time.perf_counter()
-            got = con.execute(stmt, ("big",)).fetchall()
-            base.append(time.perf_counter() - t0)
-            del got
-            t0 = time.perf_counter()
-            conv = s.get_messages_as_conversation("big")
-            ours.append(time.perf_counter() - t0)
-            del conv
+        calls = {"base": lambda: con.execute(stmt, ("big",)).fetchall(),
+                 "ours": lambda: s.get_messages_as_conversation("big")}
+        rss = []
+        for i in range(rounds):
+            for side in ("base", "ours") if i % 2 == 0 else ("ours", "base"):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                result = calls[side]()
+                wall[side].append(time.perf_counter() - t0)
+                cpu[side].append(time.thread_time() - c0)
+                assert len(result) == n
+                del result
+            rss.append(_rss_mib())
     con.close()
-    return statistics.median(base), statistics.median(ours), base_peak, ours_peak
+    med = statistics.median
+    return {"base": med(wall["base"]), "ours": med(wall["ours"]),
+            "ratio": med(wall["ours"]) / med(wall["base"]),
+            "pair_ratio": med([o / b for o, b in zip(wall["ours"], wall["base"])]),
+            "cpu_ratio": med(cpu["ours"]) / med(cpu["base"]),
+            "base_peak": base_peak, "ours_peak": ours_peak,
+            "rss_first": rss[0], "rss_last": rss[-1]}
 
 
 def main() -> int:
@@ -176,29 +225,57 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=11,
+                    help="interleaved call pairs per repetition of the conversation line (>= 5)")
+    ap.add_argument("--only", choices=("accounting", "conversation"),
+                    help="run one part (default: both)")
+    ap.add_argument("--shape", choices=("plain", "mixed", "both"), default="both",
+                    help="conversation transcripts: plain text turns (the target's line), a "
+                         "mix of tool calls and results (reported beside it), or both")
     args = ap.parse_args()
+    if args.rounds < 5:
+        ap.error("--rounds must be at least 5")
     print(f"journal={args.journal} synchronous=NORMAL sqlite={sqlite3.sqlite_version}")
-    acc, thr, conv = [], [], []
+    acc: list = []
+    thr: list = []
+    conv: dict[str, list[dict[str, float]]] = {}
+    shapes = ("plain", "mixed") if args.shape == "both" else (args.shape,)
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         for _ in range(args.repeat):
-            acc.append(bench_accounting(tmp, args.journal, args.calls))
-            thr.append(bench_threads(tmp, args.journal, args.calls))
-            conv.append(bench_conversation(tmp, args.journal, args.messages))
+            if args.only != "conversation":
+                acc.append(bench_accounting(tmp, args.journal, args.calls))
+                thr.append(bench_threads(tmp, args.journal, args.calls))
+            if args.only != "accounting":
+                for shape in shapes:
+                    conv.setdefault(shape, []).append(bench_conversation(
+                        tmp, args.journal, args.messages, args.rounds, shape))
     med = lambda xs: statistics.median(xs)  # noqa: E731
-    base, sync, queued = (med([a[i] for a in acc]) for i in range(3))
-    print(f"accounting, 1 thread (calls/s): baseline {base:,.0f}  sync {sync:,.0f} "
-          f"({sync / base:.2f}x)  queued+flush {queued:,.0f} ({queued / base:.2f}x, target >= 0.9x)")
-    tsync, tqueued = (med([t[i] for t in thr]) for i in range(2))
-    print(f"accounting, 8 threads (calls/s): sync {tsync:,.0f}  queued {tqueued:,.0f} "
-          f"({tqueued / tsync:.1f}x, target >= 5x)")
-    cbase, cours, bpeak, opeak = (med([c[i] for c in conv]) for i in range(4))
-    print(f"get_messages_as_conversation, {args.messages:,} rows: plain fetch {cbase * 1000:.0f} ms"
-          f"  ours {cours * 1000:.0f} ms ({cours / cbase:.2f}x, target <= 1.2x); "
-          f"peak traced memory of one call: plain fetch {bpeak / 2**20:.1f} MiB, "
-          f"ours {opeak / 2**20:.1f} MiB; process peak RSS "
-          f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
-    ok = queued / base >= 0.9 and tqueued / tsync >= 5 and cours / cbase <= 1.2
+    ok = True
+    if acc:
+        base, sync, queued = (med([a[i] for a in acc]) for i in range(3))
+        print(f"accounting, 1 thread (calls/s): baseline {base:,.0f}  sync {sync:,.0f} "
+              f"({sync / base:.2f}x)  queued+flush {queued:,.0f} ({queued / base:.2f}x, "
+              "target >= 0.9x)")
+        tsync, tqueued = (med([t[i] for t in thr]) for i in range(2))
+        print(f"accounting, 8 threads (calls/s): sync {tsync:,.0f}  queued {tqueued:,.0f} "
+              f"({tqueued / tsync:.1f}x, target >= 5x)")
+        ok = queued / base >= 0.9 and tqueued / tsync >= 5
+    for shape, runs in conv.items():
+        c = {k: med([r[k] for r in runs]) for k in runs[0]}
+        target = "target <= 1.2x" if shape == "plain" else "reported, no target"
+        print(f"get_messages_as_conversation, {args.messages:,} {shape} rows ({args.repeat} x "
+              f"{args.rounds} interleaved calls): plain fetch {c['base'] * 1000:.1f} ms  ours "
+              f"{c['ours'] * 1000:.1f} ms -> {c['ratio']:.3f}x ({target}); median per-pair "
+              f"ratio {c['pair_ratio']:.3f}x; CPU time {c['cpu_ratio']:.3f}x; per repetition: "
+              + " ".join(f"{r['ratio']:.3f}x" for r in runs))
+        print(f"  memory: peak traced Python memory of one call: plain fetch "
+              f"{c['base_peak'] / 2**20:.1f} MiB, ours {c['ours_peak'] / 2**20:.1f} MiB; "
+              f"resident set after the first / last round {c['rss_first']:.0f} / "
+              f"{c['rss_last']:.0f} MiB; process peak RSS so far "
+              f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+        if shape == "plain":
+            ok = ok and c["ratio"] <= 1.2
     return 0 if ok else 1
 
 

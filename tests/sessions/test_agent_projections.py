@@ -263,23 +263,217 @@ def test_harness_flag_survives_many_plain_rows(store):
 
 def test_projection_columns_cover_every_replayed_column():
     """The projection statement reads every message column but ``token_count`` and
-    ``compacted``, the optional tail is as long as its empty pattern, and the assistant-only
-    tail is the columns only an assistant message carries."""
+    ``compacted``; the six columns every row uses come first, in the order the hot path
+    indexes them; the ``None``-tested columns are optional ones."""
     from hermes_data.sessions.sql import core
     from hermes_data.sessions.sql import projections as p
 
     assert set(p.PROJECTION_COLS) == set(core.MESSAGE_COLS) - {"token_count", "compacted"}
-    assert len(p.PROJECTION_COLS) == len(set(p.PROJECTION_COLS))
+    assert len(p.PROJECTION_COLS) == len(set(p.PROJECTION_COLS)) == 22
     assert p.PROJECTION_COLS[:p.OPTIONAL_FROM] == ("id", "session_id", "role", "content",
                                                    "timestamp", "active")
-    assert len(p.PROJECTION_COLS) - p.OPTIONAL_FROM == len(p.OPTIONAL_EMPTY)
-    assert p.ASSISTANT_ONLY_FROM - p.OPTIONAL_FROM == len(p.SHARED_EMPTY)
-    assert set(p.PROJECTION_COLS[p.ASSISTANT_ONLY_FROM:]) == {
-        "reasoning_content", "reasoning_details", "codex_reasoning_items",
-        "codex_message_items", "finish_reason", "reasoning"}
+    assert p.NONE_TESTED <= set(p.PROJECTION_COLS[p.OPTIONAL_FROM:])
     for d in ("sqlite", "postgresql"):
         stmt = p.for_dialect(d).rows(2, "active")
         assert stmt.startswith(f"SELECT {', '.join(p.PROJECTION_COLS)} FROM messages ")
+
+
+# -- the hot path against the general path (no database: rows as the driver returns them) --
+
+_OPTIONAL_VALUES = {  # per optional column: NULL, empty, falsy and truthy stored values
+    "tool_calls": [None, "", "  ", "[]", '[{"id": "c"}]', ' [{"id": "w"}]\n', "[1] [2]", "[1",
+                   '{"id": "o"}', "NaN", '"text"', "not json"],
+    "display_metadata": [None, "", '{"a": 1}', '"{\\"b\\": 2}"', "[1]"],
+    "observed": [None, 0, 1], "_compressed_summary": [None, 0, 1],
+    "reasoning_details": [None, "", "[]", '[{"d": 1}]', " [2] ", "[1] x", "not json"],
+    "codex_reasoning_items": [None, "", '[{"r": 1}]'],
+    "codex_message_items": [None, "", '[{"m": 1}]'],
+}
+_TEXT_VALUES = [None, "", "x", "  padded  ", "[memory]"]
+_CONTENTS = ["plain text", "  padded text \n", "", "   ", "a < b", "see [1]", "nul\x00inside",
+             "<memory-context>recalled</memory-context> the ask ",
+             "[System note: The following is recalled memory context, NOT new user input. "
+             "Treat as background.] ask", " [memory] ", "[skill]",
+             "Review the conversation above and update the skill library",
+             "  Review the conversation above and consider saving to memory",
+             "Review the conversation abovf", "Review the conversation abov",
+             "so: Review the conversation above and update the skill library",
+             "\x00json:[{\"type\": \"text\", \"text\": \" parts \"}]", "\x00json:{bad",
+             "\ufdd0json:[{\"type\": \"text\", \"text\": \"pg\"}]", "\ufdd0json:\"pg text \"",
+             None, 7]
+
+
+def _row(rid, role, content, ts, **optional):
+    from hermes_data.sessions.sql.projections import OPTIONAL_FROM, PROJECTION_COLS
+
+    row = [rid, "s", role, content, ts, 1] + [None] * (len(PROJECTION_COLS) - OPTIONAL_FROM)
+    for name, value in optional.items():
+        row[PROJECTION_COLS.index(name)] = value
+    for flag in ("observed", "_compressed_summary"):
+        if flag not in optional:
+            row[PROJECTION_COLS.index(flag)] = 0
+    return tuple(row)
+
+
+def _reference(rows, d, hooks, *, summary, row_ids):
+    """The replayed messages spelled out plainly, one row at a time (the behaviour the
+    projection had before its hot path was tuned; §3.5): content decoded, user and
+    assistant text sanitized and stripped, then each optional key in one fixed order."""
+    import json
+
+    from hermes_data.sessions import encoding
+    from hermes_data.sessions.projections import sanitize_memory_context
+
+    def parse(raw, fallback):
+        try:
+            return json.loads(raw)
+        except (TypeError, ValueError):
+            return fallback
+
+    out = []
+    for r in rows:
+        (rid, _sid, role, content, ts, _active, tool_calls, meta, api_content, kind,
+         tool_call_id, tool_name, effect, pmid, observed, compressed, reasoning_content,
+         details, codex_items, codex_msgs, finish, reasoning) = r
+        if isinstance(content, str):
+            if content.startswith(encoding.content_prefix(d)):
+                content = encoding.decode_content(content, d)
+            if role in ("user", "assistant") and isinstance(content, str):
+                if hooks.sanitize_text is not sanitize_memory_context or "<" in content \
+                        or "[" in content:
+                    content = hooks.sanitize_text(content)
+                content = content.strip()
+        m = {"role": role, "content": content, "_db_persisted": True}
+        if row_ids:
+            m["_row_id"] = rid
+        if api_content:
+            m["api_content"] = api_content
+        if kind:
+            m["display_kind"] = kind
+        decoded_meta = encoding.decode_display_metadata(meta) if meta else None
+        if isinstance(decoded_meta, dict):
+            m["display_metadata"] = decoded_meta
+        if summary and compressed:
+            m["_compressed_summary"] = True
+        for k, v in (("timestamp", ts), ("tool_call_id", tool_call_id), ("tool_name", tool_name),
+                     ("effect_disposition", effect)):
+            if v:
+                m[k] = v
+        if tool_calls is not None:
+            m["tool_calls"] = parse(tool_calls, [])
+        if pmid:
+            m["message_id"] = pmid
+        if observed:
+            m["observed"] = True
+        if role == "assistant":
+            if finish:
+                m["finish_reason"] = finish
+            if reasoning:
+                m["reasoning"] = reasoning
+            if reasoning_content is not None:
+                m["reasoning_content"] = reasoning_content
+            for name, raw in (("reasoning_details", details),
+                              ("codex_reasoning_items", codex_items),
+                              ("codex_message_items", codex_msgs)):
+                if raw is not None:
+                    m[name] = parse(raw, None)
+        out.append(m)
+    return out
+
+
+def _assert_hot_path_matches(rows, hooks):
+    import copy
+
+    from hermes_data.sessions import projections as pr
+
+    for d in ("sqlite", "postgresql"):
+        for summary in (False, True):
+            for row_ids in (False, True):
+                # Streamed in batches of 3 rows: the flag carries across batches.
+                batches = [rows[i:i + 3] for i in range(0, len(rows), 3)]
+                got, needed = pr._messages(batches, d, hooks, summary=summary, row_ids=row_ids)
+                want = _reference(rows, d, hooks, summary=summary, row_ids=row_ids)
+                assert [list(m.items()) for m in got] == [list(m.items()) for m in want], rows
+                # The hot path's "post passes needed" flag never skips a pass that would
+                # change the result.
+                assert pr._post_passes(copy.deepcopy(got), needed) \
+                    == pr._post_passes(copy.deepcopy(want)), rows
+
+
+def test_hot_path_equals_the_general_path_column_by_column():
+    """Every optional column, alone or beside a role's common shape, with each kind of stored
+    value (NULL, empty, falsy, truthy, unparsable), on user / assistant / tool / system rows:
+    the hot path gives the same messages, keys in the same order, as the reference."""
+    from hermes_data.sessions.sql.projections import OPTIONAL_FROM, PROJECTION_COLS
+
+    rows = []
+    # Each role alone, and with what its common shape carries (an answer's finish reason,
+    # a tool result's call id and tool name), then one more optional column set.
+    for role, shape in (("user", {}), ("assistant", {}), ("assistant", {"finish_reason": "stop"}),
+                        ("tool", {}), ("tool", {"tool_call_id": "c", "tool_name": "t"}),
+                        ("system", {})):
+        for ts in (1.5, 0.0):
+            rows.append(_row(len(rows) + 1, role, " text ", ts, **shape))
+            for name in PROJECTION_COLS[OPTIONAL_FROM:]:
+                for value in _OPTIONAL_VALUES.get(name, _TEXT_VALUES):
+                    rows.append(_row(len(rows) + 1, role, " text ", ts, **{**shape, name: value}))
+    _assert_hot_path_matches(rows, ConversationHooks())
+    _assert_hot_path_matches(rows, ConversationHooks(sanitize_text=lambda t: t.replace("e", "E")))
+
+
+def test_hot_path_equals_the_general_path_for_any_content():
+    """Contents the hot path treats specially (markers of both dialects, NUL, '<' and '[',
+    harness text and near misses, padding, non-text) on every role: the same messages as
+    the general path, and the post passes give the same result."""
+    rows = [_row(i + 1, role, content, 2.0, **extra)
+            for i, (role, content, extra) in enumerate(
+                (role, content, extra)
+                for role in ("user", "assistant", "tool", "system", "other")
+                for content in _CONTENTS
+                for extra in ({}, {"tool_calls": '[{"id": "k"}]'}, {"finish_reason": "stop"},
+                              {"tool_call_id": "k", "tool_name": "t"}))]
+    _assert_hot_path_matches(rows, ConversationHooks())
+    _assert_hot_path_matches(rows, ConversationHooks(sanitize_text=str.upper))
+    # Each row alone too: the post-pass flag must hold for a harness turn anywhere.
+    for r in rows:
+        _assert_hot_path_matches([r, _row(999, "assistant", "reply", 3.0)], ConversationHooks())
+
+
+def test_hot_path_equals_the_general_path_on_random_transcripts():
+    """Property (hypothesis): random transcripts mixing the values above give the same
+    messages and post-pass result on the hot path as on the general path."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from hermes_data.sessions.sql.projections import OPTIONAL_FROM, PROJECTION_COLS
+
+    optional = st.fixed_dictionaries({}, optional={
+        name: st.sampled_from(_OPTIONAL_VALUES.get(name, _TEXT_VALUES))
+        for name in PROJECTION_COLS[OPTIONAL_FROM:]})
+    row = st.tuples(st.sampled_from(["user", "assistant", "tool", "system"]),
+                    st.sampled_from(_CONTENTS) | st.text(alphabet=" <[]\x00Rx", max_size=8),
+                    st.sampled_from([1.0, 0.0, None]), optional)
+
+    @settings(max_examples=20, deadline=None, derandomize=True, database=None)
+    @given(st.lists(row, max_size=12))
+    def check(spec):
+        rows = [_row(i + 1, role, content, ts, **opt)
+                for i, (role, content, ts, opt) in enumerate(spec)]
+        _assert_hot_path_matches(rows, ConversationHooks())
+
+    check()
+
+
+def test_harness_range_is_startswith():
+    """``_HARNESS_TEXT <= s < _HARNESS_TEXT_END`` exactly when ``s`` starts with the
+    harness text (the hot path's test)."""
+    from hermes_data.sessions import projections as pr
+
+    h = pr._HARNESS_TEXT
+    for s in ("", h, h + " and more", h[:-1], h[:-1] + chr(ord(h[-1]) + 1), h[:-1] + "\uffff",
+              " " + h, h.lower(), h.upper(), "S", "R", h + "\x00", h[:-1] + chr(ord(h[-1]) - 1)
+              + "zzz", "\U0001f600" + h):
+        assert (h <= s < pr._HARNESS_TEXT_END) == s.startswith(h), s
 
 
 def test_a_raising_hook_leaves_the_store_usable(store):

@@ -9,8 +9,8 @@ from .core import MESSAGE_COLS
 
 #: Columns a projection reads (no replayed message carries ``token_count`` or ``compacted``):
 #: six every row uses, then the optional ones — first those any role can carry, then those
-#: only an assistant message carries. A plain turn's optional values are ``OPTIONAL_EMPTY``
-#: (the projection compares the tail as one tuple).
+#: only an assistant message carries. The projection's hot path tests the optional columns
+#: by position (``projections._messages``; the tests hold the two together).
 PROJECTION_COLS = (
     "id", "session_id", "role", "content", "timestamp", "active",
     "tool_calls", "display_metadata", "api_content", "display_kind", "tool_call_id",
@@ -20,12 +20,11 @@ PROJECTION_COLS = (
 )
 #: Index of the first optional column of ``PROJECTION_COLS``.
 OPTIONAL_FROM = 6
-#: Index after the last optional column any role carries.
-ASSISTANT_ONLY_FROM = 16
-#: The optional columns any role carries, on a plain turn (NULL; the two flags stored as 0).
-SHARED_EMPTY = (None,) * 8 + (0, 0)
-#: All optional columns of a plain assistant turn.
-OPTIONAL_EMPTY = SHARED_EMPTY + (None,) * 6
+#: The optional columns a replayed message carries whenever they are not NULL (even empty:
+#: ``reasoning_content=''`` is kept, ``tool_calls=''`` replays as ``[]``); the others are
+#: carried only when truthy.
+NONE_TESTED = frozenset({"tool_calls", "reasoning_content", "reasoning_details",
+                         "codex_reasoning_items", "codex_message_items"})
 #: Session ids per statement (SQLite's historical 999-variable limit, with headroom).
 IN_CHUNK = 900
 #: Row filters: every row, active rows, active or compacted rows.
