@@ -16,6 +16,8 @@ import pytest
 
 from ..conftest import REPO
 
+pytestmark = pytest.mark.journal_independent("static type checks")
+
 pytest.importorskip("mypy")
 
 GOOD = '''\
@@ -33,8 +35,6 @@ reveal_type(TelemetryStore)
 
 BAD = '''\
 from hermes_data import SessionStore, TelemetryStore
-
-pytestmark = pytest.mark.journal_independent("static type checks")
 
 
 def use(store: SessionStore, telemetry: TelemetryStore) -> None:
