@@ -39,10 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import psutil
 from sqlalchemy.engine import Connection
 
 from .backends import ROUTINE_PATIENCE_S
+from .guard_rows import holder_is_provably_dead
 from .sql import for_dialect
 from .sql import maintenance as mq
 from .sql.maintenance import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
@@ -65,7 +65,6 @@ DEFAULT_RETENTION_DAYS = 90
 DEFAULT_MIN_INTERVAL_HOURS = 24
 DEFAULT_MIN_VACUUM_INTERVAL_DAYS = 30
 DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
-_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
 
 Progress = Callable[[int, int], None]
 
@@ -146,17 +145,9 @@ def count_open_prune_matches(store: SessionStore,
 # ---------------------------------------------------------------------------------------
 
 
-def _holder_alive(holder: str) -> bool:
-    m = _PID.search(holder or "")
-    if not m:
-        return True
-    pid = int(m.group(1))
-    if pid == os.getpid():
-        return True
-    try:
-        return psutil.pid_exists(pid)
-    except Exception:  # noqa: BLE001 - any doubt counts as alive
-        return True
+def _holder_alive(holder: str, dialect: str = "sqlite") -> bool:
+    # The one liveness rule (sessions-ext-coordination §3.2, A4): alive unless provably dead.
+    return not holder_is_provably_dead(holder, dialect=dialect)
 
 
 def _delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progress | None,
@@ -399,6 +390,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
     deleted: list[str] = []
     ms = _ms(store)
     frag = store.backend.sql
+    ms_dialect = store.backend.dialect
 
     def work(conn: Connection) -> int:
         ids = [r[0] for r in conn.execute(mq.matching_ids(where), params)]
@@ -406,8 +398,8 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
             now = time.time()
             locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}
             leases = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LEASES, (now,))}
-            live_locks = {k for k, h in locks.items() if _holder_alive(h)}
-            live_leases = {k for k, h in leases.items() if _holder_alive(h)}
+            live_locks = {k for k, h in locks.items() if _holder_alive(h, ms_dialect)}
+            live_leases = {k for k, h in leases.items() if _holder_alive(h, ms_dialect)}
             kept = []
             for sid in ids:
                 if sid in live_locks:

@@ -1,0 +1,43 @@
+"""Transcript editing and coordination's public ``SessionStore`` methods, as one declarative
+delegation table (spec sessions-ext-coordination.md §1.1), built like :mod:`.agent_api`.
+
+Each method is an operation function in a module by concern (:mod:`.compression_locks`,
+:mod:`.turn_leases`, …) taking the store first. The store's clocks and liveness probe are
+class attributes here so tests (and callers) can inject them per handle (§3.1):
+``store.wall`` (wall time, persisted values), ``store.mono`` (in-process budgets) and
+``store.pid_exists`` (the ``DEAD`` probe of §3.2).
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+from . import compression_locks, guard_rows, turn_leases
+from .agent_api import _Op, _static
+
+
+class CoordinationAPI:
+    """The delegation table (see the module docstring)."""
+
+    # -- clocks and liveness probe (§3.1, §3.2), injectable per handle
+    wall = staticmethod(time.time)
+    mono = staticmethod(time.monotonic)
+    pid_exists = staticmethod(psutil.pid_exists)
+    make_holder = _static(guard_rows.make_holder)
+
+    # -- compression locks, lease-required publish (§3.10)
+    try_acquire_compression_lock = _Op(compression_locks.try_acquire_compression_lock)
+    refresh_compression_lock = _Op(compression_locks.refresh_compression_lock)
+    release_compression_lock = _Op(compression_locks.release_compression_lock)
+    get_compression_lock_holder = _Op(compression_locks.get_compression_lock_holder)
+    publish_compression_child = _Op(compression_locks.publish_compression_child)
+
+    # -- turn leases and fenced appends (§3.14, amends core §6.2/§6.3)
+    try_acquire_session_turn_lease = _Op(turn_leases.try_acquire_session_turn_lease)
+    acquire_session_turn_lease = _Op(turn_leases.acquire_session_turn_lease)
+    refresh_session_turn_lease = _Op(turn_leases.refresh_session_turn_lease)
+    release_session_turn_lease = _Op(turn_leases.release_session_turn_lease)
+    append_message = _Op(turn_leases.append_message)
+    append_messages_batch = _Op(turn_leases.append_messages_batch)

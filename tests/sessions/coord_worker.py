@@ -1,0 +1,40 @@
+"""A separate process for the coordination tests: ``python -m tests.sessions.coord_worker
+<command> <store> <session> [args…]``. Prints one line per result; never imports pytest."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+def main(argv: list[str]) -> int:
+    command, where, session = argv[:3]
+    from hermes_data.sessions.store import SessionStore
+
+    with SessionStore(where) as store:
+        if command == "race":  # wait for the shared start time, try the lock once
+            start = float(argv[3])
+            while time.time() < start:
+                time.sleep(0.001)
+            print(store.try_acquire_compression_lock(session, f"proc-{argv[4]}"), flush=True)
+        elif command == "hold":  # take lock and lease with a real holder, then wait to die
+            holder = store.make_holder("test")
+            ok = store.try_acquire_compression_lock(session, holder) and \
+                store.try_acquire_session_turn_lease(session, holder)
+            print("held" if ok else "refused", holder, flush=True)
+            time.sleep(60)
+        elif command == "lease-for":  # hold the turn lease for argv[3] seconds, then release
+            holder = f"proc-{argv[4]}"
+            ok = store.try_acquire_session_turn_lease(session, holder)
+            print("held" if ok else "refused", flush=True)
+            time.sleep(float(argv[3]))
+            store.release_session_turn_lease(session, holder)
+            print("released", time.monotonic(), flush=True)
+        else:
+            print(f"unknown command {command}", file=sys.stderr)
+            return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
