@@ -14,7 +14,7 @@ import time
 
 import psutil
 
-from . import compression_locks, guard_rows, turn_leases
+from . import compression_locks, guard_rows, rewind, rewrites, turn_leases
 from .agent_api import _Op, _static
 
 
@@ -41,3 +41,10 @@ class CoordinationAPI:
     release_session_turn_lease = _Op(turn_leases.release_session_turn_lease)
     append_message = _Op(turn_leases.append_message)
     append_messages_batch = _Op(turn_leases.append_messages_batch)
+
+    # -- transcript rewrites (§3.15) and rewind (§3.16)
+    replace_messages = _Op(rewrites.replace_messages)
+    clear_messages = _Op(rewrites.clear_messages)
+    archive_and_compact = _Op(rewrites.archive_and_compact)
+    rewind_to_message = _Op(rewind.rewind_to_message)
+    restore_rewound = _Op(rewind.restore_rewound)

@@ -30,6 +30,11 @@ def main(argv: list[str]) -> int:
             time.sleep(float(argv[3]))
             store.release_session_turn_lease(session, holder)
             print("released", time.monotonic(), flush=True)
+        elif command == "append-loop":  # append argv[3] numbered rows, one per 10 ms
+            for i in range(int(argv[3])):
+                store.append_message(session, "user", f"appended-{i}")
+                time.sleep(0.01)
+            print("done", flush=True)
         else:
             print(f"unknown command {command}", file=sys.stderr)
             return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from .core import MESSAGE_COLS, quote_ident
 from .predicates import edge
 
 #: Guard tables and their key column (§3.2): compression locks are keyed by the session being
@@ -77,6 +78,67 @@ class CoordinationStatements:
         #: Session state a rewrite checks (P(s)).
         self.SESSION_STATE = r("SELECT ended_at, end_reason, model_config, rewind_count "
                                "FROM sessions WHERE id = ?" + (" FOR UPDATE" if pg else ""))
+
+        # -- transcript rewrites and rewind (§3.15, §3.16) --------------------------------
+        #: Active row ids of a session, ascending.
+        self.ACTIVE_IDS = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
+                            "ORDER BY id")
+        #: Active rows of a session and the tool calls they carry (I2's counters).
+        self.ACTIVE_COUNT = r("SELECT COUNT(*) FROM messages WHERE session_id = ? "
+                              "AND active = 1")
+        self.ACTIVE_TOOL_CALLS = r("SELECT tool_calls FROM messages WHERE session_id = ? "
+                                   "AND active = 1 AND tool_calls IS NOT NULL")
+        #: Set a session's counters.
+        self.SET_COUNTS = r("UPDATE sessions SET message_count = ?, tool_call_count = ? "
+                            "WHERE id = ?")
+        #: Archive every active row (rows stay, ``compacted`` stays 0).
+        self.ARCHIVE_ACTIVE = r("UPDATE messages SET active = 0 WHERE session_id = ? "
+                                "AND active = 1")
+        #: Delete every row of a session / its active rows.
+        self.DELETE_ALL = r("DELETE FROM messages WHERE session_id = ?")
+        self.DELETE_ACTIVE = r("DELETE FROM messages WHERE session_id = ? AND active = 1")
+        #: Active rows above a watermark (appends that landed during a summary).
+        self.ACTIVE_ABOVE = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
+                              "AND id > ? ORDER BY id")
+        #: The ``OFFSET``-th newest active row at or below a watermark (the verbatim tail's
+        #: first original).
+        self.TAIL_START = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
+                            "AND id <= ? ORDER BY id DESC LIMIT 1 OFFSET ?")
+        #: Summarized away: active rows below a cut ⇒ ``active = 0, compacted = 1``.
+        self.COMPACT_BELOW = r("UPDATE messages SET active = 0, compacted = 1 "
+                               "WHERE session_id = ? AND active = 1 AND id < ?")
+        #: Superseded duplicates: the remaining active rows ⇒ ``active = 0, compacted = 0``.
+        self.SUPERSEDE_ACTIVE = r("UPDATE messages SET active = 0, compacted = 0 "
+                                  "WHERE session_id = ? AND active = 1")
+        #: One message row of a session (``MESSAGE_COLS``).
+        self.MESSAGE_OF = r(f"SELECT {', '.join(MESSAGE_COLS)} FROM messages "
+                            "WHERE id = ? AND session_id = ?")
+        #: Rewind: active rows from the target on ⇒ inactive.
+        self.REWIND_FROM = r("UPDATE messages SET active = 0 WHERE session_id = ? "
+                             "AND active = 1 AND id >= ?")
+        #: Count a rewind operation.
+        self.BUMP_REWIND = r("UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 "
+                             "WHERE id = ?")
+        #: Highest active id (None when none).
+        self.MAX_ACTIVE = r("SELECT MAX(id) FROM messages WHERE session_id = ? AND active = 1")
+        #: What forbids a restore from ``since``: a compacted row from it on, or a rewound
+        #: row strictly between the head and it (a hole would remain).
+        self.RESTORE_BLOCKER = r(
+            "SELECT id FROM messages WHERE session_id = ? AND ((id >= ? AND compacted = 1) "
+            "OR (active = 0 AND compacted = 0 AND id > ? AND id < ?)) LIMIT 1")
+        #: Restore the rewound rows from ``since`` on.
+        self.RESTORE_FROM = r("UPDATE messages SET active = 1 WHERE session_id = ? "
+                              "AND id >= ? AND active = 0")
+
+    def clone_by_ids(self, cols: list[str], n: int) -> str:
+        """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
+        exact; ``cols`` come from the live table's catalogue (quoted)."""
+        col_sql = ", ".join(quote_ident(c) for c in cols)
+        marks = ", ".join("?" * n)
+        return _render(self.dialect,
+                       f"INSERT INTO messages (session_id, active, compacted, {col_sql}) "
+                       f"SELECT session_id, 1, 0, {col_sql} FROM messages "
+                       f"WHERE id IN ({marks}) ORDER BY id")
 
 
 @lru_cache(maxsize=None)
