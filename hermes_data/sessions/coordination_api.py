@@ -14,7 +14,8 @@ import time
 
 import psutil
 
-from . import compression_locks, guard_rows, rewind, rewrites, turn_leases
+from . import (compression_locks, cooldowns, guard_rows, recovery, rewind, rewrites,
+               turn_leases)
 from .agent_api import _Op, _static
 
 
@@ -48,3 +49,24 @@ class CoordinationAPI:
     archive_and_compact = _Op(rewrites.archive_and_compact)
     rewind_to_message = _Op(rewind.rewind_to_message)
     restore_rewound = _Op(rewind.restore_rewound)
+
+    # -- lineage recovery (§3.11)
+    find_live_compression_child = _Op(recovery.find_live_compression_child)
+    reopen_orphaned_compression_session = _Op(recovery.reopen_orphaned_compression_session)
+    finalize_orphaned_compression_sessions = _Op(recovery.finalize_orphaned_compression_sessions)
+
+    # -- failure cooldowns (§3.12), streaks and the recovery deadline (§3.13)
+    record_compression_failure_cooldown = _Op(cooldowns.record_compression_failure_cooldown)
+    get_compression_failure_cooldown = _Op(cooldowns.get_compression_failure_cooldown)
+    get_compression_failure_cooldown_row = _Op(cooldowns.get_compression_failure_cooldown_row)
+    restore_compression_failure_cooldown_row = _Op(
+        cooldowns.restore_compression_failure_cooldown_row)
+    clear_compression_failure_cooldown = _Op(cooldowns.clear_compression_failure_cooldown)
+    get_compression_fallback_streak = _Op(cooldowns.get_compression_fallback_streak)
+    set_compression_fallback_streak = _Op(cooldowns.set_compression_fallback_streak)
+    get_compression_ineffective_count = _Op(cooldowns.get_compression_ineffective_count)
+    set_compression_ineffective_count = _Op(cooldowns.set_compression_ineffective_count)
+    get_compression_overload_streak = _Op(cooldowns.get_compression_overload_streak)
+    set_compression_overload_streak = _Op(cooldowns.set_compression_overload_streak)
+    get_compression_recovery_deadline = _Op(cooldowns.get_compression_recovery_deadline)
+    set_compression_recovery_deadline = _Op(cooldowns.set_compression_recovery_deadline)

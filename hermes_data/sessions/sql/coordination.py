@@ -12,12 +12,19 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .core import MESSAGE_COLS, quote_ident
-from .predicates import edge
+from .predicates import edge, fork, last_active
 
 #: Guard tables and their key column (§3.2): compression locks are keyed by the session being
 #: compressed, turn leases by the conversation key (§3.3).
 GUARD_TABLES = {"lock": ("compression_locks", "session_id"),
                 "lease": ("session_turn_leases", "conversation_id")}
+#: Cooldown, streak and deadline columns (§3.12, §3.13), by the name the API uses.
+COOLDOWN_COLUMNS = {"until": "compression_failure_cooldown_until",
+                    "error": "compression_failure_error",
+                    "fallback": "compression_fallback_streak",
+                    "ineffective": "compression_ineffective_count",
+                    "overload": "compression_overload_streak",
+                    "deadline": "compression_recovery_deadline"}
 #: Depth cap of the conversation-key walk (§3.3).
 KEY_DEPTH_CAP = 100
 
@@ -129,6 +136,50 @@ class CoordinationStatements:
         #: Restore the rewound rows from ``since`` on.
         self.RESTORE_FROM = r("UPDATE messages SET active = 1 WHERE session_id = ? "
                               "AND id >= ? AND active = 0")
+
+        # -- cooldowns and streaks (§3.12, §3.13) --------------------------------------
+        until, error = COOLDOWN_COLUMNS["until"], COOLDOWN_COLUMNS["error"]
+        #: Merge-max cooldown record (new value bound twice), latest error.
+        self.RECORD_COOLDOWN = r(
+            f"UPDATE sessions SET {until} = CASE WHEN {until} IS NOT NULL AND {until} > ? "
+            f"THEN {until} ELSE ? END, {error} = ? WHERE id = ?")
+        #: The exact cooldown columns of a session.
+        self.COOLDOWN_ROW = r(f"SELECT {until}, {error} FROM sessions WHERE id = ?")
+        #: Write both cooldown columns exactly (restore, clear).
+        self.SET_COOLDOWN = r(f"UPDATE sessions SET {until} = ?, {error} = ? WHERE id = ?")
+        #: One streak / deadline column, read and written (names from COOLDOWN_COLUMNS).
+        self.GET_COLUMN = {k: r(f"SELECT {c} FROM sessions WHERE id = ?")
+                           for k, c in COOLDOWN_COLUMNS.items()}
+        self.SET_COLUMN = {k: r(f"UPDATE sessions SET {c} = ? WHERE id = ?")
+                           for k, c in COOLDOWN_COLUMNS.items()}
+
+        # -- lineage recovery (§3.11) --------------------------------------------------
+        cont = (f"FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
+                f"WHERE p.id = ? AND p.end_reason = 'compression' AND NOT {fork('c', 'p', d)}")
+        #: Open continuation children of a compression parent (two are enough to refuse).
+        self.OPEN_CONTINUATIONS = r(f"SELECT c.id {cont} AND c.ended_at IS NULL "
+                                    "ORDER BY c.id LIMIT 2")
+        #: Any continuation child, ended or not.
+        self.ANY_CONTINUATION = r(f"SELECT c.id {cont} LIMIT 1")
+        #: Whether a session ended with ``compression``.
+        self.ENDED_COMPRESSION = r("SELECT 1 FROM sessions WHERE id = ? "
+                                   "AND end_reason = 'compression' AND ended_at IS NOT NULL")
+        #: Reopen a compression-ended parent (only while it still is one).
+        self.REOPEN_COMPRESSION = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
+                                    "WHERE id = ? AND end_reason = 'compression' "
+                                    "AND ended_at IS NOT NULL")
+        orphan = ("s.ended_at IS NULL AND s.end_reason IS NULL "
+                  "AND COALESCE(s.api_call_count, 0) = 0 AND s.started_at < ? "
+                  "AND COALESCE(s.pinned, 0) = 0 "
+                  "AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
+                  f"AND EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
+                  f"AND {last_active('s')} < ?")
+        #: Unused continuations a week old (cutoff bound twice).
+        self.ORPHAN_CONTINUATIONS = r(f"SELECT s.id FROM sessions s WHERE {orphan} ORDER BY s.id")
+        #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
+        self.FINALIZE_ORPHAN = r("UPDATE sessions SET ended_at = ?, "
+                                 "end_reason = 'orphaned_compression' WHERE id = ? AND "
+                                 f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
 
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
