@@ -14,8 +14,8 @@ import time
 
 import psutil
 
-from . import (compression_locks, cooldowns, guard_rows, recovery, rewind, rewrites,
-               turn_leases)
+from . import (cleanup, compression_locks, cooldowns, guard_rows, recovery, rewind, rewrites,
+               sweeps, turn_leases)
 from .agent_api import _Op, _static
 
 
@@ -70,3 +70,15 @@ class CoordinationAPI:
     set_compression_overload_streak = _Op(cooldowns.set_compression_overload_streak)
     get_compression_recovery_deadline = _Op(cooldowns.get_compression_recovery_deadline)
     set_compression_recovery_deadline = _Op(cooldowns.set_compression_recovery_deadline)
+
+    # -- sweeps and archive (§3.18)
+    sweep_orphaned_sessions = _Op(sweeps.sweep_orphaned_sessions)
+    unarchive_recoverable_session = _Op(sweeps.unarchive_recoverable_session)
+    archive_stale_sessions = _Op(sweeps.archive_stale_sessions)
+    maybe_auto_archive = _Op(sweeps.maybe_auto_archive)
+
+    # -- empty and ghost sessions (§3.19)
+    count_empty_sessions = _Op(cleanup.count_empty_sessions)
+    delete_empty_sessions = _Op(cleanup.delete_empty_sessions)
+    delete_session_if_empty = _Op(cleanup.delete_session_if_empty)
+    prune_empty_ghost_sessions = _Op(cleanup.prune_empty_ghost_sessions)

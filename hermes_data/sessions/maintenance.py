@@ -42,6 +42,9 @@ from typing import Any, Callable
 from sqlalchemy.engine import Connection
 
 from .backends import ROUTINE_PATIENCE_S
+from .doomed import delete_claimed as _delete_claimed
+from .doomed import fill_doomed as _fill_doomed
+from .doomed import remove_transcripts as _remove_transcripts
 from .guard_rows import holder_is_provably_dead
 from .sql import for_dialect
 from .sql import maintenance as mq
@@ -148,49 +151,6 @@ def count_open_prune_matches(store: SessionStore,
 def _holder_alive(holder: str, dialect: str = "sqlite") -> bool:
     # The one liveness rule (sessions-ext-coordination §3.2, A4): alive unless provably dead.
     return not holder_is_provably_dead(holder, dialect=dialect)
-
-
-def _delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progress | None,
-                    total: int) -> int:
-    """Delete the sessions listed in the doomed temp table chunk by chunk, each chunk claimed
-    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
-    hwm = ""
-    done = 0
-    while True:
-        ids = [r[0] for r in conn.exec_driver_sql(ms.NEXT_DOOMED, (hwm, CHUNK_IDS))]
-        if not ids:
-            break
-        orphan, del_messages, detach, del_sessions = ms.delete_chunk(len(ids))
-        conn.exec_driver_sql(orphan, (*ids, *ids))
-        conn.exec_driver_sql(del_messages, tuple(ids))
-        conn.exec_driver_sql(detach, tuple(ids))
-        conn.exec_driver_sql(del_sessions, tuple(ids))
-        hwm = ids[-1]
-        done += len(ids)
-        if progress is not None:
-            progress(done, total)
-    conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
-    return done
-
-
-def _fill_doomed(conn: Connection, ms: MaintenanceStatements, ids: list[str]) -> None:
-    conn.exec_driver_sql(ms.CREATE_DOOMED)
-    conn.exec_driver_sql(ms.CLEAR_DOOMED)
-    conn.exec_driver_sql(ms.ADD_DOOMED, [(i,) for i in ids])
-
-
-def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[str]) -> None:
-    if sessions_dir is None:
-        return
-    base = Path(sessions_dir)
-    for sid in ids:
-        paths = [base / f"{sid}.json", base / f"{sid}.jsonl",
-                 *map(Path, glob.glob(str(base / f"request_dump_{glob.escape(sid)}_*.json")))]
-        for p in paths:
-            try:
-                p.unlink()
-            except OSError:
-                pass  # file errors are swallowed (§7.4)
 
 
 def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,

@@ -181,6 +181,73 @@ class CoordinationStatements:
                                  "end_reason = 'orphaned_compression' WHERE id = ? AND "
                                  f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
 
+        # -- archive (§3.18) -------------------------------------------------------------
+        stale = ("s.archived = 0 AND COALESCE(s.end_reason, '') <> 'compression' "
+                 f"AND {last_active('s')} < ?")
+        #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
+        self.STALE_ARCHIVE = r(f"SELECT s.id FROM sessions s WHERE {stale} ORDER BY s.started_at")
+        self.STALE_ARCHIVE_UNPINNED = r(f"SELECT s.id FROM sessions s WHERE {stale} "
+                                        "AND s.pinned = 0 ORDER BY s.started_at")
+        #: Re-check one candidate (id, cutoff); unpinned variant.
+        self.STALE_RECHECK = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale}")
+        self.STALE_RECHECK_UNPINNED = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale} "
+                                        "AND s.pinned = 0")
+        #: A session's archived flag and end reason.
+        self.ARCHIVED_OF = r("SELECT archived, end_reason FROM sessions WHERE id = ?")
+        #: Clear the tip's end fields only while they still hold the reason read.
+        self.CLEAR_TIP_END = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
+                               "WHERE id = ? AND end_reason = ?")
+
+        # -- empty and ghost sessions (§3.19) ---------------------------------------------
+        unguarded = ("NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = s.id "
+                     "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
+                     "WHERE t.conversation_id = s.id AND t.expires_at > ?)")
+        no_messages = "NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
+        empty = ("COALESCE(s.message_count, 0) = 0 AND s.ended_at IS NOT NULL AND s.archived = 0 "
+                 f"AND s.pinned = 0 AND {no_messages} "
+                 f"AND NOT EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
+                 f"AND NOT EXISTS (SELECT 1 FROM sessions c WHERE {edge('s', 'c', d)}) "
+                 f"AND {unguarded}")
+        #: EMPTY(s) (now bound twice): count and ids.
+        self.COUNT_EMPTY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty}")
+        self.EMPTY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty} ORDER BY s.id")
+        no_children = "NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id)"
+        #: Ghost TUI rows (cutoff, now, now).
+        self.GHOST_IDS = r(
+            "SELECT s.id FROM sessions s WHERE s.source = 'tui' AND s.title IS NULL "
+            f"AND s.ended_at IS NOT NULL AND s.started_at < ? AND s.pinned = 0 AND {no_messages} "
+            f"AND {no_children} ORDER BY s.id")
+        #: The one conditional delete of ``delete_session_if_empty`` (id, now, key, now).
+        self.DELETE_IF_EMPTY = r(
+            "DELETE FROM sessions WHERE id = ? AND title IS NULL AND pinned = 0 "
+            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
+            "AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = sessions.id) "
+            "AND NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = sessions.id "
+            "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
+            "WHERE t.conversation_id = ? AND t.expires_at > ?)")
+
+    def orphan_where(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
+        """ORPHAN(s) of §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
+        where = (f"s.ended_at IS NULL AND s.source IN ({', '.join('?' * n_sources)}) "
+                 f"{'AND s.pinned = 0 ' if pinned else ''}AND s.started_at < ? "
+                 f"AND {last_active('s')} < ?")
+        if heartbeat:
+            where += (" AND NOT EXISTS (SELECT 1 FROM gateway_heartbeats h "
+                      "WHERE h.last_heartbeat >= ? AND h.started_at <= s.started_at + ?)")
+        return where
+
+    def orphan_ids(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
+        """Ids matching ORPHAN(s)."""
+        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
+        return _render(self.dialect, f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.id")
+
+    def orphan_close(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
+        """Close one orphan, ORPHAN re-applied (binds: now, id, then ORPHAN's)."""
+        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
+        return _render(self.dialect,
+                       "UPDATE sessions SET ended_at = ?, end_reason = 'startup_orphan_reap' "
+                       f"WHERE id = ? AND id IN (SELECT s.id FROM sessions s WHERE {where})")
+
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
         exact; ``cols`` come from the live table's catalogue (quoted)."""
