@@ -19,7 +19,8 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
+from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta, opening,
+               row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI
 from .coordination_api import CoordinationAPI
@@ -286,8 +287,17 @@ class SessionStore(CoordinationAPI, AgentTurnAPI):
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,
-                     after_id: int | None = None) -> list[MessageRow]:
-        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4)."""
+                     after_id: int | None = None, *,
+                     include_compacted: bool = False) -> list[MessageRow]:
+        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4).
+        ``include_compacted``: the de-duplicated display history with compacted generations
+        (:mod:`.display_reads`; not with ``after_id``)."""
+        if include_compacted:
+            if after_id is not None:
+                raise ValueError("include_compacted cannot be combined with after_id")
+            return display_reads.get_messages_with_compacted(
+                self, session_id, include_inactive=include_inactive, limit=limit,
+                offset=offset, latest=latest)
         if after_id is not None and (latest or offset):
             raise ValueError("after_id cannot be combined with latest=True or a non-zero offset")
         return self._backend.read(lambda c: msg.get_messages(

@@ -183,3 +183,60 @@ def test_c37_invariants_hold_under_random_edits(store):
             assert (s.message_count, s.tool_call_count) == (len(active), tools)
 
     run()
+
+
+@pytest.mark.sqlite_only("the shared legacy state.db is a SQLite file")
+def test_c38_include_compacted_on_the_fixture(legacy_copy):
+    """C38 (fixture half): ``include_compacted`` on ``inp012`` ⇒ its 16 rows in id order;
+    with ``after_id`` ⇒ ValueError."""
+    with SessionStore(legacy_copy) as store:
+        sid = "20260808_120000_inp012"
+        rows = store.get_messages(sid, include_compacted=True)
+        assert [m.id for m in rows] == list(range(243, 259))
+        assert len(store.get_messages(sid)) == 2
+        with pytest.raises(ValueError):
+            store.get_messages(sid, after_id=250, include_compacted=True)
+
+
+def test_c38_rewound_rows_stay_out(store):
+    """C38: ``include_compacted`` keeps rewound rows out."""
+    ids = _seed(store, "s", 4)
+    store.archive_and_compact("s", [{"role": "user", "content": "sum"},
+                                    {"role": "user", "content": "again"}])
+    head = store.get_messages("s")[-1].id
+    store.rewind_to_message("s", head)
+    got = [m.content for m in store.get_messages("s", include_compacted=True)]
+    assert got == ["m0", "m1", "m2", "m3", "sum"] and len(ids) == 4
+
+
+def test_c39_generation_dedupe(store):
+    """C39: a tail row copied across two generations appears once (the active copy); tool
+    rows differing only in ``tool_call_id`` both appear; paging follows dedupe; a splitting
+    policy merges a carrier with its plain twin."""
+    store.create_session("s", "cli")
+    store.append_message("s", "user", "q1", timestamp=100.0)
+    store.append_message("s", "assistant", "r1", timestamp=101.0)
+    tail = {"role": "assistant", "content": "r1", "timestamp": 101.0}
+    store.archive_and_compact("s", [{"role": "user", "content": "sum1", "timestamp": 102.0},
+                                    tail], tail_count=1)
+    store.archive_and_compact("s", [{"role": "user", "content": "sum2", "timestamp": 103.0},
+                                    tail])
+    rows = store.get_messages("s", include_compacted=True)
+    assert [m.content for m in rows] == ["q1", "sum1", "sum2", "r1"]
+    assert rows[-1].active and rows[-1].id == store.get_messages("s")[-1].id
+    for call in ("c1", "c2"):
+        store.append_message("s", "tool", "same", tool_call_id=call, timestamp=104.0)
+    rows = store.get_messages("s", include_compacted=True)
+    assert [m.tool_call_id for m in rows if m.role == "tool"] == ["c1", "c2"]
+    page = store.get_messages("s", include_compacted=True, limit=2, offset=1)
+    assert [m.content for m in page] == ["sum1", "sum2"]
+    last = store.get_messages("s", include_compacted=True, limit=2, latest=True)
+    assert [m.tool_call_id for m in last] == ["c1", "c2"]
+    store.append_message("s", "user", "ask", timestamp=105.0)
+    store.append_message("s", "user", "[handoff] earlier\nask", timestamp=105.0)
+    plain = [m.content for m in store.get_messages("s", include_compacted=True)]
+    assert plain[-2:] == ["ask", "[handoff] earlier\nask"]
+    store.conversation_hooks = ConversationHooks(split_user_turn=_split_carrier)
+    merged = store.get_messages("s", include_compacted=True)
+    assert [m.content for m in merged][-1] == "[handoff] earlier\nask"
+    assert len(merged) == len(plain) - 1

@@ -181,6 +181,13 @@ class CoordinationStatements:
                                  "end_reason = 'orphaned_compression' WHERE id = ? AND "
                                  f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
 
+        # -- display reads (§3.17) -------------------------------------------------------
+        page = (f"SELECT {', '.join(MESSAGE_COLS)} FROM messages WHERE session_id = ? "
+                "AND id > ?{sel} ORDER BY id LIMIT ?")
+        #: A keyset page of the active-or-compacted selection / of every row.
+        self.DISPLAY_PAGE = r(page.format(sel=" AND (active = 1 OR compacted = 1)"))
+        self.DISPLAY_PAGE_ALL = r(page.format(sel=""))
+
         # -- archive (§3.18) -------------------------------------------------------------
         stale = ("s.archived = 0 AND COALESCE(s.end_reason, '') <> 'compression' "
                  f"AND {last_active('s')} < ?")
