@@ -14,8 +14,8 @@ import time
 
 import psutil
 
-from . import (cleanup, compression_locks, cooldowns, guard_rows, recovery, rewind, rewrites,
-               sweeps, turn_leases)
+from . import (cleanup, compression_locks, cooldowns, guard_rows, persistence_errors, recovery,
+               rewind, rewrites, sweeps, turn_leases)
 from .agent_api import _Op, _static
 
 
@@ -27,6 +27,7 @@ class CoordinationAPI:
     mono = staticmethod(time.monotonic)
     pid_exists = staticmethod(psutil.pid_exists)
     make_holder = _static(guard_rows.make_holder)
+    classify_persistence_error = _static(persistence_errors.classify_persistence_error)
 
     # -- compression locks, lease-required publish (§3.10)
     try_acquire_compression_lock = _Op(compression_locks.try_acquire_compression_lock)

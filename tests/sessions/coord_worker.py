@@ -35,6 +35,18 @@ def main(argv: list[str]) -> int:
                 store.append_message(session, "user", f"appended-{i}")
                 time.sleep(0.01)
             print("done", flush=True)
+        elif command == "crash-op":  # announce, then run one rewrite (the test kills us)
+            op = argv[3]
+            target = store.get_messages(session)[2].id  # a user row
+            print("go", flush=True)
+            if op == "compact":
+                store.archive_and_compact(session, [{"role": "user", "content": "omega summary"}])
+            elif op == "replace":
+                store.replace_messages(session, [{"role": "user", "content": "omega new"}])
+            else:
+                store.rewind_to_message(session, target)
+            print("done", flush=True)
+            time.sleep(60)
         else:
             print(f"unknown command {command}", file=sys.stderr)
             return 2
