@@ -425,23 +425,13 @@ def vacuum(store: SessionStore) -> dict[str, int]:
 
 
 def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int:
-    """Close (never delete) stale open automation sessions without live guard rows."""
-    cutoff = time.time() - retention_days * 86400
-    frag = store.backend.sql
-
-    def work(conn: Connection) -> int:
-        now = time.time()
-        ids = [r[0] for r in conn.execute(mq.sweep_candidates(), {"cutoff": cutoff, "now": now})]
-        leases = {r[0] for r in conn.execute(mq.LIVE_LEASE_CONVERSATIONS, {"now": now})}
-        ids = [i for i in ids
-               if not leases or conn.execute(frag.ROOT_OF, {"id": i}).scalar() not in leases]
-        n = 0
-        close = mq.sweep_close()
-        for sid in ids:  # predicates re-applied in the UPDATE
-            n += conn.execute(close, {"now": now, "cutoff": cutoff, "id": sid}).rowcount
-        return n
-
-    return store.backend.write(work)
+    """Close (never delete) stale open automation sessions without live guard rows: core
+    §7.6 step 4, which is ``sweep_orphaned_sessions`` (sessions-ext-coordination §3.18, A4)
+    with the automation sources, ``retention_days × 86400``, pinned rows spared and no
+    heartbeat clause. Returns how many were closed."""
+    return len(store.sweep_orphaned_sessions(
+        max_idle_seconds=retention_days * 86400, sources=SWEEPABLE_SOURCES, exclude_pinned=True,
+        respect_gateway_heartbeats=False))
 
 
 def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEFAULT_RETENTION_DAYS,
