@@ -30,7 +30,6 @@ twins from ``store.backend.sql``; the doomed-id list is a session temp table,
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re

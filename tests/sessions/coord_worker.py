@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -47,6 +48,24 @@ def main(argv: list[str]) -> int:
                 store.rewind_to_message(session, target)
             print("done", flush=True)
             time.sleep(60)
+        elif command == "contend":  # rounds of: lease, lock, two fenced markers, release
+            me, rounds = argv[4], int(argv[3])
+            start = float(argv[5])
+            while time.time() < start:
+                time.sleep(0.001)
+            for r in range(rounds):
+                holder = f"pid={os.getpid()}:proc-{me}-{r}"
+                assert store.acquire_session_turn_lease(session, holder, wait_seconds=120,
+                                                        poll_interval_seconds=0.002)
+                while not store.try_acquire_compression_lock(session, holder):
+                    time.sleep(0.002)
+                store.append_message(session, "user", f"enter {me} {r}",
+                                     turn_lease_holder=holder)
+                store.append_message(session, "user", f"exit {me} {r}",
+                                     turn_lease_holder=holder)
+                store.release_compression_lock(session, holder)
+                store.release_session_turn_lease(session, holder)
+            print("done", flush=True)
         else:
             print(f"unknown command {command}", file=sys.stderr)
             return 2

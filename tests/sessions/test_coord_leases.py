@@ -167,3 +167,22 @@ def test_c24_manual_prune_of_the_root_rekeys_and_fences(store):
     with SessionStore(where(store)) as other:
         assert other.try_acquire_session_turn_lease("tip", "other")
     assert guard_row(store, LEASES, "tip")[0] == "other"
+
+
+def test_issue18_mutual_exclusion_between_processes(store):
+    """Issue 18 acceptance 2 (lean: 4 processes × 6 rounds; the 8 × 200 run is
+    benchmarks/coordination.py): processes contending for one session's turn lease and
+    compression lock, each appending fenced enter/exit markers while it holds them, never
+    overlap, never deadlock, and all finish."""
+    store.create_session("s", "cli")
+    start = time.time() + 1.5
+    procs = [worker("contend", where(store), "s", "6", str(i), str(start)) for i in range(4)]
+    for p in procs:
+        assert p.communicate(timeout=120)[0].strip() == "done"
+        assert p.returncode == 0
+    log = [m.content.split() for m in store.get_messages("s")]
+    assert len(log) == 48
+    for enter, leave in zip(log[::2], log[1::2]):
+        assert enter[0] == "enter" and leave[0] == "exit" and enter[1:] == leave[1:], (enter,
+                                                                                      leave)
+    assert guard_row(store, LEASES, "s") is None
