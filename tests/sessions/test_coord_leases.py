@@ -169,19 +169,20 @@ def test_c24_manual_prune_of_the_root_rekeys_and_fences(store):
     assert guard_row(store, LEASES, "tip")[0] == "other"
 
 
+@pytest.mark.sqlite_only("CI time: PostgreSQL's process race is C4, its fencing C19/C20")
 def test_issue18_mutual_exclusion_between_processes(store):
-    """Issue 18 acceptance 2 (lean: 4 processes × 6 rounds; the 8 × 200 run is
+    """Issue 18 acceptance 2 (lean: 3 processes × 5 rounds; the 8 × 200 run is
     benchmarks/coordination.py): processes contending for one session's turn lease and
     compression lock, each appending fenced enter/exit markers while it holds them, never
     overlap, never deadlock, and all finish."""
     store.create_session("s", "cli")
     start = time.time() + 1.5
-    procs = [worker("contend", where(store), "s", "6", str(i), str(start)) for i in range(4)]
+    procs = [worker("contend", where(store), "s", "5", str(i), str(start)) for i in range(3)]
     for p in procs:
         assert p.communicate(timeout=120)[0].strip() == "done"
         assert p.returncode == 0
     log = [m.content.split() for m in store.get_messages("s")]
-    assert len(log) == 48
+    assert len(log) == 30
     for enter, leave in zip(log[::2], log[1::2]):
         assert enter[0] == "enter" and leave[0] == "exit" and enter[1:] == leave[1:], (enter,
                                                                                       leave)

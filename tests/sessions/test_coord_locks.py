@@ -28,7 +28,7 @@ CLOCK_ONLY = "injected wall clock: PostgreSQL decides guard expiry with the serv
 
 def test_c4_one_winner_among_threads_and_processes(store):
     """C4: 16 threads + 4 processes race one acquire from a barrier: exactly one True."""
-    start = time.time() + 2.0
+    start = time.time() + 1.5
     procs = [worker("race", where(store), "s", str(start), str(i)) for i in range(4)]
     handles = [store] + [SessionStore(where(store)) for _ in range(3)]
     results: list[bool] = []

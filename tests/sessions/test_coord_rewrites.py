@@ -228,7 +228,7 @@ def test_c32_appends_during_watermarked_compactions(store):
     appended text appears exactly once among the active rows. Each compaction carries the
     rows at or below its watermark verbatim, so nothing may be lost or doubled."""
     _seed(store, "s", 2)
-    proc = worker("append-loop", where(store), "s", "80")
+    proc = worker("append-loop", where(store), "s", "40")
     for _ in range(20):
         wm = store.get_active_message_watermark("s")
         carried = [{"role": m.role, "content": m.content} for m in store.get_messages("s")
@@ -239,5 +239,5 @@ def test_c32_appends_during_watermarked_compactions(store):
     proc.wait(timeout=30)
     texts = [m.content for m in store.get_messages("s")]
     appended = [t for t in texts if t.startswith("appended-")]
-    assert sorted(appended) == sorted(f"appended-{i}" for i in range(80))
+    assert sorted(appended) == sorted(f"appended-{i}" for i in range(40))
     assert _counters_match(store, "s")
