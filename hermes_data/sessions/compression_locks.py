@@ -127,6 +127,8 @@ def check_publish_lease(conn: Connection, cs: CoordinationStatements, clock: Clo
     checks: the optional last-chance refresh, then (if required) the row must exist, name
     ``holder`` and not be expired — else :class:`CompressionSessionBusyError`."""
     ex = conn.exec_driver_sql
+    if cs.dialect == "postgresql":
+        ex(cs.LOCK_SESSION, (parent_id,))  # W4e lock order: sessions → compression_locks
     now = clock.now(ex)
     if refresh and holder:
         ex(cs.lock.REFRESH, (now + ttl, parent_id, holder))
