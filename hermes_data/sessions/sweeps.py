@@ -73,8 +73,9 @@ def sweep_orphaned_sessions(store: Any, *, max_idle_seconds: float,
         heartbeat = respect_gateway_heartbeats and sa.inspect(conn).has_table(
             "gateway_heartbeats")
         params: tuple[Any, ...] = (*srcs, cutoff, cutoff)
-        if heartbeat:
-            params += (now - hb_stale, hb_grace)
+        if heartbeat:  # PostgreSQL: the heartbeat cutoff from the server clock (H1)
+            hb_now = clock.now(ex) if cs.dialect == "postgresql" else now
+            params += (hb_now - hb_stale, hb_grace)
         shape = {"pinned": exclude_pinned, "heartbeat": heartbeat}
         ids = [r[0] for r in ex(cs.orphan_ids(len(srcs), **shape), params)
                if r[0] not in excluded]
