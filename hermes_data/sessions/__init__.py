@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from .projections import ConversationHooks
     from .search_plan import ContextMessage, SearchResult
     from .store import SessionStore
+    # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
+    from .coord_rows import RewindResult, TranscriptRewrite
+    from .cooldowns import CooldownRow, CooldownState
+    from .errors import (CooldownRestoreError, SessionCompressionInProgressError,
+                         SessionTurnLeaseLostError, TranscriptChangedError)
+    from .sweeps import AutoArchiveReport
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -39,6 +45,12 @@ _EXPORTS = {
     "PurgeReport": "agent_rows", "ScopeIdentity": "agent_rows", "SessionRichRow": "agent_rows",
     "SessionStatus": "agent_rows", "TokenDelta": "agent_rows", "UsageTotals": "agent_rows",
     "ConversationHooks": "projections",
+    # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
+    "CooldownRestoreError": "errors", "SessionCompressionInProgressError": "errors",
+    "SessionTurnLeaseLostError": "errors", "TranscriptChangedError": "errors",
+    "RewindResult": "coord_rows", "TranscriptRewrite": "coord_rows",
+    "CooldownRow": "cooldowns", "CooldownState": "cooldowns",
+    "AutoArchiveReport": "sweeps",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -111,3 +111,41 @@ class StateDbPermissionError(SessionStoreError, PermissionError):
     def __init__(self, path: str, command: str, message: str) -> None:
         self.path, self.command = path, command
         super().__init__(message)
+
+
+# -- transcript editing and coordination (sessions-ext-coordination.md §3.7) ---------------
+
+
+class SessionCompressionInProgressError(CompressionSessionBusyError):
+    """A destructive transcript mutation met a live compression lock held by someone else
+    (retried briefly by the writer, W1; the message says the session is being compressed)."""
+
+    def __init__(self, session_id: str, holder: str) -> None:
+        self.session_id, self.holder = session_id, holder
+        super().__init__(f"session {session_id!r} is being compressed (lock held by "
+                         f"{holder!r}); retry once the compression is published")
+
+
+class SessionTurnLeaseLostError(SessionStoreError, RuntimeError):
+    """The presented holder does not own the conversation's turn lease, or a fenced
+    mutation met a live lease (never retried: a newer owner may be writing)."""
+
+    def __init__(self, session_id: str, key: str, holder: str | None, owner: str | None) -> None:
+        self.session_id, self.key, self.holder, self.owner = session_id, key, holder, owner
+        who = "nobody" if owner is None else repr(owner)
+        mine = "" if holder is None else f" {holder!r} does not own it:"
+        super().__init__(f"turn lease of session {session_id!r} (conversation {key!r}) lost:"
+                         f"{mine} held by {who}; nothing was written")
+
+
+class TranscriptChangedError(SessionStoreError, RuntimeError):
+    """A rewind's compare-and-swap failed: the transcript changed before the rewind."""
+
+    def __init__(self, session_id: str, what: str) -> None:
+        self.session_id = session_id
+        super().__init__(f"session {session_id!r}: the transcript changed before the rewind "
+                         f"({what}); nothing was changed")
+
+
+class CooldownRestoreError(SessionStoreError, RuntimeError):
+    """A compression failure cooldown rollback was not applied or not verified."""

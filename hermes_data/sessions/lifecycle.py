@@ -20,6 +20,7 @@ from .errors import (CompressionPublishError, CompressionSessionBusyError,
                      SessionNotFoundError)
 from .rows import PublishResult
 from .sql import AUTOMATIC_END_REASONS, RESET_END_REASONS, Fragments
+from .sql import coordination as coordination_sql
 from .sql import identity as identity_sql
 from .sql import accounting as accounting_sql
 from .sql.core import CHILD_MARKERS, FILLABLE, PUBLISH_PARENT_COLS, ROUTING
@@ -157,7 +158,12 @@ def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str
 
 
 def reopen_session(conn: Connection, q: Fragments, session_id: str) -> bool:
-    """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
+    """Clear the end fields, first stamping ``_reset_from`` on legacy reset children. A
+    compression parent with a continuation child stays ended (``False``, unchanged:
+    sessions-ext-coordination A8 — two live heads would re-key the turn lease)."""
+    if conn.exec_driver_sql(coordination_sql.for_dialect(q.dialect).ANY_CONTINUATION,
+                            (session_id,)).first() is not None:
+        return False
     conn.execute(q.STAMP_LEGACY_RESET_CHILDREN, {"p": session_id})
     return conn.exec_driver_sql(q.REOPEN_SESSION, (session_id,)).rowcount == 1
 

@@ -30,7 +30,6 @@ twins from ``store.backend.sql``; the doomed-id list is a session temp table,
 
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import re
@@ -39,10 +38,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import psutil
 from sqlalchemy.engine import Connection
 
 from .backends import ROUTINE_PATIENCE_S
+from .doomed import delete_claimed as _delete_claimed
+from .doomed import fill_doomed as _fill_doomed
+from .doomed import remove_transcripts as _remove_transcripts
+from .guard_rows import holder_is_provably_dead
 from .sql import for_dialect
 from .sql import maintenance as mq
 from .sql.maintenance import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
@@ -65,7 +67,6 @@ DEFAULT_RETENTION_DAYS = 90
 DEFAULT_MIN_INTERVAL_HOURS = 24
 DEFAULT_MIN_VACUUM_INTERVAL_DAYS = 30
 DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
-_PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
 
 Progress = Callable[[int, int], None]
 
@@ -146,60 +147,9 @@ def count_open_prune_matches(store: SessionStore,
 # ---------------------------------------------------------------------------------------
 
 
-def _holder_alive(holder: str) -> bool:
-    m = _PID.search(holder or "")
-    if not m:
-        return True
-    pid = int(m.group(1))
-    if pid == os.getpid():
-        return True
-    try:
-        return psutil.pid_exists(pid)
-    except Exception:  # noqa: BLE001 - any doubt counts as alive
-        return True
-
-
-def _delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progress | None,
-                    total: int) -> int:
-    """Delete the sessions listed in the doomed temp table chunk by chunk, each chunk claimed
-    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
-    hwm = ""
-    done = 0
-    while True:
-        ids = [r[0] for r in conn.exec_driver_sql(ms.NEXT_DOOMED, (hwm, CHUNK_IDS))]
-        if not ids:
-            break
-        orphan, del_messages, detach, del_sessions = ms.delete_chunk(len(ids))
-        conn.exec_driver_sql(orphan, (*ids, *ids))
-        conn.exec_driver_sql(del_messages, tuple(ids))
-        conn.exec_driver_sql(detach, tuple(ids))
-        conn.exec_driver_sql(del_sessions, tuple(ids))
-        hwm = ids[-1]
-        done += len(ids)
-        if progress is not None:
-            progress(done, total)
-    conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
-    return done
-
-
-def _fill_doomed(conn: Connection, ms: MaintenanceStatements, ids: list[str]) -> None:
-    conn.exec_driver_sql(ms.CREATE_DOOMED)
-    conn.exec_driver_sql(ms.CLEAR_DOOMED)
-    conn.exec_driver_sql(ms.ADD_DOOMED, [(i,) for i in ids])
-
-
-def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[str]) -> None:
-    if sessions_dir is None:
-        return
-    base = Path(sessions_dir)
-    for sid in ids:
-        paths = [base / f"{sid}.json", base / f"{sid}.jsonl",
-                 *map(Path, glob.glob(str(base / f"request_dump_{glob.escape(sid)}_*.json")))]
-        for p in paths:
-            try:
-                p.unlink()
-            except OSError:
-                pass  # file errors are swallowed (§7.4)
+def _holder_alive(holder: str, dialect: str = "sqlite") -> bool:
+    # The one liveness rule (sessions-ext-coordination §3.2, A4): alive unless provably dead.
+    return not holder_is_provably_dead(holder, dialect=dialect)
 
 
 def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
@@ -399,6 +349,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
     deleted: list[str] = []
     ms = _ms(store)
     frag = store.backend.sql
+    ms_dialect = store.backend.dialect
 
     def work(conn: Connection) -> int:
         ids = [r[0] for r in conn.execute(mq.matching_ids(where), params)]
@@ -406,8 +357,8 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
             now = time.time()
             locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}
             leases = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LEASES, (now,))}
-            live_locks = {k for k, h in locks.items() if _holder_alive(h)}
-            live_leases = {k for k, h in leases.items() if _holder_alive(h)}
+            live_locks = {k for k, h in locks.items() if _holder_alive(h, ms_dialect)}
+            live_leases = {k for k, h in leases.items() if _holder_alive(h, ms_dialect)}
             kept = []
             for sid in ids:
                 if sid in live_locks:
@@ -473,23 +424,13 @@ def vacuum(store: SessionStore) -> dict[str, int]:
 
 
 def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int:
-    """Close (never delete) stale open automation sessions without live guard rows."""
-    cutoff = time.time() - retention_days * 86400
-    frag = store.backend.sql
-
-    def work(conn: Connection) -> int:
-        now = time.time()
-        ids = [r[0] for r in conn.execute(mq.sweep_candidates(), {"cutoff": cutoff, "now": now})]
-        leases = {r[0] for r in conn.execute(mq.LIVE_LEASE_CONVERSATIONS, {"now": now})}
-        ids = [i for i in ids
-               if not leases or conn.execute(frag.ROOT_OF, {"id": i}).scalar() not in leases]
-        n = 0
-        close = mq.sweep_close()
-        for sid in ids:  # predicates re-applied in the UPDATE
-            n += conn.execute(close, {"now": now, "cutoff": cutoff, "id": sid}).rowcount
-        return n
-
-    return store.backend.write(work)
+    """Close (never delete) stale open automation sessions without live guard rows: core
+    §7.6 step 4, which is ``sweep_orphaned_sessions`` (sessions-ext-coordination §3.18, A4)
+    with the automation sources, ``retention_days × 86400``, pinned rows spared and no
+    heartbeat clause. Returns how many were closed."""
+    return len(store.sweep_orphaned_sessions(
+        max_idle_seconds=retention_days * 86400, sources=SWEEPABLE_SOURCES, exclude_pinned=True,
+        respect_gateway_heartbeats=False))
 
 
 def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEFAULT_RETENTION_DAYS,

@@ -191,10 +191,14 @@ def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | No
 
 def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], None],
               session_id: str, messages: Sequence[Any], start: int, stop: int, now: float,
-              prev: float | None, encoded: list[EncodedRow] | None) -> _Progress:
+              prev: float | None, encoded: list[EncodedRow] | None,
+              fence: Callable[[Any], None] | None = None) -> _Progress:
     """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
     at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
-    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``."""
+    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``.
+    ``fence`` (a turn-lease check) runs first, inside the transaction."""
+    if fence is not None:
+        fence(tx)
     gate: _Gate | None = None
     want_bulk = q.dialect == "sqlite" and stop - start >= BULK_FTS_MIN_ROWS
     for lo in range(start, stop, ENCODE_CHUNK):
@@ -216,7 +220,8 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
 
 def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
                  check_header: Callable[[int | None], None], q: Fragments, session_id: str,
-                 messages: Sequence[Any], chunk_rows: int | None = None) -> int:
+                 messages: Sequence[Any], chunk_rows: int | None = None,
+                 fence: Callable[[Any], None] | None = None) -> int:
     """Append ``messages`` (§6.3): one transaction for the whole call — all-or-nothing — or
     one per ``chunk_rows`` rows. ``write`` runs a function on a :class:`Driver` inside a
     write transaction (the backend's ``write_driver``). Returns the rows inserted.
@@ -244,7 +249,7 @@ def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
         n, prev = write(partial(_batch_tx, q=q, check_header=check_header,
                                 session_id=session_id, messages=messages, start=start,
                                 stop=min(start + size, total), now=now, prev=prev,
-                                encoded=encoded))
+                                encoded=encoded, fence=fence))
         inserted += n
     return inserted
 

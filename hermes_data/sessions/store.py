@@ -19,16 +19,18 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
+from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta, opening,
+               row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI
+from .coordination_api import CoordinationAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
-from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
+from .errors import (SessionExportTooLargeError, SessionNotFoundError,
                      SessionResumeTooLargeError)
 from .lifecycle import namespaces_agree
 from .projections import ConversationHooks
-from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
+from .rows import (MessageRow, RecentSessionRow, SessionListRow,
                    SessionRow)
 from .sql.listing import SessionFilter
 from .token_writer import TokenWriter
@@ -102,7 +104,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(AgentTurnAPI):
+class SessionStore(CoordinationAPI, AgentTurnAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -281,54 +283,21 @@ class SessionStore(AgentTurnAPI):
         """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
         return self._backend.write(lambda c: lifecycle.reopen_session(c, self._q, session_id))
 
-    def publish_compression_child(self, parent_session_id: str, child_session_id: str,
-                                  source: str, messages: Sequence[NewMessage], *,
-                                  model: str | None = None, model_config: Any = None,
-                                  system_prompt: str | None = None, cwd: str | None = None,
-                                  profile_name: str | None = None, watermark: int | None = None,
-                                  watermark_ceiling: int | None = None, carry_title: bool = True,
-                                  lease_holder: str | None = None) -> PublishResult:
-        """Atomically end ``parent`` with ``compression`` and publish its continuation (§4.3)."""
-        if not messages:
-            raise CompressionPublishError("publish_compression_child needs a non-empty handoff")
-        rows = self._encode(messages)
-        c = lifecycle.Continuation(
-            parent_session_id, child_session_id, source, rows, model, model_config,
-            system_prompt, cwd, profile_name, self.owner_profile(), watermark,
-            watermark_ceiling, carry_title, lease_holder)
-        return self._backend.write(lambda conn: lifecycle.publish_compression_child(
-            conn, self._q, c), patience=TRANSCRIPT_PATIENCE_S)
-
     # -- messages (§6) -----------------------------------------------------------------
-
-    def _encode(self, rows: Sequence[NewMessage]) -> list[msg.EncodedRow]:
-        return [msg.encode_row(m, i, self._q.dialect) for i, m in enumerate(rows)]
-
-    def append_message(self, session_id: str, role: str, content: Any = None,
-                       **fields: Any) -> int:
-        """Append one message in its own transaction; returns the new row id.
-
-        Raises :class:`SessionNotFoundError` for an unknown session and
-        :class:`CompressionSessionClosedError` when the session continued in a child.
-        Keyword fields are those of :class:`~hermes_data.sessions.rows.NewMessage`.
-        """
-        row = msg.encode_row({**fields, "role": role, "content": content}, 0,
-                                  self._q.dialect, batch=False, default_ts=enc.now())
-        b = self._backend
-        return b.write_driver(lambda tx: msg.append_one(tx, self._q, b.check_header,
-                                                             session_id, row))
-
-    def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
-                              chunk_rows: int | None = None) -> int:
-        """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``); returns rows inserted."""
-        b = self._backend
-        return msg.append_batch(b.write_driver, b.check_header, self._q, session_id, messages,
-                                chunk_rows)
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,
-                     after_id: int | None = None) -> list[MessageRow]:
-        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4)."""
+                     after_id: int | None = None, *,
+                     include_compacted: bool = False) -> list[MessageRow]:
+        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4).
+        ``include_compacted``: the de-duplicated display history with compacted generations
+        (:mod:`.display_reads`; not with ``after_id``)."""
+        if include_compacted:
+            if after_id is not None:
+                raise ValueError("include_compacted cannot be combined with after_id")
+            return display_reads.get_messages_with_compacted(
+                self, session_id, include_inactive=include_inactive, limit=limit,
+                offset=offset, latest=latest)
         if after_id is not None and (latest or offset):
             raise ValueError("after_id cannot be combined with latest=True or a non-zero offset")
         return self._backend.read(lambda c: msg.get_messages(

@@ -11,6 +11,9 @@ write SQL themselves.
 * :mod:`.listing` — the session filter, sidebar list, counts and the bounded recent browse.
 * :mod:`.opening` — open-time probes and heals (SQLite); :mod:`.maintenance` — delete,
   prune, archive, VACUUM; :mod:`.search` — the search routes.
+* :mod:`.coordination` — guard rows, the conversation key, rewrites, rewind, cooldowns,
+  sweeps and empty/ghost cleanup (sessions-ext-coordination.md), built per dialect by its
+  own ``for_dialect``.
 
 :func:`for_dialect` returns a :class:`Fragments`: the statements of one dialect side by
 side, built once per process. Every fragment binds its values; identifiers come only from

@@ -11,7 +11,10 @@ RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspen
                      "resume_pending_expired")
 AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume",
                          "startup_orphan_reap", "tui_shutdown", "ws_disconnect",
-                         "idle_timeout", "lru_evict")
+                         "idle_timeout", "lru_evict",
+                         # sessions-ext-coordination §3.4: written only by the automatic
+                         # finalize sweep; a live publisher may clear it (#88197).
+                         "orphaned_compression")
 #: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §11.8).
 EPOCH_MIN = 946684800
 EPOCH_MAX = 4102444800
