@@ -19,9 +19,10 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
+from . import (accounting, cjk, guards, lifecycle, lineage, listing, meta, opening, row_helpers,
+               titles)
 from . import messages as msg
-from .agent_api import AgentTurnAPI
+from .agent_api import AgentTurnAPI, _Op
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
 from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
@@ -315,15 +316,22 @@ class SessionStore(AgentTurnAPI):
         row = msg.encode_row({**fields, "role": role, "content": content}, 0,
                                   self._q.dialect, batch=False, default_ts=enc.now())
         b = self._backend
-        return b.write_driver(lambda tx: msg.append_one(tx, self._q, b.check_header,
-                                                             session_id, row))
+        new_id = b.write_driver(lambda tx: msg.append_one(tx, self._q, b.check_header,
+                                                               session_id, row))
+        cjk.after_append(b, ({"role": role, "content": content, **fields},))  # post-commit
+        return new_id
 
     def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
                               chunk_rows: int | None = None) -> int:
         """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``); returns rows inserted."""
         b = self._backend
-        return msg.append_batch(b.write_driver, b.check_header, self._q, session_id, messages,
-                                chunk_rows)
+        n = msg.append_batch(b.write_driver, b.check_header, self._q, session_id, messages,
+                             chunk_rows)
+        cjk.after_append(b, messages)  # post-commit drain of the CJK-bigram queue
+        return n
+
+    cjk_index_status = _Op(cjk.cjk_index_status)
+    cjk_index_step = _Op(cjk.cjk_index_step)
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,
