@@ -147,7 +147,7 @@ def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
         if name not in present:
             conn.exec_driver_sql(ddl)
             created.append(name)
-    meta = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
     if created:
         done.append(f"created CJK-bigram objects: {', '.join(created)}")
     if nonempty and any(n == q.CJK_DOC or n.startswith("messages_cjk_enqueue") for n in created):
@@ -159,9 +159,28 @@ def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
     rebuild = q.CJK_DOC not in created and any(
         n == q.CJK_FTS or n.startswith("messages_cjk_doc_") for n in created)
     if rebuild or q.STALE_KEY in meta:
-        conn.exec_driver_sql(q.FTS_REBUILD)
-        conn.exec_driver_sql(q.CLEAR_STALE)
-        done.append("CJK-bigram index rebuilt from its documents")
+        _rebuild(conn, reset=q.STALE_KEY in meta, done=done)
+
+
+def _rebuild(conn: Connection, *, reset: bool, done: list[str]) -> None:
+    """Rebuild the index from the documents (authoritative: unchanged while draining was
+    paused), verified by ``'integrity-check'``, in a savepoint of the open's transaction; a
+    failure leaves ``cjk_bigram_stale`` (search stays exact through LIKE) and never fails
+    the open."""
+    try:
+        with conn.begin_nested():
+            for stmt in q.FTS_RESET if reset else ():
+                conn.exec_driver_sql(stmt)
+            conn.exec_driver_sql(q.FTS_REBUILD)
+            conn.exec_driver_sql(q.FTS_INTEGRITY_CHECK)
+            conn.exec_driver_sql(q.CLEAR_STALE)
+    except sa.exc.DatabaseError as exc:
+        if not (guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc)):
+            raise
+        log.error("CJK-bigram index rebuild failed (%s); it stays stale, short CJK search "
+                  "answers through LIKE", exc.orig)
+        return
+    done.append("CJK-bigram index rebuilt from its documents")
 
 
 def create_fresh(cursor: Any) -> None:
@@ -204,7 +223,7 @@ def index_step(tx: Connection, max_rows: int) -> bool:
     advanced or deleted); else up to ``max_rows`` queued ids, ascending (a message gone or
     out of scope, or without CJK, loses its document). Returns True when work remains."""
     x = tx.exec_driver_sql
-    meta = dict(x(q.READ_META).fetchall())
+    meta: dict[str, str] = dict(x(q.READ_META).fetchall())
     if q.STALE_KEY in meta:
         return False  # draining stops; the queue and the LIKE check keep search exact
     if q.HIGH_WATER_KEY in meta:
@@ -251,7 +270,7 @@ class _Drain:
     """Per-handle drain bookkeeping (no query needed to know there is nothing to do)."""
 
     writes: int = 0
-    pending: bool = True  # work may remain (unknown at open: drain once)
+    pending: bool = False  # work remains after the last drain
     available: bool = True
 
 
@@ -259,16 +278,19 @@ _drains: "weakref.WeakKeyDictionary[Any, _Drain]" = weakref.WeakKeyDictionary()
 
 
 def _maybe_cjk(m: Any) -> bool:
-    """Could this new message have queued an id? (non-tool, a non-ASCII or non-text field)"""
+    """Could this new message have queued an id (a non-tool row with a non-ASCII field)? A
+    hint only: queued ids are search candidates whether or not a drain ran. Parts lists and
+    tool calls are judged by their ``repr`` (printable non-ASCII text appears in it as is)."""
     if not isinstance(m, Mapping) or m.get("role") == "tool":
         return False
-    return any(v is not None and not (isinstance(v, str) and v.isascii())
+    return any(v is not None and not (v if isinstance(v, str) else str(v)).isascii()
                for v in (m.get("content"), m.get("tool_name"), m.get("tool_calls")))
 
 
 def after_append(backend: Any, messages: Sequence[Any]) -> None:
-    """The post-commit drain of an append (never raises): one bounded step when the new rows
-    may have queued ids, while earlier work remains, or every :data:`DRAIN_EVERY` writes."""
+    """The post-commit drain of an append (never raises): when the new rows may have queued
+    ids, while earlier work remains, or every :data:`DRAIN_EVERY` writes (foreign writers, a
+    backfill), one read of the queue and markers, then — only with work — one bounded step."""
     if not _usable(backend):
         return
     st = _drains.get(backend)
@@ -280,11 +302,10 @@ def after_append(backend: Any, messages: Sequence[Any]) -> None:
     if not (periodic or (st.available and (st.pending or maybe))):
         return
     try:
-        if not backend_has_index(backend):
-            st.available = st.pending = False
-            return
-        st.available = True
-        st.pending = _run_step(backend, DRAIN_ROWS, DRAIN_PATIENCE_S)
+        with backend.reading_on_writer() as conn:  # read first: a write only with work
+            st.available = _loadable(conn)
+            work = st.available and _has_work(conn)
+        st.pending = work and _run_step(backend, DRAIN_ROWS, DRAIN_PATIENCE_S)
     except Exception as exc:  # noqa: BLE001 - the transcript write already committed
         st.pending = True
         log.info("CJK-bigram drain deferred: %s", exc)
@@ -301,6 +322,13 @@ def _loadable(conn: Connection) -> bool:
         if guards.is_fts_unavailable(exc):
             return False
         raise
+
+
+def _has_work(conn: Connection) -> bool:
+    """Queued ids or a backfill window, and not stale."""
+    meta = {k for k, _v in conn.exec_driver_sql(q.READ_META)}
+    return q.STALE_KEY not in meta and (
+        q.HIGH_WATER_KEY in meta or conn.exec_driver_sql(q.QUEUE_NONEMPTY).first() is not None)
 
 
 def backend_has_index(backend: Any) -> bool:
@@ -329,7 +357,7 @@ def cjk_index_status(store: Any) -> CjkIndexStatus:
         present = len(_present(conn)) == len(q.CJK_OBJECTS)
         if not present:
             return CjkIndexStatus(False, False, None, 0)
-        meta = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+        meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
         window = None
         if q.HIGH_WATER_KEY in meta:
             window = (int(meta.get(q.PROGRESS_KEY) or 0), int(meta[q.HIGH_WATER_KEY]))
@@ -369,7 +397,7 @@ def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
     match = cjk_match_expression(groups)
     if match is None or len(_present(conn)) < len(q.CJK_OBJECTS):
         return None
-    meta = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
     if q.STALE_KEY in meta:
         return None
     params: dict[str, Any] = {"limit": limit, "offset": offset}

@@ -268,15 +268,22 @@ def _rebuild_current(conn: Connection, trigram: bool) -> None:
 
 
 def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list[str]:
-    """Bring the FTS objects to the expected state for their layout; returns what it did.
+    """Bring the FTS objects to the expected state for their layout, then the CJK-bigram
+    index's (storage §3.9.2, created after them as on a fresh store); returns what it did.
 
     Runs inside the caller's write transaction; writes nothing when :func:`read_fts_state`
     shows nothing to do.
     """
     done: list[str] = [] if repairs is None else repairs
     state = read_fts_state(conn)
-    if not state.needs_work():
-        return done
+    if state.needs_work():
+        _apply_fts_checks(conn, state, done)
+        if state.cjk_work and not state.stale:
+            cjk.ensure_objects(conn, state.messages_nonempty, done)
+    return done
+
+
+def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str]) -> list[str]:
     db_path = database_path(conn)
     if not state.caps.fts5:
         dropped = drop_fts_triggers(conn, state)
@@ -285,8 +292,6 @@ def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list
         return done
     if state.stale:
         return _handle_stale(conn, state, db_path, done)
-    if state.cjk_work:  # the CJK-bigram index (storage §3.9.2): created/rebuilt by its module
-        cjk.ensure_objects(conn, state.messages_nonempty, done)
 
     trigram_ok = state.caps.trigram
     if state.layout == "absent":

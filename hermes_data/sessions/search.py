@@ -408,10 +408,14 @@ def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm
 
 def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
           sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
+    # Short CJK (``plan.bigram``) searches the CJK-bigram index's scope whichever way it is
+    # answered: the index, LIKE when it cannot serve (absent, stale, a group without CJK),
+    # PostgreSQL's ILIKE until the storage revision gives it its own index.
+    scoped = plan.bigram
     return _substrings(conn, plan.route, plan.groups,
                        q.ILIKE_COLS if postgresql else q.LIKE_COLS,
                        lambda matches, where: q.like_page(matches, where, sort,
-                                                          postgresql=postgresql),
+                                                          postgresql=postgresql, scoped=scoped),
                        filters, limit, offset)
 
 

@@ -152,6 +152,14 @@ UPSERT_DOC = ("INSERT INTO messages_cjk_doc(id, doc) VALUES (?, ?) "
 DELETE_DOC = "DELETE FROM messages_cjk_doc WHERE id = ?"
 #: Rebuild the index from the documents (recovery from corruption).
 FTS_REBUILD = "INSERT INTO messages_cjk_fts(messages_cjk_fts) VALUES ('rebuild')"
+#: Before a recovery rebuild: a damaged structure record fails even the table's constructor
+#: (and ``DROP TABLE``), so the index's own storage is reset to an empty index first
+#: (averages and structure records as FTS5 writes them for a new table).
+FTS_RESET = ("DELETE FROM messages_cjk_fts_data", "DELETE FROM messages_cjk_fts_idx",
+             "INSERT INTO messages_cjk_fts_data(id, block) VALUES (1, X''), "
+             "(10, X'00000000000000')")
+#: Verify the index against the documents.
+FTS_INTEGRITY_CHECK = "INSERT INTO messages_cjk_fts(messages_cjk_fts) VALUES ('integrity-check')"
 #: Status: queued ids.
 QUEUE_COUNT = "SELECT count(*) FROM messages_cjk_queue"
 
