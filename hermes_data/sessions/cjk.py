@@ -255,14 +255,20 @@ def _run_step(backend: Any, max_rows: int, patience: float) -> bool:
     try:
         return bool(backend.write(lambda tx: index_step(tx, max_rows), patience=patience))
     except _IndexCorrupt as exc:
-        if not exc.corrupt:
-            log.info("CJK-bigram index not loadable here (%s); not drained", exc)
-            return False
-        log.error("CJK-bigram index unusable (%s): cjk_bigram_stale set, draining stops; "
-                  "short CJK search stays exact through the queue and LIKE", exc)
-        backend.write(lambda tx: tx.exec_driver_sql(q.SET_META, (q.STALE_KEY, "1")),
-                      patience=patience)
+        _mark_stale(backend, exc, patience)
         return False
+
+
+def _mark_stale(backend: Any, exc: _IndexCorrupt, patience: float) -> None:
+    """Corruption ⇒ ``cjk_bigram_stale`` (draining stops; the next writable open rebuilds
+    the index from the documents); an unloadable index is only logged."""
+    if not exc.corrupt:
+        log.info("CJK-bigram index not loadable here (%s); not drained", exc)
+        return
+    log.error("CJK-bigram index unusable (%s): cjk_bigram_stale set, draining stops; "
+              "short CJK search stays exact through LIKE", exc)
+    backend.write(lambda tx: tx.exec_driver_sql(q.SET_META, (q.STALE_KEY, "1")),
+                  patience=patience)
 
 
 @dataclass
@@ -306,21 +312,27 @@ def after_append(backend: Any, messages: Sequence[Any]) -> None:
             st.available = _loadable(conn)
             work = st.available and _has_work(conn)
         st.pending = work and _run_step(backend, DRAIN_ROWS, DRAIN_PATIENCE_S)
+    except _IndexCorrupt as exc:
+        st.pending = False
+        _mark_stale(backend, exc, DRAIN_PATIENCE_S)
     except Exception as exc:  # noqa: BLE001 - the transcript write already committed
         st.pending = True
         log.info("CJK-bigram drain deferred: %s", exc)
 
 
 def _loadable(conn: Connection) -> bool:
-    """Every object exists and this SQLite build can load the index (FTS5)."""
+    """Every object exists and this SQLite build can load the index (FTS5); a damaged index
+    raises :class:`_IndexCorrupt`."""
     if len(_present(conn)) < len(q.CJK_OBJECTS):
         return False
     try:
         conn.exec_driver_sql(q.FTS_PROBE).fetchall()
         return True
-    except sa.exc.OperationalError as exc:
+    except sa.exc.DBAPIError as exc:
         if guards.is_fts_unavailable(exc):
             return False
+        if guards.is_fts_corruption(exc):
+            raise _IndexCorrupt(str(exc.orig), True) from exc
         raise
 
 
@@ -361,7 +373,11 @@ def cjk_index_status(store: Any) -> CjkIndexStatus:
         window = None
         if q.HIGH_WATER_KEY in meta:
             window = (int(meta.get(q.PROGRESS_KEY) or 0), int(meta[q.HIGH_WATER_KEY]))
-        return CjkIndexStatus(_loadable(conn), q.STALE_KEY in meta, window,
+        try:
+            available, stale = _loadable(conn), q.STALE_KEY in meta
+        except _IndexCorrupt:
+            available, stale = True, True  # damaged; the flag follows at the next drain
+        return CjkIndexStatus(available, stale, window,
                               int(conn.exec_driver_sql(q.QUEUE_COUNT).scalar() or 0))
 
     return backend.read(read)
@@ -376,7 +392,13 @@ def cjk_index_step(store: Any, max_rows: int = 500) -> bool:
     if max_rows <= 0:
         raise ValueError(f"max_rows must be positive, not {max_rows}")
     backend = store.backend
-    if not _usable(backend) or not backend_has_index(backend):
+    if not _usable(backend):
+        return False
+    try:
+        if not backend_has_index(backend):
+            return False
+    except _IndexCorrupt as exc:
+        _mark_stale(backend, exc, 20.0)
         return False
     return _run_step(backend, max_rows, 20.0)
 
