@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from . import opening, sql
+from . import cjk, opening, sql
 from .migration import settle
 
 log = logging.getLogger("hermes_data.sessions.fresh")
@@ -34,6 +34,7 @@ def create_head(conn: Connection, cursor: Any) -> None:
     if caps.fts5:
         for _name, ddl in sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
             cursor.execute(ddl)
+        cjk.create_fresh(cursor)  # the CJK-bigram index (sessions-ext-storage §2.2)
     else:
         log.warning("SQLite has no FTS5 module: full-text search disabled, search uses LIKE")
     settle(conn)

@@ -25,6 +25,7 @@ from ..migration_spec import StoreSpec, UpgradeReport, current_revision
 from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
 from .sql import migration as mq
+from .sql.cjk import CJK_TABLES
 from .schema import metadata
 
 log = logging.getLogger("hermes_data.sessions.migration")
@@ -35,7 +36,7 @@ BUSY_TIMEOUT_MS = 1000
 
 def is_fts_table(name: str) -> bool:
     """FTS5 virtual tables of the store and their shadow tables (not part of the metadata)."""
-    if name in sql.FTS_VIRTUAL_TABLES:
+    if name in sql.FTS_VIRTUAL_TABLES or name in CJK_TABLES:  # CJK-bigram fragments too
         return True
     return any(name == base + sfx for base in sql.FTS_VIRTUAL_TABLES
                for sfx in sql.FTS_SHADOW_SUFFIXES)

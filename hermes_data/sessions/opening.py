@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..files import foreign_holders
-from . import sql
+from . import cjk, sql
 from .errors import StateDbPermissionError
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
@@ -123,6 +123,7 @@ class FtsState:
     stale: bool = False
     messages_nonempty: bool = False
     caps: FtsCapabilities = FtsCapabilities(True, True)
+    cjk_work: bool = False  # CJK-bigram objects missing or stale (sessions.cjk)
 
     @property
     def trigram_layout(self) -> str:
@@ -158,7 +159,7 @@ class FtsState:
     def needs_work(self) -> bool:
         if not self.caps.fts5:
             return any(t in self.objects for t in sql.FTS_TRIGGERS)
-        if self.stale:
+        if self.stale or self.cjk_work:
             return True  # recovery is attempted; it writes only when it can recover
         if self.layout == "absent":
             return True
@@ -175,7 +176,8 @@ def read_fts_state(conn: Connection) -> FtsState:
     stale = (conn.exec_driver_sql(open_sql.STATE_META_EXISTS).first() is not None
              and conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None)
     nonempty = conn.exec_driver_sql(open_sql.MESSAGES_NONEMPTY_PROBE).first() is not None
-    return FtsState(layout, objects, stale, nonempty, capabilities(conn))
+    caps = capabilities(conn)
+    return FtsState(layout, objects, stale, nonempty, caps, caps.fts5 and cjk.needs_work(conn))
 
 
 # ---------------------------------------------------------------------------------------
@@ -266,15 +268,22 @@ def _rebuild_current(conn: Connection, trigram: bool) -> None:
 
 
 def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list[str]:
-    """Bring the FTS objects to the expected state for their layout; returns what it did.
+    """Bring the FTS objects to the expected state for their layout, then the CJK-bigram
+    index's (storage §3.9.2, created after them as on a fresh store); returns what it did.
 
     Runs inside the caller's write transaction; writes nothing when :func:`read_fts_state`
     shows nothing to do.
     """
     done: list[str] = [] if repairs is None else repairs
     state = read_fts_state(conn)
-    if not state.needs_work():
-        return done
+    if state.needs_work():
+        _apply_fts_checks(conn, state, done)
+        if state.cjk_work and not state.stale:
+            cjk.ensure_objects(conn, state.messages_nonempty, done)
+    return done
+
+
+def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str]) -> list[str]:
     db_path = database_path(conn)
     if not state.caps.fts5:
         dropped = drop_fts_triggers(conn, state)

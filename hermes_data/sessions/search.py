@@ -105,7 +105,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
-from . import opening
+from . import cjk, opening
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
@@ -287,6 +287,10 @@ def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offs
 
 def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
               sort: str | None) -> list[SearchResult]:
+    if plan.bigram:  # short CJK through the CJK-bigram index when it can serve (else LIKE)
+        rows = cjk.bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
+        if rows is not None:
+            return [_result(r, r[8], "bigram") for r in rows]
     if plan.route in ("like", "cjk_like"):
         return _like(conn, plan, filters, limit, offset, sort)
     if plan.route == "trigram":
@@ -404,10 +408,14 @@ def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm
 
 def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
           sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
+    # Short CJK (``plan.bigram``) searches the CJK-bigram index's scope whichever way it is
+    # answered: the index, LIKE when it cannot serve (absent, stale, a group without CJK),
+    # PostgreSQL's ILIKE until the storage revision gives it its own index.
+    scoped = plan.bigram
     return _substrings(conn, plan.route, plan.groups,
                        q.ILIKE_COLS if postgresql else q.LIKE_COLS,
                        lambda matches, where: q.like_page(matches, where, sort,
-                                                          postgresql=postgresql),
+                                                          postgresql=postgresql, scoped=scoped),
                        filters, limit, offset)
 
 

@@ -372,6 +372,9 @@ class SearchPlan:
     literal_words: str | None = None
     #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
     folded: bool = False
+    #: ``cjk_like`` on SQLite: try the CJK-bigram index first (storage §3.9.3; the route
+    #: checks the objects and falls back to this plan's LIKE when it cannot serve).
+    bigram: bool = False
 
 
 def like_groups(sanitized: str) -> tuple[tuple[LikeTerm, ...], ...]:
@@ -423,7 +426,8 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
         if caps.trigram and cjk_ok and not excluded_src:
             return SearchPlan("trigram", match=trigram_match(sanitized), reason="CJK ≥ 3")
         return SearchPlan("cjk_like", groups=cjk_like_groups(sanitized),
-                          reason="short CJK or no trigram index")
+                          reason="short CJK or no trigram index",
+                          bigram=caps.fts5 and not excluded_src)
     fallback = None
     if caps.trigram and terms and all(len(t) >= 3 for t in terms):
         fallback = trigram_match(sanitized)

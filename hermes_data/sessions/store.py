@@ -19,10 +19,10 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta, opening,
-               row_helpers, titles)
+from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
+               opening, row_helpers, titles)
 from . import messages as msg
-from .agent_api import AgentTurnAPI
+from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
@@ -284,6 +284,9 @@ class SessionStore(CoordinationAPI, AgentTurnAPI):
         return self._backend.write(lambda c: lifecycle.reopen_session(c, self._q, session_id))
 
     # -- messages (§6) -----------------------------------------------------------------
+
+    cjk_index_status = _Op(cjk.cjk_index_status)
+    cjk_index_step = _Op(cjk.cjk_index_step)
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,

@@ -23,6 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import DatabaseBusyError
+from . import cjk
 from . import encoding as enc
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S
@@ -190,17 +191,20 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     row = msg.encode_row({**fields, "role": role, "content": content}, 0, q.dialect,
                          batch=False, default_ts=enc.now())
     if turn_lease_holder is None:
-        return int(b.write_driver(lambda tx: msg.append_one(tx, q, b.check_header,
-                                                            session_id, row)))
-    ttl = check_ttl(turn_lease_ttl_seconds, "turn_lease_ttl_seconds")
-    cs = _cs(store)
-    clock = Clock(store, cs)
+        new_id = int(b.write_driver(lambda tx: msg.append_one(tx, q, b.check_header,
+                                                              session_id, row)))
+    else:
+        ttl = check_ttl(turn_lease_ttl_seconds, "turn_lease_ttl_seconds")
+        cs = _cs(store)
+        clock = Clock(store, cs)
 
-    def fenced(tx: Any) -> int:
-        fence_append(tx.execute, cs, clock, session_id, turn_lease_holder, ttl)
-        return msg.append_one(tx, q, b.check_header, session_id, row)
+        def fenced(tx: Any) -> int:
+            fence_append(tx.execute, cs, clock, session_id, turn_lease_holder, ttl)
+            return msg.append_one(tx, q, b.check_header, session_id, row)
 
-    return int(b.write_driver(fenced))
+        new_id = int(b.write_driver(fenced))
+    cjk.after_append(b, ({**fields, "role": role, "content": content},))  # post-commit drain
+    return new_id
 
 
 def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMessage],
@@ -223,8 +227,10 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
             fence_append(tx.execute, cs, clock, session_id, holder, ttl)
 
         fence = fence_tx
-    return msg.append_batch(b.write_driver, b.check_header, b.sql, session_id, messages,
-                            chunk_rows, fence=fence)
+    n = msg.append_batch(b.write_driver, b.check_header, b.sql, session_id, messages,
+                         chunk_rows, fence=fence)
+    cjk.after_append(b, messages)  # post-commit drain of the CJK-bigram queue
+    return n
 
 
 __all__ = ["acquire_session_turn_lease", "append_message", "append_messages_batch",

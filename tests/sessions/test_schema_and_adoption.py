@@ -15,6 +15,7 @@ from hermes_data.errors import ForwardOnlyError
 from hermes_data.sessions import opening, sql
 from hermes_data.sessions.migration import SPEC
 from hermes_data.sessions.schema import metadata
+from hermes_data.sessions.sql.cjk import CJK_OBJECTS
 from hermes_data.sessions.store import SessionStore
 from hermes_data.shape import diff_shapes, live_shape, metadata_shape
 
@@ -55,7 +56,7 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     engine = sa.create_engine(f"sqlite:///{ref}")
     metadata.create_all(engine)
     with engine.begin() as conn:
-        for _name, ddl in sql.FTS_OBJECTS_V3:
+        for _name, ddl in sql.FTS_OBJECTS_V3 + CJK_OBJECTS:
             conn.exec_driver_sql(ddl)
     engine.dispose()
     with sa.create_engine(f"sqlite:///{fresh}").connect() as a, \
@@ -69,7 +70,8 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     # Views, virtual tables and the six triggers: same text, same order.
     assert _objects(fresh) == _objects(ref)
     assert _fts_tables(fresh) == _fts_tables(ref)
-    assert [n for t, n, _ in _objects(fresh) if t == "trigger"] == list(sql.FTS_TRIGGERS)
+    assert [n for t, n, _ in _objects(fresh) if t == "trigger"] == list(sql.FTS_TRIGGERS) + [
+        n for n, ddl in CJK_OBJECTS if ddl.startswith("CREATE TRIGGER")]  # then the CJK index's
 
 
 def _schema_sql(path) -> list[tuple]:
@@ -200,10 +202,12 @@ def test_fixture_adopts_losslessly(legacy_copy):
         assert s.get_session("20260806_040000_cmp004").title == "Refactor gateway routing #5"
     con = sqlite3.connect(legacy_copy)
     try:
-        # state_meta only gains keys (the generation token); every old pair is kept.
+        # state_meta only gains keys (the generation token, the CJK-bigram index's backfill
+        # window over the adopted rows); every old pair is kept.
         meta_after = set(con.execute("SELECT key, value FROM state_meta"))
         assert meta_before <= meta_after
-        assert {k for k, _ in meta_after - meta_before} <= {"db_file_generation"}
+        assert {k for k, _ in meta_after - meta_before} <= {
+            "db_file_generation", "cjk_bigram_high_water", "cjk_bigram_progress"}
         for table, entry in man["tables"].items():
             if table == "state_meta":
                 continue

@@ -136,18 +136,23 @@ def _direction(sort: str | None) -> str:
 # -------------------------------------------------------------------------------------
 
 
-def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool) -> str:
+def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool,
+              scoped: bool = False) -> str:
     """One page of LIKE hits (``matches`` from :func:`pattern_where`, ``where`` from
-    :func:`filter_where`), with the snippet window as a ninth column.
+    :func:`filter_where`), with the snippet window as a ninth column. ``scoped``: only the
+    rows of the trigram / CJK-bigram indexes (no tool rows, no cron/subagent/delegate
+    sessions) — PostgreSQL's short-CJK route, the scope of SQLite's CJK-bigram index.
 
     Newest first by id (insertion order, the store's transcript order; spec §7.2 says
     timestamp): walking the rowid b-tree lets LIMIT stop the scan at the first page of
     matches — a common 2-character CJK term on 200,000 rows: ~95 ms → ~2 ms."""
     snippet = PG_LIKE_SNIPPET if postgresql else LIKE_SNIPPET
     direction = _direction(sort)
+    scope = (f"m.role <> 'tool' AND {PG_TRI_SESSION if postgresql else TRI_SESSION_S} AND "
+             if scoped else "")
     return (f"SELECT {HIT_COLS}, {snippet} "
             f"FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE ({matches}) AND {where} "
+            f"WHERE {scope}({matches}) AND {where} "
             f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset")
 
 
