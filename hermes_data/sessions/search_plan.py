@@ -103,6 +103,8 @@ def sanitize_fts_query(query: str | None) -> str | None:
             between two terms, in a run       dropped (``foo AND OR bar`` ⇒ ``foo bar``)
             alone or at an edge               a word, quoted: ``NOT`` ⇒ ``"NOT"``,
                                              ``AND now`` ⇒ ``"AND" now`` (issue 16)
+    7       a term juxtaposed after the term  an explicit ``AND`` before it: ``b NOT a c`` ⇒
+            ``NOT`` negates                   ``b NOT a AND c`` (FTS5 would read ``b NOT (a c)``)
     7       lower-case ``and``/``or``/``not``  ordinary words
     8       nothing left                     ``None``
     ======  ===============================  ==============================================
@@ -148,8 +150,21 @@ def sanitize_fts_query(query: str | None) -> str | None:
     text = _INNER_STAR_RE.sub(" ", text)
     tokens = [_clean_star(t) for t in _TOKEN_RE.findall(text)]
     tokens = [t for t in tokens if t]
-    kept = [f'"{tok}"' if role == "word" else tok
-            for tok, role in zip(tokens, operator_roles(tokens)) if role != "skip"]
+    kept: list[str] = []
+    negated_last = False
+    for tok, role in zip(tokens, operator_roles(tokens)):
+        if role == "skip":
+            continue
+        if role == "op":
+            kept.append(tok)
+            negated_last = False
+            continue
+        if negated_last:
+            # FTS5 binds juxtaposed terms tighter than NOT ('b NOT a c' is 'b NOT (a c)');
+            # NOT negates the next term only (operands(), the LIKE and PostgreSQL routes).
+            kept.append("AND")
+        kept.append(f'"{tok}"' if role == "word" else tok)
+        negated_last = len(kept) >= 2 and kept[-2] == "NOT"
     # Step 8: restore the phrases.
     out = " ".join(kept)
     out = _PLACEHOLDER_RE.sub(lambda m: phrases[int(m.group(1))], out).strip()

@@ -32,6 +32,7 @@ from .conftest import LEGACY_DB
     ("foo.", "foo"), ("-bar", "bar"), ("...", None), ("foo AND OR bar", "foo bar"),
     ("foo OR NOT bar", "foo bar"), ("AND foo", '"AND" foo'), ("foo NOT", 'foo "NOT"'),
     ("foo and bar", "foo and bar"), ("foo OR bar", "foo OR bar"),
+    ("b NOT a c", "b NOT a AND c"), ('b NOT "x y" c OR d', 'b NOT "x y" AND c OR d'),
     ('"quoted phrase"', '"quoted phrase"'), ('say "a (b) c', "say a b c"),
     ('"it\'s: here" now?', '"it\'s: here" now'), ("chat-send", '"chat-send"'),
     ("my-app.config.ts", '"my-app.config.ts"'), ("P2.2", '"P2.2"'),

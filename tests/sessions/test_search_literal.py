@@ -138,6 +138,18 @@ def test_operator_words_at_an_edge_are_words(store, query):
         assert "AND OR NOT near NEAR and or not" in _contents(store, store.search_messages(query))
 
 
+def test_not_negates_the_next_term_only_on_every_route(store):
+    """``the NOT jumps gateway`` means the, gateway and not jumps — on the word index (where
+    FTS5 alone would read ``the NOT (jumps gateway)`` and return every other row with
+    "the"), on the LIKE route and on PostgreSQL alike."""
+    for role_filter in (None, ["user", "tool"]):
+        assert len(store.search_messages("the NOT jumps", role_filter=role_filter)) > 2
+        assert _contents(store, store.search_messages(
+            "the NOT jumps gateway", role_filter=role_filter)) == \
+            ["hermes config json for the gateway"]
+        assert store.search_messages("the NOT jumps wait", role_filter=role_filter) == []
+
+
 def test_like_route_does_not_reinterpret_operators_or_split_on_equals(store):
     for q in ("' OR 1=1 --", "1=1"):
         assert store.search_messages(q, role_filter=["tool"]) == []
