@@ -22,6 +22,7 @@ from . import encoding as enc
 from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
 from . import messages as msg
 from .agent_api import AgentTurnAPI
+from .ui_api import UiAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
 from .errors import (CompressionPublishError, SessionExportTooLargeError, SessionNotFoundError,
@@ -102,7 +103,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(AgentTurnAPI):
+class SessionStore(AgentTurnAPI, UiAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -302,7 +303,8 @@ class SessionStore(AgentTurnAPI):
     # -- messages (§6) -----------------------------------------------------------------
 
     def _encode(self, rows: Sequence[NewMessage]) -> list[msg.EncodedRow]:
-        return [msg.encode_row(m, i, self._q.dialect) for i, m in enumerate(rows)]
+        return [msg.encode_row(m, i, self._q.dialect, split=self._split())
+                for i, m in enumerate(rows)]
 
     def append_message(self, session_id: str, role: str, content: Any = None,
                        **fields: Any) -> int:
@@ -313,7 +315,8 @@ class SessionStore(AgentTurnAPI):
         Keyword fields are those of :class:`~hermes_data.sessions.rows.NewMessage`.
         """
         row = msg.encode_row({**fields, "role": role, "content": content}, 0,
-                                  self._q.dialect, batch=False, default_ts=enc.now())
+                                  self._q.dialect, batch=False, default_ts=enc.now(),
+                                  split=self._split())
         b = self._backend
         return b.write_driver(lambda tx: msg.append_one(tx, self._q, b.check_header,
                                                              session_id, row))
@@ -323,7 +326,7 @@ class SessionStore(AgentTurnAPI):
         """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``); returns rows inserted."""
         b = self._backend
         return msg.append_batch(b.write_driver, b.check_header, self._q, session_id, messages,
-                                chunk_rows)
+                                chunk_rows, split=self._split())
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,

@@ -250,3 +250,5 @@ SET_DISPLAY = text("UPDATE messages SET display_order = :o, display_identity = :
 PENDING_SESSIONS = text(
     "SELECT DISTINCT session_id FROM messages WHERE "
     f"(display_order IS NULL OR display_identity IS NULL) AND {VIS} LIMIT :n")
+#: PostgreSQL: the per-session transaction lock the display functions take.
+PG_SESSION_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:sid, 0))")
