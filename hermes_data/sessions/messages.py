@@ -44,7 +44,7 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
     assistant = role == "assistant" or not batch
     platform_id = m.get("platform_message_id", m.get("message_id"))
     ts = enc.coerce_timestamp(m.get("timestamp"))
-    row = (
+    row: EncodedRow = (
         role, enc.encode_content(m.get("content"), dialect), m.get("tool_call_id"),
         enc.encode_tool_calls(m.get("tool_calls")), enc.scrub(m.get("tool_name")),
         ts if ts is not None else default_ts, m.get("token_count"), m.get("finish_reason"),
