@@ -6,7 +6,7 @@ the class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import display
+from . import display, reactions, views
 from .agent_api import _Op
 
 
@@ -17,3 +17,14 @@ class UiAPI:
     ensure_display_order = _Op(display.ensure_display_order)
     backfill_display_order = _Op(display.backfill_display_order)
     _split = _Op(display.store_split)
+
+    # -- transcript windows (§4.1–§4.4)
+    get_messages_around = _Op(views.get_messages_around)
+    get_anchored_view = _Op(views.get_anchored_view)
+    list_recent_user_messages = _Op(views.list_recent_user_messages)
+    find_pr_url_messages = _Op(views.find_pr_url_messages)
+
+    # -- reactions (§4.10; the targets are the agent API's row helpers)
+    set_message_reaction = _Op(reactions.set_message_reaction)
+    get_message_reactions = _Op(reactions.get_message_reactions)
+    take_unseen_reactions = _Op(reactions.take_unseen_reactions)
