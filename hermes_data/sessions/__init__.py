@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from .projections import ConversationHooks
     from .search_plan import ContextMessage, SearchResult
     from .store import SessionStore
+    from .async_store import AsyncSessionDB, AsyncSessionStore
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -39,6 +40,8 @@ _EXPORTS = {
     "PurgeReport": "agent_rows", "ScopeIdentity": "agent_rows", "SessionRichRow": "agent_rows",
     "SessionStatus": "agent_rows", "TokenDelta": "agent_rows", "UsageTotals": "agent_rows",
     "ConversationHooks": "projections",
+    # User-interface reads (sessions-ext-ui.md §4.15).
+    "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -6,8 +6,8 @@ the class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import display, reactions, views
-from .agent_api import _Op
+from . import display, export, imports, markers, reactions, render, views
+from .agent_api import _Op, _static
 
 
 class UiAPI:
@@ -28,3 +28,16 @@ class UiAPI:
     set_message_reaction = _Op(reactions.set_message_reaction)
     get_message_reactions = _Op(reactions.get_message_reactions)
     take_unseen_reactions = _Op(reactions.take_unseen_reactions)
+
+    # -- portability (§4.11–§4.12)
+    export_session = _Op(export.export_session)
+    export_session_lineage = _Op(export.export_session_lineage)
+    iter_export_all = _Op(export.iter_export_all)
+    export_all = _Op(export.export_all)
+    import_sessions = _Op(imports.import_sessions)
+    load_import_payload = _static(imports.load_import_payload)
+    normalize_save_format = _static(render.normalize_save_format)
+    render_session_for_save = _static(render.render_session_for_save)
+    default_save_filename = _static(render.default_save_filename)
+    describe_skill_invocation = _static(markers.describe_skill_invocation)
+    shape_preview = _static(markers.shape_preview)
