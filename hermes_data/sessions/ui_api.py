@@ -6,7 +6,7 @@ the class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import display, export, imports, markers, reactions, render, views
+from . import display, export, imports, markers, pickers, reactions, render, views
 from .agent_api import _Op, _static
 
 
@@ -41,3 +41,7 @@ class UiAPI:
     default_save_filename = _static(render.default_save_filename)
     describe_skill_invocation = _static(markers.describe_skill_invocation)
     shape_preview = _static(markers.shape_preview)
+
+    # -- pickers (§3.5, §4.7)
+    search_sessions = _Op(pickers.search_sessions)
+    workspace_key = _static(pickers.workspace_key)

@@ -1,0 +1,60 @@
+"""Session pickers (spec sessions-ext-ui.md §3.5–§3.6, §4.7; acceptance behaviours 21, 22
+and 40 of §6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hermes_data.sessions.pickers import workspace_key
+
+from .conftest import make_chain
+
+
+def test_ab21_workspace_match(store):
+    """Behaviour 21."""
+    rows = [("a", "/home/me/my_project", None), ("b", " /home/me/my_project/ ", None),
+            ("c", None, "/home/me/my_project/src"), ("d", "", "/home/me/myXproject/src"),
+            ("e", None, "/home/me/my_project2"), ("f", "/other/repo", "/home/me/my_project/x")]
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at, git_repo_root, cwd) "
+                             "VALUES (?, 'cli', 1.7e9, ?, ?)", rows)
+    got = store.search_sessions(workspace_key="/home/me/my_project", limit=50)
+    assert sorted(r.id for r in got) == ["a", "b", "c"]
+    assert len(store.search_sessions(workspace_key="  ", limit=50)) == 6  # blank: no filter
+
+
+def test_ab22_search_sessions_order_flags_and_resume(store):
+    """Behaviour 22."""
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO sessions (id, source, started_at, last_activity_at, archived, "
+            "model_config) VALUES ('early', 'cli', 1.7e9, 1.8e9, 0, NULL), "
+            "('late', 'cli', 1.75e9, NULL, 0, NULL), ('arch', 'cli', 1.79e9, NULL, 1, NULL), "
+            "('deleg', 'cli', 1.79e9, NULL, 0, '{\"_delegate_from\": \"early\"}')")
+    assert [r.id for r in store.search_sessions()] == ["early", "late"]
+    assert store.search_sessions()[0].last_active == 1.8e9
+    assert "arch" in [r.id for r in store.search_sessions(include_archived=True)]
+    assert "deleg" in [r.id for r in store.search_sessions(include_delegates=True)]
+    with pytest.raises(ValueError):
+        store.search_sessions(limit=-1)
+    ids = make_chain(store, 3, prefix="cmp")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE sessions SET source = 'acp', cwd = '/elsewhere' "
+                             "WHERE id IN (?, ?, ?)", tuple(ids))
+        conn.exec_driver_sql("UPDATE sessions SET last_activity_at = 1.9e9 WHERE id = ?",
+                             (ids[0],))
+    here = store.search_sessions(source="acp", workspace_key="/nothing/here", limit=1)
+    assert here == []
+    fallback = store.search_sessions(source="acp", limit=1)
+    assert fallback[0].id == ids[0]
+    assert store.resolve_resume_session_id(fallback[0].id) == ids[-1]
+
+
+def test_ab40_workspace_key(store):
+    """Behaviour 40."""
+    assert workspace_key({"git_repo_root": "  ", "cwd": " /w "}) == "/w"
+    assert workspace_key({"git_repo_root": "/r", "cwd": "/w"}) == "/r"
+    assert workspace_key({"git_repo_root": "", "cwd": ""}) is None
+    store.create_session("s", "cli", cwd="/proj", git_repo_root=None)
+    assert workspace_key(store.get_session("s")) == "/proj"
+    assert store.workspace_key(store.get_session("s")) == "/proj"
