@@ -76,3 +76,58 @@ def search_sessions(store: StoreHandle, source: str | None = None, limit: int = 
     rows = store.backend.read(lambda c: c.execute(stmt, params).fetchall())
     n = len(SESSION_ROW_COLS)
     return [SessionActivityRow(**session_fields(r), last_active=r[n + 1]) for r in rows]
+
+
+def search_sessions_by_id(store: Any, query: str | None, limit: int = 20,
+                          include_archived: bool = True, source: str | None = None,
+                          sources: Any = None, exclude_sources: Any = None) -> list[Any]:
+    """Conversations whose chain holds an id matching ``query`` (case-insensitive), as core
+    ``list_sessions`` rows projected onto their tips (§4.8): exact matches of any segment
+    first (old root, middle segment or tip), then prefixes, then substrings — each tier
+    queried for the still-missing count, deduplicated by surfaced id. Blank, NUL-containing
+    or ``limit <= 0`` ⇒ ``[]``."""
+    needle = (query or "").strip().lower() if isinstance(query, (str, type(None))) else ""
+    if not needle or "\x00" in needle or not isinstance(limit, int) or limit <= 0:
+        return []
+    out: list[Any] = []
+    surfaced: set[str] = set()
+    tried: set[str] = set()
+    for tier, pattern in (("exact", None), ("prefix", escape_like(needle) + "%"),
+                          ("substring", "%" + escape_like(needle) + "%")):
+        missing = limit - len(out)
+        if missing <= 0:
+            break
+        params = {"needle": needle, "pattern": pattern, "n": missing * 4 + 8}
+        stmt = q.id_candidates(tier, bool(include_archived))
+        ids = [str(r[0]) for r in store.backend.read(lambda c: c.execute(stmt, params).fetchall())]
+        for mid in ids:
+            if mid in tried or len(out) >= limit:
+                continue
+            tried.add(mid)
+            row = _conversation_of(store, mid, include_archived, source, sources,
+                                   exclude_sources)
+            if row is not None and row.id not in surfaced:
+                surfaced.add(row.id)
+                tried.update(row.lineage_ids)
+                out.append(row)
+    return out
+
+
+def _conversation_of(store: Any, member: str, include_archived: bool, source: str | None,
+                     sources: Any, exclude_sources: Any) -> Any:
+    """The projected listing row whose chain holds ``member`` (core ``list_sessions`` with
+    the chain-member id match, paged: the match is a substring one)."""
+    for offset in range(0, 5000, _ID_PAGE):
+        rows = store.list_sessions(order_by_last_active=True, id_query=member,
+                                   include_archived=include_archived, source=source,
+                                   sources=sources, exclude_sources=exclude_sources,
+                                   limit=_ID_PAGE, offset=offset)
+        for row in rows:
+            if row.id == member or member in row.lineage_ids:
+                return row
+        if len(rows) < _ID_PAGE:
+            return None
+    return None
+
+
+_ID_PAGE = 200

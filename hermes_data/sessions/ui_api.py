@@ -44,4 +44,5 @@ class UiAPI:
 
     # -- pickers (§3.5, §4.7)
     search_sessions = _Op(pickers.search_sessions)
+    search_sessions_by_id = _Op(pickers.search_sessions_by_id)
     workspace_key = _static(pickers.workspace_key)

@@ -58,3 +58,20 @@ def test_ab40_workspace_key(store):
     store.create_session("s", "cli", cwd="/proj", git_repo_root=None)
     assert workspace_key(store.get_session("s")) == "/proj"
     assert store.workspace_key(store.get_session("s")) == "/proj"
+
+
+def test_ab23_search_sessions_by_id(store):
+    """Behaviour 23: the exact id of an old root, a middle segment or the tip ranks its one
+    projected row first, ahead of 200 more-active ids containing the needle."""
+    ids = make_chain(store, 3, prefix="Zq7")
+    noise = [(f"zq7000{k}-{i:03d}", 1.8e9 + i) for k in range(3) for i in range(67)]
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at, last_activity_at) "
+                             "VALUES (?, 'cli', 1.7e9, ?)", noise)
+    for member in ids:
+        got = store.search_sessions_by_id(member.upper(), limit=5)
+        assert (got[0].id, got[0].lineage_root_id) == (ids[-1], ids[0])
+        assert got[0].lineage_ids == tuple(ids)
+        assert len({r.id for r in got}) == len(got) == 5
+    assert store.search_sessions_by_id("  ") == [] and store.search_sessions_by_id("\x00") == []
+    assert store.search_sessions_by_id("zq7", limit=0) == []

@@ -43,3 +43,15 @@ def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
                 "LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash "
                 f"ORDER BY a.la DESC{nulls}, s.started_at DESC, s.id DESC "
                 "LIMIT :limit OFFSET :offset")
+
+
+@lru_cache(maxsize=None)
+def id_candidates(tier: str, include_archived: bool) -> TextClause:
+    """Session ids matching :needle (lower-cased) exactly, as a prefix (:pattern) or as a
+    substring (:pattern), freshest first (:n); hidden sessions never match."""
+    cond = {"exact": "lower(s.id) = :needle",
+            "prefix": "lower(s.id) LIKE :pattern ESCAPE '\\'",
+            "substring": "lower(s.id) LIKE :pattern ESCAPE '\\'"}[tier]
+    archived = "" if include_archived else " AND s.archived = 0"
+    return text(f"SELECT s.id FROM sessions s WHERE {cond} AND s.hidden = 0{archived} "
+                "ORDER BY COALESCE(s.last_activity_at, s.started_at) DESC, s.id DESC LIMIT :n")
