@@ -230,8 +230,13 @@ sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
 # triggers are text() fragments (sql.display).
 _VIS = sa.or_(messages.c.active == sa.literal_column("1"),
               messages.c.compacted == sa.literal_column("1"))
+# PostgreSQL adds ``display_order IS NOT NULL`` (a deliberate difference, same rows for every
+# display-order read): without statistics its planner estimates the bare VIS predicate as highly
+# selective and scanned this index for every search, whose WHERE implies VIS.
+_PG_PAGE = sa.and_(messages.c.display_order.isnot(None), _VIS.self_group())
 sa.Index("idx_messages_display_page", messages.c.session_id, messages.c.display_order,
-         messages.c.active.desc(), messages.c.id.desc(), sqlite_where=_VIS, postgresql_where=_VIS)
+         messages.c.active.desc(), messages.c.id.desc(), sqlite_where=_VIS,
+         postgresql_where=_PG_PAGE)
 _PENDING = sa.and_(sa.or_(messages.c.display_order.is_(None),
                           messages.c.display_identity.is_(None)), _VIS.self_group())
 sa.Index("idx_messages_display_backfill", messages.c.session_id,

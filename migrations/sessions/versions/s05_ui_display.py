@@ -54,6 +54,11 @@ _INDEXES = (
      "CREATE INDEX idx_messages_display_identity ON messages (session_id, display_identity, "
      "display_order) WHERE display_identity IS NOT NULL AND (active = 1 OR compacted = 1)"),
 )
+# PostgreSQL's page index also requires a display order: without statistics the planner took
+# the bare visibility predicate for a selective one and scanned this index for every search.
+_PG_PAGE_INDEX = (
+    "CREATE INDEX idx_messages_display_page ON messages (session_id, display_order, "
+    "active DESC, id DESC) WHERE display_order IS NOT NULL AND (active = 1 OR compacted = 1)")
 
 _SQLITE_TRIGGERS = (
     ("messages_display_order_insert",
@@ -183,6 +188,8 @@ def _columns():
 def _indexes(bind) -> None:
     present = {str(ix["name"]): ix for ix in sa.inspect(bind).get_indexes("messages")}
     for name, ddl in _INDEXES:
+        if name == "idx_messages_display_page" and bind.dialect.name == "postgresql":
+            ddl = _PG_PAGE_INDEX
         if name not in present:
             bind.exec_driver_sql(ddl)
         elif bind.dialect.name == "sqlite":
