@@ -175,3 +175,35 @@ def test_marker_literals_are_pinned():
 
 
 PINNED = "62f3508b8c9798405f2776e76c61bd97212a12699ef2cbd952af817d9b902d51"
+
+
+def test_ab16_previews_in_every_listing(store):
+    """Behaviour 16: carrier and scaffold previews, identical in list_sessions and
+    list_recent_sessions_bounded."""
+    intro, end = markers.LONG_FORM_INTRO, markers.END_MARKER
+    cases = {
+        "pure": [intro + "Do NOT answer. summary only", "the next real turn"],
+        "forced": [intro + "summary " + end + "\n  continue the refactor"],
+        "merged": [markers.PRIOR_HEADER + "\n prior ask\n" + markers.MERGED_DELIM + "\n"
+                   + markers.LEGACY_PREFIX + " s"],
+        "scaffold": [markers.SKILL_PREFIX + '"work" skill. ' + markers.SINGLE_MARKER
+                     + " " + "x" * 1_000_000 + " " + markers.SINGLE_INSTRUCTION
+                     + "fix the bug" + markers.RUNTIME_NOTE + " …]"],
+        "bundle": [markers.SKILL_PREFIX + '"a" and "b" skill bundle, loaded.'
+                   + markers.BUNDLE_INSTRUCTION + "ship it" + markers.BUNDLE_FIRST_BLOCK
+                   + "a skill]"],
+    }
+    want = {"pure": "the next real turn", "forced": "continue the refactor",
+            "merged": "prior ask", "scaffold": "/work \u2014 fix the bug",
+            "bundle": "/a \u2014 ship it", "hidden": "shown"}
+    for sid, texts in cases.items():
+        store.create_session(sid, "cli")
+        for t in texts:
+            store.append_message(sid, "user", t)
+    store.create_session("hidden", "cli")
+    store.append_message("hidden", "user", "secret", display_kind="hidden")
+    store.append_message("hidden", "user", "shown")
+    listed = {r.id: r.preview for r in store.list_sessions(limit=50)}
+    recent = {r.id: r.preview for r in store.list_recent_sessions_bounded(limit=50)}
+    assert listed == want
+    assert recent == want
