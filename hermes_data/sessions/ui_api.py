@@ -6,7 +6,7 @@ the class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import display, export, imports, markers, pickers, reactions, render, views
+from . import display, export, imports, markers, pickers, reactions, render, rich, views
 from .agent_api import _Op, _static
 
 
@@ -45,4 +45,6 @@ class UiAPI:
     # -- pickers (§3.5, §4.7)
     search_sessions = _Op(pickers.search_sessions)
     search_sessions_by_id = _Op(pickers.search_sessions_by_id)
+    list_sessions_rich = _Op(rich.list_sessions_rich)
+    get_session_rich_row = _Op(rich.get_session_rich_row)
     workspace_key = _static(pickers.workspace_key)

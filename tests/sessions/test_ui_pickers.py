@@ -75,3 +75,80 @@ def test_ab23_search_sessions_by_id(store):
         assert len({r.id for r in got}) == len(got) == 5
     assert store.search_sessions_by_id("  ") == [] and store.search_sessions_by_id("\x00") == []
     assert store.search_sessions_by_id("zq7", limit=0) == []
+
+
+def test_ab17_rich_rows_projection_and_compact(store):
+    """Behaviour 17 (and 18: a back-filled pin's last_active is LAST_ACTIVE)."""
+    ids = make_chain(store, 3, prefix="rich")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE sessions SET title = 'Root', input_tokens = 5 WHERE id = ?",
+                             (ids[0],))
+    store.update_system_prompt(ids[-1], "tip prompt")
+    store.update_system_prompt(ids[0], "root prompt")
+    row = [r for r in store.list_sessions_rich(limit=10) if r.lineage_root_id == ids[0]][0]
+    assert (row.id, row.system_prompt, row.title) == (ids[-1], "tip prompt", "Root")
+    assert row.started_at == 1_700_000_000.0 and row.lineage_ids == tuple(ids)
+    assert row.input_tokens == 5 and row.extra == {}
+    seen: list[str] = []
+    from sqlalchemy import event
+
+    def before(conn, cursor, statement, *a):
+        seen.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", before)
+    try:
+        compact = store.list_sessions_rich(limit=10, compact_rows=True)
+    finally:
+        event.remove(store.engine, "before_cursor_execute", before)
+    assert compact and all(r.system_prompt is None for r in compact)
+    assert not any("system_prompts" in s for s in seen)
+    store.create_session("pinned-old", "cli")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE sessions SET pinned = 1, started_at = 1.0e9, "
+                             "last_activity_at = 1.6e9 WHERE id = 'pinned-old'")
+    pinned = [r for r in store.list_sessions_rich(limit=1, include_pinned=True)
+              if r.id == "pinned-old"]
+    assert pinned and pinned[0].last_active == 1.6e9
+    one = store.get_session_rich_row(ids[0])
+    assert one.system_prompt == "root prompt" and one.lineage_ids == (ids[0],)
+    assert store.get_session_rich_row("nope") is None
+
+
+@pytest.mark.sqlite_only("an upstream column on a SQLite file")
+def test_ab19_extra_columns(tmp_path):
+    """Behaviour 19: an upstream ``transport_profile`` lands in ``extra``; a fresh store's
+    statements never name it."""
+    import sqlite3
+
+    from hermes_data.sessions.store import SessionStore
+
+    path = tmp_path / "s.db"
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        seen: list[str] = []
+        from sqlalchemy import event
+        event.listen(s.engine, "before_cursor_execute", lambda c, cur, st, *a: seen.append(st))
+        assert s.list_sessions_rich()[0].extra == {}
+        assert not any("transport_profile" in st for st in seen)
+    con = sqlite3.connect(path)
+    con.execute("ALTER TABLE sessions ADD COLUMN transport_profile TEXT")
+    con.execute("UPDATE sessions SET transport_profile = 'fast'")
+    con.commit()
+    con.close()
+    with SessionStore(path) as s:
+        assert s.list_sessions_rich()[0].extra == {"transport_profile": "fast"}
+        assert s.get_session_rich_row("a").extra == {"transport_profile": "fast"}
+
+
+@pytest.mark.sqlite_only("read-only open of a SQLite file behind s05")
+def test_ab20_read_only_behind_raises_schema_behind(tmp_path):
+    """Behaviour 20: a read-only handle on a store behind s05 raises SchemaBehindError (at the
+    open that would serve list_sessions_rich), never an empty list."""
+    from hermes_data import migrate
+    from hermes_data.sessions.errors import SchemaBehindError
+    from hermes_data.sessions.store import SessionStore
+
+    path = tmp_path / "s.db"
+    migrate.upgrade("sessions", path, revision="s04_coordination")
+    with pytest.raises(SchemaBehindError):
+        SessionStore(path, read_only=True).list_sessions_rich()

@@ -8,7 +8,7 @@ from functools import lru_cache
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from .core import SESSION_ROW_COLS
+from .core import SESSION_ROW_COLS, quote_ident
 from .predicates import J, last_active
 
 #: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
@@ -55,3 +55,15 @@ def id_candidates(tier: str, include_archived: bool) -> TextClause:
     archived = "" if include_archived else " AND s.archived = 0"
     return text(f"SELECT s.id FROM sessions s WHERE {cond} AND s.hidden = 0{archived} "
                 "ORDER BY COALESCE(s.last_activity_at, s.started_at) DESC, s.id DESC LIMIT :n")
+
+
+def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> TextClause:
+    """Session-row columns of :i0 … (``count`` ids), the resolved prompt unless ``compact``
+    (then neither the prompt column nor ``system_prompts`` is read), then ``extras`` (catalogue
+    names, quoted)."""
+    cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
+    prompt = "" if compact else ", COALESCE(sp.prompt, s.system_prompt)"
+    join = "" if compact else " LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash"
+    extra = "".join(f", s.{quote_ident(c)}" for c in extras)
+    ids = ", ".join(f":i{i}" for i in range(count))
+    return text(f"SELECT {cols}{prompt}{extra} FROM sessions s{join} WHERE s.id IN ({ids})")
