@@ -531,11 +531,15 @@ class SessionStore(AgentTurnAPI, UiAPI):
                         role_filter: Iterable[str] | None = None, limit: int = 20,
                         offset: int = 0, sort: str | None = None,
                         include_inactive: bool = False,
-                        fields: Sequence[str] | None = None) -> list["SearchResult"]:
+                        fields: Sequence[str] | None = None,
+                        include_reasoning: bool = False) -> list["SearchResult"]:
         """Full-text search over messages; never raises for any query text (see
-        :func:`hermes_data.sessions.search.search_messages`)."""
+        :func:`hermes_data.sessions.search.search_messages`); ``include_reasoning`` searches
+        assistant reasoning too (the LIKE route, ui §4.9)."""
         from .search import search_messages
 
+        if include_reasoning:
+            from .reasoning_search import search_with_reasoning as search_messages
         return self._backend.read(lambda c: search_messages(
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,
