@@ -95,23 +95,24 @@ def cmd_import(args) -> int:
                     f"{len(issues)} issue(s), nothing imported"))
         return 0 if not issues else 1
     show = progress("imported", progress_enabled(args.json))
-    totals = {"imported": 0, "skipped": 0, "detached": 0, "warnings": []}
+    imported = skipped = detached = 0
+    warnings: list[str] = []
     with SessionStore(args.url) as store:
         for n, chunk in enumerate(chunks):
             r = store.import_sessions(chunk)
-            totals["imported"] += r.imported
-            totals["skipped"] += r.skipped
-            totals["detached"] += r.detached
-            totals["warnings"] += r.warnings
+            imported, skipped, detached = (imported + r.imported, skipped + r.skipped,
+                                           detached + r.detached)
+            warnings += r.warnings
             if show:
                 show(min((n + 1) * MAX_SESSIONS, len(payload)), len(payload))
     if args.json:
-        emit_json({"sessions": totals})
+        emit_json({"sessions": {"imported": imported, "skipped": skipped,
+                                "detached": detached, "warnings": warnings}})
     else:
-        for w in totals["warnings"]:
+        for w in warnings:
             emit(f"warning: {w}", file=sys.stderr)
-        emit(f"imported {totals['imported']} session(s), skipped {totals['skipped']} existing, "
-             f"{totals['detached']} lineage link(s) detached")
+        emit(f"imported {imported} session(s), skipped {skipped} existing, "
+             f"{detached} lineage link(s) detached")
     return 0
 
 
