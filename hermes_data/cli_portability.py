@@ -12,7 +12,7 @@ import json
 import os
 import sys
 from contextlib import contextmanager
-from typing import Iterator, TextIO
+from typing import Any, Iterator, TextIO
 
 from .cli_output import emit, emit_json, progress, progress_enabled
 from .sessions.imports import MAX_SESSIONS, load_import_payload, validate
@@ -59,13 +59,13 @@ def cmd_export_documents(args) -> int:
         if not args.session:
             emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
             return 2
-        doc = (store.export_session_lineage(args.session) if args.lineage
-               else store.export_session(args.session))
-        if doc is None:
+        one: Any = (store.export_session_lineage(args.session) if args.lineage
+                    else store.export_session(args.session))
+        if one is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
         with _output(args.output) as out:
-            out.write(render_session_for_save(doc, fmt))
+            out.write(render_session_for_save(one, fmt))
             if fmt == "json":
                 out.write("\n")
     emit(f"exported {args.session} as {fmt}" + (f" to {args.output}" if args.output else ""),
