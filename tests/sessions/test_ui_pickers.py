@@ -152,3 +152,26 @@ def test_ab20_read_only_behind_raises_schema_behind(tmp_path):
     migrate.upgrade("sessions", path, revision="s04_coordination")
     with pytest.raises(SchemaBehindError):
         SessionStore(path, read_only=True).list_sessions_rich()
+
+
+@pytest.mark.sqlite_only("an injected SQLite I/O error")
+def test_ab20_transient_ioerr_propagates(tmp_path, monkeypatch):
+    """Behaviour 20: an injected transient IOERR propagates (never an empty list) and is
+    classified transient."""
+    import sqlite3
+
+    from hermes_data.sessions import export as export_mod
+    from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error
+
+    with SessionStore(tmp_path / "s.db") as s:
+        s.create_session("a", "cli")
+
+        def boom(store, conn):
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(export_mod, "_columns_cache", {})
+        import hermes_data.sessions.rich as rich_mod
+        monkeypatch.setattr(rich_mod, "session_columns", boom)
+        with pytest.raises(sqlite3.OperationalError) as info:
+            s.list_sessions_rich()
+        assert is_transient_sqlite_error(info.value)
