@@ -7,8 +7,8 @@ in the same run:
   and ``get_anchored_view`` with the anchor at the start, middle and end of one
   ``--messages`` session; the ratio end/start must be ~1 (cost independent of position).
 * ``export``: peak RSS growth (VmHWM minus VmRSS before the call, fresh process) of streaming
-  ``iter_export_all`` over ``--export-messages`` messages in 1,000-message sessions; target
-  <= 50 MB. Baseline: the same process reading nothing.
+  ``iter_export_all`` over ``--export-messages`` messages in 1,000-message sessions, and over
+  ``--tiny-sessions`` one-message sessions (memory independent of the count); target <= 50 MB. Baseline: the same process reading nothing.
 * ``import``: ``import_sessions`` throughput against plain sqlite3 inserting the same rows
   (same values incl. display identities, one transaction, every trigger live) into a store made by the same code;
   target ratio >= 0.8. Medians of --repeat runs; journal mode and synchronous printed.
@@ -82,15 +82,22 @@ print(n, rss("VmHWM") - before)
 """
 
 
-def bench_export(tmp: Path, total: int) -> None:
-    path = tmp / "export.db"
-    per = 1000
-    with SessionStore(path) as s:
-        for k in range(max(1, total // per)):
-            sid = f"e{k:05d}"
-            s.create_session(sid, "cli")
-            s.append_messages_batch(sid, [{"role": "user", "content": f"row {i} of {sid}"}
-                                          for i in range(per)])
+def bench_export(tmp: Path, total: int, per: int = 1000) -> None:
+    """``per`` messages a session (``per=1``: behaviour 31's many tiny sessions, written
+    directly in one transaction)."""
+    path = tmp / f"export{per}.db"
+    SessionStore(path).close()
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    for k in range(max(1, total // per)):
+        sid = f"e{k:07d}"
+        con.execute("INSERT INTO sessions (id, source, started_at, message_count) "
+                    "VALUES (?, 'cli', ?, ?)", (sid, 1.7e9 + k, per))
+        con.executemany("INSERT INTO messages (session_id, role, content, timestamp) "
+                        "VALUES (?, 'user', ?, ?)",
+                        [(sid, f"row {i} of {sid}", 1.7e9 + k + i * 1e-3) for i in range(per)])
+    con.execute("COMMIT")
+    con.close()
     repo = str(Path(__file__).resolve().parent.parent)
     out = {}
     for read in (False, True):
@@ -98,8 +105,9 @@ def bench_export(tmp: Path, total: int) -> None:
             repo=repo, path=str(path), read=read)], capture_output=True, text=True, check=True)
         out[read] = [int(x) for x in proc.stdout.split()]
     grow = (out[True][1] - out[False][1]) / 1024
-    print(f"export    {out[True][0]:,} messages streamed; peak RSS growth {grow:.1f} MB "
-          f"over the no-read baseline (target <= 50 MB)")
+    print(f"export    {out[True][0]:,} messages ({per} a session) streamed; peak RSS growth "
+          f"{grow:.1f} MB "
+          "over the no-read baseline (target <= 50 MB)")
 
 
 def _payload(sessions: int, per: int) -> list[dict]:
@@ -151,12 +159,15 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--export-messages", type=int, default=200_000)
     ap.add_argument("--import-sessions", type=int, default=50)
+    ap.add_argument("--tiny-sessions", type=int, default=150_000,
+                    help="sessions of one message each for the streaming-memory line")
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         bench_around(tmp, args.messages)
         bench_export(tmp, args.export_messages)
+        bench_export(tmp, args.tiny_sessions, per=1)
         bench_import(tmp, args.import_sessions, args.repeat)
     print(json.dumps({"done": True}))
 
