@@ -52,7 +52,7 @@ def _row(i: int) -> dict:
 def _baseline_tuple(i: int, ts: float) -> tuple:
     r = _row(i)
     return (r["role"], r["content"], None, None, None, ts, None, None, None, None, None, None,
-            None, None, 0, 0, None, 1, None, None, None)
+            None, None, 0, 0, None, 1, None, None, None, None)
 
 
 def open_store(path: Path, journal: str) -> SessionStore:
@@ -231,7 +231,7 @@ def memory_child(side: str, path: Path, journal: str, rows: int) -> None:
         for i, r in enumerate(data):
             con.execute(_INSERT_MESSAGE, ("mem", r["role"], r["content"], None, None, None,
                                           now + i * 1e-6, None, None, None, None, None, None,
-                                          None, None, 0, 0, None, 1, None, None, None))
+                                          None, None, 0, 0, None, 1, None, None, None, None))
         con.execute("COMMIT")
     print(_rss_kb("VmHWM") - before)
 

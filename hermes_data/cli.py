@@ -203,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     each concern's CLI beside its code; they write through :mod:`hermes_data.cli_output` and
     never import this module.
     """
-    from . import cli_copy, cli_maintenance, cli_search, cli_stats
+    from . import cli_copy, cli_maintenance, cli_portability, cli_search, cli_stats
 
     parser = argparse.ArgumentParser(
         prog="hermes-data",
@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
                                       "holders, descriptors, integrity_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
     p.set_defaults(func=cmd_doctor)
-    for module in (cli_search, cli_maintenance, cli_copy, cli_stats):
+    for module in (cli_search, cli_maintenance, cli_portability, cli_copy, cli_stats):
         module.register(sub)
     for command in sub.choices.values():  # -v also after the subcommand
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

@@ -69,6 +69,13 @@ def cmd_vacuum(args) -> int:
 
 
 def cmd_export(args) -> int:
+    if args.format or args.lineage or args.all:  # documents (sessions-ext-ui §4.11, §4.13)
+        from .cli_portability import cmd_export_documents
+
+        return cmd_export_documents(args)
+    if not args.session:
+        emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
+        return 2
     with SessionStore(args.url, read_only=True) as store:
         if store.get_session(args.session) is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
@@ -143,9 +150,16 @@ def register(subparsers) -> None:
     url(p)
     as_json(p)
     p.set_defaults(func=cmd_vacuum)
-    p = subparsers.add_parser("export", help="stream one session's messages as JSONL")
+    p = subparsers.add_parser("export", help="stream one session's messages as JSONL, or export "
+                                             "documents (--format, --lineage, --all)")
     url(p)
-    p.add_argument("session", help="id of the session to export")
+    p.add_argument("session", nargs="?", help="id of the session to export")
+    p.add_argument("--format", choices=("json", "md", "html"),
+                   help="one rendered document (the /save formats) instead of message lines")
+    p.add_argument("--lineage", action="store_true",
+                   help="the whole compression lineage root to tip as one document")
+    p.add_argument("--all", action="store_true",
+                   help="every session, one JSON document a line (what import reads)")
     p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
     p.add_argument("--page-size", type=int, default=500, metavar="N",
                    help="messages read per query (default: 500)")

@@ -442,6 +442,19 @@ def _finish_table(s: Connection, dst: Engine, table: sa.Table, out: TableCopy, t
     out.seconds = time.perf_counter() - t0
 
 
+def _keep_pending_display_order(d: Connection, table: sa.Table, names: list[str],
+                                rows: Sequence[Any]) -> None:
+    """The session store's display insert trigger (ui §2.3) fills a NULL ``display_order``;
+    a copy keeps the source's pending rows pending (the target keys them like the source)."""
+    if table.name != "messages" or "display_order" not in names or "id" not in names:
+        return
+    at, rid = names.index("display_order"), names.index("id")
+    pending = [r[rid] for r in rows if r[at] is None]
+    for lo in range(0, len(pending), 500):
+        d.execute(sa.update(table).where(table.c.id.in_(pending[lo:lo + 500]))
+                  .values(display_order=None))
+
+
 def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, batch: int,
                 progress: Progress | None,
                 translators: dict[int, Translator] | None = None) -> TableCopy:
@@ -464,6 +477,7 @@ def _copy_table(src: Engine, dst: Engine, table: sa.Table, mark: tuple | None, b
             with write_transaction(dst) as d:
                 d.execute(insert, [dict(zip(names, _translate(r, translators or {})))
                                    for r in rows])
+                _keep_pending_display_order(d, table, names, rows)
             mark = _key_of(table, rows[-1])
             out.copied_rows += len(rows)
             done += len(rows)

@@ -22,6 +22,8 @@ INTEGER = sa.Integer().with_variant(sa.BigInteger(), "postgresql")
 #: (``sa.DOUBLE_PRECISION`` is the class ``sqlalchemy.dialects.postgresql`` exports: naming
 #: it here keeps the PostgreSQL dialect out of every SQLite process, issue 14.)
 REAL: sa.types.TypeEngine[float] = sa.REAL().with_variant(sa.DOUBLE_PRECISION(), "postgresql")
+#: BLOB on SQLite, BYTEA on PostgreSQL (``LargeBinary`` compiles to both; no dialect import).
+BLOB: sa.types.TypeEngine[bytes] = sa.LargeBinary()
 
 
 # SQLAlchemy's SQLite compiler wraps a textual default such as ``0.0`` in parentheses

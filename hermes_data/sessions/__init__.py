@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .errors import (CooldownRestoreError, SessionCompressionInProgressError,
                          SessionTurnLeaseLostError, TranscriptChangedError)
     from .sweeps import AutoArchiveReport
+    from .async_store import AsyncSessionDB, AsyncSessionStore
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -51,6 +52,8 @@ _EXPORTS = {
     "RewindResult": "coord_rows", "TranscriptRewrite": "coord_rows",
     "CooldownRow": "cooldowns", "CooldownState": "cooldowns",
     "AutoArchiveReport": "sweeps",
+    # User-interface reads (sessions-ext-ui.md §4.15).
+    "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
 }
 
 __all__ = sorted(_EXPORTS)

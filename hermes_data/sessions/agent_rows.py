@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, NamedTuple, TypedDict
 
 from .rows import SessionRow
@@ -94,7 +94,13 @@ class TokenDelta(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class SessionRichRow(SessionRow):
-    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (§2.6)."""
+    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (§2.6); the UI's
+    rich listing (sessions-ext-ui §4.6) also fills ``unread``, the lineage and ``extra`` (the
+    upstream-only ``sessions`` columns this file has)."""
 
     preview: str | None = None
     last_active: float | None = None
+    unread: bool = False
+    lineage_root_id: str | None = None
+    lineage_ids: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)

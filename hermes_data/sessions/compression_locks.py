@@ -20,6 +20,7 @@ from ..errors import DatabaseBusyError
 from . import lifecycle
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S
+from .display import store_split
 from .errors import CompressionPublishError, CompressionSessionBusyError
 from .guard_rows import DEFAULT_TTL_S, Clock, check_ttl, claim, usable_holder
 from .handle import StoreHandle
@@ -169,7 +170,8 @@ def publish_compression_child(store: Any, parent_session_id: str, child_session_
         raise CompressionPublishError("publish_compression_child needs a non-empty handoff")
     backend = store.backend
     q = backend.sql
-    rows = [msg.encode_row(m, i, q.dialect) for i, m in enumerate(messages)]
+    split = store_split(store)
+    rows = [msg.encode_row(m, i, q.dialect, split=split) for i, m in enumerate(messages)]
     c = lifecycle.Continuation(
         parent_session_id, child_session_id, source, rows, model, model_config,
         system_prompt, cwd, profile_name, store.owner_profile(), watermark,

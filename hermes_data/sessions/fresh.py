@@ -4,7 +4,7 @@ After the head metadata's DDL (``sessions/schema.py`` — columns added there fo
 automatically), a fresh file gets what ``s01_baseline`` and the store's ``after_upgrade``
 hook would leave on an empty file: the current-layout FTS5 objects (views, external-content
 tables, narrowed triggers; the trigram half only where the tokenizer exists, none without
-FTS5) and the settled ``state_meta`` rows and ``application_id`` of
+FTS5), the four display triggers of ``s05_ui_display`` and the settled ``state_meta`` rows and ``application_id`` of
 :func:`~hermes_data.sessions.migration.settle`, so the first open writes nothing.
 ``tests/migrations/test_fresh_path.py`` compares the result with the revision path.
 """
@@ -19,12 +19,13 @@ from sqlalchemy.engine import Connection
 
 from . import cjk, opening, sql
 from .migration import settle
+from .sql import display
 
 log = logging.getLogger("hermes_data.sessions.fresh")
 
 #: The revisions a fresh file stands for, in order (a test keeps them equal to the scripts).
 REVISIONS = ("s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn",
-             "s04_coordination")
+             "s04_coordination", "s05_ui_display")
 
 
 def create_head(conn: Connection, cursor: Any) -> None:
@@ -34,7 +35,12 @@ def create_head(conn: Connection, cursor: Any) -> None:
     if caps.fts5:
         for _name, ddl in sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
             cursor.execute(ddl)
-        cjk.create_fresh(cursor)  # the CJK-bigram index (sessions-ext-storage §2.2)
     else:
         log.warning("SQLite has no FTS5 module: full-text search disabled, search uses LIKE")
+    for _name, ddl in display.TRIGGERS:  # s05_ui_display's four display triggers
+        cursor.execute(ddl)
+    if caps.fts5:
+        # The CJK-bigram index (sessions-ext-storage §2.2): last, as the writable open after
+        # the revisions creates it.
+        cjk.create_fresh(cursor)
     settle(conn)

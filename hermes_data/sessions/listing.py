@@ -13,6 +13,7 @@ from . import lineage
 from .rows import RecentSessionRow, SessionListRow, SessionRow
 from .sql import Fragments
 from .sql import listing as ls
+from .markers import shape_preview
 from .sql.core import SESSION_ROW_COLS
 
 #: Preview length before the ellipsis.
@@ -23,11 +24,11 @@ _TIP_FIELDS = ("id", "ended_at", "end_reason", "message_count", "tool_call_count
 
 
 def preview(raw: str | None) -> str | None:
-    """A stripped preview, cut at 60 characters with an ellipsis."""
+    """The listing preview of a RAW preview text (sessions-ext-ui §3.3 ``shape_preview``:
+    flattened, a skill scaffold described, cut at 60 characters with an ellipsis)."""
     if raw is None:
         return None
-    p = raw.strip()
-    return p[:PREVIEW_CHARS] + "..." if len(p) > PREVIEW_CHARS else p
+    return shape_preview(raw)
 
 
 def unread(last_active: float | None, last_read_at: float | None) -> bool:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from . import display
 from . import encoding as enc
 from .errors import CompressionSessionClosedError, SessionNotFoundError
 from .rows import MessageRow
@@ -28,11 +29,13 @@ _TOOL_CALLS = 3
 
 
 def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = True,
-               default_ts: float | None = None) -> EncodedRow:
+               default_ts: float | None = None, split: display.Split = None) -> EncodedRow:
     """Validate and encode one message mapping (see
     :class:`~hermes_data.sessions.rows.NewMessage`) into the ``INSERT_MESSAGE`` order.
 
-    Reasoning fields are kept on assistant rows of a batch (and on every single append)."""
+    Reasoning fields are kept on assistant rows of a batch (and on every single append). The
+    trailing ``display_identity`` (ui §3.4; ``split``: the store's ``split_user_turn``) is
+    computed once the timestamp is known (here, or where defaults are stamped)."""
     if type(m) is not dict and not isinstance(m, Mapping):
         raise ValueError(f"message #{index} is not a mapping: {type(m).__name__}")
     role = m.get("role")
@@ -41,7 +44,7 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
     assistant = role == "assistant" or not batch
     platform_id = m.get("platform_message_id", m.get("message_id"))
     ts = enc.coerce_timestamp(m.get("timestamp"))
-    return (
+    row: EncodedRow = (
         role, enc.encode_content(m.get("content"), dialect), m.get("tool_call_id"),
         enc.encode_tool_calls(m.get("tool_calls")), enc.scrub(m.get("tool_name")),
         ts if ts is not None else default_ts, m.get("token_count"), m.get("finish_reason"),
@@ -55,6 +58,8 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
         enc.scrub(m.get("api_content")), enc.scrub(m.get("display_kind")),
         enc.encode_display_metadata(m.get("display_metadata")),
     )
+    row += (display.pending(m, row, split),)
+    return row if row[_TS] is None else display.finish(row)
 
 
 def with_timestamps(rows: list[EncodedRow]) -> list[EncodedRow]:
@@ -66,7 +71,7 @@ def with_timestamps(rows: list[EncodedRow]) -> list[EncodedRow]:
         ts = r[_TS]
         if ts is None:
             ts = now if prev is None else max(now, prev + 1e-6)
-            r = r[:_TS] + (ts,) + r[_TS + 1:]
+            r = display.finish(r[:_TS] + (ts,) + r[_TS + 1:])
         prev = ts
         out.append(r)
     return out
@@ -184,7 +189,7 @@ def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | No
         ts = r[_TS]
         if ts is None:
             ts = now if prev is None else max(now, prev + 1e-6)
-            rows[i] = r[:_TS] + (ts,) + r[_TS + 1:]
+            rows[i] = display.finish(r[:_TS] + (ts,) + r[_TS + 1:])
         prev = ts
     return prev
 
@@ -192,6 +197,7 @@ def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | No
 def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], None],
               session_id: str, messages: Sequence[Any], start: int, stop: int, now: float,
               prev: float | None, encoded: list[EncodedRow] | None,
+              split: display.Split = None,
               fence: Callable[[Any], None] | None = None) -> _Progress:
     """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
     at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
@@ -206,7 +212,7 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
         if encoded is not None:
             rows = encoded[lo:hi]
         else:
-            rows = [encode_row(messages[i], i, q.dialect) for i in range(lo, hi)]
+            rows = [encode_row(messages[i], i, q.dialect, split=split) for i in range(lo, hi)]
         prev = _stamp(rows, now, prev)
         admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
         if want_bulk and lo == start:
@@ -221,6 +227,7 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
 def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
                  check_header: Callable[[int | None], None], q: Fragments, session_id: str,
                  messages: Sequence[Any], chunk_rows: int | None = None,
+                 split: display.Split = None,
                  fence: Callable[[Any], None] | None = None) -> int:
     """Append ``messages`` (§6.3): one transaction for the whole call — all-or-nothing — or
     one per ``chunk_rows`` rows. ``write`` runs a function on a :class:`Driver` inside a
@@ -239,7 +246,7 @@ def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
     size = total if not chunk_rows or chunk_rows <= 0 else min(int(chunk_rows), total)
     encoded: list[EncodedRow] | None = None
     if size < total:
-        encoded = [encode_row(m, i, q.dialect) for i, m in enumerate(messages)]
+        encoded = [encode_row(m, i, q.dialect, split=split) for i, m in enumerate(messages)]
     else:
         check_rows(messages)
     now = enc.now()
@@ -249,7 +256,7 @@ def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
         n, prev = write(partial(_batch_tx, q=q, check_header=check_header,
                                 session_id=session_id, messages=messages, start=start,
                                 stop=min(start + size, total), now=now, prev=prev,
-                                encoded=encoded, fence=fence))
+                                encoded=encoded, split=split, fence=fence))
         inserted += n
     return inserted
 
@@ -266,9 +273,10 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
                ceiling: int | None) -> tuple[int, int]:
     """Copy the parent's active rows above ``watermark`` (up to ``ceiling``) into ``child``,
     column-exact (upstream extra columns included) except id / session_id / active /
-    compacted and generated columns. Returns (rows, tool calls)."""
+    compacted, ``display_order`` (the insert trigger assigns it from the copied identity,
+    ui §3.4) and generated columns. Returns (rows, tool calls)."""
     cols = [c["name"] for c in sa.inspect(conn).get_columns("messages")
-            if c["name"] not in ("id", "session_id", "active", "compacted")
+            if c["name"] not in ("id", "session_id", "active", "compacted", "display_order")
             and not c.get("computed")]
     params = {"parent": parent, "watermark": watermark, "ceiling": ceiling}
     tools = sum(enc.count_tool_calls(r[0]) for r in conn.execute(q.CLONE_TOOL_CALLS, params))

@@ -24,6 +24,7 @@ from ..errors import AdoptionError, NotAHermesDatabaseError
 from ..migration_spec import StoreSpec, UpgradeReport, current_revision
 from ..shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from . import opening, sql
+from .sql import display as display_sql
 from .sql import migration as mq
 from .sql.cjk import CJK_TABLES
 from .schema import metadata
@@ -290,11 +291,13 @@ def expected_shape_on(conn: Connection) -> Shape:
 
 
 def expected_shape() -> Shape:
-    """Head shape: the metadata plus the FTS views and triggers of the current layout."""
+    """Head shape: the metadata plus the FTS views and triggers of the current layout and the
+    four display triggers (s05_ui_display)."""
     base = metadata_shape(metadata)
     others = dict(base.other_objects)
     others.update({name: "view" for name in sql.FTS_VIEWS})
     others.update({name: "trigger" for name in sql.FTS_TRIGGERS})
+    others.update({name: "trigger" for name in display_sql.TRIGGER_NAMES})
     return replace(base, other_objects=others)
 
 
@@ -310,5 +313,5 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s04_coordination",
+    head="s05_ui_display",
 )

@@ -15,6 +15,7 @@ from sqlalchemy.engine import Connection
 from . import messages as msg
 from .backends import TRANSCRIPT_PATIENCE_S
 from .coord_rows import RewindResult
+from .display import store_split
 from .errors import TranscriptChangedError
 from .guard_rows import Clock
 from .projections import ConversationHooks
@@ -87,7 +88,7 @@ def rewind_to_message(store: Any, session_id: str, target_message_id: int, *,
                 if handoff is None:
                     raise ValueError(f"rewind target {target.id} carries no compaction "
                                      "handoff to preserve")
-                handoff_rows = encode_new([handoff], q.dialect)
+                handoff_rows = encode_new([handoff], q.dialect, store_split(store))
         rewound = [int(r[0]) for r in ex(cs.ACTIVE_IDS, (session_id,))
                    if int(r[0]) >= target.id]
         ex(cs.REWIND_FROM, (session_id, target.id))

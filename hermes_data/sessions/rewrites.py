@@ -21,6 +21,7 @@ from . import encoding as enc
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S
 from .coord_rows import TranscriptRewrite
+from .display import store_split
 from .errors import (CompressionSessionBusyError, CompressionSessionClosedError,
                      SessionCompressionInProgressError, SessionNotFoundError,
                      SessionTurnLeaseLostError)
@@ -91,12 +92,15 @@ def fence(conn: Connection, cs: CoordinationStatements, clock: Clock, session_id
         raise SessionTurnLeaseLostError(session_id, key, None, live[0])
 
 
-def encode_new(rows: Sequence[Any], dialect: str) -> list[msg.EncodedRow]:
+def encode_new(rows: Sequence[Any], dialect: str,
+               split: Any = None) -> list[msg.EncodedRow]:
     """Validate and encode fresh rows before any statement (``ValueError`` names the row);
-    caller dicts are never mutated."""
+    caller dicts are never mutated. ``split``: the store's ``split_user_turn`` for the
+    display identity (:func:`.display.store_split`)."""
     if isinstance(rows, (str, bytes)) or not isinstance(rows, Sequence):
         raise ValueError(f"messages must be a sequence of mappings, not {type(rows).__name__}")
-    return msg.with_timestamps([msg.encode_row(m, i, dialect) for i, m in enumerate(rows)])
+    return msg.with_timestamps([msg.encode_row(m, i, dialect, split=split)
+                                for i, m in enumerate(rows)])
 
 
 def insert_new(conn: Connection, q: Any, session_id: str,
@@ -131,7 +135,7 @@ def replace_messages(store: Any, session_id: str, messages: Sequence[Any],
     :class:`SessionNotFoundError`; compression-ended ⇒ :class:`CompressionSessionClosedError`."""
     backend = store.backend
     q = backend.sql
-    rows = encode_new(messages, q.dialect)
+    rows = encode_new(messages, q.dialect, store_split(store))
     cs = cs_of(store)
     clock = Clock(store, cs)
 
@@ -217,7 +221,7 @@ def archive_and_compact(store: Any, session_id: str, compacted_messages: Sequenc
     _check_compaction(compacted_messages, tail_count, watermark, model_config_patch)
     backend = store.backend
     q = backend.sql
-    rows = encode_new(compacted_messages, q.dialect)
+    rows = encode_new(compacted_messages, q.dialect, store_split(store))
     cs = cs_of(store)
     clock = Clock(store, cs)
 

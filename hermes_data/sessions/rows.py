@@ -189,6 +189,7 @@ class NewMessage(TypedDict, total=False):
     api_content: str | None
     display_kind: str | None
     display_metadata: Any
+    display_identity: bytes | None  # ui §3.4: exactly 32 bytes; computed when absent
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 The core columns of spec sessions.md §2 are declared, plus the agent turn API's columns and
 tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``) and the coordination columns
-(sessions-ext-coordination.md §2.1, revision ``s04_coordination``). Upstream databases carry
+(sessions-ext-coordination.md §2.1, revision ``s04_coordination``) and the display
+ordering columns and indexes (sessions-ext-ui.md §2.1–§2.2, revision ``s05_ui_display``; its
+four triggers are fragments of :mod:`hermes_data.sessions.sql.display`). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
 never drops them. Column order follows the spec tables, which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from ..types import INTEGER, REAL, TEXT
+from ..types import BLOB, INTEGER, REAL, TEXT
 
 metadata = sa.MetaData()
 
@@ -123,6 +125,9 @@ messages = sa.Table(
     sa.Column("api_content", TEXT),
     sa.Column("display_kind", TEXT),
     sa.Column("display_metadata", TEXT),
+    # Display ordering (sessions-ext-ui §2.1, revision s05_ui_display): NULL = pending.
+    sa.Column("display_identity", BLOB),
+    sa.Column("display_order", INTEGER),
     # Ids are never reused after deletes: the FTS indexes and keyset paging key on them.
     sqlite_autoincrement=True,
 )
@@ -220,6 +225,25 @@ _ASSISTANT_CALLS = sa.and_(messages.c.role == sa.literal_column("'assistant'"),
                            messages.c.tool_calls.isnot(None))
 sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
          sqlite_where=_ASSISTANT_CALLS, postgresql_where=_ASSISTANT_CALLS)
+
+# Display ordering (sessions-ext-ui §2.2); VIS = active = 1 OR compacted = 1. The four display
+# triggers are text() fragments (sql.display).
+_VIS = sa.or_(messages.c.active == sa.literal_column("1"),
+              messages.c.compacted == sa.literal_column("1"))
+# PostgreSQL adds ``display_order IS NOT NULL`` (a deliberate difference, same rows for every
+# display-order read): without statistics its planner estimates the bare VIS predicate as highly
+# selective and scanned this index for every search, whose WHERE implies VIS.
+_PG_PAGE = sa.and_(messages.c.display_order.isnot(None), _VIS.self_group())
+sa.Index("idx_messages_display_page", messages.c.session_id, messages.c.display_order,
+         messages.c.active.desc(), messages.c.id.desc(), sqlite_where=_VIS,
+         postgresql_where=_PG_PAGE)
+_PENDING = sa.and_(sa.or_(messages.c.display_order.is_(None),
+                          messages.c.display_identity.is_(None)), _VIS.self_group())
+sa.Index("idx_messages_display_backfill", messages.c.session_id,
+         sqlite_where=_PENDING, postgresql_where=_PENDING)
+_IDENTIFIED = sa.and_(messages.c.display_identity.isnot(None), _VIS.self_group())
+sa.Index("idx_messages_display_identity", messages.c.session_id, messages.c.display_identity,
+         messages.c.display_order, sqlite_where=_IDENTIFIED, postgresql_where=_IDENTIFIED)
 
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)

@@ -24,6 +24,7 @@ from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listi
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
+from .ui_api import UiAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
 from .errors import (SessionExportTooLargeError, SessionNotFoundError,
@@ -104,7 +105,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(CoordinationAPI, AgentTurnAPI):
+class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -500,11 +501,15 @@ class SessionStore(CoordinationAPI, AgentTurnAPI):
                         role_filter: Iterable[str] | None = None, limit: int = 20,
                         offset: int = 0, sort: str | None = None,
                         include_inactive: bool = False,
-                        fields: Sequence[str] | None = None) -> list["SearchResult"]:
+                        fields: Sequence[str] | None = None,
+                        include_reasoning: bool = False) -> list["SearchResult"]:
         """Full-text search over messages; never raises for any query text (see
-        :func:`hermes_data.sessions.search.search_messages`)."""
+        :func:`hermes_data.sessions.search.search_messages`); ``include_reasoning`` searches
+        assistant reasoning too (the LIKE route, ui §4.9)."""
         from .search import search_messages
 
+        if include_reasoning:
+            from .reasoning_search import search_with_reasoning as search_messages
         return self._backend.read(lambda c: search_messages(
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,

@@ -27,6 +27,7 @@ from . import cjk
 from . import encoding as enc
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S
+from .display import store_split
 from .errors import SessionTurnLeaseLostError
 from .guard_rows import (DEFAULT_TTL_S, Clock, Execute, check_ttl, claim, conversation_key,
                          usable_holder)
@@ -189,7 +190,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     b = store.backend
     q = b.sql
     row = msg.encode_row({**fields, "role": role, "content": content}, 0, q.dialect,
-                         batch=False, default_ts=enc.now())
+                         batch=False, default_ts=enc.now(), split=store_split(store))
     if turn_lease_holder is None:
         new_id = int(b.write_driver(lambda tx: msg.append_one(tx, q, b.check_header,
                                                               session_id, row)))
@@ -228,7 +229,7 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
 
         fence = fence_tx
     n = msg.append_batch(b.write_driver, b.check_header, b.sql, session_id, messages,
-                         chunk_rows, fence=fence)
+                         chunk_rows, split=store_split(store), fence=fence)
     cjk.after_append(b, messages)  # post-commit drain of the CJK-bigram queue
     return n
 

@@ -101,8 +101,9 @@ def test_fresh_sessions_equals_the_revision_path(tmp_path, caps):
     _assert_same(slow, fast)
     triggers = [n for t, n, _, _ in fast["objects"] if t == "trigger"]
     if caps is not None:  # as built: whatever this SQLite offers, compared above
-        # FTS5 without trigram: the base half's 3 triggers and the CJK-bigram index's 6.
-        assert len(triggers) == {(True, False): 3 + 6, (False, False): 0}[caps]
+        # FTS5 without trigram: the base half's 3 triggers, s05's 4 display triggers and the
+        # CJK-bigram index's 6; without FTS5 only the display triggers.
+        assert len(triggers) == {(True, False): 3 + 4 + 6, (False, False): 0 + 4}[caps]
     assert dict(fast["state_meta"]).get("db_file_generation") == "<random>"
 
 

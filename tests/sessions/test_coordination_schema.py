@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from hermes_data import migrate
 from hermes_data.engine import trace_writes
 from hermes_data.sessions.errors import SchemaBehindError
+from hermes_data.sessions.fresh import REVISIONS
 from hermes_data.sessions.schema import metadata
 from hermes_data.sessions.store import SessionStore
 from hermes_data.shape import live_shape, metadata_shape
@@ -44,7 +45,7 @@ def test_upgrade_from_s03_appends_the_canonical_columns_and_settles(tmp_path):
     path = tmp_path / "state.db"
     _at_s03(path)
     _sql(path, "INSERT INTO sessions (id, source, started_at) VALUES ('a', 'cli', 1.0)")
-    assert migrate.upgrade("sessions", path).applied == ["s04_coordination"]
+    assert migrate.upgrade("sessions", path).applied == list(REVISIONS[3:])
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
         got = live_shape(conn)
@@ -98,7 +99,7 @@ def test_postgresql_upgrade_from_s03_adds_the_columns(pg_url):
         with engine.begin() as conn:
             conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at) "
                                  "VALUES ('a', 'cli', 1.0)")
-        assert migrate.upgrade("sessions", pg_url).applied == ["s04_coordination"]
+        assert migrate.upgrade("sessions", pg_url).applied == list(REVISIONS[3:])
         with engine.connect() as conn:
             cols = {c["name"]: c for c in sa.inspect(conn).get_columns("sessions")}
             assert conn.exec_driver_sql("SELECT rewind_count, compression_overload_streak "

@@ -34,7 +34,7 @@ from ...config import hermes_home
 from ...engine import SqliteSettings, create_sqlite_engine, journal_state
 from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
-from .. import guards, opening
+from .. import display_schema, guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
@@ -226,8 +226,9 @@ class SqliteBackend(SessionBackend):
         if plan is None:
             with self.reading_on_writer() as conn:
                 plan = self._plan_open_checks(conn)
-        fts, app_id, present, need_fail_open, need_fts, need_heal, need_gen, need_ver = plan
-        if not (need_fts or need_fail_open or need_heal or need_gen or not app_id or need_ver):
+        fts, app_id, present, need_fail_open, need_fts, need_heal, need_gen, need_ver, disp = plan
+        if not (need_fts or need_fail_open or need_heal or need_gen or not app_id or need_ver
+                or disp):
             self.fts_available, self._app_id = fts, app_id  # settled: nothing written
             return
 
@@ -250,6 +251,7 @@ class SqliteBackend(SessionBackend):
                 opening.mint_generation(conn)
             if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
                 opening.write_fts_storage_version(conn)
+            display_schema.repair_triggers(conn, disp, self.open_repairs)  # ui §2.3
 
         # Inside the open's patience loop: busy propagates to it (no nested retry budget).
         self._attempt(work, raw=False, guarded=False)
@@ -268,7 +270,8 @@ class SqliteBackend(SessionBackend):
                 bool(present) and any(n in state.objects for n in FTS_TRIGGERS),
                 state.needs_work() and not present, opening.needs_null_active_heal(conn),
                 opening.read_generation(conn) is None,
-                opening.needs_fts_storage_version(conn, state))
+                opening.needs_fts_storage_version(conn, state),
+                display_schema.stale_triggers(conn))
 
     def _dispose(self) -> None:
         if self._read_pool is not None:

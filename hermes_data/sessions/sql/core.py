@@ -41,8 +41,9 @@ MESSAGE_COLS = (
     "observed", "_compressed_summary", "effect_disposition", "active", "compacted",
     "api_content", "display_kind", "display_metadata",
 )
-#: Columns an appended message row binds: everything but ``id`` and ``compacted``.
-INSERT_COLS = MESSAGE_COLS[1:20] + MESSAGE_COLS[21:]
+#: Columns an appended message row binds: everything but ``id`` and ``compacted``, plus
+#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's).
+INSERT_COLS = MESSAGE_COLS[1:20] + MESSAGE_COLS[21:] + ("display_identity",)
 #: Columns an existing session may have filled by a later ``create_session`` (enrich rule).
 FILLABLE = ("model", "system_prompt_hash", "session_key", "chat_id", "chat_type", "thread_id",
             "parent_session_id", "cwd", "profile_name", "git_repo_root", "origin_json",

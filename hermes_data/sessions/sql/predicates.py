@@ -7,6 +7,8 @@ bind no values. ``d`` selects the dialect spelling (``sqlite`` / ``postgresql``)
 
 from __future__ import annotations
 
+from .previews import preview_sql as _ui_preview
+
 RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
                      "resume_pending_expired")
 AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume",
@@ -111,13 +113,8 @@ def last_active(s: str) -> str:
 
 
 def preview_sql(s: str, d: str = "sqlite") -> str:
-    """Preview of session ``s``: first visible user message, newlines flattened, 63 chars."""
-    ch = "chr" if d == "postgresql" else "char"
-    return (
-        f"(SELECT substr(replace(replace(pv.content, {ch}(13), ' '), {ch}(10), ' '), 1, 63) "
-        f"FROM messages pv WHERE pv.session_id = {s}.id AND pv.role = 'user' "
-        "AND pv.content IS NOT NULL AND COALESCE(pv.display_kind, '') <> 'hidden' "
-        "ORDER BY pv.timestamp, pv.id LIMIT 1)"
-    )
+    """Preview of session ``s`` (sessions-ext-ui §3.3): RAW of the first eligible user row —
+    carriers preview only the user text they carry, scaffolds keep head and tail."""
+    return _ui_preview(s, d)
 
 

@@ -1,0 +1,34 @@
+"""Statements of message reactions (spec sessions-ext-ui.md §4.10): read-modify-write of a
+row's ``display_metadata`` (PostgreSQL locks the rows it reads with ``FOR UPDATE``; SQLite
+runs under ``BEGIN IMMEDIATE``). No display or FTS trigger watches ``display_metadata``."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sqlalchemy import text
+from sqlalchemy.sql.elements import TextClause
+
+#: One row's metadata (any visibility).
+GET_META = text("SELECT display_metadata FROM messages WHERE id = :id AND session_id = :s")
+#: Store a row's metadata.
+SET_META = text("UPDATE messages SET display_metadata = :m WHERE id = :id")
+
+
+@lru_cache(maxsize=None)
+def meta_for_update(dialect: str) -> TextClause:
+    """One row's metadata inside the write transaction (locked on PostgreSQL)."""
+    lock = " FOR UPDATE" if dialect == "postgresql" else ""
+    return text("SELECT display_metadata FROM messages WHERE id = :id AND session_id = :s"
+                + lock)
+
+
+@lru_cache(maxsize=None)
+def unseen_candidates(dialect: str) -> TextClause:
+    """Active rows of :s whose metadata mentions ``reactions`` (others are never decoded),
+    by id; locked on PostgreSQL."""
+    pg = dialect == "postgresql"
+    find = "strpos(display_metadata, 'reactions')" if pg else "instr(display_metadata, 'reactions')"
+    return text("SELECT id, role, content, display_metadata FROM messages WHERE session_id = :s "
+                f"AND active = 1 AND display_metadata IS NOT NULL AND {find} > 0 ORDER BY id"
+                + (" FOR UPDATE" if pg else ""))

@@ -1,0 +1,170 @@
+"""``/save`` rendering and ``AsyncSessionStore`` (spec sessions-ext-ui.md §4.13, §4.15;
+acceptance behaviours 38–39 of §6)."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from hermes_data.sessions import AsyncSessionDB, AsyncSessionStore
+from hermes_data.sessions.async_store import ITERATOR_METHODS, public_surface
+from hermes_data.sessions.render import (default_save_filename, normalize_save_format,
+                                         render_session_for_save, save_filename)
+from hermes_data.sessions.store import SessionStore
+
+
+def _doc(**over):
+    doc = {"id": "s1", "source": "cli", "model": None, "title": None, "started_at": 0.0,
+           "messages": [
+               {"role": "system", "content": "hidden prompt", "timestamp": 0.0},
+               {"role": "user", "content": "<script>alert('x')</script> \"q\"", "timestamp": 1.0},
+               {"role": "tool", "tool_name": "sh", "content": "a ``` b ````` c",
+                "timestamp": 2.0},
+               {"role": "assistant", "content": [{"type": "text", "text": "see"},
+                                                 {"type": "image_url", "image_url": {}}],
+                "timestamp": "not a time"}]}
+    doc.update(over)
+    return doc
+
+
+def test_ab38_save_formats_and_names():
+    """Behaviour 38."""
+    assert normalize_save_format(" Markdown ") == "md"
+    assert normalize_save_format("snapshot") == "json" and normalize_save_format(None) == "json"
+    with pytest.raises(ValueError, match="json, md, html"):
+        normalize_save_format("pdf")
+    md = render_session_for_save(_doc(), "md")
+    assert "``````\na ``` b ````` c\n``````" in md  # a fence longer than any run inside
+    assert "hidden prompt" not in md and "## Tool: sh" in md and "<details>" in md
+    assert "## Assistant - not a time" in md and "1970-01-01T00:00:01Z" in md
+    assert "_No messages found._" in render_session_for_save(_doc(messages=[]), "md")
+    page = render_session_for_save(_doc(), "html")
+    assert page.startswith("<!DOCTYPE html>") and "None" not in page
+    assert "<script>" not in page and "&lt;script&gt;" in page and "&quot;q&quot;" in page
+    assert "Untitled session" in page and "unknown model" in page and "[image]" in page
+    assert not re.search(r"(src|href)=|https?://|<script", page)
+    assert default_save_filename("a/b:c", "md") == "hermes_session_abc.md"
+    assert default_save_filename("", "html") == "hermes_session_session.html"
+    assert save_filename("../../x.md") == "x.md"
+    for bad in ("", ".", "..", "a/.."):
+        with pytest.raises(ValueError):
+            save_filename(bad)
+    calls = []
+
+    def redact(text):
+        calls.append(1)
+        return text.replace("alert", "[REDACTED]")
+
+    out = render_session_for_save(_doc(), "json", redact=redact)
+    assert calls == [1] and "[REDACTED]" in out and "alert" not in out
+
+
+def test_ab39_every_public_method_has_an_async_twin():
+    """Behaviour 39 (introspection): every public callable has an awaitable twin; only the
+    registered methods return async iterators."""
+    surface = public_surface()
+    assert {"append_message", "get_messages_around", "import_sessions", "close"} <= set(surface)
+    for name, kind in surface.items():
+        twin = getattr(AsyncSessionStore, name)
+        if kind == "property":
+            assert isinstance(twin, property), name
+        elif kind == "iterator":
+            assert name in ITERATOR_METHODS and not asyncio.iscoroutinefunction(twin)
+        else:
+            assert asyncio.iscoroutinefunction(twin), name
+    assert AsyncSessionDB is AsyncSessionStore
+
+
+LOCK_HOLDER = textwrap.dedent("""
+    import sqlite3, sys
+    con = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=5)
+    con.execute("BEGIN IMMEDIATE")
+    print("locked", flush=True)
+    sys.stdin.readline()
+    con.execute("ROLLBACK")
+""")
+
+
+@pytest.mark.sqlite_only("another process holding the SQLite write lock")
+def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
+    """Behaviour 39: 50 concurrent awaited listings while another process holds the write
+    lock keep the loop's lag under 50 ms; a cancelled append still commits."""
+    path = tmp_path / "s.db"
+    with SessionStore(path) as s:
+        for i in range(20):
+            s.create_session(f"s{i}", "cli")
+    store = AsyncSessionStore(SessionStore(path))
+    proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+
+        async def main() -> float:
+            worst = 0.0
+            done = asyncio.Event()
+
+            async def ticker() -> None:
+                nonlocal worst
+                while not done.is_set():
+                    t0 = time.perf_counter()
+                    await asyncio.sleep(0.005)
+                    worst = max(worst, time.perf_counter() - t0 - 0.005)
+
+            tick = asyncio.create_task(ticker())
+            results = await asyncio.gather(*(store.list_sessions() for _ in range(50)))
+            done.set()
+            await tick
+            assert all(len(r) == 20 for r in results)
+            return worst
+
+        lag = asyncio.run(main())
+    finally:
+        proc.stdin.write("\n")
+        proc.stdin.flush()
+        proc.wait(timeout=10)
+    assert lag < 0.05, f"loop lag {lag * 1000:.0f} ms"
+
+    async def cancelled() -> None:
+        task = asyncio.create_task(store.append_message("s0", "user", "still lands"))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancelled())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not store.sync.get_messages("s0"):
+        time.sleep(0.02)
+    assert [m.content for m in store.sync.get_messages("s0")] == ["still lands"]
+    asyncio.run(store.aclose())
+
+
+def test_ab39_one_instance_serves_two_loops(store):
+    """Behaviour 39: one instance, two loops in two threads; iterators pull in the executor."""
+    a = AsyncSessionStore(store)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        async def main() -> None:
+            await a.create_session(f"t{i}", "cli")
+            await a.append_message(f"t{i}", "user", "hi")
+            ids = [e.id async for e in a.iter_export_all()]
+            assert f"t{i}" in ids
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors, errors
