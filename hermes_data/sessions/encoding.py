@@ -52,6 +52,12 @@ def scrub(value: str | None) -> str | None:
     return _SURROGATES.sub("\ufffd", value)
 
 
+def _dumps(value: Any) -> str:
+    """JSON text of ``value`` that UTF-8 can hold: lone surrogates inside strings (a
+    multimodal part, a tool argument) become U+FFFD, as in plain text (:func:`scrub`)."""
+    return _SURROGATES.sub("\ufffd", json.dumps(value, ensure_ascii=False))
+
+
 def content_prefix(dialect: str = "sqlite") -> str:
     """The multimodal marker of ``dialect`` (``sqlite`` or ``postgresql``)."""
     return PG_JSON_CONTENT_PREFIX if dialect == "postgresql" else JSON_CONTENT_PREFIX
@@ -72,7 +78,7 @@ def encode_content(value: Any, dialect: str = "sqlite") -> Any:
             return prefix + json.dumps(text, ensure_ascii=False)
         return text
     if isinstance(value, (list, dict)):
-        return prefix + json.dumps(value, ensure_ascii=False)
+        return prefix + _dumps(value)
     return encode_content(str(value), dialect)
 
 
@@ -132,7 +138,7 @@ def encode_tool_calls(value: Any) -> str | None:
             value = json.loads(value)
         except ValueError:
             value = []
-    return json.dumps(value, ensure_ascii=False) if value else None
+    return _dumps(value) if value else None
 
 
 def decode_tool_calls(value: str | None) -> list[Any] | None:
@@ -163,8 +169,8 @@ def count_tool_calls(encoded: str | None) -> int:
 def encode_json_text(value: Any) -> str | None:
     """Strings stored as given, structures dumped (never double-encoded)."""
     if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)
+        return scrub(value)
+    return _dumps(value)
 
 
 def encode_display_metadata(value: Any) -> str | None:
@@ -172,7 +178,7 @@ def encode_display_metadata(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, dict):
-        return json.dumps(value, ensure_ascii=False)
+        return _dumps(value)
     if isinstance(value, str):
         try:
             parsed = json.loads(value)

@@ -130,6 +130,23 @@ def test_encodings_round_trip(store):
     assert store.get_session("s").tool_call_count == 2
 
 
+def test_lone_surrogates_inside_structures_are_scrubbed_like_plain_text(store):
+    """A lone surrogate inside a multimodal part, a tool call or display metadata is stored
+    as U+FFFD (as in plain text) instead of failing the write with UnicodeEncodeError."""
+    store.create_session("s", "cli")
+    store.append_message("s", "user", [{"type": "text", "text": "part \ud800 here"}],
+                         display_metadata={"label": "x\udfffy"})
+    store.append_message("s", "assistant", None,
+                         tool_calls=[{"id": "1", "arguments": "{\"q\": \"\ud83d\"}"}])
+    store.append_messages_batch("s", [{"role": "user", "content": [{"type": "text",
+                                                                      "text": "b \udc00"}]}])
+    m = store.get_messages("s")
+    assert m[0].content == [{"type": "text", "text": "part \ufffd here"}]
+    assert m[0].display_metadata == {"label": "x\ufffdy"}
+    assert m[1].tool_calls == [{"id": "1", "arguments": '{"q": "\ufffd"}'}]
+    assert m[2].content == [{"type": "text", "text": "b \ufffd"}]
+
+
 def test_multimodal_and_nul_content_round_trip_on_each_backend(store):
     # PostgreSQL text holds no NUL: its marker is U+FDD0 + "json:", and strings PostgreSQL
     # cannot hold as text (NUL inside, leading U+FDD0) are stored as JSON strings.
