@@ -105,7 +105,7 @@ def _ignored(store: str, name: str, spec: Any, conn: Connection) -> bool:
         return True
     if conn.dialect.name != "sqlite":  # both stores may share a server database
         other = "sessions" if store == "telemetry" else "telemetry"
-        return name in migrate.store_spec(other).metadata.tables
+        return name in migrate.store_spec(other).server_tables()
     return False
 
 
