@@ -22,6 +22,7 @@ from . import encoding as enc
 from . import accounting, guards, lifecycle, lineage, listing, meta, opening, row_helpers, titles
 from . import messages as msg
 from .agent_api import AgentTurnAPI
+from .gateway_api import GatewayAPI
 from .ui_api import UiAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
@@ -103,7 +104,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(AgentTurnAPI, UiAPI):
+class SessionStore(AgentTurnAPI, UiAPI, GatewayAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL

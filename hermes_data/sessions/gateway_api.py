@@ -1,0 +1,38 @@
+"""The gateway family's public ``SessionStore`` methods (spec sessions-ext-gateway.md §1.1),
+as one declarative delegation table — the pattern of :mod:`.agent_api`: each entry maps a
+public name to an operation function (store first) in a module by concern
+(:mod:`.gateway_routing`, :mod:`.handoffs`, :mod:`.heartbeats`); the class holds no state
+and no logic, and ``SessionStore`` inherits it.
+"""
+
+from __future__ import annotations
+
+from . import gateway_routing, handoffs, heartbeats
+from .agent_api import _Op
+
+
+class GatewayAPI:
+    """The delegation table (see the module docstring)."""
+
+    # -- routing index, hygiene (§3.1–§3.2)
+    save_gateway_routing_entry = _Op(gateway_routing.save_gateway_routing_entry)
+    replace_gateway_routing_entries = _Op(gateway_routing.replace_gateway_routing_entries)
+    load_gateway_routing_entries = _Op(gateway_routing.load_gateway_routing_entries)
+    delete_gateway_routing_entries = _Op(gateway_routing.delete_gateway_routing_entries)
+    increment_hygiene_failure_streak = _Op(gateway_routing.increment_hygiene_failure_streak)
+    reset_hygiene_failure_streak = _Op(gateway_routing.reset_hygiene_failure_streak)
+
+    # -- handoffs (§3.6)
+    request_handoff = _Op(handoffs.request_handoff)
+    get_handoff_state = _Op(handoffs.get_handoff_state)
+    list_pending_handoffs = _Op(handoffs.list_pending_handoffs)
+    claim_handoff = _Op(handoffs.claim_handoff)
+    complete_handoff = _Op(handoffs.complete_handoff)
+    fail_handoff = _Op(handoffs.fail_handoff)
+    reclaim_stale_running_handoffs = _Op(handoffs.reclaim_stale_running_handoffs)
+
+    # -- heartbeats (§3.7)
+    register_backend_heartbeat = _Op(heartbeats.register_backend_heartbeat)
+    clear_backend_heartbeat = _Op(heartbeats.clear_backend_heartbeat)
+    prune_stale_heartbeats = _Op(heartbeats.prune_stale_heartbeats)
+    list_backend_heartbeats = _Op(heartbeats.list_backend_heartbeats)
