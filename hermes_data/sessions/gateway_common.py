@@ -33,7 +33,10 @@ def db_now(conn: Connection, dialect: str) -> float:
     st = for_dialect(dialect).DB_NOW
     if st is None:
         return wall()
-    return float(conn.exec_driver_sql(st).scalar())
+    value = conn.exec_driver_sql(st).scalar()
+    if value is None:
+        raise RuntimeError("the server clock read returned no value")
+    return float(value)
 
 
 def finite(name: str, value: Any) -> float:

@@ -120,8 +120,10 @@ def increment_hygiene_failure_streak(store: StoreHandle, session_key: str) -> in
     def run(conn: Connection) -> int:
         res = conn.exec_driver_sql(g.HYGIENE_BUMP, (session_key,))
         if store.backend.dialect == "postgresql":
-            return int(res.scalar())
-        return int(conn.exec_driver_sql(g.HYGIENE_GET, (session_key,)).scalar())
+            value = res.scalar()
+        else:
+            value = conn.exec_driver_sql(g.HYGIENE_GET, (session_key,)).scalar()
+        return int(value or 0)
 
     return store.backend.write(run)
 
