@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from .search_plan import ContextMessage, SearchResult
     from .store import SessionStore
     from .async_store import AsyncSessionDB, AsyncSessionStore
+    from .delegations import reconcile_state_schema
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -42,6 +43,8 @@ _EXPORTS = {
     "ConversationHooks": "projections",
     # User-interface reads (sessions-ext-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
+    # Gateway (sessions-ext-gateway.md §3.10).
+    "reconcile_state_schema": "delegations",
 }
 
 __all__ = sorted(_EXPORTS)
