@@ -1,13 +1,13 @@
 """The gateway family's public ``SessionStore`` methods (spec sessions-ext-gateway.md §1.1),
 as one declarative delegation table — the pattern of :mod:`.agent_api`: each entry maps a
 public name to an operation function (store first) in a module by concern
-(:mod:`.gateway_routing`, :mod:`.handoffs`, :mod:`.heartbeats`); the class holds no state
+(:mod:`.gateway_routing`, :mod:`.peers`, :mod:`.handoffs`, :mod:`.heartbeats`); the class holds no state
 and no logic, and ``SessionStore`` inherits it.
 """
 
 from __future__ import annotations
 
-from . import gateway_routing, handoffs, heartbeats
+from . import gateway_routing, handoffs, heartbeats, peers
 from .agent_api import _Op
 
 
@@ -21,6 +21,12 @@ class GatewayAPI:
     delete_gateway_routing_entries = _Op(gateway_routing.delete_gateway_routing_entries)
     increment_hygiene_failure_streak = _Op(gateway_routing.increment_hygiene_failure_streak)
     reset_hygiene_failure_streak = _Op(gateway_routing.reset_hygiene_failure_streak)
+
+    # -- peer recovery (§3.3)
+    record_gateway_session_peer = _Op(peers.record_gateway_session_peer)
+    find_latest_gateway_session_for_peer = _Op(peers.find_latest_gateway_session_for_peer)
+    find_session_by_origin = _Op(peers.find_session_by_origin)
+    list_gateway_sessions = _Op(peers.list_gateway_sessions)
 
     # -- handoffs (§3.6)
     request_handoff = _Op(handoffs.request_handoff)
