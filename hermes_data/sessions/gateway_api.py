@@ -7,7 +7,7 @@ and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import gateway_routing, handoffs, heartbeats, peers
+from . import gateway_routing, handoffs, heartbeats, never_active, orphans, peers
 from .agent_api import _Op
 
 
@@ -27,6 +27,12 @@ class GatewayAPI:
     find_latest_gateway_session_for_peer = _Op(peers.find_latest_gateway_session_for_peer)
     find_session_by_origin = _Op(peers.find_session_by_origin)
     list_gateway_sessions = _Op(peers.list_gateway_sessions)
+
+    # -- never-active rows, orphan repair (§3.4–§3.5)
+    list_never_active_keyed_sessions = _Op(never_active.list_never_active_keyed_sessions)
+    prune_never_active_keyed_sessions = _Op(never_active.prune_never_active_keyed_sessions)
+    find_orphaned_gateway_sessions = _Op(orphans.find_orphaned_gateway_sessions)
+    adopt_orphaned_gateway_session = _Op(orphans.adopt_orphaned_gateway_session)
 
     # -- handoffs (§3.6)
     request_handoff = _Op(handoffs.request_handoff)
