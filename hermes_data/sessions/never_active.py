@@ -10,8 +10,10 @@ listing keeps its row, and deletes the row with its routing entries of every sco
 
 from __future__ import annotations
 
+import glob
 import logging
 import os
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -19,6 +21,8 @@ from sqlalchemy.engine import Connection
 
 from .gateway_common import db_now, finite, holder_dead, wall
 from .handle import StoreHandle
+from .sql import for_dialect as core_sql
+from .sql import maintenance as maintenance_sql
 from .sql.peers import for_dialect as peer_sql
 from .sql.repair import RepairStatements, for_dialect
 
@@ -85,6 +89,18 @@ def _after_listing(candidates: list[NeverActiveSession]) -> None:
     """Test seam: runs between the listing and the per-candidate transactions."""
 
 
+def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, sid: str) -> None:
+    if sessions_dir is None:
+        return
+    base = Path(sessions_dir)
+    for p in [base / f"{sid}.json", base / f"{sid}.jsonl",
+              *map(Path, glob.glob(str(base / f"request_dump_{glob.escape(sid)}_*.json")))]:
+        try:
+            p.unlink()
+        except OSError:
+            pass  # file errors are swallowed (core §7.4)
+
+
 def _live(row: Any, now: float, pg: bool) -> bool:
     return row is not None and float(row[1]) > now and not holder_dead(row[0], require_host=pg)
 
@@ -107,15 +123,13 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
     routing entries of every scope, one transaction per candidate (re-checked inside it; a
     live compression lock on the id or a live turn lease on its conversation keeps it).
     Transcript files go after each commit (errors swallowed)."""
-    from . import maintenance
-
     cutoff = _cutoff(older_than_days)
     d = store.backend.dialect
     r = for_dialect(d)
     pg = d == "postgresql"
     candidates = store.backend.read(lambda c: _list(c, r, cutoff))
     _after_listing(candidates)
-    ms = maintenance._ms(store)  # type: ignore[arg-type]
+    ms = maintenance_sql.MaintenanceStatements(d, core_sql(d).render)
     sessions = entries = 0
     for cand in candidates:
         def run(conn: Connection) -> int | None:
@@ -128,8 +142,14 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
                     .first(), now, pg):
                 return None
             n = conn.exec_driver_sql(r.ROUTING_FOR_SESSION, (cand.id,)).rowcount
-            maintenance._fill_doomed(conn, ms, [cand.id])
-            maintenance._delete_claimed(conn, ms, None, 1)
+            # The core delete path's statements for one session (no messages, no children
+            # by the re-check; usage rows and Telegram bindings go by their cascades).
+            orphan, del_messages, detach, del_session = ms.delete_chunk(1)
+            conn.exec_driver_sql(orphan, (cand.id, cand.id))
+            conn.exec_driver_sql(del_messages, (cand.id,))
+            conn.exec_driver_sql(detach, (cand.id,))
+            conn.exec_driver_sql(del_session, (cand.id,))
+            conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
             return n
 
         removed = store.backend.write(run)
@@ -139,5 +159,5 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
             continue
         sessions += 1
         entries += removed
-        maintenance._remove_transcripts(sessions_dir, [cand.id])
+        _remove_transcripts(sessions_dir, cand.id)
     return NeverActivePruneResult(sessions, entries)
