@@ -7,7 +7,7 @@ and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import gateway_routing, handoffs, heartbeats, never_active, orphans, peers
+from . import gateway_routing, handoffs, heartbeats, kanban, never_active, orphans, peers
 from .agent_api import _Op
 
 
@@ -48,3 +48,6 @@ class GatewayAPI:
     clear_backend_heartbeat = _Op(heartbeats.clear_backend_heartbeat)
     prune_stale_heartbeats = _Op(heartbeats.prune_stale_heartbeats)
     list_backend_heartbeats = _Op(heartbeats.list_backend_heartbeats)
+
+    # -- kanban (§3.9)
+    retag_kanban_worker_sessions = _Op(kanban.retag_kanban_worker_sessions)

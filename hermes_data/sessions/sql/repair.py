@@ -91,6 +91,15 @@ class RepairStatements:
             "UPDATE sessions SET ended_at = COALESCE(ended_at, ?), "
             "end_reason = 'superseded_by_repair' WHERE id = ?")
 
+        # -- kanban retag (§3.9): exact, case-sensitive prefix on both dialects
+        prefix = "left(cwd, ?)" if pg else "substr(cwd, 1, ?)"
+        self.META_GET = r("SELECT value FROM state_meta WHERE key = ?")
+        self.META_SET = r("INSERT INTO state_meta (key, value) VALUES (?, ?) "
+                          "ON CONFLICT (key) DO UPDATE SET value = excluded.value")
+        self.RETAG_KANBAN = r(
+            "UPDATE sessions SET source = 'kanban' WHERE source = 'cli' AND (cwd = ? OR "
+            f"{prefix} IN (?, ?))")
+
 
 @lru_cache(maxsize=None)
 def for_dialect(d: str) -> RepairStatements:
