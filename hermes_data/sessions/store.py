@@ -313,14 +313,18 @@ class SessionStore(AgentTurnAPI, UiAPI, GatewayAPI):
 
         Raises :class:`SessionNotFoundError` for an unknown session and
         :class:`CompressionSessionClosedError` when the session continued in a child.
-        Keyword fields are those of :class:`~hermes_data.sessions.rows.NewMessage`.
+        Keyword fields are those of :class:`~hermes_data.sessions.rows.NewMessage`;
+        ``skip_if_platform_message_exists=True`` returns the id of a row already holding the
+        non-empty ``platform_message_id`` instead (inside the append's transaction, gateway A4).
         """
+        skip = bool(fields.pop("skip_if_platform_message_exists", False))
+        pmid = fields.get("platform_message_id", fields.get("message_id")) if skip else None
         row = msg.encode_row({**fields, "role": role, "content": content}, 0,
                                   self._q.dialect, batch=False, default_ts=enc.now(),
                                   split=self._split())
         b = self._backend
         return b.write_driver(lambda tx: msg.append_one(tx, self._q, b.check_header,
-                                                             session_id, row))
+                                                             session_id, row, skip_pmid=pmid))
 
     def append_messages_batch(self, session_id: str, messages: Sequence[NewMessage],
                               chunk_rows: int | None = None) -> int:

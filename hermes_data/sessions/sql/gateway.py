@@ -38,6 +38,10 @@ class GatewayStatements:
         #: The server clock (PostgreSQL ``db_now``, §3.0 Clocks): once per transaction.
         self.DB_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())" if pg else None
 
+        #: A4: the first row of a session holding a platform message id (any ``active``).
+        self.PMID_SEEK = r("SELECT id FROM messages WHERE session_id = ? AND "
+                           "platform_message_id = ? ORDER BY id LIMIT 1")
+
         # -- routing index (§3.1)
         self.ROUTING_UPSERT = r(
             f"INSERT INTO gateway_routing ({_ROUTING_COLS}) VALUES (?, ?, ?, ?) "
