@@ -7,7 +7,8 @@ and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import gateway_routing, handoffs, heartbeats, kanban, never_active, orphans, peers
+from . import (gateway_routing, handoffs, heartbeats, kanban, never_active, orphans, peers,
+               telegram_topics)
 from .agent_api import _Op
 
 
@@ -51,3 +52,19 @@ class GatewayAPI:
 
     # -- kanban (§3.9)
     retag_kanban_worker_sessions = _Op(kanban.retag_kanban_worker_sessions)
+
+    # -- Telegram DM topics (§3.8)
+    apply_telegram_topic_migration = _Op(telegram_topics.apply_telegram_topic_migration)
+    enable_telegram_topic_mode = _Op(telegram_topics.enable_telegram_topic_mode)
+    disable_telegram_topic_mode = _Op(telegram_topics.disable_telegram_topic_mode)
+    is_telegram_topic_mode_enabled = _Op(telegram_topics.is_telegram_topic_mode_enabled)
+    bind_telegram_topic = _Op(telegram_topics.bind_telegram_topic)
+    delete_telegram_topic_binding = _Op(telegram_topics.delete_telegram_topic_binding)
+    get_telegram_topic_binding = _Op(telegram_topics.get_telegram_topic_binding)
+    get_telegram_topic_binding_by_session = _Op(
+        telegram_topics.get_telegram_topic_binding_by_session)
+    is_telegram_session_linked_to_topic = _Op(telegram_topics.is_telegram_session_linked_to_topic)
+    list_telegram_topic_bindings_for_chat = _Op(
+        telegram_topics.list_telegram_topic_bindings_for_chat)
+    list_unlinked_telegram_sessions_for_user = _Op(
+        telegram_topics.list_unlinked_telegram_sessions_for_user)
