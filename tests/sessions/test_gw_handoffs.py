@@ -231,3 +231,18 @@ def test_gw29_readers_propagate_errors_and_list_fifo(store, backend, monkeypatch
             store.get_handoff_state("z-first")
     finally:
         sa.event.remove(store.engine, "before_cursor_execute", locked)
+
+
+def test_gw42_reclaim_binds_at_most_900_ids_per_statement(store):
+    """Behaviour 42 (this area): failing 1000 stale handoffs binds ≤ 900 ids per statement."""
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("INSERT INTO sessions (id, source, started_at, handoff_state) "
+                             "VALUES (?, 'cli', 1.0, 'running')",
+                             [(f"h{i:04d}",) for i in range(1000)])
+    seen: list[tuple[str, object]] = []
+    sa.event.listen(store.engine, "before_cursor_execute",
+                    lambda c, cur, st, p, ctx, many: seen.append((st, p)))
+    assert len(store.reclaim_stale_running_handoffs("gone", claimant="me")) == 1000
+    updates = [p for st, p in seen if st.startswith("UPDATE sessions SET handoff_state")]
+    assert len(updates) == 2 and max(len(p) for p in updates) <= 901  # error text + ids
+    assert store.list_pending_handoffs() == []

@@ -254,6 +254,13 @@ def test_gw6_read_only_handle_behind_s06(tmp_path):
     migrate.upgrade("sessions", path)
     with SessionStore(path, read_only=True) as s:
         assert s.get_session("x") is None
+        # Only the opt-in Telegram tables are absent: every Telegram reader answers empty.
+        assert s.get_telegram_topic_binding(chat_id=1, thread_id=1) is None
+        assert s.get_telegram_topic_binding_by_session(session_id="x") is None
+        assert s.list_telegram_topic_bindings_for_chat(chat_id=1) == []
+        assert s.is_telegram_session_linked_to_topic(session_id="x") is False
+        assert s.is_telegram_topic_mode_enabled(chat_id=1, user_id=2) is False
+        assert s.list_unlinked_telegram_sessions_for_user(chat_id=1, user_id=2) == []
     _sql(path, "DROP TABLE gateway_heartbeats")
     before = _sql(path, "SELECT name, sql FROM sqlite_master ORDER BY name")
     with pytest.raises(SchemaBehindError, match="gateway_heartbeats"):
