@@ -34,13 +34,16 @@ def _pruner(path, ready):
         s.prune_never_active_keyed_sessions(older_than_days=1)
 
 
-def _kill_after(target, path, delay):
+def _kill_after(target, path, delay, until=None):
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     p = ctx.Process(target=target, args=(str(path), ready))
     p.start()
     assert ready.wait(60)
     time.sleep(delay)
+    deadline = time.monotonic() + 30
+    while until is not None and not until() and time.monotonic() < deadline:
+        time.sleep(0.005)
     os.kill(p.pid, signal.SIGKILL)
     p.join(30)
 
@@ -60,19 +63,26 @@ def test_gw41_sigkill_leaves_each_scope_and_candidate_whole(tmp_path):
     start = time.time() - 3 * 86400
     con = sqlite3.connect(path)
     con.executemany("INSERT INTO sessions (id, source, session_key, started_at) VALUES "
-                    "(?, 'telegram', ?, ?)", [(f"n{i:04d}", f"key{i}", start) for i in range(600)])
+                    "(?, 'telegram', ?, ?)", [(f"n{i:04d}", f"key{i}", start) for i in range(3000)])
     con.executemany("INSERT INTO gateway_routing VALUES ('x', ?, ?, 1.0)",
-                    [(f"key{i}", json.dumps({"session_id": f"n{i:04d}"})) for i in range(600)])
+                    [(f"key{i}", json.dumps({"session_id": f"n{i:04d}"})) for i in range(3000)])
     con.commit()
     con.close()
-    _kill_after(_pruner, path, 0.4)
+    def started() -> bool:  # the prune has committed at least one candidate
+        con = sqlite3.connect(path, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] < 3000
+        finally:
+            con.close()
+
+    _kill_after(_pruner, path, 0.0, until=started)
     con = sqlite3.connect(path)
     try:
         rows = {r[0] for r in con.execute("SELECT id FROM sessions WHERE id LIKE 'n%'")}
         entries = {json.loads(r[0])["session_id"] for r in con.execute(
             "SELECT entry_json FROM gateway_routing WHERE scope = 'x'")}
         assert rows == entries
-        assert 0 < len(rows) < 600, len(rows)  # killed mid-prune, not before or after it
+        assert 0 < len(rows) < 3000, len(rows)  # killed mid-prune, not before or after it
         assert con.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     finally:
         con.close()
