@@ -95,6 +95,9 @@ class _Extras:
     tables: list[sa.Table] = field(default_factory=list)
     #: Keyless foreign ledgers (by their SQLite name), copied whole: see FOREIGN_LEDGERS.
     ledgers: list[sa.Table] = field(default_factory=list)
+    #: Carried table → its foreign keys into head tables (columns, referred table, referred
+    #: columns): they order the copy (parents first), e.g. the Telegram topic bindings.
+    references: dict[str, list[tuple[list[str], str, list[str]]]] = field(default_factory=dict)
     metadata: sa.MetaData = field(default_factory=sa.MetaData)
 
 
@@ -105,7 +108,7 @@ def _ignored(store: str, name: str, spec: Any, conn: Connection) -> bool:
         return True
     if conn.dialect.name != "sqlite":  # both stores may share a server database
         other = "sessions" if store == "telemetry" else "telemetry"
-        return name in migrate.store_spec(other).metadata.tables
+        return name in migrate.store_spec(other).server_tables()
     return False
 
 
@@ -177,6 +180,11 @@ def plan_extras(s: Connection, store: str) -> _Extras:
         for c in cols:
             c.nullable = c.name not in pk
         extras.tables.append(sa.Table(name, extras.metadata, *cols, sa.PrimaryKeyConstraint(*pk)))
+        refs = [(list(fk["constrained_columns"]), str(fk["referred_table"]),
+                 list(fk["referred_columns"])) for fk in insp.get_foreign_keys(name)
+                if fk.get("referred_table") in spec.metadata.tables]
+        if refs:
+            extras.references[name] = refs
     if problems:
         raise CopyUncarriableError(
             "the source holds data the copy cannot carry faithfully; nothing was copied: "
@@ -193,7 +201,10 @@ def carried_metadata(store: str, extras: _Extras) -> sa.MetaData:
         for col in extras.columns.get(table.name, []):
             copy.append_column(sa.Column(col.name, col.type, nullable=True))
     for table in extras.tables:
-        table.to_metadata(md)
+        copy = table.to_metadata(md)
+        for cols, referred, referred_cols in extras.references.get(table.name, []):
+            copy.append_constraint(sa.ForeignKeyConstraint(
+                cols, [f"{referred}.{c}" for c in referred_cols]))
     return md
 
 

@@ -640,7 +640,7 @@ def store_differences(conn: Connection, spec: StoreSpec) -> list[Difference]:
     others: set[str] = set()
     if conn.dialect.name != "sqlite":
         for other in (store_spec(n) for n in _SPEC_MODULES if n != spec.name):
-            others.update(other.metadata.tables, {other.version_table_for(conn)})
+            others.update(other.server_tables(), {other.version_table_for(conn)})
     for name in [t for t in actual.tables if spec.ignore_table(t) or t in others]:
         del actual.tables[name]
     for name in [i for i, ix in actual.indexes.items() if ix.table not in actual.tables]:

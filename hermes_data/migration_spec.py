@@ -69,6 +69,13 @@ class StoreSpec:
     head: str | None = None
     #: The head shape on a non-SQLite backend (defaults to the reflected metadata).
     expected_shape_on: Callable[[Connection], Shape] | None = None
+    #: Tables the store's head has on a server backend only (not in ``metadata``, which is
+    #: the SQLite authority): the session store's PostgreSQL Telegram tables (gateway §2.4).
+    server_only_tables: tuple[str, ...] = ()
+
+    def server_tables(self) -> set[str]:
+        """Every table of this store's head on a server backend (shared-database filters)."""
+        return set(self.metadata.tables) | set(self.server_only_tables)
 
     def version_table_for(self, conn: Connection) -> str:
         """Name of this store's Alembic version table on ``conn``'s backend."""

@@ -2,8 +2,9 @@
 
 The shared legacy ``state.db`` (adopted) goes to PostgreSQL and back to a new SQLite file:
 every column of every source table — upstream-only columns such as ``rewind_count``, tables
-such as ``gateway_routing``, and the accounting objects the head declares since
-``s03_agent_turn`` (``api_call_count``, ``session_model_usage``) — compares equal row for row.
+such as the keyless ``schema_version`` ledger, and the objects the head declares since
+``s03_agent_turn`` (``api_call_count``, ``session_model_usage``) and ``s06_gateway``
+(``handoff_state``, ``gateway_routing``, ``async_delegations``) — compares equal row for row.
 What cannot be carried makes the copy refuse before it writes, naming it.
 """
 
@@ -48,13 +49,13 @@ def test_adopted_state_db_to_postgresql_and_back_carries_every_column(tmp_path, 
     report = copy_store(src, pg_url, store="sessions", batch=3)
     assert report.verified
     carried = "\n".join(report.carried)
-    for name in ("sessions.handoff_state TEXT", "table gateway_routing",
-                 "table async_delegations"):
-        assert name in carried, carried
-    # Declared by the head since s03_agent_turn (sessions-ext-agent §2.1-§2.2) and
-    # s04_coordination (coordination §2.1): copied as head columns and tables, not as extras.
+    assert "table schema_version" in carried, carried
+    # Declared by the head since s03_agent_turn (sessions-ext-agent §2.1-§2.2),
+    # s04_coordination (coordination §2.1) and s06_gateway (gateway §2.1-§2.2): copied as head
+    # columns and tables, not as extras.
     for name in ("api_call_count", "session_model_usage", "rewind_count",
-                 "compression_failure_cooldown_until"):
+                 "compression_failure_cooldown_until", "handoff_state", "gateway_routing",
+                 "async_delegations"):
         assert name not in carried, carried
     assert {"session_model_usage", "sessions"} <= {t.table for t in report.tables}
     with sa.create_engine(pg_url).connect() as conn:
@@ -138,5 +139,6 @@ def test_cli_names_what_it_carried(tmp_path):
     out = run_cli("copy", "--from", str(src), "--to", str(tmp_path / "copy" / "state.db"))
     assert out.returncode == 0, out.stderr
     carried = [line for line in out.stdout.splitlines() if "carried (created on the target" in line]
-    assert any("sessions.handoff_state" in line for line in carried), out.stdout
+    # handoff_state is a head column since s06_gateway: not listed as carried.
+    assert not any("sessions.handoff_state" in line for line in carried), out.stdout
     assert any("table schema_version" in line for line in carried), out.stdout

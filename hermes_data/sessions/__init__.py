@@ -29,6 +29,7 @@ if TYPE_CHECKING:
                          SessionTurnLeaseLostError, TranscriptChangedError)
     from .sweeps import AutoArchiveReport
     from .async_store import AsyncSessionDB, AsyncSessionStore
+    from .delegations import reconcile_state_schema
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -54,6 +55,8 @@ _EXPORTS = {
     "AutoArchiveReport": "sweeps",
     # User-interface reads (sessions-ext-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
+    # Gateway (sessions-ext-gateway.md §3.10).
+    "reconcile_state_schema": "delegations",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,6 +20,7 @@ from .errors import CompressionSessionClosedError, SessionNotFoundError
 from .rows import MessageRow
 from .sql import Fragments
 from .sql import fts
+from .sql.gateway import for_dialect as gateway_sql
 
 #: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
 EncodedRow = tuple[Any, ...]
@@ -99,9 +100,16 @@ def admit(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
 
 
 def append_one(tx: Any, q: Fragments, check_header: Callable[[int | None], None],
-               session_id: str, row: EncodedRow) -> int:
-    """Admit and insert one encoded row; returns its id."""
+               session_id: str, row: EncodedRow, *, skip_pmid: Any = None) -> int:
+    """Admit and insert one encoded row; returns its id. With a non-empty ``skip_pmid``
+    (gateway A4) a row of the session already holding that platform message id (any
+    ``active``) is returned instead, seeked after the admission, before the insert."""
     admit(tx, q, check_header, session_id, 1, tool_call_count((row,)))
+    if skip_pmid is not None and str(skip_pmid) != "":
+        found = tx.execute(gateway_sql(q.dialect).PMID_SEEK,
+                           (session_id, str(skip_pmid))).fetchone()
+        if found is not None:
+            return int(found[0])
     return int(tx.execute(q.INSERT_MESSAGE_RETURNING, (session_id, *row)).fetchone()[0])
 
 

@@ -27,7 +27,7 @@ from . import opening, sql
 from .sql import display as display_sql
 from .sql import migration as mq
 from .sql.cjk import CJK_TABLES
-from .schema import metadata
+from .schema import TELEGRAM_TABLES, metadata, pg_metadata
 
 log = logging.getLogger("hermes_data.sessions.migration")
 
@@ -234,7 +234,8 @@ def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
     opening.apply_fts_checks(conn, report.repairs)
     core = {t.name for t in metadata.sorted_tables}
     for name in sorted(_tables(conn)):
-        if name in core or name in INTERNAL_TABLES or name.startswith("sqlite_") or is_fts_table(name):
+        if name in core or name in INTERNAL_TABLES or name.startswith("sqlite_") \
+                or is_fts_table(name) or name in TELEGRAM_TABLES:  # the user's opt-in (gateway §2.5)
             continue
         report.extra_objects.append(f"table {name} (not part of the core; left untouched)")
     for table in metadata.sorted_tables:
@@ -273,8 +274,9 @@ def expected_shape_on(conn: Connection) -> Shape:
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
     that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
     the ``pg_trgm`` extension is installed). The column stays out of the Core metadata:
-    that metadata is the SQLite authority, and no insert may name a generated column."""
-    base = metadata_shape_on(conn, metadata)
+    that metadata is the SQLite authority, and no insert may name a generated column. The
+    two Telegram DM-topic tables are part of the PostgreSQL head only (``pg_metadata``)."""
+    base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
     tables = dict(base.tables)
     tables["messages"] = tables["messages"] + (
         ColumnShape(sql.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
@@ -313,5 +315,6 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s05_ui_display",
+    head="s06_gateway",
+    server_only_tables=TELEGRAM_TABLES,
 )

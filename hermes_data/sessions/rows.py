@@ -61,6 +61,13 @@ class SessionRow:
     git_metadata_generation: int = 0
     tool_names: tuple[str, ...] | None = None
     expiry_finalized: bool = False
+    # The gateway's handoff columns (sessions-ext-gateway §2.2, amendment A1).
+    handoff_state: str | None = None
+    handoff_platform: str | None = None
+    handoff_error: str | None = None
+    handoff_requested_at: float | None = None
+    handoff_claimed_by: str | None = None
+    handoff_claimed_at: float | None = None
 
 
 @dataclass(frozen=True)

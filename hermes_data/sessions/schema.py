@@ -97,6 +97,14 @@ sessions = sa.Table(
     sa.Column("compression_recovery_deadline", REAL),
     sa.Column("compression_overload_streak", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("rewind_count", INTEGER, nullable=False, server_default=_zero()),
+    # Gateway (sessions-ext-gateway §2.2, revision s06_gateway): upstream's three handoff
+    # columns, then the claim/request extension (nullable, no default).
+    sa.Column("handoff_state", TEXT),
+    sa.Column("handoff_platform", TEXT),
+    sa.Column("handoff_error", TEXT),
+    sa.Column("handoff_requested_at", REAL),
+    sa.Column("handoff_claimed_by", TEXT),
+    sa.Column("handoff_claimed_at", REAL),
 )
 
 messages = sa.Table(
@@ -189,6 +197,56 @@ conversation_generations = sa.Table(
     sa.Column("generation", INTEGER, nullable=False, server_default=_zero()),
 )
 
+# Gateway tables (sessions-ext-gateway §2.1, revision s06_gateway). None references
+# ``sessions``: routing entries, hygiene rows, heartbeats and delegations survive deletes.
+gateway_routing = sa.Table(
+    "gateway_routing", metadata,
+    sa.Column("scope", TEXT, primary_key=True, nullable=False, server_default=_EMPTY),
+    sa.Column("session_key", TEXT, primary_key=True, nullable=False),
+    sa.Column("entry_json", TEXT, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
+)
+
+gateway_hygiene_state = sa.Table(
+    "gateway_hygiene_state", metadata,
+    sa.Column("session_key", TEXT, primary_key=True, nullable=True),
+    sa.Column("failure_streak", INTEGER, nullable=False, server_default=_zero()),
+)
+
+gateway_heartbeats = sa.Table(
+    "gateway_heartbeats", metadata,
+    sa.Column("backend_id", TEXT, primary_key=True, nullable=True),
+    sa.Column("pid", INTEGER, nullable=False),
+    sa.Column("started_at", REAL, nullable=False),
+    sa.Column("last_heartbeat", REAL, nullable=False),
+    sa.Column("profile", TEXT, nullable=False, server_default=_EMPTY),
+    sa.Column("host", TEXT, nullable=False, server_default=_EMPTY),
+)
+
+# Owned by the delegation tool (rows); the store owns the shape (gateway §3.10).
+async_delegations = sa.Table(
+    "async_delegations", metadata,
+    sa.Column("delegation_id", TEXT, primary_key=True, nullable=True),
+    sa.Column("origin_session", TEXT, nullable=False),
+    sa.Column("origin_ui_session_id", TEXT, nullable=False, server_default=_EMPTY),
+    sa.Column("parent_session_id", TEXT),
+    sa.Column("state", TEXT, nullable=False),
+    sa.Column("dispatched_at", REAL, nullable=False),
+    sa.Column("completed_at", REAL),
+    sa.Column("updated_at", REAL, nullable=False),
+    sa.Column("event_json", TEXT),
+    sa.Column("result_json", TEXT),
+    sa.Column("delivery_state", TEXT, nullable=False, server_default=sa.text("'pending'")),
+    sa.Column("delivery_attempts", INTEGER, nullable=False, server_default=_zero()),
+    sa.Column("delivered_at", REAL),
+    sa.Column("owner_pid", INTEGER),
+    sa.Column("owner_started_at", INTEGER),
+    sa.Column("task_json", TEXT),
+    sa.Column("delivery_claim", TEXT),
+    sa.Column("delivery_claimed_at", REAL),
+    sa.Column("origin_session_id", TEXT, nullable=False, server_default=_EMPTY),
+)
+
 # §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
 sa.Index("idx_sessions_source", sessions.c.source)
 sa.Index("idx_sessions_source_id", sessions.c.source, sessions.c.id)
@@ -245,5 +303,56 @@ _IDENTIFIED = sa.and_(messages.c.display_identity.isnot(None), _VIS.self_group()
 sa.Index("idx_messages_display_identity", messages.c.session_id, messages.c.display_identity,
          messages.c.display_order, sqlite_where=_IDENTIFIED, postgresql_where=_IDENTIFIED)
 
+# Gateway indexes (sessions-ext-gateway §2.3; upstream names and shapes).
+sa.Index("idx_sessions_gateway_peer", sessions.c.source, sessions.c.user_id, sessions.c.chat_id,
+         sessions.c.chat_type, sessions.c.thread_id, sessions.c.started_at.desc())
+sa.Index("idx_sessions_handoff_state", sessions.c.handoff_state, sessions.c.started_at)
+sa.Index("idx_async_delegations_delivery", async_delegations.c.delivery_state,
+         async_delegations.c.completed_at)
+
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)
+
+# Telegram DM topics (gateway §2.1, §2.5): on SQLite the user's opt-in creates them
+# (``apply_telegram_topic_migration``), so they are not in the SQLite head; on PostgreSQL
+# s06_gateway creates them. ``pg_metadata`` is the PostgreSQL head: the metadata plus these.
+pg_metadata = sa.MetaData()
+for _table in metadata.sorted_tables:
+    _table.to_metadata(pg_metadata)
+_DEFAULT_PROFILE = sa.text("'default'")
+telegram_dm_topic_mode = sa.Table(
+    "telegram_dm_topic_mode", pg_metadata,
+    sa.Column("profile_name", TEXT, primary_key=True, nullable=False,
+              server_default=_DEFAULT_PROFILE),
+    sa.Column("chat_id", TEXT, primary_key=True, nullable=False),
+    sa.Column("user_id", TEXT, nullable=False),
+    sa.Column("enabled", INTEGER, nullable=False, server_default=sa.text("1")),
+    sa.Column("activated_at", REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
+    sa.Column("has_topics_enabled", INTEGER),
+    sa.Column("allows_users_to_create_topics", INTEGER),
+    sa.Column("capability_checked_at", REAL),
+    sa.Column("intro_message_id", TEXT),
+    sa.Column("pinned_message_id", TEXT),
+)
+telegram_dm_topic_bindings = sa.Table(
+    "telegram_dm_topic_bindings", pg_metadata,
+    sa.Column("profile_name", TEXT, primary_key=True, nullable=False,
+              server_default=_DEFAULT_PROFILE),
+    sa.Column("chat_id", TEXT, primary_key=True, nullable=False),
+    sa.Column("thread_id", TEXT, primary_key=True, nullable=False),
+    sa.Column("user_id", TEXT, nullable=False),
+    sa.Column("session_key", TEXT, nullable=False),
+    sa.Column("session_id", TEXT, sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+              nullable=False),
+    sa.Column("managed_mode", TEXT, nullable=False, server_default=sa.text("'auto'")),
+    sa.Column("linked_at", REAL, nullable=False),
+    sa.Column("updated_at", REAL, nullable=False),
+)
+sa.Index("idx_telegram_dm_topic_bindings_session", telegram_dm_topic_bindings.c.session_id,
+         unique=True)
+sa.Index("idx_telegram_dm_topic_bindings_user", telegram_dm_topic_bindings.c.profile_name,
+         telegram_dm_topic_bindings.c.user_id, telegram_dm_topic_bindings.c.chat_id)
+
+#: Tables only the PostgreSQL head has.
+TELEGRAM_TABLES = ("telegram_dm_topic_mode", "telegram_dm_topic_bindings")

@@ -24,6 +24,7 @@ from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listi
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
+from .gateway_api import GatewayAPI
 from .ui_api import UiAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
@@ -105,7 +106,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI):
+class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL

@@ -186,14 +186,19 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     ``turn_lease_holder``, :class:`SessionTurnLeaseLostError` when that holder does not own
     the conversation's turn lease. Keyword fields are those of
     :class:`~hermes_data.sessions.rows.NewMessage`; ``compression_lock_holder`` is ignored.
+    ``skip_if_platform_message_exists=True`` returns the id of a row already holding the
+    non-empty ``platform_message_id`` instead, decided inside the append's transaction after
+    the lease check and admission (gateway A4).
     """
     b = store.backend
     q = b.sql
+    skip = bool(fields.pop("skip_if_platform_message_exists", False))
+    pmid = fields.get("platform_message_id", fields.get("message_id")) if skip else None
     row = msg.encode_row({**fields, "role": role, "content": content}, 0, q.dialect,
                          batch=False, default_ts=enc.now(), split=store_split(store))
     if turn_lease_holder is None:
         new_id = int(b.write_driver(lambda tx: msg.append_one(tx, q, b.check_header,
-                                                              session_id, row)))
+                                                              session_id, row, skip_pmid=pmid)))
     else:
         ttl = check_ttl(turn_lease_ttl_seconds, "turn_lease_ttl_seconds")
         cs = _cs(store)
@@ -201,7 +206,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
 
         def fenced(tx: Any) -> int:
             fence_append(tx.execute, cs, clock, session_id, turn_lease_holder, ttl)
-            return msg.append_one(tx, q, b.check_header, session_id, row)
+            return msg.append_one(tx, q, b.check_header, session_id, row, skip_pmid=pmid)
 
         new_id = int(b.write_driver(fenced))
     cjk.after_append(b, ({**fields, "role": role, "content": content},))  # post-commit drain

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_data.sessions.schema import metadata
+from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata
 from hermes_data.sessions.store import SessionStore
 
 from ..conftest import FIXTURES, scratch_store_database, truncate_tables
@@ -21,7 +21,7 @@ LEGACY_DB = LEGACY / "state_fork_v21.db"
 
 
 BACKENDS = ("sqlite", "postgresql")
-_TABLES = ", ".join(t.name for t in reversed(metadata.sorted_tables))
+_TABLES = ", ".join((*TELEGRAM_TABLES, *(t.name for t in reversed(metadata.sorted_tables))))
 
 
 @pytest.fixture(scope="session")

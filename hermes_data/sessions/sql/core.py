@@ -31,8 +31,13 @@ AGENT_SESSION_COLS = (
     "last_activity_description", "last_activity_provenance", "git_metadata_generation",
     "tool_names", "expiry_finalized",
 )
+#: The gateway's handoff columns (sessions-ext-gateway §2.2, revision s06; amendment A1).
+HANDOFF_SESSION_COLS = (
+    "handoff_state", "handoff_platform", "handoff_error", "handoff_requested_at",
+    "handoff_claimed_by", "handoff_claimed_at",
+)
 #: Every column a ``SessionRow`` is read from, in order (the resolved prompt follows them).
-SESSION_ROW_COLS = SESSION_COLS + AGENT_SESSION_COLS
+SESSION_ROW_COLS = SESSION_COLS + AGENT_SESSION_COLS + HANDOFF_SESSION_COLS
 #: ``messages`` columns a :class:`~hermes_data.sessions.rows.MessageRow` carries, in order.
 MESSAGE_COLS = (
     "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",
