@@ -14,7 +14,11 @@ they are named ``text()`` fragments in :mod:`hermes_data.sessions.sql`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateIndex
 
 from ..types import INTEGER, REAL, TEXT
 
@@ -185,6 +189,21 @@ conversation_generations = sa.Table(
 )
 
 # §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
+# A partial index declares its predicate once, as ``sqlite_where``; PostgreSQL's DDL gets the
+# same predicate when it is compiled (``_pg_partial_where``). A ``postgresql_*`` keyword here
+# would import the PostgreSQL dialect (SQLAlchemy validates a dialect keyword by loading its
+# dialect) in every SQLite process (issue 14).
+
+
+@compiles(CreateIndex, "postgresql")
+def _pg_partial_where(create: CreateIndex, compiler: Any, **kw: Any) -> str:
+    index = create.element
+    where = index.dialect_options["sqlite"]["where"]
+    if where is not None and index.dialect_options["postgresql"]["where"] is None:
+        index.dialect_options["postgresql"]["where"] = where
+    return str(compiler.visit_create_index(create, **kw))
+
+
 sa.Index("idx_sessions_source", sessions.c.source)
 sa.Index("idx_sessions_source_id", sessions.c.source, sessions.c.id)
 sa.Index("idx_sessions_parent", sessions.c.parent_session_id)
@@ -198,13 +217,12 @@ sa.Index(
 )
 sa.Index(
     "idx_sessions_title_unique", sessions.c.title, unique=True,
-    sqlite_where=sessions.c.title.isnot(None), postgresql_where=sessions.c.title.isnot(None),
+    sqlite_where=sessions.c.title.isnot(None),
 )
 sa.Index("idx_messages_session", messages.c.session_id, messages.c.timestamp)
 sa.Index("idx_messages_session_id", messages.c.session_id, messages.c.id)
 sa.Index("idx_messages_session_active", messages.c.session_id, messages.c.active, messages.c.timestamp)
-sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None),
-         postgresql_where=messages.c.active.is_(None))
+sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None))
 sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
 sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
 
@@ -215,11 +233,11 @@ sa.Index("idx_session_model_usage_session", session_model_usage.c.session_id)
 sa.Index("idx_session_model_usage_model", session_model_usage.c.model)
 _HAS_PMID = messages.c.platform_message_id.isnot(None)
 sa.Index("idx_messages_platform_msg_id", messages.c.session_id, messages.c.platform_message_id,
-         sqlite_where=_HAS_PMID, postgresql_where=_HAS_PMID)
+         sqlite_where=_HAS_PMID)
 _ASSISTANT_CALLS = sa.and_(messages.c.role == sa.literal_column("'assistant'"),
                            messages.c.tool_calls.isnot(None))
 sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
-         sqlite_where=_ASSISTANT_CALLS, postgresql_where=_ASSISTANT_CALLS)
+         sqlite_where=_ASSISTANT_CALLS)
 
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)
