@@ -142,3 +142,23 @@ def set_pragma(name: str, value: int) -> str:
     if name not in ASSIGNABLE_PRAGMAS:
         raise ValueError(f"pragma {name!r} is not assignable here")
     return f"PRAGMA {name} = {int(value)}"
+
+
+# ---------------------------------------------------------------------------------------
+# The settled open (issue 14): header reads before the connection policy, then one statement
+# ---------------------------------------------------------------------------------------
+
+#: The schema cookie (a header read: SQLite does not parse the schema for it).
+SCHEMA_COOKIE = "PRAGMA schema_version"
+#: Everything else a settled open re-reads from a file whose schema it already verified, in one
+#: statement, inside the read transaction that read the cookie and ``application_id`` (one
+#: snapshot): the revision and the number of version rows, the generation token,
+#: ``fts_storage_version``, whether ``fts_stale`` is set and whether a NULL ``active`` needs
+#: healing.
+SETTLED_PROBE = (
+    "SELECT (SELECT max(version_num) FROM alembic_version), "
+    "(SELECT count(*) FROM alembic_version), "
+    "(SELECT value FROM state_meta WHERE key = 'db_file_generation'), "
+    "(SELECT value FROM state_meta WHERE key = 'fts_storage_version'), "
+    "EXISTS (SELECT 1 FROM state_meta WHERE key = 'fts_stale'), "
+    "EXISTS (SELECT 1 FROM messages WHERE active IS NULL)")
