@@ -99,3 +99,23 @@ def test_another_file_at_the_same_inode_is_identified_again(settled, tmp_path):
         SessionStore(path)
     assert "identify" in calls
     assert path.read_bytes() == before  # refused before the policy touched it
+
+
+def test_a_schema_edit_that_keeps_the_cookie_is_seen(settled):
+    """``PRAGMA writable_schema`` edits leave the schema cookie alone: the catalogue text
+    the stamp holds still tells (here: the trigram table's tokenizer renamed to one no build
+    has, what opening the store on a build without ``trigram`` looks like)."""
+    path, _calls = settled
+    con = sqlite3.connect(path, isolation_level=None)
+    cookie = con.execute("PRAGMA schema_version").fetchone()[0]
+    con.execute("PRAGMA writable_schema=ON")
+    con.execute("UPDATE sqlite_master SET sql = replace(sql, 'tokenize=''trigram''', "
+                "'tokenize=''nosuchtok''') WHERE name = 'messages_fts_trigram'")
+    con.execute("PRAGMA writable_schema=OFF")
+    con.close()
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA schema_version").fetchone()[0] == cookie
+    con.close()
+    with SessionStore(path) as s:
+        assert any("unusable" in r for r in s.open_repairs), s.open_repairs
+        assert s.fts_available["messages_fts_trigram"] is False

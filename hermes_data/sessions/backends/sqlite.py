@@ -159,6 +159,9 @@ class SqliteBackend(SessionBackend):
         spec = migrate.store_spec("sessions")
         ident = sqlite_open.Identification(spec, self.path, sqlite_open.file_key(self._header))
         existing = existing and self.path.stat().st_size > 0
+        if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
+            self.open_repairs.extend(migrate.upgrade("sessions", self.url,
+                                                     settings=self._settings).repairs)
         try:
             self._connect_writer(identify=ident if existing else None)
         except sqlite3.DatabaseError as exc:

@@ -11,16 +11,18 @@ no per-engine set-up).
 rule's catalogue, the revision, the core shape, the FTS objects and probes, the gated heals).
 When that shows a settled file — nothing to write — the process remembers, per file
 (``st_dev``, ``st_ino``), what those reads depend on: the schema cookie (``PRAGMA
-schema_version``, which SQLite bumps on every schema change), ``application_id`` (random per
-store, minted with the generation token), the generation token and revision, and the
-schema-derived answers (FTS layout, which FTS tables this build can load). A later open of the
-same file compares the cookie and ``application_id`` — two header reads, before the
-connection policy — and, when they match, skips the catalogue reads: one statement
-(:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`) re-reads the data the gates depend
-on (revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``) in one
-snapshot, with the cookie again. Anything that differs — a schema change, another file at the
-path, a stale index, a row to heal — falls back to the full reads (and they write only what
-they prove is needed, §8.4).
+schema_version``), ``application_id`` (random per store, minted with the generation token),
+the generation token and revision, the whole catalogue as text (``PRAGMA writable_schema``
+edits change it without bumping the cookie), and the answers derived from it (FTS layout,
+which FTS tables this build can load). A later open of the same file compares the cookie and
+``application_id`` — two header reads, before the connection policy — and, when they match,
+skips the identity rule's and the other catalogue reads: one read transaction re-reads the
+cookie, ``application_id`` and catalogue text and
+(:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`) the data the gates depend on
+(revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``).
+Anything that differs — a schema change, another file at the path, a stale index, a row to
+heal, forced FTS capabilities — falls back to the full reads (and they write only what they
+prove is needed, §8.4).
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class SettledStamp:
     #: The FTS layout is the current one: settled means ``fts_storage_version`` = '3'.
     layout_current: bool
     fts: tuple[tuple[str, bool], ...]
+    #: The whole catalogue (:data:`~hermes_data.sessions.sql.opening.SCHEMA_TEXT`).
+    schema: str = ""
     #: The FTS capabilities tests forced when the stamp was taken (None: the build's own).
     caps: opening.FtsCapabilities | None = None
 
@@ -169,6 +173,7 @@ def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None)
     try:
         cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
         app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
+        schema = con.execute(open_sql.SCHEMA_TEXT).fetchone()[0]
         row = con.execute(open_sql.SETTLED_PROBE).fetchone()
     except BaseException as exc:
         if con.in_transaction:
@@ -178,8 +183,8 @@ def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None)
         raise  # busy (the open's patience) and interrupts
     con.execute(q.COMMIT)
     revision, heads, generation, storage, stale, null_active = row
-    if (cookie, app_id, revision, generation) != (stamp.cookie, stamp.app_id, head,
-                                                  stamp.generation) \
+    if (cookie, app_id, revision, generation, schema) != (
+            stamp.cookie, stamp.app_id, head, stamp.generation, stamp.schema) \
             or heads != 1 or stale or null_active \
             or (stamp.layout_current and storage != "3"):
         return None
@@ -191,6 +196,7 @@ def plan_open_checks(conn: Connection, raw: sqlite3.Connection) -> tuple[Plan, t
     tables this build can load, ``application_id`` and what needs writing; and the facts a
     :class:`SettledStamp` needs (cookie, generation token, FTS layout)."""
     cookie = raw.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]  # first: the snapshot's
+    schema = raw.execute(open_sql.SCHEMA_TEXT).fetchone()[0]
     fts = opening.probe_fts_tables(raw)
     state = opening.read_fts_state(conn)
     present = [t for t, ok in fts.items() if not ok and t in state.objects]
@@ -199,7 +205,7 @@ def plan_open_checks(conn: Connection, raw: sqlite3.Connection) -> tuple[Plan, t
             bool(present) and any(n in state.objects for n in FTS_TRIGGERS),
             state.needs_work() and not present, opening.needs_null_active_heal(conn),
             generation is None, opening.needs_fts_storage_version(conn, state))
-    return plan, (cookie, generation, state.layout == "current")
+    return plan, (cookie, generation, state.layout == "current", schema)
 
 
 def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
@@ -207,11 +213,11 @@ def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
     """Record a stamp for the file at ``key`` when ``plan`` (read with ``facts`` in one
     snapshot) has nothing to write."""
     fts, app_id, _present, *needs = plan
-    cookie, generation, layout_current = facts
+    cookie, generation, layout_current, schema = facts
     if key is None or any(needs) or not app_id or generation is None or revision is None:
         return
     stamp = SettledStamp(int(cookie), int(app_id), str(generation), revision,
-                         bool(layout_current), tuple(sorted(fts.items())),
+                         bool(layout_current), tuple(sorted(fts.items())), str(schema),
                          opening.forced_capabilities())
     with _stamps_lock:
         _stamps[key] = stamp

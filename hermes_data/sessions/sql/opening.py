@@ -150,6 +150,10 @@ def set_pragma(name: str, value: int) -> str:
 
 #: The schema cookie (a header read: SQLite does not parse the schema for it).
 SCHEMA_COOKIE = "PRAGMA schema_version"
+#: The whole schema as one string: a settled stamp is valid only for exactly this catalogue
+#: (``PRAGMA writable_schema`` edits change it without bumping the cookie).
+SCHEMA_TEXT = ("SELECT group_concat(type || ' ' || name || ' ' || tbl_name || ' ' || "
+               "coalesce(sql, ''), char(10)) FROM sqlite_master")
 #: Everything else a settled open re-reads from a file whose schema it already verified, in one
 #: statement, inside the read transaction that read the cookie and ``application_id`` (one
 #: snapshot): the revision and the number of version rows, the generation token,
