@@ -39,7 +39,7 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q
-from ..sql import FTS_TRIGGERS, for_dialect
+from ..sql import for_dialect
 from . import sqlite_open
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
