@@ -1,19 +1,23 @@
 """Open of a settled session store: against plain sqlite3, and under write contention.
 
     python benchmarks/open_contention.py [--n 25] [--journal both|delete|wal] [--messages 5000]
-                                         [--settled-rounds 5] [--settled-n 100]
+                                         [--settled-rounds 5] [--settled-n 100] [--settled-only]
 
 Per journal mode (both by default; issue 13 asks for the benchmark in both), on one settled
 file:
 
-* **settled open vs plain sqlite3** (issue 14): a full ``SessionStore(path)`` + one
-  ``get_session`` + close, against the same work in plain ``sqlite3`` measured in the same
-  run — connect with the same busy timeout, the same pragmas (journal mode read, synchronous,
-  journal_size_limit in WAL, foreign keys), the schema version, generation token and
-  ``application_id`` reads, the one ``SELECT`` of the session row, a PASSIVE checkpoint in
-  WAL, close. That is what upstream's settled open costs (no guards). ``--settled-rounds``
-  alternating rounds of ``--settled-n`` opens each; reported: the median of the per-round
-  medians and their ratio. Target: ratio <= 1.5 with every guard kept.
+* **settled open** (issue 14): ``SessionStore(path)`` + ``close()`` on a settled file, against
+  upstream's settled open in plain ``sqlite3`` measured in the same run: connect with the same
+  busy timeout, the same pragmas (journal mode read, synchronous, journal_size_limit in WAL,
+  foreign keys), the schema version, generation token and ``application_id`` reads, a
+  PASSIVE checkpoint at close in WAL, close (upstream's guards left out). Target: ratio <= 1.5
+  with every guard kept.
+* **settled open + get_session**: the same plus one ``get_session`` (the one ``SELECT`` of
+  the session row in plain ``sqlite3``; in WAL on a ``mode=ro`` read connection opened for it,
+  as upstream's ``_read_ctx`` does and as the store's read pool does, spec §8.7).
+
+  Both: ``--settled-rounds`` alternating rounds of ``--settled-n`` opens each; reported: the
+  median of the per-round medians (wall and process-CPU time) and their ratio.
 * **contention** (issue 7): (1) uncontended, (2) a sibling process holds ``BEGIN IMMEDIATE``
   for the whole scenario, (3) a sibling runs 200 ms write transactions in a loop. Each open
   is a full ``SessionStore(path)`` + one read + close. Reported: p50/p90 and the ratio to
@@ -78,8 +82,10 @@ def run_opens(path: Path, settings: SqliteSettings, n: int) -> tuple[list[float]
     return times, errors
 
 
-def plain_open(path: Path, mode: str) -> None:
-    """Upstream's settled open + one read, in plain sqlite3 (no guards, no SQLAlchemy)."""
+def plain_open(path: Path, mode: str, *, read: bool = True) -> None:
+    """Upstream's settled open (+ one read of a session row when ``read``), in plain sqlite3:
+    no guards, no SQLAlchemy. In WAL the read runs on a ``mode=ro`` connection opened for
+    it, as upstream's read pool does."""
     con = sqlite3.connect(path, timeout=1.0, isolation_level=None, check_same_thread=False)
     con.execute("PRAGMA busy_timeout=1000")
     con.execute("PRAGMA journal_mode").fetchall()
@@ -90,7 +96,14 @@ def plain_open(path: Path, mode: str) -> None:
     con.execute("SELECT version_num FROM alembic_version").fetchall()
     con.execute("SELECT value FROM state_meta WHERE key = 'db_file_generation'").fetchall()
     con.execute("PRAGMA application_id").fetchall()
-    con.execute("SELECT * FROM sessions WHERE id = ?", ("s0",)).fetchall()
+    if read and mode == "wal":
+        ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0,
+                             isolation_level=None, check_same_thread=False)
+        ro.execute("PRAGMA foreign_keys=ON")
+        ro.execute("SELECT * FROM sessions WHERE id = ?", ("s0",)).fetchall()
+        ro.close()
+    elif read:
+        con.execute("SELECT * FROM sessions WHERE id = ?", ("s0",)).fetchall()
     if mode == "wal":
         con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     con.close()
@@ -108,17 +121,18 @@ def _timed(fn, n: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
-def settled_ratio(path: Path, settings: SqliteSettings, mode: str, rounds: int,
-                  n: int) -> tuple[tuple[float, float], tuple[float, float]]:
-    """Medians of per-round medians, (wall, cpu) ms, of the plain and the store open; the
-    rounds alternate."""
+def settled_ratio(path: Path, settings: SqliteSettings, mode: str, rounds: int, n: int, *,
+                  read: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """Medians of per-round medians, (wall, cpu) ms, of the plain and the store open (with one
+    ``get_session`` when ``read``); the rounds alternate."""
     def store_open() -> None:
         with SessionStore(path, settings=settings) as s:
-            s.get_session("s0")
+            if read:
+                s.get_session("s0")
 
     plain, store = [], []
     for _ in range(rounds):
-        plain.append(_timed(lambda: plain_open(path, mode), n))
+        plain.append(_timed(lambda: plain_open(path, mode, read=read), n))
         store.append(_timed(store_open, n))
     med = statistics.median
     return (med(p[0] for p in plain), med(p[1] for p in plain)), \
@@ -152,12 +166,16 @@ def run_mode(journal: str, args: argparse.Namespace) -> None:
         for _ in range(3):
             plain_open(path, mode)
         print(f"SQLite {sqlite3.sqlite_version}; journal_mode={mode}")
-        plain, store = settled_ratio(path, settings, mode, args.settled_rounds, args.settled_n)
-        print(f"settled open + get_session + close (medians of {args.settled_rounds} alternating "
-              f"rounds of {args.settled_n}; target: ratio <= 1.5):")
-        for i, clock in enumerate(("wall", "cpu")):
-            print(f"  {clock:<4}: SessionStore {store[i]:7.2f} ms   plain sqlite3 {plain[i]:7.2f} ms"
-                  f"   ratio {store[i] / plain[i]:5.2f}")
+        for label, read in (("settled open", False), ("settled open + get_session", True)):
+            plain, store = settled_ratio(path, settings, mode, args.settled_rounds,
+                                         args.settled_n, read=read)
+            print(f"{label} (+ close; medians of {args.settled_rounds} alternating rounds of "
+                  f"{args.settled_n}; target: ratio <= 1.5):")
+            for i, clock in enumerate(("wall", "cpu")):
+                print(f"  {clock:<4}: SessionStore {store[i]:7.3f} ms   plain sqlite3 "
+                      f"{plain[i]:7.3f} ms   ratio {store[i] / plain[i]:5.2f}   (target <= 1.5)")
+        if args.settled_only:
+            return
         print(f"contention, n={args.n} opens per scenario:")
         base, e0 = run_opens(path, settings, args.n)
         held, e1 = with_sibling(HOLD, path, lambda: run_opens(path, settings, args.n))
@@ -179,6 +197,8 @@ def main() -> int:
     ap.add_argument("--messages", type=int, default=5000)
     ap.add_argument("--settled-rounds", type=int, default=5)
     ap.add_argument("--settled-n", type=int, default=100)
+    ap.add_argument("--settled-only", action="store_true",
+                    help="only the settled-open lines (no contention scenarios)")
     args = ap.parse_args()
     for journal in (("delete", "wal") if args.journal == "both" else (args.journal,)):
         run_mode(journal, args)

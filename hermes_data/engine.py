@@ -49,11 +49,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.util import LRUCache
 
 from .config import resolve_url, sqlite_path
 from .errors import ConfigurationError, WalUnsupportedError
@@ -74,9 +75,12 @@ ROLLBACK_JOURNALS = ("truncate", "delete", "persist")
 VersionTuple = tuple[int, int, int]
 
 
+_LINKED: VersionTuple = tuple(int(p) for p in sqlite3.sqlite_version.split(".")[:3])  # type: ignore[assignment]
+
+
 def linked_sqlite_version() -> VersionTuple:
     """Version of the SQLite library this interpreter links."""
-    return tuple(int(p) for p in sqlite3.sqlite_version.split(".")[:3])  # type: ignore[return-value]
+    return _LINKED
 
 
 def is_wal_reset_vulnerable(version: VersionTuple) -> bool:
@@ -211,6 +215,8 @@ _warned_lock = threading.Lock()
 
 def journal_state(engine: Engine) -> JournalState:
     """The journal mode the policy settled on for ``engine`` (``unknown`` before a connect)."""
+    if isinstance(engine, HandleEngine):
+        return engine.journal
     return _journal_states.setdefault(id(engine), JournalState())
 
 
@@ -347,41 +353,52 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
         cur.close()
 
 
+def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
+                                settings: SqliteSettings, state: JournalState) -> None:
+    """The connection policy of this module on one DB-API connection: driver transactions
+    off, the busy timeout first, the journal-mode policy (``state`` records what it settled
+    on), ``synchronous``, ``journal_size_limit`` and ``settings.extra_pragmas``."""
+    # Our own BEGIN (see the engines' begin event) instead of the driver's: DDL becomes
+    # transactional.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    try:
+        # First, before anything that may need a lock: a contested fresh file switching
+        # journal mode otherwise fails at once with "database is locked".
+        cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+    finally:
+        cur.close()
+    # Read the mode first; switch only when the policy says so (a settled file sees no write).
+    _apply_journal_policy(dbapi_conn, path, settings, state)
+    cur = dbapi_conn.cursor()
+    try:
+        # NORMAL is durable at checkpoint level under WAL and much faster than FULL; macOS
+        # in WAL needs FULL and a full fsync at checkpoints (its plain fsync does not flush).
+        cur.execute(f"PRAGMA synchronous={settings.synchronous_for(state.mode)}")
+        if state.mode == "wal" and (settings.platform or sys.platform) == "darwin":
+            cur.execute("PRAGMA checkpoint_fullfsync=1")
+        # Bound the WAL: the default (-1) let it grow to the size of the database.
+        cur.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
+        for name, value in settings.extra_pragmas.items():
+            cur.execute(f"PRAGMA {name}={value}")
+    finally:
+        cur.close()
+
+
+def _begin(conn: Connection) -> None:
+    # Writers take the write lock at BEGIN so contention surfaces before any work runs.
+    mode = conn.get_execution_options().get("hermes_begin", "DEFERRED")
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
 def _install_sqlite_events(engine: Engine, path: str, settings: SqliteSettings) -> None:
     state = journal_state(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: sqlite3.Connection, _record) -> None:
-        # Our own BEGIN (below) instead of the driver's: DDL becomes transactional.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        try:
-            # First, before anything that may need a lock: a contested fresh file switching
-            # journal mode otherwise fails at once with "database is locked".
-            cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
-        finally:
-            cur.close()
-        # Read the mode first; switch only when the policy says so (a settled file sees no write).
-        _apply_journal_policy(dbapi_conn, path, settings, state)
-        cur = dbapi_conn.cursor()
-        try:
-            # NORMAL is durable at checkpoint level under WAL and much faster than FULL; macOS
-            # in WAL needs FULL and a full fsync at checkpoints (its plain fsync does not flush).
-            cur.execute(f"PRAGMA synchronous={settings.synchronous_for(state.mode)}")
-            if state.mode == "wal" and (settings.platform or sys.platform) == "darwin":
-                cur.execute("PRAGMA checkpoint_fullfsync=1")
-            # Bound the WAL: the default (-1) let it grow to the size of the database.
-            cur.execute(f"PRAGMA journal_size_limit={int(settings.journal_size_limit)}")
-            for name, value in settings.extra_pragmas.items():
-                cur.execute(f"PRAGMA {name}={value}")
-        finally:
-            cur.close()
+        configure_sqlite_connection(dbapi_conn, path, settings, state)
 
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        # Writers take the write lock at BEGIN so contention surfaces before any work runs.
-        mode = conn.get_execution_options().get("hermes_begin", "DEFERRED")
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+    event.listen(engine, "begin", _begin)
 
 
 def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | None = None,
@@ -405,6 +422,64 @@ def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | Non
         connect_args={"check_same_thread": False, "timeout": settings.busy_timeout_ms / 1000},
     )
     _install_sqlite_events(engine, str(path), settings)
+    return engine
+
+
+class HandleEngine(Engine):
+    """The engine of one store handle on one SQLite file (see :func:`create_handle_engine`):
+    its journal state travels with it (:func:`journal_state`)."""
+
+    journal: JournalState
+
+
+# Class-level: every handle engine gets the BEGIN policy without a per-engine registration.
+event.listen(HandleEngine, "begin", _begin)
+
+_shared_lock = threading.Lock()
+_shared_sqlite: tuple[Any, Callable[[sqlite3.Connection], None], Any] | None = None
+
+
+def sqlite_dialect_kit() -> tuple[Any, Callable[[sqlite3.Connection], None], Any]:
+    """This process's SQLite dialect (initialized once), the per-connection set-up it asks
+    for (pysqlite's ``regexp`` and ``floor`` functions) and one compiled-statement cache shared
+    by every handle engine: a handle opened per request compiles nothing its process already
+    compiled (the cache keys carry the dialect, which is this one)."""
+    global _shared_sqlite
+    with _shared_lock:
+        if _shared_sqlite is None:
+            template = sa.create_engine("sqlite://", poolclass=sa.pool.NullPool)
+            with template.connect():  # the dialect's first-connect initialization, once
+                pass
+            on_connect = template.dialect.on_connect() or (lambda _conn: None)
+            _shared_sqlite = (template.dialect, on_connect, LRUCache(1000))
+        return _shared_sqlite
+
+
+def create_handle_engine(path: str | os.PathLike, settings: SqliteSettings,
+                         connect: Callable[[], sqlite3.Connection], state: JournalState, *,
+                         first: sqlite3.Connection | None = None) -> HandleEngine:
+    """An engine whose pool takes its connections from ``connect`` (which must apply the
+    connection policy itself, e.g. :func:`configure_sqlite_connection`) and hands out
+    ``first`` — a connection the caller already opened and configured — before any other.
+
+    Made in microseconds: the dialect and the compiled cache are the process's
+    (:func:`sqlite_dialect_kit`), the BEGIN policy is a class-level listener, and no
+    connect event runs (``connect`` does the set-up)."""
+    dialect, on_connect, cache = sqlite_dialect_kit()
+    pending = [first] if first is not None else []
+
+    def creator() -> sqlite3.Connection:
+        if pending:
+            return pending.pop()
+        con = connect()
+        on_connect(con)
+        return con
+
+    pool = sa.pool.QueuePool(cast(Any, creator), dialect=dialect, pool_size=settings.pool_size,
+                             max_overflow=settings.max_overflow, timeout=60)
+    engine = HandleEngine(pool, dialect, URL.create("sqlite", database=str(path)),
+                          query_cache_size=0, execution_options={"compiled_cache": cache})
+    engine.journal = state
     return engine
 
 

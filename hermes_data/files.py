@@ -151,6 +151,37 @@ def any_locks(fd: int) -> bool | None:
     return None if pid is None else pid != 0
 
 
+def lock_holders(ident: tuple[int, int]) -> set[int] | None:
+    """PIDs holding a lock on the inode ``ident`` (``st_dev``, ``st_ino``), from
+    ``/proc/locks``; None when it cannot be read or an entry names no process (an
+    open-file-description lock, or a waiter whose owner is unknown)."""
+    dev, ino = ident
+    want = f"{os.major(dev):02x}:{os.minor(dev):02x}:{ino}"
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    pids: set[int] = set()
+    for line in text.splitlines():
+        # "7: POSIX  ADVISORY  READ 4242 08:01:1234 1073741826 1073741826", or a blocked
+        # waiter "7: -> POSIX  ADVISORY  WRITE 4243 08:01:1234 0 EOF"
+        parts = [p for p in line.split() if p != "->"]
+        if len(parts) < 6 or parts[5] != want:
+            continue
+        try:
+            pid = int(parts[4])
+        except ValueError:
+            return None
+        if pid <= 0:
+            return None
+        pids.add(pid)
+    return pids
+
+
+_HAVE_PROC = os.path.isdir("/proc")
+
+
 def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int, str]]:
     """``(pid, path)`` of every process (this one included) holding a deleted ``-wal``/``-shm``
     of ``path``: a second opener would mint a second WAL generation. A lower bound; empty
@@ -158,22 +189,36 @@ def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int
 
     The processes that matter are SQLite connections still writing into that generation,
     and a connection in WAL mode holds a shared lock on the database file for its whole
-    life. So with ``fd`` (a descriptor on the database, e.g. the header's) one ``F_GETLK``
-    first asks whether any other process holds a lock on it: if none, only this process's
-    descriptors are read (the common open: ~3 µs instead of a ``readlink`` of every
-    descriptor on the machine). Otherwise — or when it cannot be asked — every process is
-    examined. (``/proc/locks`` would name the holders, but reading it takes the kernel's
-    file-lock table for writing, an RCU grace period that stalls every lock operation on
-    the machine: too costly for every open.)
+    life. So with ``fd`` (a descriptor on the database, e.g. the header's) lock queries
+    narrow the scan: ``F_GETLK`` asks whether another process holds a lock on the file,
+    ``F_OFD_GETLK`` whether any process does, this one included. No lock at all: nobody can
+    be writing a WAL generation of this file (two system calls, no descriptor read). Only
+    this process: its own descriptors are read. Another process: ``/proc/locks`` names the
+    processes holding locks on this inode and only their descriptors are read (reading it
+    takes the kernel's lock table briefly, so it is asked only then); when that list cannot
+    be had, or lacks the process ``F_GETLK`` named (a filesystem whose device numbers
+    ``/proc/locks`` shows differently), every process is examined, as without ``fd``.
     """
-    base = str(path.resolve())
-    if not os.path.isdir("/proc"):
+    if not _HAVE_PROC:
         return []
-    if fd is not None and other_process_locks(fd) is False:
-        targets = {f"{base}{suffix}" for suffix in SIDECARS}
-        me = os.getpid()
-        return [(me, p) for p in _deleted_descriptors(me) if p in targets]
-    return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
+    pids: set[int] | None = None
+    me = os.getpid()
+    if fd is not None:
+        other = _lock_probe(fd, "F_GETLK")
+        if other == 0:
+            if any_locks(fd) is False:
+                return []
+            pids = {me}
+        elif other is not None:
+            st = os.fstat(fd)
+            held = lock_holders((st.st_dev, st.st_ino))
+            if held is not None and (other < 0 or other in held):
+                pids = held | {me}
+    base = os.path.realpath(path)
+    if pids is None:
+        return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
+    targets = {f"{base}{suffix}" for suffix in SIDECARS}
+    return [(pid, p) for pid in sorted(pids) for p in _deleted_descriptors(pid) if p in targets]
 
 
 def foreign_holders(db_path: Path | None) -> int | None:
@@ -366,6 +411,7 @@ class FileHeader:
     def __init__(self, path: Path | str) -> None:
         self.key = os.path.realpath(path)
         self.fd = -1
+        self.ident: tuple[int, int] | None = None
         with _headers_lock:
             st = os.stat(self.key)
             entry = _headers.get(self.key)
@@ -381,6 +427,8 @@ class FileHeader:
             entry.users += 1
             _sweep_locked()
         self.fd = entry.fd  # for lock queries (fcntl F_GETLK); never close it
+        #: ``(st_dev, st_ino)`` of the file the descriptor reads.
+        self.ident = entry.ident
         self._entry: _HeaderDescriptor | None = entry
 
     def read(self) -> bytes:

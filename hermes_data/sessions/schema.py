@@ -16,7 +16,11 @@ they are named ``text()`` fragments in :mod:`hermes_data.sessions.sql`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.schema import CreateIndex
 
 from ..types import BLOB, INTEGER, REAL, TEXT
 
@@ -248,6 +252,22 @@ async_delegations = sa.Table(
 )
 
 # §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
+# A partial index declares its predicate once, as ``sqlite_where``; PostgreSQL's DDL gets the
+# same predicate when it is compiled (``_pg_partial_where``), or its own one from
+# ``info["pg_where"]`` where they differ. A ``postgresql_*`` keyword here
+# would import the PostgreSQL dialect (SQLAlchemy validates a dialect keyword by loading its
+# dialect) in every SQLite process (issue 14).
+
+
+@compiles(CreateIndex, "postgresql")
+def _pg_partial_where(create: CreateIndex, compiler: Any, **kw: Any) -> str:
+    index = create.element
+    where = index.info.get("pg_where", index.dialect_options["sqlite"]["where"])
+    if where is not None and index.dialect_options["postgresql"]["where"] is None:
+        index.dialect_options["postgresql"]["where"] = where
+    return str(compiler.visit_create_index(create, **kw))
+
+
 sa.Index("idx_sessions_source", sessions.c.source)
 sa.Index("idx_sessions_source_id", sessions.c.source, sessions.c.id)
 sa.Index("idx_sessions_parent", sessions.c.parent_session_id)
@@ -261,13 +281,12 @@ sa.Index(
 )
 sa.Index(
     "idx_sessions_title_unique", sessions.c.title, unique=True,
-    sqlite_where=sessions.c.title.isnot(None), postgresql_where=sessions.c.title.isnot(None),
+    sqlite_where=sessions.c.title.isnot(None),
 )
 sa.Index("idx_messages_session", messages.c.session_id, messages.c.timestamp)
 sa.Index("idx_messages_session_id", messages.c.session_id, messages.c.id)
 sa.Index("idx_messages_session_active", messages.c.session_id, messages.c.active, messages.c.timestamp)
-sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None),
-         postgresql_where=messages.c.active.is_(None))
+sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.active.is_(None))
 sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
 sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
 
@@ -278,11 +297,11 @@ sa.Index("idx_session_model_usage_session", session_model_usage.c.session_id)
 sa.Index("idx_session_model_usage_model", session_model_usage.c.model)
 _HAS_PMID = messages.c.platform_message_id.isnot(None)
 sa.Index("idx_messages_platform_msg_id", messages.c.session_id, messages.c.platform_message_id,
-         sqlite_where=_HAS_PMID, postgresql_where=_HAS_PMID)
+         sqlite_where=_HAS_PMID)
 _ASSISTANT_CALLS = sa.and_(messages.c.role == sa.literal_column("'assistant'"),
                            messages.c.tool_calls.isnot(None))
 sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
-         sqlite_where=_ASSISTANT_CALLS, postgresql_where=_ASSISTANT_CALLS)
+         sqlite_where=_ASSISTANT_CALLS)
 
 # Display ordering (sessions-ext-ui §2.2); VIS = active = 1 OR compacted = 1. The four display
 # triggers are text() fragments (sql.display).
@@ -294,14 +313,14 @@ _VIS = sa.or_(messages.c.active == sa.literal_column("1"),
 _PG_PAGE = sa.and_(messages.c.display_order.isnot(None), _VIS.self_group())
 sa.Index("idx_messages_display_page", messages.c.session_id, messages.c.display_order,
          messages.c.active.desc(), messages.c.id.desc(), sqlite_where=_VIS,
-         postgresql_where=_PG_PAGE)
+         info={"pg_where": _PG_PAGE})
 _PENDING = sa.and_(sa.or_(messages.c.display_order.is_(None),
                           messages.c.display_identity.is_(None)), _VIS.self_group())
 sa.Index("idx_messages_display_backfill", messages.c.session_id,
-         sqlite_where=_PENDING, postgresql_where=_PENDING)
+         sqlite_where=_PENDING)
 _IDENTIFIED = sa.and_(messages.c.display_identity.isnot(None), _VIS.self_group())
 sa.Index("idx_messages_display_identity", messages.c.session_id, messages.c.display_identity,
-         messages.c.display_order, sqlite_where=_IDENTIFIED, postgresql_where=_IDENTIFIED)
+         messages.c.display_order, sqlite_where=_IDENTIFIED)
 
 # Gateway indexes (sessions-ext-gateway §2.3; upstream names and shapes).
 sa.Index("idx_sessions_gateway_peer", sessions.c.source, sessions.c.user_id, sessions.c.chat_id,

@@ -354,17 +354,22 @@ def test_without_a_lock_answer_every_process_is_examined(tmp_path):
         proc.wait(timeout=10)
 
 
-def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
-    """A sibling holding the database (a lock, so every process is examined) but on the
-    current WAL generation refuses nothing."""
+def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path, monkeypatch):
+    """A sibling holding the database (a lock) but on the current WAL generation refuses
+    nothing; the scan reads the descriptors of the processes ``/proc/locks`` names as
+    holding a lock on the file (the sibling, and this one), not every process's (issue 14)."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL) as s:
         s.create_session("a", "cli")
+    read: list[int] = []
+    real = files._deleted_descriptors
+    monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
     proc = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, str(path)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "holding"
         with SessionStore(path, settings=WAL) as s:
+            assert sorted(read) == sorted({os.getpid(), proc.pid})
             assert files.other_process_locks(s.backend._header.fd) is True
             assert files.deleted_sidecar_holders(path, s.backend._header.fd) == []
             s.create_session("b", "cli")
@@ -374,9 +379,10 @@ def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path):
         proc.wait(timeout=10)
 
 
-def test_the_holder_scan_reads_only_this_process_when_no_other_holds_the_file(tmp_path, monkeypatch):
-    """Issue 14: when no other process holds a lock on the file, the deleted-sidecar scan of
-    an open reads this process's descriptors only, not every process's."""
+def test_the_holder_scan_reads_only_the_processes_holding_the_file(tmp_path, monkeypatch):
+    """Issue 14: the deleted-sidecar scan of an open reads no descriptor at all when no
+    process holds a lock on the file, and only this process's when only its own handle does
+    (a WAL connection keeps a shared lock on the database for its whole life)."""
     path = tmp_path / "state.db"
     with SessionStore(path, settings=WAL):
         pass
@@ -385,7 +391,21 @@ def test_the_holder_scan_reads_only_this_process_when_no_other_holds_the_file(tm
     monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
     with SessionStore(path, settings=WAL) as s:
         assert s.backend._header is not None
-    assert read == [os.getpid()]
+        assert read == []
+        with SessionStore(path, settings=WAL):
+            assert read == [os.getpid()]
+
+
+def test_lock_holders_reads_proc_locks(tmp_path):
+    """``/proc/locks`` names the processes holding a lock on an inode; a lock of this
+    process shows up under its pid, an unlocked file has none."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL):
+        pass
+    st = path.stat()
+    assert files.lock_holders((st.st_dev, st.st_ino)) == set()
+    with SessionStore(path, settings=WAL):
+        assert files.lock_holders((st.st_dev, st.st_ino)) == {os.getpid()}
 
 
 def test_replacing_the_file_under_a_live_handle_stops_writes(tmp_path):

@@ -31,15 +31,16 @@ from sqlalchemy.engine import Connection, Engine, URL
 
 from ... import migrate
 from ...config import hermes_home
-from ...engine import SqliteSettings, create_sqlite_engine, journal_state
+from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
-from .. import display_schema, guards, opening
+from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q
-from ..sql import FTS_TRIGGERS, for_dialect
+from ..sql import for_dialect
+from . import sqlite_open
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
@@ -95,7 +96,11 @@ class SqliteBackend(SessionBackend):
         self._writes = 0
         self._closed = False
         self._engine: Engine | None = None
-        self._writer: Connection | None = None
+        self._writer_conn: Connection | None = None
+        #: Makes the engine and the writer's SQLAlchemy connection on first use (issue 14: a
+        #: settled open runs on the DB-API connection alone).
+        self._engine_maker: Callable[[], Engine] | None = None
+        self._journal = JournalState()
         self._raw: sqlite3.Connection | None = None
         self._read_pool: guards.ReadPool | None = None
         self._identity: guards.FileIdentity | None = None
@@ -148,25 +153,38 @@ class SqliteBackend(SessionBackend):
         if self._header is None:  # before any connection (see _connect_writer)
             self._header = FileHeader(self.path)
         self._refuse_deleted_sidecars("open")
-        # Identity rule (README "What is refused, and how") on the writer's first connection,
-        # ahead of the engine's policy: a foreign file stays byte-identical, at no extra cost.
-        spec, identify = migrate.store_spec("sessions"), None
-        if existing and self.path.stat().st_size > 0:
-            def identify(dbapi_conn: sqlite3.Connection) -> None:
-                migrate.identify_file(spec, self.path, dbapi_conn)
-        engine = self._connect_writer(identify=identify)
-        with self.reading_on_writer() as conn:  # one read transaction on a settled file
-            behind = migrate.current_revision(conn) != spec.head \
-                or bool(missing_core(self._raw or conn))  # same connection, no row objects
-            plan = None if behind else self._plan_open_checks(conn)
+        # Identity rule (README "What is refused, and how") on the writer's connection, ahead
+        # of the policy: a foreign file stays byte-identical. A file this process found settled
+        # with the same schema cookie and application_id skips it (sqlite_open's stamps).
+        spec = migrate.store_spec("sessions")
+        ident = sqlite_open.Identification(spec, self.path, sqlite_open.file_key(self._header))
+        existing = existing and self.path.stat().st_size > 0
+        if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
+            self.open_repairs.extend(migrate.upgrade("sessions", self.url,
+                                                     settings=self._settings).repairs)
+        try:
+            self._connect_writer(identify=ident if existing else None)
+        except sqlite3.DatabaseError as exc:
+            ident.refuse(exc)  # the identity rule's refusal, when a stamp let it be skipped
+            raise
+        assert self._raw is not None
+        stamp, key = ident.stamp, ident.key
+        plan = None if stamp is None else sqlite_open.settled_plan(self._raw, stamp, spec.head)
+        behind = False
+        if plan is None:
+            with self.reading_on_writer() as conn:  # one read transaction on a settled file
+                revision = migrate.current_revision(conn)
+                behind = revision != spec.head or bool(missing_core(self._raw))
+                if not behind:
+                    plan, facts = sqlite_open.plan_open_checks(conn, self._raw)
+                    sqlite_open.remember(key, plan, facts, spec.head)
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
-            checked = identify is not None and \
-                migrate.probe_file(spec, self.path).revision != spec.head
+            checked = existing and migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked,
                                      settings=self._settings)
             self.open_repairs.extend(report.repairs)
         self._open_checks(plan)
-        wal = journal_state(engine).mode == "wal"
+        wal = self._journal.mode == "wal"
         self._identity = guards.FileIdentity.record(self.path, wal=wal)
         self._harden_permissions()
         if wal:
@@ -191,11 +209,8 @@ class SqliteBackend(SessionBackend):
         return guards.connect_read_only(self.path)
 
     def _open_read_only(self) -> None:
-        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (§8.6).
-
-        A transient ``disk i/o error`` (a reader cannot run WAL recovery) is retried up to 3
-        times, 50 ms apart; a persistent one propagates.
-        """
+        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (§8.6). A transient ``disk i/o
+        error`` (a reader cannot run WAL recovery) is retried 3 times, 50 ms apart."""
         migrate.require_created("sessions", self.path)  # never create a file by reading it
         con = opening.connect_read_only_retrying(
             self._connect_read_only, self.path, self._pragmas,
@@ -208,87 +223,51 @@ class SqliteBackend(SessionBackend):
         def _begin(conn: Connection) -> None:
             conn.exec_driver_sql(q.BEGIN)
 
-        self._writer = self._engine.connect()
-        with self.reading_on_writer() as conn:
-            missing = missing_core(conn)
-        if missing:
+        self._writer_conn = self._engine.connect()
+        if missing := missing_core(con):  # one catalogue statement: its own snapshot
             raise SchemaBehindError(", ".join(missing), str(self.path))
         self.fts_available = opening.probe_fts_tables(con)
 
     def _open_checks(self, plan: tuple | None = None) -> None:
-        """Read-gated open-time heals (§8.4): zero writes on a settled database (``plan``: the
-        reads, when the caller already made them in its read transaction).
-
-        An FTS table this SQLite build cannot use (a store made where the trigram tokenizer or
-        FTS5 existed, opened where it does not) with its triggers still present would fail
-        every append: its triggers are dropped and the index marked stale (fail-open, as for
-        FTS corruption); search answers through LIKE until a capable build rebuilds it."""
+        """Read-gated open-time heals (§8.4, :func:`sqlite_open.open_heals`): zero writes on a
+        settled database (``plan``: the reads, when the caller already made them)."""
         if plan is None:
+            assert self._raw is not None
             with self.reading_on_writer() as conn:
-                plan = self._plan_open_checks(conn)
-        fts, app_id, present, need_fail_open, need_fts, need_heal, need_gen, need_ver, disp = plan
-        if not (need_fts or need_fail_open or need_heal or need_gen or not app_id or need_ver
-                or disp):
+                plan = sqlite_open.plan_open_checks(conn, self._raw)[0]
+        fts, app_id, _present, *needs = plan
+        if app_id and not any(needs):
             self.fts_available, self._app_id = fts, app_id  # settled: nothing written
             return
 
-        def work(conn: Connection) -> None:
-            if need_fail_open:
-                opening.mark_stale(conn)
-                dropped = opening.drop_fts_triggers(conn, opening.read_fts_state(conn))
-                log.warning("%s: %s unusable on this SQLite build: FTS triggers dropped (%s), "
-                            "fts_stale set; search uses LIKE until a build that has them "
-                            "rebuilds the index", self.path, ", ".join(present),
-                            ", ".join(dropped))
-                self.open_repairs.append(
-                    f"dropped FTS triggers: {', '.join(present)} unusable on this SQLite build")
-            if need_fts:
-                opening.apply_fts_checks(conn, self.open_repairs)
-            if need_heal and opening.needs_null_active_heal(conn):
-                n = opening.heal_null_active(conn)
-                self.open_repairs.append(f"set active = 1 on {n} message(s)")
-            if need_gen or not app_id:
-                opening.mint_generation(conn)
-            if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
-                opening.write_fts_storage_version(conn)
-            display_schema.repair_triggers(conn, disp, self.open_repairs)  # ui §2.3
-
+        work = sqlite_open.open_heals(self.path, plan, self.open_repairs)
         # Inside the open's patience loop: busy propagates to it (no nested retry budget).
         self._attempt(work, raw=False, guarded=False)
         assert self._raw is not None
         self._app_id = int(self._raw.execute(q.APPLICATION_ID).fetchone()[0] or 0)
         self.fts_available = opening.probe_fts_tables(self._raw)
 
-    def _plan_open_checks(self, conn: Connection) -> tuple:
-        """The reads of :meth:`_open_checks`, inside the caller's read transaction: the FTS
-        tables this build can load, ``application_id`` and what needs writing."""
-        assert self._raw is not None
-        fts = opening.probe_fts_tables(self._raw)
-        state = opening.read_fts_state(conn)
-        present = [t for t, ok in fts.items() if not ok and t in state.objects]
-        return (fts, int(conn.exec_driver_sql(q.APPLICATION_ID).scalar() or 0), present,
-                bool(present) and any(n in state.objects for n in FTS_TRIGGERS),
-                state.needs_work() and not present, opening.needs_null_active_heal(conn),
-                opening.read_generation(conn) is None,
-                opening.needs_fts_storage_version(conn, state),
-                display_schema.stale_triggers(conn))
-
     def _dispose(self) -> None:
         if self._read_pool is not None:
             self._read_pool.dispose()
             self._read_pool = None
-        if self._writer is not None:
+        raw_pooled = self._writer_conn is not None  # else the handle owns the DB-API connection
+        if self._writer_conn is not None:
             try:
-                self._writer.close()
+                self._writer_conn.close()
             except Exception as exc:  # noqa: BLE001 - closing must go on
                 log.debug("closing the writer failed: %s", exc)
             finally:
-                self._writer = None
-        if self.read_only and self._raw is not None:
+                self._writer_conn = None
+        if self._raw is not None and (self.read_only or not raw_pooled):
             self._raw.close()
         self._raw = None
-        if self._engine is not None:
-            self._engine.dispose()
+        self._engine_maker = None
+        if self._engine is not None:  # closes the pooled connections (no new pool: done)
+            if isinstance(self._engine, HandleEngine):
+                self._engine.pool.dispose()
+            else:
+                self._engine.dispose()
             self._engine = None
         if self._header is not None:  # after every connection of the handle is closed
             self._header.release()
@@ -301,8 +280,8 @@ class SqliteBackend(SessionBackend):
             if self._closed:
                 return
             self._closed = True
-            if (self._writer is not None and not self.read_only and not self.quarantined
-                    and journal_state(self.engine).mode == "wal"):
+            if (self._raw is not None and not self.read_only and not self.quarantined
+                    and self._journal.mode == "wal"):
                 self.checkpoint()
             if self._identity is not None:
                 self._identity.forget_sidecars()  # a clean last close may unlink them
@@ -327,7 +306,7 @@ class SqliteBackend(SessionBackend):
         if self.read_only:
             assert self._raw is not None
             return str(self._raw.execute(q.JOURNAL_MODE).fetchone()[0]).lower()
-        return journal_state(self.engine).mode
+        return self._journal.mode
 
     @property
     def read_pool(self) -> guards.ReadPool | None:
@@ -372,7 +351,7 @@ class SqliteBackend(SessionBackend):
         nothing mutated) is retried once on the same connection; once ``fn`` has started,
         every error rolls back and propagates. Never closes the connection to heal anything.
         """
-        if self._writer is None or self._raw is None:
+        if self._raw is None:
             raise ConfigurationError(f"{self.path}: the session store is closed")
         if self.read_only:
             raise ConfigurationError(f"{self.path}: this session store handle is read-only")
@@ -387,7 +366,7 @@ class SqliteBackend(SessionBackend):
                 if raw:
                     con.execute(q.BEGIN_IMMEDIATE)
                 else:
-                    tx = self._writer.begin()
+                    tx = self._sa_writer().begin()
                 break
             except (sqlite3.OperationalError, sa.exc.OperationalError) as exc:
                 if attempt == 0 and guards.is_disk_io_error(exc):
@@ -398,7 +377,7 @@ class SqliteBackend(SessionBackend):
         try:
             if guarded and self._app_id and not header_in_fn:
                 self.check_header(con.execute(q.APPLICATION_ID).fetchone()[0])
-            result = fn(con if raw else self._writer)
+            result = fn(con if raw else self._sa_writer())
             if raw:
                 con.execute(q.COMMIT)
             else:
@@ -417,7 +396,7 @@ class SqliteBackend(SessionBackend):
         return result
 
     def _connect_writer(self, identify: Callable[[sqlite3.Connection], None] | None = None
-                        ) -> Engine:
+                        ) -> None:
         """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
         No schema work: the open runs that next. ``identify`` runs once, first.
@@ -426,23 +405,45 @@ class SqliteBackend(SessionBackend):
         given back by :meth:`_dispose` after the connections are closed (§8.9)."""
         if self._header is None:
             self._header = FileHeader(self.path)
-        engine = create_sqlite_engine(self.path, self._settings)
-        pragmas = self._pragmas
-        if identify is not None:
-            event.listen(engine, "connect", lambda dbapi_conn, _record: identify(dbapi_conn),
-                         insert=True, once=True)
+        state = JournalState()
+        con = sqlite_open.connect(self.path, self._settings)
+        try:
+            if identify is not None:
+                identify(con)
+            sqlite_open.configure(con, self.path, self._settings, self._pragmas, state)
+        except BaseException:
+            con.close()
+            raise
+        connector = sqlite_open.configured_connector(self.path, self._settings, self._pragmas,
+                                                     state)
+        self._journal, self._raw = state, con
+        self._engine_maker = lambda: create_handle_engine(self.path, self._settings, connector,
+                                                          state, first=con)
 
-        @event.listens_for(engine, "connect")
-        def _fk_on(dbapi_conn: sqlite3.Connection, _record: Any) -> None:
-            # After the engine's journal-mode policy: configured pragmas (§8.3), then
-            # foreign keys on every connection (spec §2, §8.1 step 5).
-            opening.apply_pragmas(dbapi_conn, pragmas, str(self.path))
-            dbapi_conn.execute(q.FOREIGN_KEYS_ON)
+    def _sa_writer(self) -> Connection:
+        """The writer's SQLAlchemy connection, made (with the engine) on first use: the
+        engine's first pool connection is the writer's DB-API connection. Call while open."""
+        with self._lock:
+            if self._writer_conn is None:
+                if self._engine_maker is None:
+                    raise ConfigurationError(f"{self.path}: the session store is closed")
+                self._engine = self._engine_maker()
+                self._engine_maker = None
+                self._writer_conn = self._engine.connect().execution_options(
+                    hermes_begin="IMMEDIATE")
+            return self._writer_conn
 
-        self._engine = engine
-        self._writer = engine.connect().execution_options(hermes_begin="IMMEDIATE")
-        self._raw = self._writer.connection.driver_connection
-        return engine
+    @property
+    def _writer(self) -> Connection | None:
+        """The writer's SQLAlchemy connection (made on first use); None once closed."""
+        return None if self._raw is None else self._writer_conn or self._sa_writer()
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (made on first use; raises once closed)."""
+        if self._engine is None and self._engine_maker is not None:
+            self._sa_writer()
+        return super().engine
 
     def _reopen_after_close_race(self) -> bool:
         """``close()`` raced a write still running on another thread: the writer is gone.
@@ -481,8 +482,7 @@ class SqliteBackend(SessionBackend):
     def _end_close_race(self) -> None:
         """Close the connection a close-race reopen made (PASSIVE checkpoint first, as close())."""
         with self._lock:
-            if self._writer is not None and not self.quarantined \
-                    and journal_state(self.engine).mode == "wal":
+            if self._raw is not None and not self.quarantined and self._journal.mode == "wal":
                 self.checkpoint()
             self._dispose()
 
@@ -505,7 +505,7 @@ class SqliteBackend(SessionBackend):
         try:
             while True:
                 with self._lock:
-                    if self._writer is None and not reopened:
+                    if self._raw is None and not reopened:
                         reopened = self._reopen_after_close_race()
                     try:
                         result = self._attempt(fn, raw=raw, header_in_fn=header_in_fn)
@@ -556,9 +556,9 @@ class SqliteBackend(SessionBackend):
     def reading_on_writer(self) -> Iterator[Connection]:
         """The handle's own connection, in a deferred transaction, under the handle's lock."""
         with self._lock:
-            if self._writer is None:
+            if self._raw is None:
                 raise ConfigurationError(f"{self.path}: the session store is closed")
-            w = self._writer
+            w = self._sa_writer()  # read-only: the connection the open made
             if not self.read_only:
                 w.execution_options(hermes_begin="DEFERRED")
             try:
@@ -575,7 +575,8 @@ class SqliteBackend(SessionBackend):
         A budget miss first closes one idle reader of a peer handle and retries once; still
         nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
         """
-        pool, engine = self._read_pool, self._engine
+        pool = self._read_pool
+        engine = None if pool is None or self._raw is None else self.engine
         conn = None
         if pool is not None and engine is not None:
             for attempt in (0, 1):

@@ -10,6 +10,7 @@ allow-lists below and in :mod:`.fts`; the builders refuse anything else.
 
 from __future__ import annotations
 
+from .cjk import STALE_KEY as CJK_STALE_KEY
 from .fts import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
 
 # ---------------------------------------------------------------------------------------
@@ -142,3 +143,28 @@ def set_pragma(name: str, value: int) -> str:
     if name not in ASSIGNABLE_PRAGMAS:
         raise ValueError(f"pragma {name!r} is not assignable here")
     return f"PRAGMA {name} = {int(value)}"
+
+
+# ---------------------------------------------------------------------------------------
+# The settled open (issue 14): header reads before the connection policy, then one statement
+# ---------------------------------------------------------------------------------------
+
+#: The schema cookie (a header read: SQLite does not parse the schema for it).
+SCHEMA_COOKIE = "PRAGMA schema_version"
+#: The whole schema as one string: a settled stamp is valid only for exactly this catalogue
+#: (``PRAGMA writable_schema`` edits change it without bumping the cookie).
+SCHEMA_TEXT = ("SELECT group_concat(type || ' ' || name || ' ' || tbl_name || ' ' || "
+               "coalesce(sql, ''), char(10)) FROM sqlite_master")
+#: Everything else a settled open re-reads from a file whose schema it already verified, in one
+#: statement, inside the read transaction that read the cookie and ``application_id`` (one
+#: snapshot): the revision and the number of version rows, the generation token,
+#: ``fts_storage_version``, whether ``fts_stale`` is set and whether a NULL ``active`` needs
+#: healing.
+SETTLED_PROBE = (
+    "SELECT (SELECT max(version_num) FROM alembic_version), "
+    "(SELECT count(*) FROM alembic_version), "
+    "(SELECT value FROM state_meta WHERE key = 'db_file_generation'), "
+    "(SELECT value FROM state_meta WHERE key = 'fts_storage_version'), "
+    "EXISTS (SELECT 1 FROM state_meta WHERE key = 'fts_stale'), "
+    "EXISTS (SELECT 1 FROM messages WHERE active IS NULL), "
+    f"EXISTS (SELECT 1 FROM state_meta WHERE key = '{CJK_STALE_KEY}')")
