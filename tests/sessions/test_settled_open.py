@@ -72,6 +72,21 @@ def test_data_the_gates_read_is_read_on_every_open(settled):
         assert s.get_meta("db_file_generation")  # minted again
 
 
+def test_a_stale_cjk_index_flag_is_read_on_every_open(settled):
+    """Another process marked the CJK-bigram index stale (data only, the schema cookie is
+    unchanged): the next open in this process rebuilds it, stamp or not."""
+    path, _calls = settled
+    with SessionStore(path) as s:
+        if not s.cjk_index_status().available:
+            pytest.skip("this SQLite build has no FTS5: no CJK-bigram index")
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO state_meta(key, value) VALUES ('cjk_bigram_stale', '1')")
+    con.commit()
+    con.close()
+    with SessionStore(path) as s:
+        assert not s.cjk_index_status().stale, s.open_repairs
+
+
 def test_forced_capabilities_are_not_answered_from_a_stamp(settled):
     path, _calls = settled
     opening.force_capabilities(opening.FtsCapabilities(fts5=False, trigram=False))
