@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -162,12 +163,42 @@ def pg_url():
 
 
 _CHECKPOINTS: list[str] = []
+#: The most values one ``IN (…)`` list may carry (coordination C49, gateway 42, agent: "≤ 900
+#: ids per statement"): SQLite builds of the upstream era cap a statement at 999 variables.
+MAX_IN_LIST = 900
+_WIDE_IN_LISTS: list[str] = []
+_IN_OPEN = re.compile(r"\bIN\s*\(", re.IGNORECASE)
+
+
+def in_list_sizes(statement: str) -> list[int]:
+    """Number of items of every ``IN (…)`` list of an (expanded) SQL statement; string
+    literals and nested parentheses are skipped, so a subquery counts as one item list."""
+    sizes = []
+    for m in _IN_OPEN.finditer(statement):
+        depth, items, quoted = 0, 1, False
+        for ch in statement[m.end():]:
+            if quoted:
+                quoted = ch != "'"
+            elif ch == "'":
+                quoted = True
+            elif ch == "(":
+                depth += 1
+            elif ch == ")":
+                if depth == 0:
+                    break
+                depth -= 1
+            elif ch == "," and depth == 0:
+                items += 1
+        sizes.append(items)
+    return sizes
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _checkpoint_watch():
     """Trace every statement of every sqlite3 connection opened in this process during the
-    run; fail the session if any checkpoint other than PASSIVE was issued."""
+    run (bound values expanded); fail the session if any checkpoint other than PASSIVE was
+    issued, or if any statement bound more than :data:`MAX_IN_LIST` values in one ``IN``
+    list (the suite-wide statement trace of the coordination and gateway specs)."""
     import sqlite3
     import sqlite3.dbapi2
 
@@ -179,6 +210,10 @@ def _checkpoint_watch():
     def trace(statement: str) -> None:
         if "wal_checkpoint" in statement.lower():
             _CHECKPOINTS.append(statement)
+        # An IN list of more than 900 values is at least 1801 characters long.
+        if len(statement) > 2 * MAX_IN_LIST and any(
+                n > MAX_IN_LIST for n in in_list_sizes(statement)):
+            _WIDE_IN_LISTS.append(statement[:300])
 
     def traced(real):
         def connect(*args, **kwargs):
@@ -196,6 +231,8 @@ def _checkpoint_watch():
         sqlite3.dbapi2.connect = real_dbapi_connect
     bad = [s for s in _CHECKPOINTS if "passive" not in s.lower()]
     assert not bad, f"non-PASSIVE checkpoints issued during the run: {bad[:5]}"
+    assert not _WIDE_IN_LISTS, \
+        f"statements binding more than {MAX_IN_LIST} values in one IN list: {_WIDE_IN_LISTS[:3]}"
 
 
 @pytest.fixture
