@@ -137,7 +137,8 @@ def _baseline_compact(con: sqlite3.Connection, sid: str) -> None:
     con.execute(C.SUPERSEDE_ACTIVE, (sid,))
     con.execute(Q.INSERT_MESSAGE_RETURNING,
                 (sid, "user", "summary", None, None, None, time.time(), None, None, None, None,
-                 None, None, None, None, 0, 0, None, 1, None, None, None)).fetchone()
+                 None, None, None, None, 0, 0, None, 1, None, None, None,
+                 os.urandom(32))).fetchone()  # + display_identity (s05)
     n = con.execute(C.ACTIVE_COUNT, (sid,)).fetchone()[0]
     list(con.execute(C.ACTIVE_TOOL_CALLS, (sid,)))
     con.execute(C.SET_COUNTS, (n, 0, sid))

@@ -20,6 +20,7 @@ from ..errors import DatabaseBusyError
 from . import lifecycle
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S
+from .backends.base import Driver
 from .display import store_split
 from .errors import CompressionPublishError, CompressionSessionBusyError
 from .guard_rows import DEFAULT_TTL_S, Clock, check_ttl, claim, usable_holder
@@ -56,12 +57,13 @@ def try_acquire_compression_lock(store: StoreHandle, session_id: str, holder: st
     cs = _cs(store)
     clock = Clock(store, cs)
 
-    def work(conn: Connection) -> tuple[bool, str | None]:
-        ex = conn.exec_driver_sql
+    def work(tx: Driver) -> tuple[bool, str | None]:
+        ex = tx.execute
         return claim(ex, cs.lock, clock, session_id, holder, ttl, clock.now(ex))
 
     try:
-        owned, reclaimed = store.backend.write(work, patience=LOCK_PATIENCE_S)
+        owned, reclaimed = store.backend.write_driver(work, patience=LOCK_PATIENCE_S,
+                                                      header_in_fn=False)
     except STORAGE_FAILURES as exc:
         log.warning("compression lock on %r not acquired for %r: %s", session_id, holder, exc)
         return False
@@ -82,12 +84,13 @@ def refresh_compression_lock(store: StoreHandle, session_id: str, holder: str,
     cs = _cs(store)
     clock = Clock(store, cs)
 
-    def work(conn: Connection) -> bool:
-        ex = conn.exec_driver_sql
+    def work(tx: Driver) -> bool:
+        ex = tx.execute
         return ex(cs.lock.REFRESH, (clock.now(ex) + ttl, session_id, holder)).rowcount == 1
 
     try:
-        return bool(store.backend.write(work, patience=LOCK_PATIENCE_S))
+        return bool(store.backend.write_driver(work, patience=LOCK_PATIENCE_S,
+                                               header_in_fn=False))
     except STORAGE_FAILURES as exc:
         log.warning("compression lock on %r not refreshed for %r: %s", session_id, holder, exc)
         return False
@@ -100,8 +103,8 @@ def release_compression_lock(store: StoreHandle, session_id: str, holder: str) -
         return
     cs = _cs(store)
     try:
-        store.backend.write(lambda c: c.exec_driver_sql(cs.lock.RELEASE, (session_id, holder)),
-                            patience=LOCK_PATIENCE_S)
+        store.backend.write_driver(lambda tx: tx.execute(cs.lock.RELEASE, (session_id, holder)),
+                                   patience=LOCK_PATIENCE_S, header_in_fn=False)
     except STORAGE_FAILURES as exc:
         log.warning("compression lock on %r not released for %r: %s", session_id, holder, exc)
 

@@ -20,13 +20,13 @@ import time
 from typing import Any, Callable, Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from ..errors import DatabaseBusyError
 from . import cjk
 from . import encoding as enc
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S
+from .backends.base import Driver
 from .display import store_split
 from .errors import SessionTurnLeaseLostError
 from .guard_rows import (DEFAULT_TTL_S, Clock, Execute, check_ttl, claim, conversation_key,
@@ -64,15 +64,16 @@ def try_acquire_session_turn_lease(store: StoreHandle, session_id: str, holder: 
     cs = _cs(store)
     clock = Clock(store, cs)
 
-    def work(conn: Connection) -> tuple[bool, str | None, str]:
-        ex = conn.exec_driver_sql
+    def work(tx: Driver) -> tuple[bool, str | None, str]:
+        ex = tx.execute
         now = clock.now(ex)
         key = conversation_key(ex, cs, session_id)
         owned, reclaimed = claim(ex, cs.lease, clock, key, holder, ttl, now)
         return owned, reclaimed, key
 
     patience = ROUTINE_PATIENCE_S if patience_s is None else max(0.0, float(patience_s))
-    owned, reclaimed, key = store.backend.write(work, patience=patience)
+    owned, reclaimed, key = store.backend.write_driver(work, patience=patience,
+                                                       header_in_fn=False)
     if reclaimed is not None:
         log.warning("turn lease of conversation %r reclaimed from stale holder %r", key,
                     reclaimed)
@@ -137,13 +138,14 @@ def refresh_session_turn_lease(store: StoreHandle, session_id: str, holder: str,
     cs = _cs(store)
     clock = Clock(store, cs)
 
-    def work(conn: Connection) -> bool:
-        ex = conn.exec_driver_sql
+    def work(tx: Driver) -> bool:
+        ex = tx.execute
         now = clock.now(ex)
         key = conversation_key(ex, cs, session_id)
         return ex(cs.lease.REFRESH, (now + ttl, key, holder)).rowcount == 1
 
-    return bool(store.backend.write(work))
+    return bool(store.backend.write_driver(work, patience=ROUTINE_PATIENCE_S,
+                                           header_in_fn=False))
 
 
 def release_session_turn_lease(store: StoreHandle, session_id: str, holder: str) -> None:
@@ -152,11 +154,11 @@ def release_session_turn_lease(store: StoreHandle, session_id: str, holder: str)
         return
     cs = _cs(store)
 
-    def work(conn: Connection) -> None:
-        ex = conn.exec_driver_sql
+    def work(tx: Driver) -> None:
+        ex = tx.execute
         ex(cs.lease.RELEASE, (conversation_key(ex, cs, session_id), holder))
 
-    store.backend.write(work)
+    store.backend.write_driver(work, patience=ROUTINE_PATIENCE_S, header_in_fn=False)
 
 
 def fence_append(ex: Execute, cs: CoordinationStatements, clock: Clock, session_id: str,

@@ -84,10 +84,12 @@ class SessionBackend(ABC):
 
     @abstractmethod
     def write_driver(self, fn: Callable[[Driver], T], *,
-                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
+                     patience: float = TRANSCRIPT_PATIENCE_S, header_in_fn: bool = True) -> T:
         """Like :meth:`write`, handing ``fn`` the DB-API level :class:`Driver` (hot paths:
         no per-call compilation). ``fn`` must pass the header value its admission statement
-        returns to :meth:`check_header` before the transaction can commit."""
+        returns to :meth:`check_header` before the transaction can commit, unless
+        ``header_in_fn`` is False (small transactions without an admission statement, such
+        as guard rows): then the backend reads and checks the header itself."""
 
     def check_header(self, application_id: int | None) -> None:
         """Compare the file header read inside a write with the one seen at open

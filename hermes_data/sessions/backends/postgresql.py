@@ -155,8 +155,9 @@ class PostgresBackend(SessionBackend):
             time.sleep(min(random.uniform(0.02, 0.15), deadline - now))
 
     def write_driver(self, fn: Callable[[Driver], T], *,
-                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
-        """:meth:`write` with the connection wrapped as a :class:`PgDriver`."""
+                     patience: float = TRANSCRIPT_PATIENCE_S, header_in_fn: bool = True) -> T:
+        """:meth:`write` with the connection wrapped as a :class:`PgDriver` (no file header:
+        ``header_in_fn`` does not apply)."""
         return self.write(lambda conn: fn(PgDriver(conn)), patience=patience)
 
     @contextmanager

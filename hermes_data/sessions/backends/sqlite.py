@@ -492,10 +492,10 @@ class SqliteBackend(SessionBackend):
         return self._write(fn, patience=patience, raw=False, header_in_fn=False)
 
     def write_driver(self, fn: Callable[[Driver], T], *,
-                     patience: float = TRANSCRIPT_PATIENCE_S) -> T:
+                     patience: float = TRANSCRIPT_PATIENCE_S, header_in_fn: bool = True) -> T:
         """Run ``fn`` on the writer's sqlite3 connection inside ``BEGIN IMMEDIATE`` (statements
         prepared once by sqlite3's cache, no SQLAlchemy execution per call)."""
-        return self._write(fn, patience=patience, raw=True, header_in_fn=True)
+        return self._write(fn, patience=patience, raw=True, header_in_fn=header_in_fn)
 
     def _write(self, fn: Callable[[Any], T], *, patience: float, raw: bool,
                header_in_fn: bool) -> T:
