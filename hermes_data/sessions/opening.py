@@ -681,6 +681,11 @@ def connect_read_only_retrying(connect: Callable[[], sqlite3.Connection], path: 
 _PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
+def is_profile_name(name: object) -> bool:
+    """Whether ``name`` is a valid profile directory name."""
+    return isinstance(name, str) and _PROFILE_NAME.match(name) is not None
+
+
 def owner_profile(path: Path, root: Path) -> str | None:
     """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``;
     anything else (or an unresolvable path) → None."""
