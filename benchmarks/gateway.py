@@ -4,7 +4,8 @@
     python benchmarks/gateway.py [--journal wal|delete] [--sessions 100000] [--repeat 5]
 
 One file holds --sessions telegram sessions (one in five with messages, keyed, peer tuples
-over 1,000 chats) and as many routing entries spread over 100 scopes. Lines:
+over 1,000 chats) and as many routing entries spread over 100 scopes, without ANALYZE (as
+most files are). Lines:
 
 * ``save``: ``save_gateway_routing_entry`` (upsert, own transaction) vs ``BEGIN IMMEDIATE``
   + the store's own ``ROUTING_UPSERT`` text + ``COMMIT`` on a sqlite3 connection;
@@ -59,7 +60,6 @@ def build(path: Path, journal: str, n: int) -> None:
                     [(f"scope{i % SCOPES}", f"key{i}", f'{{"session_id": "s{i:06d}"}}', T0)
                      for i in range(n)])
     con.commit()
-    con.execute("ANALYZE")
     con.close()
 
 

@@ -145,7 +145,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
         if owner_profile is not None and not opening.is_profile_name(owner_profile):
             raise ConfigurationError(f"{where}: owner_profile={owner_profile!r} is not a "
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
-        self._owner = owner_profile
+        self._owner: str | None = owner_profile
         try:
             self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
@@ -231,9 +231,9 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
         """Profile owning this file: ``<root>/state.db`` → ``default``,
         ``<root>/profiles/<name>/state.db`` → ``<name>``; anything else → None. A PostgreSQL
         store answers the ``owner_profile`` it was opened with (None without one)."""
-        if self._owner is not None:
-            return self._owner
-        return self._backend.owner_profile(self._root)
+        if self._owner is None:  # derived once: resolving the path costs ~0.1 ms a call
+            self._owner = self._backend.owner_profile(self._root) or ""
+        return self._owner or None
 
     # -- state_meta (§7.7) -------------------------------------------------------------
 

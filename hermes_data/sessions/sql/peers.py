@@ -37,8 +37,15 @@ def recoverable(s: str) -> str:
     return f"({s}.ended_at IS NULL OR {s}.end_reason IN ({_sql_list(RECOVERABLE_END_REASONS)}))"
 
 
-def _keypeer(b: str, s: str) -> str:
-    return f"{b}.session_key = {s}.session_key AND {b}.source = {s}.source"
+def _unindexed(d: str) -> str:
+    # SQLite without statistics (no ANALYZE: most files) picks idx_sessions_source for
+    # "session_key = ? AND source = ?" and walks every row of the source; the unary "+"
+    # leaves it idx_sessions_session_key.
+    return "+" if d == "sqlite" else ""
+
+
+def _keypeer(b: str, s: str, d: str) -> str:
+    return f"{b}.session_key = {s}.session_key AND {_unindexed(d)}{b}.source = {s}.source"
 
 
 def _tuplepeer(b: str, s: str) -> str:
@@ -48,7 +55,7 @@ def _tuplepeer(b: str, s: str) -> str:
 
 def fenced(s: str, peer: str, d: str) -> str:
     """FENCED(s, PEER) for ``peer`` in ``key`` / ``tuple``."""
-    match = _keypeer("fb", s) if peer == "key" else _tuplepeer("fb", s)
+    match = _keypeer("fb", s, d) if peer == "key" else _tuplepeer("fb", s)
     return (f"EXISTS (SELECT 1 FROM sessions fb WHERE {match} AND fb.ended_at IS NOT NULL "
             f"AND fb.end_reason IN ({_sql_list(RESET_END_REASONS)}) AND fb.ended_at > {act(s)} "
             f"AND NOT (COALESCE({s}.parent_session_id, '') = fb.id AND {reset_child(s, d=d)}))")
@@ -66,7 +73,8 @@ class PeerStatements:
                   "system_prompts sp ON sp.hash = s.system_prompt_hash")
         #: Exact-key recovery (step 1).
         self.BY_KEY = r(
-            f"{select} WHERE s.session_key = ? AND s.source = ? AND {recoverable('s')} "
+            f"{select} WHERE s.session_key = ? AND {_unindexed(d)}s.source = ? AND "
+            f"{recoverable('s')} "
             f"AND NOT {fenced('s', 'key', d)} ORDER BY {has_msg('s')} DESC, {act('s')} DESC, "
             "s.started_at DESC, s.id DESC LIMIT 1")
         self._select = select
