@@ -142,7 +142,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
         where, options = _backend_options(url, config, settings=settings, read_only=read_only,
                                           open_patience_s=open_patience_s, pool_size=pool_size,
                                           owner=owner_profile)
-        if owner_profile is not None and not opening.is_profile_name(owner_profile):
+        if owner_profile is not None and not (isinstance(owner_profile, str)
+                                              and opening.PROFILE_NAME.fullmatch(owner_profile)):
             raise ConfigurationError(f"{where}: owner_profile={owner_profile!r} is not a "
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
         self._owner: str | None = owner_profile
