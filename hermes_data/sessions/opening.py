@@ -678,7 +678,7 @@ def connect_read_only_retrying(connect: Callable[[], sqlite3.Connection], path: 
 
 
 #: A profile directory name (``<root>/profiles/<name>/state.db``).
-_PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
+PROFILE_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
 
 def owner_profile(path: Path, root: Path) -> str | None:
@@ -693,5 +693,5 @@ def owner_profile(path: Path, root: Path) -> str | None:
         return "default"
     if path.name == "state.db" and path.parent.parent == root / "profiles":
         name = path.parent.name
-        return name if _PROFILE_NAME.match(name) else None
+        return name if PROFILE_NAME.match(name) else None
     return None

@@ -19,7 +19,7 @@ from .gateway_common import wall
 from .handle import StoreHandle
 from .pickers import SessionActivityRow
 from .rows import SessionRow
-from .sql.peers import for_dialect
+from .sql.peers import for_dialect, tuple_params
 
 log = logging.getLogger("hermes_data.sessions.gateway")
 
@@ -46,14 +46,16 @@ def find_latest_gateway_session_for_peer(store: StoreHandle, *, source: str,
     owner = store.owner_profile()
 
     def run(conn: Connection) -> SessionRow | None:
-        row = conn.exec_driver_sql(p.BY_KEY, (session_key, source)).first()
+        # SQLite: straight on the DB-API connection inside the read transaction, as the
+        # transcript reads do (result metadata of ~60 columns cost more than the search).
+        raw = conn.connection.driver_connection if p.dialect == "sqlite" else None
+        execute = raw.execute if raw is not None else conn.exec_driver_sql
+        row = execute(p.BY_KEY, (session_key, source)).fetchone()
         if row is None and chat_id is not None and chat_type is not None:
-            args: tuple = (source, *(str(x) if x is not None else "" for x in
-                                     (user_id, chat_id, chat_type, thread_id)))
-            if owner is None:
-                row = conn.exec_driver_sql(p.BY_TUPLE, args).first()
-            else:
-                row = conn.exec_driver_sql(p.BY_TUPLE_OWNED, (*args, owner, owner)).first()
+            values = tuple(str(x) if x is not None else "" for x in
+                           (user_id, chat_id, chat_type, thread_id))
+            present, args = tuple_params(source, values, owner)
+            row = execute(p.by_tuple(present, owner is not None), args).fetchone()
         return None if row is None else SessionRow(**listing.session_fields(row))
 
     return store.backend.read(run)

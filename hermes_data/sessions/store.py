@@ -84,7 +84,7 @@ def configured_limit(config: Any, key: str, default: int) -> int:
 
 def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
                      read_only: bool, open_patience_s: float,
-                     pool_size: int | None) -> tuple[str, dict[str, Any]]:
+                     pool_size: int | None, owner: str | None) -> tuple[str, dict[str, Any]]:
     # Where the store lives (for errors) and the options its backend takes; an option of the
     # other backend is refused by name instead of being ignored.
     options: dict[str, Any] = {"read_only": read_only}
@@ -94,6 +94,10 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
             raise ConfigurationError(f"{url!s}: the session store needs a SQLite file path")
         if pool_size is not None:
             raise ConfigurationError(f"{path}: pool_size applies to PostgreSQL stores only")
+        if owner is not None:
+            raise ConfigurationError(f"{path}: owner_profile={owner!r} applies to PostgreSQL "
+                                     "stores only (a SQLite file's owner is its path under "
+                                     "hermes_root)")
         options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
                        pragmas=opening.configured_pragmas(config))
         return str(path), options
@@ -116,7 +120,9 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
     pragmas (SQLite, §8.3: ``cache_size``, ``mmap_size``, ``temp_store``,
     ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at open.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
-    ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` is PostgreSQL's.
+    ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` and
+    ``owner_profile`` (the profile a PostgreSQL database serves, spec gateway M3: without it
+    :meth:`owner_profile` is None there) are PostgreSQL's.
     ``conversation_hooks``: the agent's transforms the projections apply.
     Use as a context manager or call :meth:`close`.
     """
@@ -126,7 +132,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
                  config: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
                  hermes_root: str | os.PathLike[str] | None = None,
                  open_patience_s: float = OPEN_PATIENCE_S, read_only: bool = False,
-                 pool_size: int | None = None,
+                 pool_size: int | None = None, owner_profile: str | None = None,
                  conversation_hooks: ConversationHooks | None = None) -> None:
         url = resolve_url("sessions", path_or_url)
         self._config = config
@@ -134,7 +140,13 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
         self.conversation_hooks = conversation_hooks or ConversationHooks()
         self._root = Path(hermes_root) if hermes_root is not None else hermes_home()
         where, options = _backend_options(url, config, settings=settings, read_only=read_only,
-                                          open_patience_s=open_patience_s, pool_size=pool_size)
+                                          open_patience_s=open_patience_s, pool_size=pool_size,
+                                          owner=owner_profile)
+        if owner_profile is not None and not (isinstance(owner_profile, str)
+                                              and opening.PROFILE_NAME.fullmatch(owner_profile)):
+            raise ConfigurationError(f"{where}: owner_profile={owner_profile!r} is not a "
+                                     "profile name ([a-z0-9][a-z0-9_-]{0,63})")
+        self._owner: str | None = owner_profile
         try:
             self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
@@ -218,8 +230,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
 
     def owner_profile(self) -> str | None:
         """Profile owning this file: ``<root>/state.db`` → ``default``,
-        ``<root>/profiles/<name>/state.db`` → ``<name>``; anything else → None."""
-        return self._backend.owner_profile(self._root)
+        ``<root>/profiles/<name>/state.db`` → ``<name>``; anything else → None. A PostgreSQL
+        store answers the ``owner_profile`` it was opened with (None without one)."""
+        if self._owner is None:  # derived once: resolving the path costs ~0.1 ms a call
+            self._owner = self._backend.owner_profile(self._root) or ""
+        return self._owner or None
 
     # -- state_meta (§7.7) -------------------------------------------------------------
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 import json
 import logging
 
+import pytest
+
+from hermes_data.errors import ConfigurationError
 from hermes_data.sessions.store import SessionStore
 
-from .conftest import make_chain
+from ..conftest import truncate_tables
+from .conftest import _TABLES, make_chain, qmark_for_tests
 
 T = 1_700_000_000.0
 _COLS = ("id", "source", "session_key", "user_id", "chat_id", "chat_type", "thread_id",
@@ -151,6 +155,40 @@ def test_gw17_profile_fence_on_a_profile_file(tmp_path):
         _row(s, "legacy", session_key="k1", **tup)
         _msg(s, "legacy", T + 2)
         assert _find(s, "k", **tup) == "legacy"
+
+
+def test_gw17_profile_fence_on_postgresql_with_owner_profile(pg_session_url):
+    """Behaviour 17 (PostgreSQL, M3): a store opened with ``owner_profile='work'`` fences a
+    same-tuple row of profile ``default`` out and still finds a NULL-profile row; without
+    the option the owner is None and the ``default`` row is found (unfenced)."""
+    truncate_tables(pg_session_url, _TABLES)
+    tup = {"user_id": "u", "chat_id": "c", "chat_type": "dm"}
+    with SessionStore(pg_session_url, owner_profile="work") as s:
+        qmark_for_tests(s)
+        assert s.owner_profile() == "work"
+        _row(s, "other", session_key="k0", profile_name="default", **tup)
+        _msg(s, "other", T + 1)
+        assert _find(s, "k", **tup) is None
+        s.record_gateway_session_peer("fresh", source="telegram", session_key="k9")
+        assert s.get_session("fresh").profile_name == "work"
+    with SessionStore(pg_session_url) as s:
+        assert s.owner_profile() is None
+        assert _find(s, "k", **tup) == "other"
+    with SessionStore(pg_session_url, owner_profile="work") as s:
+        qmark_for_tests(s)
+        _row(s, "legacy", session_key="k1", **tup)
+        _msg(s, "legacy", T + 2)
+        assert _find(s, "k", **tup) == "legacy"
+
+
+def test_owner_profile_option_is_postgresql_only_and_validated(tmp_path, pg_session_url):
+    """``owner_profile`` is refused by name on a SQLite store (its owner is its path) and a
+    value that is no profile name is refused before anything opens."""
+    with pytest.raises(ConfigurationError, match="owner_profile='work' applies to PostgreSQL"):
+        SessionStore(tmp_path / "state.db", owner_profile="work")
+    assert not (tmp_path / "state.db").exists()
+    with pytest.raises(ConfigurationError, match="'Work Space' is not a profile name"):
+        SessionStore(pg_session_url, owner_profile="Work Space")
 
 
 def test_gw18_origin_lookup_never_crosses_participants(store):

@@ -265,3 +265,38 @@ def test_gw39_unlinked_sessions_for_a_user(store, backend):
                                                              limit=1)) == 1
     with pytest.raises(ValueError):
         store.list_unlinked_telegram_sessions_for_user(chat_id=1, user_id="u", limit=-1)
+
+
+def _bind_in_process(target, chat, go, out):
+    with SessionStore(target) as s:
+        s.apply_telegram_topic_migration()
+        assert go.wait(60)
+        try:
+            s.bind_telegram_topic(chat_id=chat, thread_id=9, user_id=5, session_key="k",
+                                  session_id="s3")
+            out.put("bound")
+        except ValueError as exc:
+            out.put(str(exc))
+
+
+def test_gw37_two_processes_binding_one_session_to_two_topics(store, backend):
+    """Behaviour 37 with real processes: two processes bind one session to topics of two
+    chats at once ⇒ exactly one succeeds, the other gets the ``ValueError``."""
+    import multiprocessing
+
+    from .test_gw_handoffs import _target
+    store.create_session("s3", "telegram")
+    store.apply_telegram_topic_migration()
+    ctx = multiprocessing.get_context("spawn")
+    go, out = ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=_bind_in_process, args=(_target(store, backend), c, go, out))
+             for c in ("chatA", "chatB")]
+    for p in procs:
+        p.start()
+    go.set()
+    results = sorted(out.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(30)
+    assert results == ["bound", "session is already linked to another Telegram topic"]
+    bound = store.get_telegram_topic_binding_by_session(session_id="s3")
+    assert bound is not None and bound.chat_id in ("chatA", "chatB")

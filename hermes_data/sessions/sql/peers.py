@@ -37,8 +37,15 @@ def recoverable(s: str) -> str:
     return f"({s}.ended_at IS NULL OR {s}.end_reason IN ({_sql_list(RECOVERABLE_END_REASONS)}))"
 
 
-def _keypeer(b: str, s: str) -> str:
-    return f"{b}.session_key = {s}.session_key AND {b}.source = {s}.source"
+def _unindexed(d: str) -> str:
+    # SQLite without statistics (no ANALYZE: most files) picks idx_sessions_source for
+    # "session_key = ? AND source = ?" and walks every row of the source; the unary "+"
+    # leaves it idx_sessions_session_key.
+    return "+" if d == "sqlite" else ""
+
+
+def _keypeer(b: str, s: str, d: str) -> str:
+    return f"{b}.session_key = {s}.session_key AND {_unindexed(d)}{b}.source = {s}.source"
 
 
 def _tuplepeer(b: str, s: str) -> str:
@@ -48,7 +55,7 @@ def _tuplepeer(b: str, s: str) -> str:
 
 def fenced(s: str, peer: str, d: str) -> str:
     """FENCED(s, PEER) for ``peer`` in ``key`` / ``tuple``."""
-    match = _keypeer("fb", s) if peer == "key" else _tuplepeer("fb", s)
+    match = _keypeer("fb", s, d) if peer == "key" else _tuplepeer("fb", s)
     return (f"EXISTS (SELECT 1 FROM sessions fb WHERE {match} AND fb.ended_at IS NOT NULL "
             f"AND fb.end_reason IN ({_sql_list(RESET_END_REASONS)}) AND fb.ended_at > {act(s)} "
             f"AND NOT (COALESCE({s}.parent_session_id, '') = fb.id AND {reset_child(s, d=d)}))")
@@ -66,17 +73,11 @@ class PeerStatements:
                   "system_prompts sp ON sp.hash = s.system_prompt_hash")
         #: Exact-key recovery (step 1).
         self.BY_KEY = r(
-            f"{select} WHERE s.session_key = ? AND s.source = ? AND {recoverable('s')} "
+            f"{select} WHERE s.session_key = ? AND {_unindexed(d)}s.source = ? AND "
+            f"{recoverable('s')} "
             f"AND NOT {fenced('s', 'key', d)} ORDER BY {has_msg('s')} DESC, {act('s')} DESC, "
             "s.started_at DESC, s.id DESC LIMIT 1")
-        tuple_where = (f"{select} WHERE s.source = ? AND "
-                       + " AND ".join(f"COALESCE(s.{c}, '') = ?" for c in _TUPLE)
-                       + f" AND {has_msg('s')} = 1 AND {recoverable('s')}")
-        tail = (f" AND NOT {fenced('s', 'tuple', d)} ORDER BY {act('s')} DESC, "
-                "s.started_at DESC, s.id DESC LIMIT 1")
-        #: Tuple fallback (step 2) without / with the owner-profile fence.
-        self.BY_TUPLE = r(tuple_where + tail)
-        self.BY_TUPLE_OWNED = r(tuple_where + " AND COALESCE(s.profile_name, ?) = ?" + tail)
+        self._select = select
         lock = " FOR UPDATE" if pg else ""
         #: A recording target: its source and whether it has messages (locked on PG).
         self.TARGET = r(f"SELECT s.source, {has_msg('s')} FROM sessions s WHERE s.id = ?{lock}")
@@ -113,11 +114,53 @@ class PeerStatements:
                          f"sp ON sp.hash = s.system_prompt_hash WHERE s.session_key IS NOT "
                          f"NULL AND {newest}{{f}} ORDER BY la DESC{nulls}, s.id")
 
+    def by_tuple(self, present: tuple[bool, ...], owned: bool) -> str:
+        """Tuple fallback (step 2), without / with the owner-profile fence.
+
+        ``present[i]``: whether the i-th of user, chat, chat type, thread is non-blank.
+        A non-blank value is matched by plain equality so ``idx_sessions_gateway_peer``
+        serves the lookup (``COALESCE(col, '') = ?`` would scan every row of the source); a
+        blank one matches NULL or ''. The reset fence compares its peers with the same bound
+        values (the candidate's own tuple equals them), so it is an index search too.
+        Parameters: ``source``, the non-blank values, [``owner``, ``owner``], ``source``,
+        the non-blank values (:func:`tuple_params`)."""
+        return _by_tuple(self.dialect, self._select, tuple(present), owned)
+
     def gateway_sessions(self, platform: bool, active_only: bool) -> str:
         """One live mapping per ``(source, session_key)``: its newest row."""
         f = (" AND LOWER(s.source) = LOWER(?)" if platform else "") + (
             " AND s.ended_at IS NULL" if active_only else "")
         return _render(self.dialect, self._gateway.format(f=f))
+
+
+def _tuple_match(alias: str, present: tuple[bool, ...]) -> str:
+    return f"{alias}.source = ? AND " + " AND ".join(
+        f"{alias}.{c} = ?" if on else f"COALESCE({alias}.{c}, '') = ''"
+        for c, on in zip(_TUPLE, present))
+
+
+@lru_cache(maxsize=None)
+def _by_tuple(d: str, select: str, present: tuple[bool, ...], owned: bool) -> str:
+    if len(present) != len(_TUPLE):
+        raise ValueError(f"present must flag {len(_TUPLE)} tuple columns, got {present!r}")
+    owner = " AND COALESCE(s.profile_name, ?) = ?" if owned else ""
+    fence = (f"EXISTS (SELECT 1 FROM sessions fb WHERE {_tuple_match('fb', present)} AND "
+             f"fb.ended_at IS NOT NULL AND fb.end_reason IN ({_sql_list(RESET_END_REASONS)}) "
+             f"AND fb.ended_at > {act('s')} AND NOT (COALESCE(s.parent_session_id, '') = "
+             f"fb.id AND {reset_child('s', d=d)}))")
+    return _render(d, f"{select} WHERE {_tuple_match('s', present)} AND {has_msg('s')} = 1 "
+                      f"AND {recoverable('s')}{owner} AND NOT {fence} ORDER BY {act('s')} "
+                      "DESC, s.started_at DESC, s.id DESC LIMIT 1")
+
+
+def tuple_params(source: str, values: tuple[str, ...],
+                 owner: str | None) -> tuple[tuple[bool, ...], tuple[str, ...]]:
+    """``(present, params)`` of :meth:`PeerStatements.by_tuple` for the tuple ``values``
+    (strings, ``''`` for a missing value) and the owner profile (None: unfenced)."""
+    present = tuple(v != "" for v in values)
+    given = tuple(v for v in values if v != "")
+    mid = () if owner is None else (owner, owner)
+    return present, (source, *given, *mid, source, *given)
 
 
 @lru_cache(maxsize=None)
