@@ -92,21 +92,50 @@ LOCK_HOLDER = textwrap.dedent("""
 """)
 
 
+def _record_threads(sync: SessionStore, names: list[str]) -> list[tuple[str, int]]:
+    """Shadow ``names`` on the instance so every call records the thread it ran on."""
+    calls: list[tuple[str, int]] = []
+    for name in names:
+        bound = getattr(sync, name)
+
+        def spy(*args, _name=name, _bound=bound, **kwargs):
+            calls.append((_name, threading.get_ident()))
+            return _bound(*args, **kwargs)
+        setattr(sync, name, spy)
+    return calls
+
+
 @pytest.mark.sqlite_only("another process holding the SQLite write lock")
 def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
-    """Behaviour 39: 50 concurrent awaited listings while another process holds the write
-    lock keep the loop's lag under 50 ms; a cancelled append still commits."""
+    """Behaviour 39 and issue acceptance 5: 100 concurrent coroutines (reads and writes) on one
+    store and one real loop while another process holds the write lock for 0.2 s: every store
+    call runs on a thread other than the loop's, and the loop's lag (a ticker) stays under
+    50 ms, which a write blocking on the lock inside the loop thread would exceed. A cancelled
+    append still commits."""
     path = tmp_path / "s.db"
     with SessionStore(path) as s:
         for i in range(20):
             s.create_session(f"s{i}", "cli")
     store = AsyncSessionStore(SessionStore(path))
+    used = ["list_sessions", "get_session", "message_count", "search_messages",
+            "append_message", "create_session"]
+    calls = _record_threads(store.sync, used)
     proc = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(path)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    released = threading.Lock()
+
+    def release() -> None:
+        if released.acquire(blocking=False):
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+
+    timer = threading.Timer(0.2, release)  # not the loop: a blocked loop still gets released
     try:
         assert proc.stdout.readline().strip() == "locked"
+        timer.start()
 
-        async def main() -> float:
+        async def main() -> tuple[float, int]:
             worst = 0.0
             done = asyncio.Event()
 
@@ -118,18 +147,35 @@ def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
                     worst = max(worst, time.perf_counter() - t0 - 0.005)
 
             tick = asyncio.create_task(ticker())
-            results = await asyncio.gather(*(store.list_sessions() for _ in range(50)))
+            ops = []
+            for i in range(100):
+                k = i % 5
+                if k == 0:
+                    ops.append(store.list_sessions())
+                elif k == 1:
+                    ops.append(store.get_session(f"s{i % 20}"))
+                elif k == 2:
+                    ops.append(store.message_count(f"s{i % 20}"))
+                elif k == 3:
+                    ops.append(store.append_message(f"s{i % 20}", "user", f"word{i}"))
+                else:
+                    ops.append(store.create_session(f"n{i}", "cli") if i % 2
+                               else store.search_messages("word1"))
+            results = await asyncio.gather(*ops)
             done.set()
             await tick
-            assert all(len(r) == 20 for r in results)
-            return worst
+            assert all(len(r) >= 20 for r in results[0::5])
+            return worst, threading.get_ident()
 
-        lag = asyncio.run(main())
+        lag, loop_thread = asyncio.run(main())
     finally:
-        proc.stdin.write("\n")
-        proc.stdin.flush()
+        timer.cancel()
+        release()
         proc.wait(timeout=10)
+    assert len(calls) == 100 and {n for n, _ in calls} == set(used), calls
+    assert not [n for n, t in calls if t == loop_thread], "store call on the loop thread"
     assert lag < 0.05, f"loop lag {lag * 1000:.0f} ms"
+    assert store.sync.message_count() == 20
 
     async def cancelled() -> None:
         task = asyncio.create_task(store.append_message("s0", "user", "still lands"))
