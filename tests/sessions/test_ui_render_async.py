@@ -4,20 +4,25 @@ acceptance behaviours 38–39 of §6)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from hermes_data.sessions import AsyncSessionDB, AsyncSessionStore
-from hermes_data.sessions.async_store import ITERATOR_METHODS, public_surface
+from hermes_data.sessions import async_store
+from hermes_data.sessions.async_store import ITERATOR_METHODS, public_surface, twin_lines
 from hermes_data.sessions.render import (default_save_filename, normalize_save_format,
                                          render_session_for_save, save_filename)
 from hermes_data.sessions.store import SessionStore
+
+from ..conftest import REPO
 
 
 def _doc(**over):
@@ -80,6 +85,74 @@ def test_ab39_every_public_method_has_an_async_twin():
         else:
             assert asyncio.iscoroutinefunction(twin), name
     assert AsyncSessionDB is AsyncSessionStore
+
+
+def test_ab39_the_checked_in_twins_match_the_store_surface():
+    """Behaviour 39: the twins are an explicit class body (so type checkers see them); it is
+    exactly what ``twin_lines()`` generates from the store's public surface today."""
+    text = Path(async_store.__file__).read_text()
+    body = text.split("# BEGIN TWINS", 1)[1].split("\n", 1)[1].split("    # END TWINS", 1)[0]
+    expected = "\n".join(twin_lines()) + "\n"
+    assert body == expected, ("AsyncSessionStore's twins drifted from SessionStore; paste "
+                              "between the TWINS markers:\n" + expected)
+
+
+TYPING_GOOD = '''\
+from hermes_data.sessions import AsyncSessionStore
+
+
+async def use(store: AsyncSessionStore) -> int:
+    await store.append_message("s1", "user", "hi")
+    async for doc in store.iter_export_all():
+        reveal_type(doc)
+    reveal_type(store.backend)
+    reveal_type(store.workspace_key)
+    return await store.message_count("s1")
+'''
+TYPING_BAD = '''\
+from hermes_data.sessions import AsyncSessionStore
+
+
+async def use(store: AsyncSessionStore) -> None:
+    store.append_message("s1", "user", "hi")
+    count: int = store.message_count("s1")
+    await store.message_count(42)
+    await store.create_session("s2", "cli", bogus=1)
+    if store.get_session("s1"):
+        pass
+'''
+#: (line of TYPING_BAD, mypy error code): un-awaited twins and wrong arguments are flagged.
+TYPING_EXPECTED = {(5, "unused-coroutine"), (6, "assignment"), (7, "arg-type"), (8, "call-arg"),
+                   (9, "truthy-bool")}
+
+
+@pytest.mark.journal_independent("static type checks")
+def test_ab39_mypy_sees_precise_twins(tmp_path):
+    """Behaviour 39: mypy (one run over two probe files, never executed) types every twin
+    with the store method's parameters and a Coroutine result: awaiting type-checks, an
+    un-awaited call used as a statement, a value or a condition is an error."""
+    pytest.importorskip("mypy")
+    (tmp_path / "good.py").write_text(TYPING_GOOD)
+    (tmp_path / "bad.py").write_text(TYPING_BAD)
+    (tmp_path / "mypy.ini").write_text("[mypy]\nenable_error_code = truthy-bool\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MYPY")}
+    env["MYPYPATH"] = str(REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", "mypy.ini", "--cache-dir",
+         str(tmp_path / ".mypy_cache"), "--show-error-codes", "--no-pretty",
+         "--follow-imports=silent", "good.py", "bad.py"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = re.findall(r"^(good|bad)\.py:(\d+): error: .*\[([\w-]+)\]$", out, re.M)
+    assert {(int(n), code) for f, n, code in errors if f == "bad"} == TYPING_EXPECTED, out
+    assert not [e for e in errors if e[0] == "good"], out
+    revealed = re.findall(r"^good\.py:\d+: note: Revealed type is \"(.*)\"$", out, re.M)
+    assert revealed[0].endswith(".SessionExport"), out
+    assert revealed[1].endswith(".SessionBackend"), out
+    assert re.fullmatch(r"def \(row: .*\) -> typing\.Coroutine\[Any, Any, builtins\.str \| None\]"
+                        r"|def \(row: .*\) -> typing\.Coroutine\[Any, Any, str \| None\]",
+                        revealed[2]), out
 
 
 LOCK_HOLDER = textwrap.dedent("""
