@@ -260,6 +260,10 @@ def import_sessions(store: Any, sessions: Any) -> ImportResult:
         skipped: list[str] = []
         warnings: list[str] = []
         dropped: set[str] = set()
+        # One bulk FTS fill for every imported row (as a large batch append does) instead of
+        # the per-row insert triggers; the gate is restored in this same transaction.
+        tx = msg.ConnectionDriver(conn)
+        gate = msg.open_bulk_fts(tx, d, sum(len(e.get("messages") or []) for _, e in entries))
         for sid, e in entries:
             if conn.execute(q.SESSION_EXISTS, {"id": sid}).first() is not None:
                 skipped.append(sid)
@@ -281,6 +285,8 @@ def import_sessions(store: Any, sessions: Any) -> ImportResult:
                     warnings.append(f"{sid}: title {title!r} is held by another session; "
                                     "imported untitled")
             imported.append(sid)
+        if gate is not None:
+            gate.reopen_and_fill(tx)
         detached = _link(conn, entries, set(imported))
         if dropped:
             warnings.append("columns this store lacks were dropped: " + ", ".join(sorted(dropped)))
