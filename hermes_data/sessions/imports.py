@@ -8,7 +8,9 @@ transaction): an existing id is skipped untouched; each new session row is inser
 allowed columns (routing, activity labels, handoff/rewind/compression state, ``pinned``,
 ``hidden``, ``last_read_at`` and ``title_source`` are never imported; ``profile_name`` is the
 store's owner); its messages go through the shared batch insert (encodings, display
-identities, strictly increasing default timestamps); titles are set per session in a
+identities, strictly increasing default timestamps) and, on SQLite with the current FTS
+layout, are indexed in bulk once at the end, as a large batch append is (the rebuild gate is
+closed and restored inside the same transaction); titles are set per session in a
 SAVEPOINT (a title held elsewhere ⇒ imported untitled, a warning); lineage links are made
 last, only to a parent that exists and never closing a cycle. Any failure rolls everything
 back.
