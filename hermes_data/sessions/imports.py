@@ -8,7 +8,9 @@ transaction): an existing id is skipped untouched; each new session row is inser
 allowed columns (routing, activity labels, handoff/rewind/compression state, ``pinned``,
 ``hidden``, ``last_read_at`` and ``title_source`` are never imported; ``profile_name`` is the
 store's owner); its messages go through the shared batch insert (encodings, display
-identities, strictly increasing default timestamps); titles are set per session in a
+identities, strictly increasing default timestamps) and, on SQLite with the current FTS
+layout, are indexed in bulk once at the end, as a large batch append is (the rebuild gate is
+closed and restored inside the same transaction); titles are set per session in a
 SAVEPOINT (a title held elsewhere ⇒ imported untitled, a warning); lineage links are made
 last, only to a parent that exists and never closing a cycle. Any failure rolls everything
 back.
@@ -260,6 +262,10 @@ def import_sessions(store: Any, sessions: Any) -> ImportResult:
         skipped: list[str] = []
         warnings: list[str] = []
         dropped: set[str] = set()
+        # One bulk FTS fill for every imported row (as a large batch append does) instead of
+        # the per-row insert triggers; the gate is restored in this same transaction.
+        tx = msg.ConnectionDriver(conn)
+        gate = msg.open_bulk_fts(tx, d, sum(len(e.get("messages") or []) for _, e in entries))
         for sid, e in entries:
             if conn.execute(q.SESSION_EXISTS, {"id": sid}).first() is not None:
                 skipped.append(sid)
@@ -281,6 +287,8 @@ def import_sessions(store: Any, sessions: Any) -> ImportResult:
                     warnings.append(f"{sid}: title {title!r} is held by another session; "
                                     "imported untitled")
             imported.append(sid)
+        if gate is not None:
+            gate.reopen_and_fill(tx)
         detached = _link(conn, entries, set(imported))
         if dropped:
             warnings.append("columns this store lacks were dropped: " + ", ".join(sorted(dropped)))

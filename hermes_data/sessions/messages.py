@@ -179,6 +179,35 @@ class _Gate:
             tx.execute(fts.BULK_FTS_TRIGRAM_FILL, (self.last_id,))
 
 
+def open_bulk_fts(tx: Any, dialect: str, rows: int) -> _Gate | None:
+    """Close the rebuild gate before inserting about ``rows`` rows in this transaction when
+    the batch may fill the FTS indexes itself (SQLite, current layout, enough rows); the
+    caller inserts, then calls ``reopen_and_fill(tx)`` on the returned gate in the same
+    transaction. None: the per-row triggers index as usual."""
+    if dialect != "sqlite" or rows < BULK_FTS_MIN_ROWS:
+        return None
+    plan = bulk_fts_plan(tx)
+    return None if plan is None else _Gate(tx, plan)
+
+
+class ConnectionDriver:
+    """A :class:`~hermes_data.sessions.backends.base.Driver` over a SQLAlchemy connection
+    already inside its write transaction (driver text, positional values)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> Any:
+        """Run one statement; returns its result (``fetchone``/``fetchall``)."""
+        return self._conn.exec_driver_sql(statement, tuple(parameters) if parameters else None)
+
+    def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any:
+        """Run one statement over many rows."""
+        return self._conn.exec_driver_sql(statement, [tuple(r) for r in rows])
+
+
 def check_rows(messages: Sequence[Any]) -> None:
     """The checks :func:`encode_row` makes before anything is written (mapping, role), over
     the whole input, so an invalid row anywhere fails the call before its transaction."""

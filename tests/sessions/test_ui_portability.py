@@ -268,3 +268,49 @@ def test_ab37_load_import_payload():
     assert load_import_payload('{"id": "a"}\n\n{"id": "b"}\n') == [{"id": "a"}, {"id": "b"}]
     with pytest.raises(ValueError, match="line 3"):
         load_import_payload('{"id": "a"}\n\n{oops')
+
+
+@pytest.mark.sqlite_only("the bulk FTS fill is the SQLite batch path")
+def test_ab35_bulk_indexed_import_matches_per_row_triggers(tmp_path, monkeypatch):
+    """Behaviour 35 / issue acceptance 3: the import fills both FTS indexes in bulk (one
+    INSERT…SELECT, gate restored in the same transaction); its indexes and search results are
+    the same as when the per-row triggers index every row, and a later append still indexes."""
+    from hermes_data.sessions import messages
+
+    payload = [{"id": f"b{k}", "messages": [
+        {"role": "user", "content": f"alpha{k} 東京タワー {j}"},
+        {"role": "assistant", "content": [{"type": "text", "text": f"beta{j} substring{k}"}]},
+        {"role": "tool", "tool_name": "sh", "content": f"gamma {k}{j}"}]} for k in range(3)
+        for j in range(1)] + [{"id": "b9", "messages": [{"role": "user", "content": "delta"}]}]
+    fills: list[str] = []
+    real_open = messages.open_bulk_fts
+
+    def spy(tx, dialect, rows):
+        gate = real_open(tx, dialect, rows)
+        fills.append("bulk" if gate is not None else "triggers")
+        return gate
+
+    def run(path, bulk: bool):
+        monkeypatch.setattr(messages, "BULK_FTS_MIN_ROWS", 4 if bulk else 10**9)
+        with SessionStore(path) as s:
+            assert s.import_sessions(payload).imported == 4
+            s.append_message("b9", "user", "epsilon after import")
+            hits = {q: [(h.session_id, h.role, h.snippet) for h in s.search_messages(q)]
+                    for q in ("alpha1", "beta0", "東京", "substring1", "gamma", "epsilon", "delta")}
+        con = sqlite3.connect(path)
+        try:
+            for t in ("messages_fts", "messages_fts_trigram"):
+                con.execute(f"INSERT INTO {t}({t}) VALUES ('integrity-check')")
+            tables = [con.execute(f"SELECT rowid, * FROM {t} ORDER BY rowid").fetchall()
+                      for t in ("messages_fts", "messages_fts_trigram")]
+        finally:
+            con.close()
+        return hits, tables
+
+    monkeypatch.setattr(messages, "open_bulk_fts", spy)
+    bulk = run(tmp_path / "bulk.db", True)
+    rows = run(tmp_path / "rows.db", False)
+    assert fills == ["bulk", "triggers"]
+    assert bulk == rows
+    assert all(bulk[0][q] for q in bulk[0]), bulk[0]
+    assert len(bulk[1][0]) == 11
