@@ -19,7 +19,8 @@ which FTS tables this build can load). A later open of the same file compares th
 skips the identity rule's and the other catalogue reads: one read transaction re-reads the
 cookie, ``application_id`` and catalogue text and
 (:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`) the data the gates depend on
-(revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``).
+(revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``, the
+CJK-bigram index's stale flag); the display triggers' stored SQL is part of the catalogue text.
 Anything that differs — a schema change, another file at the path, a stale index, a row to
 heal, forced FTS capabilities — falls back to the full reads (and they write only what they
 prove is needed, §8.4).
@@ -48,7 +49,7 @@ log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
 #: The open-check plan: (fts tables loadable, application_id, unusable FTS tables present,
 #: need fail-open, need FTS checks, need NULL-active heal, need generation, need
-#: fts_storage_version).
+#: fts_storage_version, display triggers to (re)create — ui §2.3).
 Plan = tuple
 
 
