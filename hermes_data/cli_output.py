@@ -18,10 +18,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-def emit(*args, **kwargs) -> None:
-    """Write to the terminal (``print``'s arguments): the command line's only output call;
-    the library itself logs and never prints. Progress lines go through it too."""
-    print(*args, **kwargs)
+def emit(*args: Any, sep: str = " ", end: str = "\n", file: Any = None,
+         flush: bool = False) -> None:
+    """Write ``args`` to the terminal (standard output unless ``file``), joined by ``sep``
+    and ended by ``end``: the command line's only output call; the library itself logs and
+    never writes to the terminal. Progress lines go through it too."""
+    stream = sys.stdout if file is None else file
+    stream.write(sep.join(map(str, args)) + end)
+    if flush:
+        stream.flush()
 
 
 def emit_json(by_store: dict[str, Any]) -> None:
