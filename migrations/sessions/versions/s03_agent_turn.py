@@ -175,11 +175,6 @@ def _index_names(bind, table: str) -> set[str]:
     return {str(ix["name"]) for ix in sa.inspect(bind).get_indexes(table)}
 
 
-def _add_missing(bind, table: str, columns) -> None:
-    """Append absent columns (the core reconcile rule); present ones are never touched."""
-    add_missing_columns(bind, table, columns, log)
-
-
 def _rebuild_usage(bind, usage: sa.Table) -> None:
     """Replace a ``session_model_usage`` whose key lacks ``task`` with the canonical table."""
     pg = bind.dialect.name == "postgresql"
@@ -210,7 +205,7 @@ def upgrade() -> None:
     bind = op.get_bind()
     pg = bind.dialect.name == "postgresql"
     usage, generations = _tables()
-    _add_missing(bind, "sessions", _session_columns())
+    add_missing_columns(bind, "sessions", _session_columns(), log)
     tables = _tables_present(bind)
     if "session_model_usage" not in tables:
         bind.execute(sa.schema.CreateTable(usage))
@@ -218,7 +213,7 @@ def upgrade() -> None:
         if seeded:
             log.info("session_model_usage: seeded %d row(s) from session totals", seeded)
     else:
-        _add_missing(bind, "session_model_usage", usage.columns)
+        add_missing_columns(bind, "session_model_usage", usage.columns, log)
         key = sa.inspect(bind).get_pk_constraint("session_model_usage")["constrained_columns"]
         if "task" not in key:
             _rebuild_usage(bind, usage)
