@@ -34,27 +34,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hermes_data.engine import SqliteSettings  # noqa: E402
 from hermes_data.sessions import sql  # noqa: E402
 from hermes_data.sessions.sql import coordination as coord_sql  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
+from agent_turn import baseline_conn, open_store  # noqa: E402  (same directory)
+
 Q = sql.for_dialect("sqlite")
 C = coord_sql.for_dialect("sqlite")
-
-
-def open_store(path: Path, journal: str) -> SessionStore:
-    return SessionStore(path, settings=SqliteSettings(busy_timeout_ms=1000, journal_mode=journal),
-                        hermes_root=path.parent)
-
-
-def baseline_conn(path: Path, journal: str) -> sqlite3.Connection:
-    con = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-    con.execute("PRAGMA busy_timeout=1000")
-    con.execute(f"PRAGMA journal_mode={journal}")
-    con.execute("PRAGMA synchronous=NORMAL")
-    con.execute("PRAGMA foreign_keys=ON")
-    return con
 
 
 def _claim(con: sqlite3.Connection, gs: coord_sql.GuardStatements, key: str, holder: str,
