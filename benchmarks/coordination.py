@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 
 from hermes_data.sessions import sql  # noqa: E402
 from hermes_data.sessions.sql import coordination as coord_sql  # noqa: E402
-from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 from agent_turn import baseline_conn, open_store  # noqa: E402  (same directory)
 
