@@ -19,12 +19,13 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
+from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta,
                opening, row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
 from .gateway_api import GatewayAPI
+from .storage_api import StorageAPI
 from .ui_api import UiAPI
 from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
@@ -110,7 +111,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
-class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
+class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -301,9 +302,6 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI):
         return self._backend.write(lambda c: lifecycle.reopen_session(c, self._q, session_id))
 
     # -- messages (§6) -----------------------------------------------------------------
-
-    cjk_index_status = _Op(cjk.cjk_index_status)
-    cjk_index_step = _Op(cjk.cjk_index_step)
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,

@@ -1,0 +1,22 @@
+"""The storage-resilience API's public ``SessionStore`` methods (spec sessions-ext-storage.md
+§3.6–§3.9), as one declarative delegation table — the pattern of :mod:`.agent_api`: each
+entry maps a public name to an operation function (store first) in a module by concern; the
+class holds no state and no logic, and ``SessionStore`` inherits it.
+"""
+
+from __future__ import annotations
+
+from . import cjk
+from .agent_api import _Op
+
+
+class StorageAPI:
+    """The delegation table (see the module docstring)."""
+
+    # -- the CJK-bigram index (§3.9.2)
+    cjk_index_status = _Op(cjk.cjk_index_status)
+    cjk_index_step = _Op(cjk.cjk_index_step)
+
+    # -- the legacy FTS layout migration (§3.6)
+
+    # -- optimize / rebuild / merges, stale deferral and retry (§3.7–§3.8)
