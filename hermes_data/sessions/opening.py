@@ -440,7 +440,7 @@ def needs_fts_storage_version(conn: Connection, state: FtsState) -> bool:
     row = conn.exec_driver_sql(open_sql.READ_FTS_STORAGE_VERSION).first()
     if row is not None and row[0] == "3":
         return False
-    if conn.exec_driver_sql(open_sql.FTS_REBUILD_HIGH_WATER_PROBE).first():
+    if conn.exec_driver_sql(open_sql.FTS_STORAGE_VERSION_WITHHELD_PROBE).first():
         return False
     if state.messages_nonempty and not conn.exec_driver_sql(
             open_sql.FTS_DOCSIZE_NONEMPTY_PROBE).first():

@@ -105,7 +105,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
-from . import cjk, opening
+from . import cjk, fts_gap, opening
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
@@ -353,10 +353,16 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
                           groups=(cjk_like_groups(match) if plan.route == "trigram"
                                   else like_groups(match)))
         return _like(conn, like, filters, limit, offset, sort)
-    return _or_trigram(
+    hits = _or_trigram(
         hits, match, plan.trigram_fallback, offset,
         probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
         retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, limit, offset, sort))
+    fallback = plan.trigram_fallback  # rows of a pending backfill window: storage §3.6
+    return fts_gap.supplement(conn, hits, like_groups(match), filters.sql, limit, offset, sort,
+                              lambda: fts_gap.match_count(conn, table, match, filters.sql, offset)
+                              or (fts_gap.match_count(conn, q.FTS_TRIGRAM_TABLE, fallback,
+                                                      filters.sql, offset) if fallback else 0),
+                              lambda r: _result(r, r[8], "gap"))
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,

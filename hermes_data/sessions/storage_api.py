@@ -6,7 +6,7 @@ class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import cjk
+from . import cjk, fts_storage
 from .agent_api import _Op
 
 
@@ -18,5 +18,9 @@ class StorageAPI:
     cjk_index_step = _Op(cjk.cjk_index_step)
 
     # -- the legacy FTS layout migration (§3.6)
+    fts_optimize_available = _Op(fts_storage.fts_optimize_available)
+    fts_rebuild_status = _Op(fts_storage.fts_rebuild_status)
+    fts_rebuild_step = _Op(fts_storage.fts_rebuild_step)
+    optimize_fts_storage = _Op(fts_storage.optimize_fts_storage)
 
     # -- optimize / rebuild / merges, stale deferral and retry (§3.7–§3.8)

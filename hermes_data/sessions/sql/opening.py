@@ -118,6 +118,11 @@ READ_APPLICATION_ID = "PRAGMA application_id"
 READ_FTS_STORAGE_VERSION = "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
 #: Probe: is a deferred FTS rebuild window open?
 FTS_REBUILD_HIGH_WATER_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'"
+#: Probe: is the storage version withheld — a deferred rebuild window open, or demoted
+#: shadow tables (``fts_v22_trash_*``) still to drain (storage §2.1)?
+FTS_STORAGE_VERSION_WITHHELD_PROBE = (
+    "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water' UNION ALL "
+    "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name GLOB 'fts_v22_trash_*' LIMIT 1")
 #: Probe: does the unicode61 index hold any document?
 FTS_DOCSIZE_NONEMPTY_PROBE = "SELECT 1 FROM messages_fts_docsize LIMIT 1"
 #: Record the current external-content layout as complete (storage version 3).

@@ -1,0 +1,80 @@
+"""Search's gap supplement during an FTS backfill (spec sessions-ext-storage.md §3.6,
+amending core §7.2).
+
+While ``optimize-storage`` backfills the index, the rows of the window ``(progress,
+high_water]`` are in ``messages`` but not yet in the FTS tables (the gated triggers index
+everything newer at once). After an FTS route (base, trigram, or the zero-result trigram
+fallback) returns a short page, the core LIKE compilation of the query — its OR-groups with
+``NOT`` — runs over that window with the shared filters and fills the page:
+``LIMIT limit − len(page) OFFSET g``, ``g = max(0, offset − fts_total)``, where
+``fts_total`` is ``offset + len(page)`` when the page has rows and otherwise the FTS match
+count, counted up to ``offset`` only (upstream ignored the offset, so page 2 repeated page
+1, and read ``NOT x`` as ``x``). Only ids not on the page are added; an ``OperationalError``
+skips the supplement. ``m.content`` is never selected whole (the LIKE snippet window).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .search_plan import LikeTerm
+from .sql import fts_storage as q
+from .sql.search import LIKE_COLS, pattern_where
+
+log = logging.getLogger("hermes_data.sessions.search")
+
+
+def gap_window(conn: Connection) -> tuple[int, int] | None:
+    """``(progress, high_water)`` of an open backfill window (high water > 0), else None."""
+    meta = dict(conn.exec_driver_sql(q.READ_MARKERS).fetchall())
+    try:
+        high = int(meta[q.HIGH_WATER_KEY]) if q.HIGH_WATER_KEY in meta else 0
+        progress = int(meta.get(q.PROGRESS_KEY) or 0)
+    except ValueError:
+        return None
+    if high <= 0 or progress >= high:
+        return None
+    return max(0, progress), high
+
+
+def match_count(conn: Connection, table: str, match: str,
+                filters: Callable[[dict[str, Any]], str], bound: int) -> int:
+    """Rows ``table MATCH match`` finds under the filters, counted up to ``bound``."""
+    params: dict[str, Any] = {"q": match, "bound": bound}
+    where = filters(params)
+    return int(conn.execute(sa.text(q.fts_match_count(table, where)), params).scalar() or 0)
+
+
+def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[LikeTerm]],
+               filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
+               sort: str | None, fts_total: Callable[[], int],
+               make: Callable[[Sequence[Any]], Any]) -> list[Any]:
+    """``page`` (hits with an ``id``) followed by the window's LIKE hits when a backfill is
+    pending and the page is short (see the module docstring). ``fts_total()`` counts the FTS
+    matches up to ``offset`` (called only for an empty page on a later offset); ``make``
+    turns a row (nine columns, snippet last) into a hit."""
+    if len(page) >= limit or not groups:
+        return page
+    try:
+        window = gap_window(conn)
+        if window is None:
+            return page
+        total = offset + len(page) if page else (fts_total() if offset else 0)
+        params: dict[str, Any] = {"gap_lo": window[0], "gap_hi": window[1],
+                                  "limit": limit - len(page),
+                                  "offset": max(0, offset - total)}
+        matches = pattern_where(groups, LIKE_COLS, params)
+        where = filters(params)
+        rows = conn.execute(sa.text(q.gap_page(matches, where, sort)), params).fetchall()
+    except sa.exc.OperationalError as exc:
+        msg = str(exc.orig).lower()
+        if "locked" in msg or "busy" in msg:
+            raise
+        log.debug("gap supplement skipped: %s", exc.orig)
+        return page
+    seen = {h.id for h in page}
+    return page + [make(r) for r in rows if r[0] not in seen]
