@@ -52,11 +52,12 @@ def match_count(conn: Connection, table: str, match: str,
 def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[LikeTerm]],
                filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
                sort: str | None, fts_total: Callable[[], int],
-               make: Callable[[Sequence[Any]], Any]) -> list[Any]:
+               make: Callable[[Sequence[Any]], Any], *, scoped: bool = False) -> list[Any]:
     """``page`` (hits with an ``id``) followed by the window's LIKE hits when a backfill is
     pending and the page is short (see the module docstring). ``fts_total()`` counts the FTS
     matches up to ``offset`` (called only for an empty page on a later offset); ``make``
-    turns a row (nine columns, snippet last) into a hit."""
+    turns a row (nine columns, snippet last) into a hit; ``scoped`` keeps the window to the
+    rows the trigram index holds (after the trigram route)."""
     if len(page) >= limit or not groups:
         return page
     try:
@@ -69,7 +70,7 @@ def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[Like
                                   "offset": max(0, offset - total)}
         matches = pattern_where(groups, LIKE_COLS, params)
         where = filters(params)
-        rows = conn.execute(sa.text(q.gap_page(matches, where, sort)), params).fetchall()
+        rows = conn.execute(sa.text(q.gap_page(matches, where, sort, scoped=scoped)), params).fetchall()
     except sa.exc.OperationalError as exc:
         msg = str(exc.orig).lower()
         if "locked" in msg or "busy" in msg:

@@ -362,7 +362,7 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
                               lambda: fts_gap.match_count(conn, table, match, filters.sql, offset)
                               or (fts_gap.match_count(conn, q.FTS_TRIGRAM_TABLE, fallback,
                                                       filters.sql, offset) if fallback else 0),
-                              lambda r: _result(r, r[8], "gap"))
+                              lambda r: _result(r, r[8], "gap"), scoped=plan.route == "trigram")
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,

@@ -15,7 +15,7 @@ import re
 from typing import Sequence
 
 from .fts import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, _tri_row
-from .search import HIT_COLS, LIKE_SNIPPET
+from .search import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
 
 # ---------------------------------------------------------------------------------------
 # state_meta keys (§2.1)
@@ -195,15 +195,16 @@ def drop_trash(name: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def gap_page(matches: str, where: str, sort: str | None) -> str:
+def gap_page(matches: str, where: str, sort: str | None, *, scoped: bool = False) -> str:
     """LIKE hits of the unindexed window ``(:gap_lo, :gap_hi]`` (``matches`` from
     ``pattern_where``, ``where`` from ``filter_where``), newest first (oldest first for
     ``sort='oldest'``), with the LIKE snippet as a ninth column; ``m.content`` is never
-    selected whole."""
+    selected whole. ``scoped``: only the rows the trigram index holds (the trigram route)."""
     d = "ASC" if sort == "oldest" else "DESC"
+    scope = f"m.role <> 'tool' AND {TRI_SESSION_S} AND " if scoped else ""
     return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
             "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.id > :gap_lo AND m.id <= :gap_hi AND ({matches}) AND {where} "
+            f"WHERE {scope}m.id > :gap_lo AND m.id <= :gap_hi AND ({matches}) AND {where} "
             f"ORDER BY m.timestamp {d}, m.id {d} LIMIT :limit OFFSET :offset")
 
 
