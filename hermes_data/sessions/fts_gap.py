@@ -9,8 +9,9 @@ fallback) returns a short page, the core LIKE compilation of the query — its O
 ``LIMIT limit − len(page) OFFSET g``, ``g = max(0, offset − fts_total)``, where
 ``fts_total`` is ``offset + len(page)`` when the page has rows and otherwise the FTS match
 count, counted up to ``offset`` only (upstream ignored the offset, so page 2 repeated page
-1, and read ``NOT x`` as ``x``). Only ids not on the page are added; an ``OperationalError``
-skips the supplement. ``m.content`` is never selected whole (the LIKE snippet window).
+1, and read ``NOT x`` as ``x``). With ``sort`` newest/oldest the two sources are merged by
+time instead (a page of one timeline). Only ids not on the page are added; an
+``OperationalError`` skips the supplement. ``m.content`` is never selected whole (the LIKE snippet window).
 """
 
 from __future__ import annotations
@@ -52,30 +53,48 @@ def match_count(conn: Connection, table: str, match: str,
 def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[LikeTerm]],
                filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
                sort: str | None, fts_total: Callable[[], int],
-               make: Callable[[Sequence[Any]], Any], *, scoped: bool = False) -> list[Any]:
-    """``page`` (hits with an ``id``) followed by the window's LIKE hits when a backfill is
-    pending and the page is short (see the module docstring). ``fts_total()`` counts the FTS
+               make: Callable[[Sequence[Any]], Any], *, scoped: bool = False,
+               refetch: Callable[[int], list[Any]] | None = None) -> list[Any]:
+    """``page`` (hits with ``id`` and ``timestamp``) completed by the window's LIKE hits
+    when a backfill is pending (see the module docstring). ``fts_total()`` counts the FTS
     matches up to ``offset`` (called only for an empty page on a later offset); ``make``
     turns a row (nine columns, snippet last) into a hit; ``scoped`` keeps the window to the
-    rows the trigram index holds (after the trigram route)."""
-    if len(page) >= limit or not groups:
+    rows the trigram index holds (after the trigram route).
+
+    Relevance order: a short page is followed by ``limit − len(page)`` window rows from
+    ``max(0, offset − fts_total)``. ``sort`` newest/oldest: the FTS hits and the window's
+    are one timeline, so the first ``offset + limit`` of each (``refetch(n)`` = the FTS
+    route's first ``n``) are merged by ``(timestamp, id)`` and the page cut from that."""
+    timeline = sort in ("newest", "oldest") and refetch is not None
+    if (len(page) >= limit and not timeline) or not groups:
         return page
     try:
         window = gap_window(conn)
         if window is None:
             return page
-        total = offset + len(page) if page else (fts_total() if offset else 0)
+        if timeline:
+            total, want, skip = 0, offset + limit, 0
+        else:
+            total = offset + len(page) if page else (fts_total() if offset else 0)
+            want, skip = limit - len(page), max(0, offset - total)
         params: dict[str, Any] = {"gap_lo": window[0], "gap_hi": window[1],
-                                  "limit": limit - len(page),
-                                  "offset": max(0, offset - total)}
+                                  "limit": want, "offset": skip}
         matches = pattern_where(groups, LIKE_COLS, params)
         where = filters(params)
-        rows = conn.execute(sa.text(q.gap_page(matches, where, sort, scoped=scoped)), params).fetchall()
+        rows = conn.execute(sa.text(q.gap_page(matches, where, sort, scoped=scoped)),
+                            params).fetchall()
     except sa.exc.OperationalError as exc:
         msg = str(exc.orig).lower()
         if "locked" in msg or "busy" in msg:
             raise
         log.debug("gap supplement skipped: %s", exc.orig)
         return page
+    if timeline:
+        assert refetch is not None
+        head = refetch(offset + limit)
+        seen = {h.id for h in head}
+        merged = head + [make(r) for r in rows if r[0] not in seen]
+        merged.sort(key=lambda h: (h.timestamp or 0.0, h.id or 0), reverse=sort == "newest")
+        return merged[offset:offset + limit]
     seen = {h.id for h in page}
     return page + [make(r) for r in rows if r[0] not in seen]

@@ -353,16 +353,22 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
                           groups=(cjk_like_groups(match) if plan.route == "trigram"
                                   else like_groups(match)))
         return _like(conn, like, filters, limit, offset, sort)
-    hits = _or_trigram(
-        hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
-        retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, limit, offset, sort))
+
+    def page(n: int, o: int, first: list[SearchResult] | None = None) -> list[SearchResult]:
+        return _or_trigram(
+            _fts_safe(conn, table, match, filters, n, o, sort) if first is None else first,
+            match, plan.trigram_fallback, o,
+            probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
+            retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort))
+
     fallback = plan.trigram_fallback  # rows of a pending backfill window: storage §3.6
-    return fts_gap.supplement(conn, hits, like_groups(match), filters.sql, limit, offset, sort,
+    return fts_gap.supplement(conn, page(limit, offset, hits), like_groups(match), filters.sql,
+                              limit, offset, sort,
                               lambda: fts_gap.match_count(conn, table, match, filters.sql, offset)
                               or (fts_gap.match_count(conn, q.FTS_TRIGRAM_TABLE, fallback,
                                                       filters.sql, offset) if fallback else 0),
-                              lambda r: _result(r, r[8], "gap"), scoped=plan.route == "trigram")
+                              lambda r: _result(r, r[8], "gap"), scoped=plan.route == "trigram",
+                              refetch=lambda n: page(n, 0))
 
 
 def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,
