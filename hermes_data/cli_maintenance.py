@@ -1,4 +1,5 @@
-"""``hermes-data prune | vacuum | export``: session-store maintenance from the command line.
+"""``hermes-data prune | vacuum | optimize-storage | export``: session-store maintenance from
+the command line.
 
 Human output on stdout, progress of long operations on stderr. ``prune`` is a dry run unless
 ``--apply`` is given.
@@ -15,6 +16,7 @@ from typing import Callable, TextIO
 
 from . import migrate
 from .cli_output import elapsed, emit, emit_json, progress, progress_enabled
+from .sessions import fts_storage
 from .sessions import maintenance as mt
 from .sessions.store import SessionStore
 
@@ -66,6 +68,48 @@ def cmd_vacuum(args) -> int:
         outcome = f"nothing to reclaim (the rebuilt file is {-change:,} bytes larger)"
     emit(f"{res['before_bytes']:,} -> {res['after_bytes']:,} bytes: {outcome}")
     return 0
+
+
+def _storage_progress(enabled: bool) -> Callable[[fts_storage.OptimizeProgress], None] | None:
+    """optimize-storage's phases on stderr: a counter line for the backfill (messages
+    indexed) and the teardown (old index rows drained), one line for the VACUUM."""
+    if not enabled:
+        return None
+    bars: dict[str, Callable[[int, int], None] | None] = {}
+    labels = {"backfill": "indexing messages", "teardown": "draining the old index"}
+
+    def report(p: fts_storage.OptimizeProgress) -> None:
+        if p.phase in labels:
+            if p.phase not in bars:
+                bars[p.phase] = progress(labels[p.phase], True)
+            bar = bars[p.phase]
+            if bar is not None and p.total:
+                bar(p.indexed, p.total)
+        elif p.phase == "vacuum":
+            emit("vacuuming…", file=sys.stderr, flush=True)
+
+    return report
+
+
+def cmd_optimize_storage(args) -> int:
+    if args.min_pause is not None:  # a one-shot process: the module default is this run's
+        fts_storage.PAUSE_MIN_S = max(0.0, args.min_pause)
+    with SessionStore(args.url) as store:
+        res = store.optimize_fts_storage(progress_cb=_storage_progress(progress_enabled(args.json)),
+                                         vacuum=not args.no_vacuum, force=args.force)
+    if args.json:
+        emit_json({"sessions": asdict(res)})
+    elif res.ok:
+        emit("FTS storage is current (storage version 3)"
+             + ("; vacuumed" if res.vacuumed else "; not vacuumed"))
+    else:
+        hint = {"busy": " (another process holds the FTS rebuild lock; retry later)",
+                "insufficient_disk": " (free space first, or --force)",
+                "fts_stale": " (the FTS index is stale and another process holds the file)",
+                "backfill_incomplete": " (run it again to resume)",
+                "teardown_incomplete": " (run it again to resume)"}.get(res.reason or "", "")
+        emit(f"not settled: {res.reason}{hint}", file=sys.stderr)
+    return 0 if res.ok else 1
 
 
 def cmd_export(args) -> int:
@@ -123,7 +167,8 @@ def write_jsonl(store: SessionStore, session_id: str, out: TextIO, *, page_size:
 
 
 def register(subparsers) -> None:
-    """Add ``prune``, ``vacuum`` and ``export`` to the ``hermes-data`` parser."""
+    """Add ``prune``, ``vacuum``, ``optimize-storage`` and ``export`` to the ``hermes-data``
+    parser."""
     def url(p: argparse.ArgumentParser) -> None:
         p.add_argument("--url", help="session store URL or SQLite path (default: $HERMES_HOME/state.db)")
         p.set_defaults(store="sessions")
@@ -150,6 +195,18 @@ def register(subparsers) -> None:
     url(p)
     as_json(p)
     p.set_defaults(func=cmd_vacuum)
+    p = subparsers.add_parser(
+        "optimize-storage", help="move a legacy FTS layout to the current one: backfill, drain "
+                                 "the old index, VACUUM (resumable; exit 1 when not settled)")
+    url(p)
+    as_json(p)
+    p.add_argument("--no-vacuum", action="store_true", help="skip the final VACUUM")
+    p.add_argument("--force", action="store_true",
+                   help="run even when free disk space looks too small")
+    p.add_argument("--min-pause", type=float, metavar="SECONDS",
+                   help=f"shortest pause between steps (default: {fts_storage.PAUSE_MIN_S:g}; "
+                        "each pause is at least 4x the step it follows)")
+    p.set_defaults(func=cmd_optimize_storage)
     p = subparsers.add_parser("export", help="stream one session's messages as JSONL, or export "
                                              "documents (--format, --lineage, --all)")
     url(p)

@@ -90,7 +90,7 @@ def _readme_synopsis() -> dict[str, str]:
     out: dict[str, str] = {}
     current = None
     for line in block.splitlines():
-        m = re.match(r"hermes-data (\w+)", line)
+        m = re.match(r"hermes-data ([\w-]+)", line)
         if m:
             current = m.group(1)
             out[current] = out.get(current, "") + line
