@@ -65,6 +65,8 @@ def test_the_legacy_fixture_moves_to_the_current_layout_and_every_term_stays_fou
     with SessionStore(path) as s:
         assert s.fts_optimize_available()
         assert s.fts_rebuild_status() is None
+        s.set_meta("fts_optimize_available", "1")  # upstream's advert: deleted at settle
+        s.set_meta("fts_teardown_fts_v22_trash_gone_progress", "[7]")  # an orphan marker
         before = search_ids(s, terms)
         assert sum(map(len, before.values())) > 0
         during = []
@@ -91,6 +93,7 @@ def test_the_legacy_fixture_moves_to_the_current_layout_and_every_term_stays_fou
     assert not [n for n in objs if n.startswith("fts_v22_trash_")]
     assert "tool_name" in objs["messages_fts"] and "tool_calls" not in objs["messages_fts_trigram"]
     assert "fts_teardown" not in " ".join(meta(path))
+    assert "fts_optimize_available" not in meta(path)
     con = sqlite3.connect(path)
     assert con.execute("SELECT MAX(version) FROM schema_version").fetchone()[0] == 21
     con.close()
@@ -389,6 +392,16 @@ def test_refusals(tmp_path, monkeypatch):
         finally:
             os.close(lock)
         assert "tool_name" not in layout(path)["messages_fts"]  # still legacy
+    con = sqlite3.connect(path)
+    con.execute("INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+    con.commit()
+    con.close()
+    with SessionStore(path, read_only=True) as ro:
+        assert not ro.fts_optimize_available()  # read-only, and stale
+    con = sqlite3.connect(path)
+    con.execute("DELETE FROM state_meta WHERE key = 'fts_stale'")
+    con.commit()
+    con.close()
     with SessionStore(path, read_only=True) as ro:
         assert ro.optimize_fts_storage().reason == "read_only"
         assert not ro.fts_optimize_available() and not ro.fts_rebuild_step()
@@ -424,3 +437,22 @@ def test_postgresql_optimize_storage_is_optimize_and_vacuum(pg_store):
     assert not pg_store.fts_rebuild_step()
     assert pg_store.fts_rebuild_status() is None
     assert pg_store.search_messages("postgres")
+
+
+def test_a_stale_index_gets_one_core_recovery_first(tmp_path):
+    """§3.6 step 1: ``fts_stale`` ⇒ not available; optimize-storage first runs the core
+    recovery (nobody else holds the file here), then migrates."""
+    path = legacy_file(tmp_path, extra=100)
+    with SessionStore(path) as s:
+        con = sqlite3.connect(path)
+        con.execute("INSERT INTO state_meta(key, value) VALUES ('fts_stale', '1')")
+        con.execute("DROP TRIGGER messages_fts_insert")
+        con.commit()
+        con.close()
+        assert not s.fts_optimize_available()
+        r = s.optimize_fts_storage(vacuum=False)
+        assert r.ok, r
+        assert s.get_meta("fts_stale") is None
+        assert len(s.search_messages("amber", limit=100)) == len(
+            [i for i in range(1, 101) if i % 16 == 0 or (i // 16) % 16 == 0])
+    fts_check(path)
