@@ -491,7 +491,10 @@ def _run_steps(store: Any, progress_cb: Callable[[OptimizeProgress], None] | Non
     while True:
         started = monotonic()
         more = fts_rebuild_step(store)
-        cjk_more = bool(store.cjk_index_step())
+        try:
+            cjk_more = bool(store.cjk_index_step())
+        except DatabaseBusyError:
+            cjk_more = True  # busy: the next round retries
         trash_more, rows = _trash_step(store)
         drained += rows
         status = fts_rebuild_status(store)

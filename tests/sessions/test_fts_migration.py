@@ -456,3 +456,29 @@ def test_a_stale_index_gets_one_core_recovery_first(tmp_path):
         assert len(s.search_messages("amber", limit=100)) == len(
             [i for i in range(1, 101) if i % 16 == 0 or (i // 16) % 16 == 0])
     fts_check(path)
+
+
+def test_a_sibling_handle_keeps_writing_through_the_demote_and_the_backfill(
+        tmp_path, monkeypatch):
+    """A handle opened on the legacy layout re-reads the schema after the demote (the cookie
+    moved): its appends during the backfill are indexed by the gated triggers, once."""
+    path = legacy_file(tmp_path, extra=600)
+    monkeypatch.setattr(fts_storage, "CHUNK_IDS", 100)
+    sid = "20260801_090000_a1b2c3"
+    with SessionStore(path) as sibling, SessionStore(path) as s:
+        sibling.append_message(sid, "user", "written on the legacy layout quokkaword")
+        written = []
+
+        def cb(p):
+            if p.phase == "backfill" and len(written) < 3:
+                sibling.append_message(sid, "user", f"sibling quokkaword {len(written)}")
+                sibling.append_messages_batch(sid, [{"role": "user", "content": "batch quokkaword"}
+                                                    for _ in range(5)])
+                written.append(p.indexed)
+                assert len(s.search_messages("quokkaword", limit=100)) == 1 + 6 * len(written)
+
+        assert s.optimize_fts_storage(progress_cb=cb, vacuum=False).ok
+        assert len(written) == 3
+        assert len(sibling.search_messages("quokkaword", limit=100)) == 19
+    fts_check(path)
+    assert counts(path)[0] == counts(path)[1]

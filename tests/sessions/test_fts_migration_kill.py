@@ -88,6 +88,10 @@ def test_a_kill_inside_a_teardown_chunk_resumes_from_the_marker(tmp_path):
     r = run_worker(path, "trash:before-commit", 6, chunk=50)
     assert r.returncode == 77, r.stderr
     assert [n for n in layout(path) if n.startswith("fts_v22_trash_")]
+    sqlite_open.forget_stamps()
+    with SessionStore(path) as s:  # storage §2.1: the version is withheld while trash is left
+        assert s.get_meta("fts_storage_version") is None
+        assert s.fts_optimize_available()
     r = run_worker(path, chunk=50)
     assert r.returncode == 0, r.stderr
     _settled(path, reference)
