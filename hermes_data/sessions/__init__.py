@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from .sweeps import AutoArchiveReport
     from .async_store import AsyncSessionDB, AsyncSessionStore
     from .delegations import reconcile_state_schema
+    # Storage (sessions-ext-storage.md §3.6).
+    from .fts_storage import FtsRebuildStatus, OptimizeProgress, OptimizeStorageResult
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -57,6 +59,9 @@ _EXPORTS = {
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
     # Gateway (sessions-ext-gateway.md §3.10).
     "reconcile_state_schema": "delegations",
+    # Storage (sessions-ext-storage.md §3.6).
+    "FtsRebuildStatus": "fts_storage", "OptimizeProgress": "fts_storage",
+    "OptimizeStorageResult": "fts_storage",
 }
 
 __all__ = sorted(_EXPORTS)
