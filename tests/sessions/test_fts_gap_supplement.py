@@ -132,3 +132,74 @@ def test_the_window_after_the_trigram_route_keeps_the_trigram_scope(tmp_path):
         ids = {h.id for h in hits}
         assert 50 not in ids and len(ids) == 59
         assert {h.route for h in hits} == {"trigram", "gap"}
+
+
+# ---------------------------------------------------------------------------------------
+# Property: during a backfill, search equals the query's meaning over every row
+# ---------------------------------------------------------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from hermes_data.sessions.search_plan import like_groups, sanitize_fts_query  # noqa: E402
+
+#: Whole tokens only (none inside another, none holding "or"/"and"/"not"): a word match and
+#: a substring match agree.
+VOCAB = ("amber", "basalt", "cobalt", "dolmen", "ember", "fjell", "garnet", "hollow")
+
+
+def _rows():
+    out = []
+    for i in range(200):
+        words = [VOCAB[i % 8], VOCAB[(i // 8) % 8]] + ([VOCAB[(i * 5) % 8]] if i % 3 else [])
+        out.append(" ".join(words) + f" n{i}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def window_store(tmp_path_factory):
+    """200 rows, ids 61–200 not indexed yet (a backfill at 30 %)."""
+    import hermes_data.sessions.fts_storage as fs
+    saved = fs.CHUNK_IDS
+    fs.CHUNK_IDS = 20
+    try:
+        s = _store_with_window(tmp_path_factory.mktemp("gap") / "state.db", _rows(), 3)
+    finally:
+        fs.CHUNK_IDS = saved
+    yield s
+    s.close()
+
+
+def _meaning(query: str) -> set[int]:
+    sanitized = sanitize_fts_query(query)
+    groups = like_groups(sanitized) if sanitized else ()
+    out = set()
+    for i, text in enumerate(_rows()):
+        words = set(text.split())
+        if any(all((t.text in words) != t.negated for t in g) for g in groups):
+            out.add(i + 1)
+    return out
+
+
+TERM = st.sampled_from(VOCAB)
+QUERY = st.builds(lambda a, op, b, op2, c: " ".join(x for x in (a, op, b, op2 if c else "", c)
+                                                   if x),
+                  TERM, st.sampled_from(["", "OR", "NOT"]), TERM,
+                  st.sampled_from(["", "OR", "NOT"]), st.sampled_from(("",) + VOCAB))
+
+
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=QUERY, size=st.integers(3, 40), sort=st.sampled_from([None, "newest", "oldest"]))
+def test_search_during_a_backfill_means_the_query_over_every_row(window_store, query, size,
+                                                                  sort):
+    expected = _meaning(query)
+    full = [h.id for h in window_store.search_messages(query, limit=1000, sort=sort)]
+    assert set(full) == expected and len(full) == len(set(full)), query
+    paged: list[int] = []
+    for offset in range(0, len(expected) + size, size):
+        paged += [h.id for h in window_store.search_messages(query, limit=size, offset=offset,
+                                                             sort=sort)]
+    assert len(paged) == len(set(paged)) and set(paged) == expected, (query, size)
+    if sort is not None:
+        assert paged == full  # one timeline, cut into pages
