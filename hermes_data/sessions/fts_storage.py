@@ -49,7 +49,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..errors import DatabaseBusyError
-from . import opening
+from . import fts_shadow, opening
 from .errors import StateDbCorruptError, StateDbReplacedError
 from .sql import fts_storage as q
 
@@ -71,6 +71,9 @@ ADMISSION_WAIT_S = 120.0
 #: Headroom a run needs beyond the file's logical size: max(256 MiB, 2 % of the volume).
 DISK_HEADROOM_BYTES = 256 * 1024 * 1024
 DISK_HEADROOM_FRACTION = 0.02
+
+#: ``PRAGMA writable_schema = RESET`` usable (None: by SQLite version, see :func:`reset_supported`).
+RESET_SUPPORTED: bool | None = None
 
 #: Injectable clock, sleep and free-space probe.
 monotonic: Callable[[], float] = time.monotonic
@@ -311,52 +314,72 @@ def _bookkeeping(tx: Connection) -> list[str]:
     return done
 
 
-def _trash_target(name: str, taken: set[str]) -> str:
-    target = q.TRASH_PREFIX + name
-    n = 2
-    while target in taken:  # an undrained trash table of an earlier demote
-        target = f"{q.TRASH_PREFIX}{name}_{n}"
-        n += 1
-    taken.add(target)
-    return target
+def reset_supported() -> bool:
+    """``PRAGMA writable_schema = RESET`` re-reads the catalogue inside the transaction
+    (SQLite ≥ 3.33); :data:`RESET_SUPPORTED` overrides the version check (tests)."""
+    if RESET_SUPPORTED is not None:
+        return RESET_SUPPORTED
+    return sqlite3.sqlite_version_info >= (3, 33, 0)
 
 
-def _demote(tx: Connection, trigram: bool) -> str | None:
-    """§3.6 step 3 inside one ``BEGIN IMMEDIATE`` (re-read under the lock): returns what it
-    did, or ``None`` when another process already did it."""
-    meta = _meta(tx)
-    state = opening.read_fts_state(tx)
-    if q.HIGH_WATER_KEY in meta:
-        created = opening.create_current_layout(tx, trigram=trigram)
-        return f"created missing FTS objects: {', '.join(created)}" if created else None
-    if not upgrade_needed(state):
-        return None
+def _forget_tables(tx: Connection, reset: bool) -> None:
+    """Drop the six triggers and the source views, and delete the two virtual tables'
+    catalogue rows (their shadow tables stay). Without RESET the schema cookie is bumped so
+    every connection, this one included, re-reads the catalogue after the commit."""
     for stmt in q.DROP_TRIGGERS + q.DROP_VIEWS:
         tx.exec_driver_sql(stmt)
+    cookie = int(tx.exec_driver_sql(q.SCHEMA_COOKIE).scalar() or 0)
     tx.exec_driver_sql(q.WRITABLE_SCHEMA_ON)
     tx.exec_driver_sql(q.DELETE_VTAB_ROWS)
-    tx.exec_driver_sql(q.WRITABLE_SCHEMA_RESET)
+    if reset:
+        tx.exec_driver_sql(q.WRITABLE_SCHEMA_RESET)
     tx.exec_driver_sql(q.WRITABLE_SCHEMA_OFF)
-    tables = {r[0] for r in tx.exec_driver_sql(q.TABLE_NAMES)}
-    moved = []
-    for name in q.DEMOTE_SHADOW_TABLES:
-        if name in tables:
-            tx.exec_driver_sql(q.rename_to_trash(name, _trash_target(name, tables)))
-            moved.append(name)
+    if not reset:
+        tx.exec_driver_sql(q.set_schema_cookie(cookie + 1))
+
+
+def _demote(tx: Connection, trigram: bool) -> tuple[str | None, bool]:
+    """§3.6 step 3 inside one ``BEGIN IMMEDIATE`` (re-read under the lock): (what it did —
+    ``None`` when another process already did it —, whether a second transaction must
+    follow: the two-step shape of a build without ``writable_schema = RESET``)."""
+    meta = _meta(tx)
+    state = opening.read_fts_state(tx)
+    if q.HIGH_WATER_KEY in meta:  # markers present: create what is missing
+        moved = fts_shadow.demote_orphan_shadows(tx)
+        created = opening.create_current_layout(tx, trigram=trigram)
+        if not (moved or created):
+            return None, False
+        return (f"moved {len(moved)} orphan shadow tables to trash; created missing FTS "
+                f"objects: {', '.join(created) or 'none'}"), False
+    if not upgrade_needed(state):
+        return None, False
+    if not reset_supported():  # upstream's two-step shape: markers first, then forget
+        high = _set_window(tx)
+        tx.exec_driver_sql(q.DELETE_META, (q.STORAGE_VERSION_KEY,))
+        _forget_tables(tx, reset=False)
+        return f"forgot the {state.layout} FTS tables; backfill of (0, {high}]", True
+    _forget_tables(tx, reset=True)
+    moved = fts_shadow.demote_orphan_shadows(tx)
     opening.create_current_layout(tx, trigram=trigram)
     tx.exec_driver_sql(q.DELETE_META, (q.STORAGE_VERSION_KEY,))
     high = _set_window(tx)
     _fault("demote:before-commit")
     return (f"demoted the {state.layout} FTS layout ({len(moved)} shadow tables to trash); "
-            f"backfill of (0, {high}]")
+            f"backfill of (0, {high}]"), False
 
 
-def _demote_under_lock(store: Any, trigram: bool) -> tuple[bool, str | None]:
+def _demote_under_lock(store: Any, trigram: bool) -> tuple[bool, list[str]]:
     """(admitted, what the demote did)."""
     with opening.rebuild_admission(store.backend.path, ADMISSION_WAIT_S) as admitted:
         if not admitted:
-            return False, None
-        return True, store.backend.write(lambda tx: _demote(tx, trigram))
+            return False, []
+        done, again = store.backend.write(lambda tx: _demote(tx, trigram))
+        out = [done] if done else []
+        if again:  # the second step: shadow tables to trash, current objects
+            _fault("demote:between")
+            more, _ = store.backend.write(lambda tx: _demote(tx, trigram))
+            out += [more] if more else []
+        return True, out
 
 
 # ---------------------------------------------------------------------------------------
@@ -563,8 +586,8 @@ def optimize_fts_storage(store: Any, *, progress_cb: Callable[[OptimizeProgress]
         admitted, done = _demote_under_lock(store, caps.trigram)
         if not admitted:
             return OptimizeStorageResult(False, "busy", False)
-        if done:
-            log.info("%s: %s", backend.path, done)
+        for line in done:
+            log.info("%s: %s", backend.path, line)
         _run_steps(store, progress_cb)
         if not backend.read(lambda c: upgrade_needed(opening.read_fts_state(c))):
             break

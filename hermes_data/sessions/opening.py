@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from ..files import foreign_holders
-from . import cjk, sql
+from . import cjk, fts_shadow, sql
 from .errors import StateDbPermissionError
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
@@ -250,6 +250,7 @@ def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None
 
 def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
     """Add the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
+    fts_shadow.demote_orphan_shadows(conn)  # storage §3.6: no shadow-name collision
     created = []
     objs = sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if trigram else ())
     existing = {r[0] for r in conn.exec_driver_sql(open_sql.SCHEMA_OBJECT_NAMES).fetchall()}

@@ -113,6 +113,8 @@ WORKER = textwrap.dedent("""
     from hermes_data.sessions import fts_storage as f
     from hermes_data.sessions.store import SessionStore
     path, point, count, chunk = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    if len(sys.argv) > 5:
+        f.RESET_SUPPORTED = sys.argv[5] == "reset"
     f.PAUSE_MIN_S = 0.0
     f.PAUSE_FACTOR = 0.0
     f.CHUNK_IDS = chunk
@@ -132,11 +134,11 @@ WORKER = textwrap.dedent("""
 
 
 def run_worker(path: Path, point: str = "none", count: int = 1, chunk: int = 500,
-               timeout: float = 120) -> subprocess.CompletedProcess:
+               timeout: float = 120, *extra: str) -> subprocess.CompletedProcess:
     """``optimize_fts_storage`` in a child process, ``os._exit(77)`` at the ``count``-th
     passage of fault point ``point`` (``"none"``: run to the end)."""
     return subprocess.run([sys.executable, "-c", WORKER, str(path), point, str(count),
-                           str(chunk)], capture_output=True, text=True, timeout=timeout,
+                           str(chunk), *extra], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ})
 
 

@@ -482,3 +482,20 @@ def test_a_sibling_handle_keeps_writing_through_the_demote_and_the_backfill(
         assert len(sibling.search_messages("quokkaword", limit=100)) == 19
     fts_check(path)
     assert counts(path)[0] == counts(path)[1]
+
+
+def test_without_writable_schema_reset_the_two_step_shape_migrates_too(tmp_path, monkeypatch):
+    """§3.6 step 3, a build refusing ``writable_schema = RESET`` (< 3.33; injected here):
+    markers first and the tables forgotten with a schema-cookie bump, then the shadow tables
+    renamed and the current objects created in a second transaction."""
+    monkeypatch.setattr(fts_storage, "RESET_SUPPORTED", False)
+    path = legacy_file(tmp_path, extra=300)
+    terms = fixture_terms(path)
+    with SessionStore(path) as s:
+        before = search_ids(s, terms)
+        r = s.optimize_fts_storage(vacuum=False)
+        assert r.ok, r
+        assert search_ids(s, terms) == before
+    fts_check(path)
+    assert counts(path)[0] == counts(path)[1]
+    assert not [n for n in layout(path) if n.startswith("fts_v22_trash_")]

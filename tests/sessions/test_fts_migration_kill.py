@@ -123,3 +123,24 @@ def test_sigkill_at_a_random_time_resumes_to_the_same_end_state(tmp_path, trial)
     r = run_worker(path, chunk=200)
     assert r.returncode == 0 and r.stdout.split() == ["True", "None"], (seed, r.stderr)
     _settled(path, reference)
+
+
+def test_a_crash_between_the_two_steps_of_the_fallback_shape_opens_and_resumes(tmp_path):
+    """Without ``writable_schema = RESET`` the demote takes two transactions; killed between
+    them, the file has markers, no FTS tables or triggers and the old shadow tables under
+    their own names: the next open moves those to trash before it recreates the tables (a
+    full rebuild there, which clears the markers), search works, and a rerun settles."""
+    path = legacy_file(tmp_path, extra=400)
+    reference = _reference(path)
+    r = run_worker(path, "demote:between", 1, 500, 120, "no-reset")
+    assert r.returncode == 77, r.stderr
+    objs = layout(path)
+    assert "messages_fts" not in objs and "messages_fts_data" in objs
+    assert "fts_rebuild_high_water" in meta(path)
+    sqlite_open.forget_stamps()
+    with SessionStore(path) as s:
+        assert search_ids(s, TERMS) == reference
+    assert [n for n in layout(path) if n.startswith("fts_v22_trash_")]
+    r = run_worker(path, "none", 1, 500, 120, "no-reset")
+    assert r.returncode == 0 and r.stdout.split() == ["True", "None"], r.stderr
+    _settled(path, reference)

@@ -92,6 +92,16 @@ DROP_VIEWS = tuple(f"DROP VIEW IF EXISTS {name}" for name in FTS_VIEWS)
 WRITABLE_SCHEMA_ON = "PRAGMA writable_schema = ON"
 WRITABLE_SCHEMA_RESET = "PRAGMA writable_schema = RESET"
 WRITABLE_SCHEMA_OFF = "PRAGMA writable_schema = OFF"
+#: The schema cookie (read before the catalogue edit of the two-step shape).
+SCHEMA_COOKIE = "PRAGMA schema_version"
+
+
+def set_schema_cookie(value: int) -> str:
+    """Move the schema cookie (masked to 31 bits) so every connection re-reads the catalogue
+    after a ``writable_schema`` edit without RESET."""
+    return f"PRAGMA schema_version = {int(value) & 0x7FFFFFFF}"
+
+
 #: Forget the two virtual tables without touching their (large) shadow tables.
 DELETE_VTAB_ROWS = ("DELETE FROM sqlite_master WHERE type = 'table' AND name IN "
                     "('messages_fts', 'messages_fts_trigram')")
