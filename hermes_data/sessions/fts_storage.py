@@ -17,7 +17,10 @@ layout (§2.6) — foreground, resumable, without ever holding the write lock fo
    ``fts_v22_trash_<name>`` — no page of the old index is read or written — and the current
    objects are created with the window markers ``(0, MAX(id)]`` (core ``GATE``: the new
    triggers index every newer row at once, the backfill the older ones). A crash before
-   ``COMMIT`` leaves the legacy layout as it was.
+   ``COMMIT`` leaves the legacy layout as it was. A build without ``writable_schema =
+   RESET`` (< 3.33) takes upstream's two-step shape: markers first and the tables forgotten
+   with a schema-cookie bump, then the renames and the new objects in a second transaction
+   (a crash between them still opens: :mod:`.fts_shadow`).
 3. **Steps**, with a pause of ``max(0.2 s, 4 × step time)`` between them (≤ 20 % duty):
    :func:`fts_rebuild_step` (500 ids per transaction; the re-read of the progress under the
    write lock is the claim, so concurrent runners interleave), a CJK-bigram step, and one
