@@ -8,8 +8,9 @@ Builds an upstream schema-21 ``state.db`` (the repository's legacy fixture, unpa
 triggers, adopts it (a writable open), records the search results of a fixed term set, then:
 
 * **one measured run** in this process: every backfill step and teardown step timed (medians
-  and p95; baseline: one blocking ``'rebuild'`` of the same indexes in the same process), throughput in messages indexed and old-index rows drained per second of step
-  time, the peak ``-wal`` size (sampled every 5 ms by a thread) and the logical size before
+  and p95; baseline: one blocking ``'rebuild'`` of the same indexes in the same process),
+  throughput in messages indexed and old-index rows drained per second of step time, the
+  peak ``-wal`` size (sampled every 5 ms by a thread) and the logical size before
   and after, the search results compared with the "before" set at 25 / 50 / 75 % of the
   backfill (the gap supplement covers the unindexed window) and after the settle, and
   ``'integrity-check'`` of both indexes;
@@ -180,7 +181,7 @@ def measured_run(path: Path, before: dict, pause: float) -> dict:
     step_t: list[float] = []
     trash_t: list[float] = []
     trash_rows = [0]
-    real_step, real_trash = fts_storage.fts_rebuild_step, fts_storage._trash_step
+    real_step, real_trash = fts_storage.fts_rebuild_step, fts_storage._fts_teardown_trash_step
 
     def trash(store):
         done = real_trash(store)
@@ -188,7 +189,7 @@ def measured_run(path: Path, before: dict, pause: float) -> dict:
         return done
 
     fts_storage.fts_rebuild_step = timed(real_step, step_t, bool)
-    fts_storage._trash_step = timed(trash, trash_t, lambda done: done[1] > 0)
+    fts_storage._fts_teardown_trash_step = timed(trash, trash_t, lambda done: done[1] > 0)
     fts_storage.PAUSE_MIN_S, fts_storage.PAUSE_FACTOR = pause, (4.0 if pause else 0.0)
     mismatches: list[str] = []
     checked: list[int] = []
@@ -218,7 +219,7 @@ def measured_run(path: Path, before: dict, pause: float) -> dict:
             after = results(s)
             size_after = s.backend.logical_size_bytes()
     finally:
-        fts_storage.fts_rebuild_step, fts_storage._trash_step = real_step, real_trash
+        fts_storage.fts_rebuild_step, fts_storage._fts_teardown_trash_step = real_step, real_trash
     mismatches.extend(f"after {t}" for t in TERMS if after[t] != before[t])
     return {"result": r, "mode": mode, "sync": sync, "total": total, "steps": step_t,
             "trash": trash_t, "trash_rows": trash_rows[0], "wal_peak": peak.peak,
@@ -250,7 +251,8 @@ def kill_trial(adopted: Path, work: Path, rng: random.Random, expected: dict,
         final = results(s)
     state = end_state(path)
     ok = (r.ok and final == expected and mid == expected and state == (0, ("3",), True))
-    where = (f"backfill {status.percent}%" if status else "teardown/settle") if killed else "after the end"
+    where = ((f"backfill {status.percent}%" if status else "teardown/settle") if killed
+             else "after the end")
     return f"kill at {at:5.2f} s ({where}): {'OK' if ok else 'FAILED ' + repr((r, state))}"
 
 

@@ -1,5 +1,5 @@
 """Search's gap supplement during an FTS backfill (spec sessions-ext-storage.md §3.6,
-amending core §7.2).
+amending core §7.2; upstream's ``_search_unindexed_gap``).
 
 While ``optimize-storage`` backfills the index, the rows of the window ``(progress,
 high_water]`` are in ``messages`` but not yet in the FTS tables (the gated triggers index
@@ -11,7 +11,8 @@ fallback) returns a short page, the core LIKE compilation of the query — its O
 count, counted up to ``offset`` only (upstream ignored the offset, so page 2 repeated page
 1, and read ``NOT x`` as ``x``). With ``sort`` newest/oldest the two sources are merged by
 time instead (a page of one timeline). Only ids not on the page are added; an
-``OperationalError`` skips the supplement. ``m.content`` is never selected whole (the LIKE snippet window).
+``OperationalError`` skips the supplement. ``m.content`` is never selected whole (the LIKE
+snippet window).
 """
 
 from __future__ import annotations

@@ -230,7 +230,7 @@ def _finish(tx: Connection, high: int) -> None:
     log.info("FTS backfill finished (high water %s): markers deleted", high)
 
 
-def _step(tx: Connection) -> bool:
+def _rebuild_step(tx: Connection) -> bool:
     """One backfill chunk inside ``BEGIN IMMEDIATE``; True while work remains."""
     meta = _meta(tx, q.READ_MARKERS)  # read under the write lock: this is the claim
     if q.HIGH_WATER_KEY not in meta:
@@ -266,7 +266,7 @@ def fts_rebuild_step(store: Any) -> bool:
     if not backend.read(probe):
         return False
     try:
-        more = bool(backend.write(_step, patience=STEP_PATIENCE_S))
+        more = bool(backend.write(_rebuild_step, patience=STEP_PATIENCE_S))
     except DatabaseBusyError:
         return True
     _fault("step:after")
@@ -341,7 +341,7 @@ def _forget_tables(tx: Connection, reset: bool) -> None:
         tx.exec_driver_sql(q.set_schema_cookie(cookie + 1))
 
 
-def _demote(tx: Connection, trigram: bool) -> tuple[str | None, bool]:
+def _demote_legacy_fts_to_trash(tx: Connection, trigram: bool) -> tuple[str | None, bool]:
     """§3.6 step 3 inside one ``BEGIN IMMEDIATE`` (re-read under the lock): (what it did —
     ``None`` when another process already did it —, whether a second transaction must
     follow: the two-step shape of a build without ``writable_schema = RESET``)."""
@@ -376,11 +376,11 @@ def _demote_under_lock(store: Any, trigram: bool) -> tuple[bool, list[str]]:
     with opening.rebuild_admission(store.backend.path, ADMISSION_WAIT_S) as admitted:
         if not admitted:
             return False, []
-        done, again = store.backend.write(lambda tx: _demote(tx, trigram))
+        done, again = store.backend.write(lambda tx: _demote_legacy_fts_to_trash(tx, trigram))
         out = [done] if done else []
         if again:  # the second step: shadow tables to trash, current objects
             _fault("demote:between")
-            more, _ = store.backend.write(lambda tx: _demote(tx, trigram))
+            more, _ = store.backend.write(lambda tx: _demote_legacy_fts_to_trash(tx, trigram))
             out += [more] if more else []
         return True, out
 
@@ -446,7 +446,7 @@ def _trash_chunk(tx: Connection) -> tuple[bool, int]:
     return True, len(chunk)
 
 
-def _trash_step(store: Any) -> tuple[bool, int]:
+def _fts_teardown_trash_step(store: Any) -> tuple[bool, int]:
     try:
         return store.backend.write(_trash_chunk, patience=STEP_PATIENCE_S)
     except DatabaseBusyError:
@@ -491,7 +491,7 @@ def _incomplete(conn: Connection) -> str | None:
     return None
 
 
-def _settle(tx: Connection) -> str | None:
+def _optimize_settle(tx: Connection) -> str | None:
     """§3.6 step 7 in one transaction: re-check (a concurrent process), then storage version
     3 and the upstream advert and orphan teardown keys deleted. Returns a refusal reason."""
     reason = _incomplete(tx)
@@ -521,7 +521,7 @@ def _run_steps(store: Any, progress_cb: Callable[[OptimizeProgress], None] | Non
             cjk_more = bool(store.cjk_index_step())
         except DatabaseBusyError:
             cjk_more = True  # busy: the next round retries
-        trash_more, rows = _trash_step(store)
+        trash_more, rows = _fts_teardown_trash_step(store)
         drained += rows
         status = fts_rebuild_status(store)
         if status is not None:
@@ -561,7 +561,8 @@ def _recover(store: Any) -> bool:
     return "fts_stale" not in store.backend.read(_meta)
 
 
-def optimize_fts_storage(store: Any, *, progress_cb: Callable[[OptimizeProgress], None] | None = None,
+def optimize_fts_storage(store: Any, *,
+                         progress_cb: Callable[[OptimizeProgress], None] | None = None,
                          vacuum: bool = True, force: bool = False) -> OptimizeStorageResult:
     """Move the file to the current FTS layout (spec §3.6; see the module docstring):
     bookkeeping, the one-transaction demote, the paced backfill / CJK / teardown steps, an
@@ -608,7 +609,7 @@ def optimize_fts_storage(store: Any, *, progress_cb: Callable[[OptimizeProgress]
         except (sa.exc.DBAPIError, sqlite3.Error, DatabaseBusyError, OSError) as exc:
             log.warning("%s: VACUUM after optimize-storage failed (%s); not fatal",
                         backend.path, exc)
-    reason = backend.write(_settle)
+    reason = backend.write(_optimize_settle)
     if reason is not None:
         return OptimizeStorageResult(False, reason, vacuumed)
     _report(progress_cb, "done", 100, 0, 0)

@@ -300,7 +300,7 @@ def test_a_300000_row_trash_table_drains_with_constant_steps_per_chunk(tmp_path,
         rounds = 0
         while True:
             result = []
-            cost.append(_steps(s, lambda: result.append(fts_storage._trash_step(s))))
+            cost.append(_steps(s, lambda: result.append(fts_storage._fts_teardown_trash_step(s))))
             rounds += 1
             if not result[0][0]:
                 break
@@ -331,14 +331,14 @@ def test_a_compound_key_trash_table_drains_in_key_order_and_resumes_from_its_mar
     with SessionStore(path) as s:
         stop_at(monkeypatch, "trash:before-commit", 3)
         for _ in range(2):
-            assert fts_storage._trash_step(s) == (True, 7)
+            assert fts_storage._fts_teardown_trash_step(s) == (True, 7)
         with pytest.raises(Stop):
-            fts_storage._trash_step(s)  # killed before its commit: nothing of it is kept
+            fts_storage._fts_teardown_trash_step(s)  # stopped before its commit: nothing kept
         monkeypatch.setattr(fts_storage, "fault_point", None)
         assert fts_storage._decode_key(s.get_meta(key), 2) == ordered[13]
         left = _left(path)
         assert left == ordered[14:]
-        while fts_storage._trash_step(s)[0]:
+        while fts_storage._fts_teardown_trash_step(s)[0]:
             rest = _left(path)
             assert rest == ordered[len(ordered) - len(rest):]  # always a suffix in key order
             marker = s.get_meta(key)
