@@ -417,6 +417,7 @@ def vacuum(store: SessionStore) -> dict[str, int]:
     store's tables on an autocommit connection (see the module docstring).
 
     Returns logical sizes before and after."""
+    store.optimize_fts()  # public (storage §3.7); raises a quarantined handle's sticky error
     before = logical_size_bytes(store)
     store.backend.vacuum()
     after = logical_size_bytes(store)

@@ -6,7 +6,7 @@ class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import cjk
+from . import cjk, fts_maintenance
 from .agent_api import _Op
 
 
@@ -20,3 +20,7 @@ class StorageAPI:
     # -- the legacy FTS layout migration (§3.6)
 
     # -- optimize / rebuild / merges, stale deferral and retry (§3.7–§3.8)
+    optimize_fts = _Op(fts_maintenance.optimize_fts)
+    rebuild_fts = _Op(fts_maintenance.rebuild_fts)
+    merge_fts = _Op(fts_maintenance.merge_fts)
+    retry_deferred_fts_recovery = _Op(fts_maintenance.retry_deferred_fts_recovery)

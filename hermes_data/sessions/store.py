@@ -20,7 +20,7 @@ from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
 from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta,
-               opening, row_helpers, titles)
+               opening, reaping, row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
@@ -149,7 +149,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
         self._owner: str | None = owner_profile
         try:
-            self._backend: SessionBackend = open_backend(url, **options)
+            with reaping.open_setting(config):  # the open's stale escalation (storage §3.8)
+                self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
             _record_init_error(where, exc)
             raise
