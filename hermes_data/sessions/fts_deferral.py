@@ -131,7 +131,11 @@ def holders_cleared(conn: Any, db_path: Path | None, done: list[str]) -> bool:
 
 
 def _names(holders: Iterable[tuple[int, str]]) -> str:
-    return ", ".join(f"pid {p} ({path})" if p > 0 else str(path) for p, path in holders)
+    by_pid: dict[int, list[str]] = {}
+    for pid, path in holders:
+        by_pid.setdefault(pid, []).append(str(path))
+    return "; ".join(f"pid {p} ({', '.join(paths)})" if p > 0 else ", ".join(paths)
+                     for p, paths in sorted(by_pid.items()))
 
 
 __all__ = ["Deferral", "ESCALATE_AFTER_S", "ESCALATE_ATTEMPTS", "FUTILE_AFTER_S",

@@ -42,6 +42,7 @@ import logging
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import sqlalchemy as sa
@@ -231,11 +232,11 @@ def merge_fts(store: Any, max_pages: int = MERGE_PAGES, max_commands: int = MERG
     ran = 0
     for table in _queryable(backend, q.MAINTAINED_FTS_TABLES):
         if table not in st.usermerge_checked:
-            if not _zero_patience(backend, lambda c, t=table: _ensure_usermerge(c, t)):
+            if not _zero_patience(backend, partial(_ensure_usermerge, table=table)):
                 continue  # busy: this index's pass ends here
             st.usermerge_checked.add(table)
         for _ in range(max_commands):
-            changed = _zero_patience(backend, lambda c, t=table: _merge_once(c, t, max_pages))
+            changed = _zero_patience(backend, partial(_merge_once, table=table, pages=max_pages))
             if changed is None:
                 break
             ran += 1

@@ -65,7 +65,7 @@ def injected(monkeypatch):
     reaped: list = []
 
     def reaper(db_path, holders, **_kw):
-        reaped.append(sorted(p for p, _ in holders))
+        reaped.append(sorted({p for p, _ in holders}))
         return []
 
     monkeypatch.setattr(fts_deferral, "clock", clock)
