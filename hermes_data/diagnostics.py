@@ -122,6 +122,14 @@ def doctor(store: str, url=None) -> DoctorReport:
             con = migrate.read_only_connect(path)
             try:
                 damage = migrate.sqlite_check(con, "integrity_check")
+                if store == "sessions":  # a deferred stale-FTS rebuild (storage §3.8)
+                    from .sessions.fts_deferral import doctor_facts
+
+                    deferral, futile = doctor_facts(con)
+                    if deferral is not None:
+                        report.facts["fts_rebuild_deferral"] = deferral
+                    if futile:
+                        report.warnings.append(futile)
             finally:
                 con.close()
         except Exception as exc:

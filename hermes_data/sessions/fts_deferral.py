@@ -130,6 +130,25 @@ def holders_cleared(conn: Any, db_path: Path | None, done: list[str]) -> bool:
     return False
 
 
+def doctor_facts(con: Any) -> tuple[dict | None, str | None]:
+    """For ``hermes-data doctor`` (a read-only DB-API connection): the deferral record, and a
+    warning when it is futile (the same holders for ≥ 5 attempts over ≥ 1 h)."""
+    try:
+        row = con.execute(q.READ_DEFERRAL).fetchone()
+    except Exception:  # noqa: BLE001 - no state_meta (an old upstream file): nothing deferred
+        return None, None
+    d = parse(None if row is None else row[0])
+    if d is None:
+        return None, None
+    warning = None
+    if d.futile:
+        warning = (f"the stale full-text index's rebuild has been deferred {d.attempts} times "
+                   f"since {time.strftime('%Y-%m-%d %H:%M', time.localtime(d.first_seen))}: "
+                   f"processes {', '.join(map(str, d.holder_pids)) or '(unknown)'} keep the "
+                   "database open; stop them so the next open rebuilds it")
+    return asdict(d), warning
+
+
 def _names(holders: Iterable[tuple[int, str]]) -> str:
     by_pid: dict[int, list[str]] = {}
     for pid, path in holders:
@@ -139,4 +158,5 @@ def _names(holders: Iterable[tuple[int, str]]) -> str:
 
 
 __all__ = ["Deferral", "ESCALATE_AFTER_S", "ESCALATE_ATTEMPTS", "FUTILE_AFTER_S",
-           "FUTILE_ATTEMPTS", "advance", "holders_cleared", "parse", "read", "record"]
+           "FUTILE_ATTEMPTS", "advance", "doctor_facts", "holders_cleared", "parse", "read",
+           "record"]

@@ -202,3 +202,17 @@ def test_record_rules():
     assert not advance(d, [], now + 9000).futile  # no holders, not futile
     assert parse("{not json") is None and parse('{"attempts": 1}') is None
     assert parse(json.dumps(d.__dict__)) == d
+
+
+def test_doctor_reports_a_futile_deferral(stale_db):
+    from hermes_data.diagnostics import doctor
+
+    record = Deferral(1000.0, 9000.0, 9, [4242], 1000.0, 9, True)
+    con = sqlite3.connect(stale_db)
+    con.execute("INSERT INTO state_meta(key, value) VALUES ('fts_rebuild_deferral', ?)",
+                (json.dumps(record.__dict__),))
+    con.commit()
+    con.close()
+    report = doctor("sessions", str(stale_db))
+    assert report.facts["fts_rebuild_deferral"]["attempts"] == 9
+    assert any("4242" in w and "deferred 9 times" in w for w in report.warnings)
