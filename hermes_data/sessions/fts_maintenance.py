@@ -50,6 +50,7 @@ from sqlalchemy.engine import Connection
 
 from ..errors import DatabaseBusyError
 from . import opening, reaping, sql
+from .backends.sqlite import is_busy
 from .sql import fts_maintenance as q
 
 log = logging.getLogger("hermes_data.sessions.fts_maintenance")
@@ -99,16 +100,41 @@ def _guard(backend: Any) -> None:
 
 
 def _queryable(backend: Any, tables: tuple[str, ...]) -> list[str]:
-    """The tables of ``tables`` this handle can query (any ``DatabaseError`` ⇒ absent)."""
+    """The tables of ``tables`` this handle can query (any ``DatabaseError`` ⇒ absent); the
+    CJK-bigram index not while ``cjk_bigram_stale`` marks it damaged."""
     out = []
     for table in tables:
         try:
             with backend.reading_on_writer() as conn:
                 conn.exec_driver_sql(q.probe(table)).fetchall()
+                if table == q.CJK_FTS and conn.exec_driver_sql(q.READ_CJK_STALE).first():
+                    continue
             out.append(table)
         except sa.exc.DatabaseError:
             continue
     return out
+
+
+class _CjkIndexError(Exception):
+    """An error of the CJK-bigram index, kept out of the backend's FTS fail-open (which
+    concerns the message indexes: a damaged bigram index must not mark them stale)."""
+
+
+def _on_table(table: str, fn: Callable[[Connection], Any]) -> Callable[[Connection], Any]:
+    """``fn`` for the write transaction; errors of the CJK-bigram index become
+    :class:`_CjkIndexError` (its own drain marks it stale, §3.9.2)."""
+    if table != q.CJK_FTS:
+        return fn
+
+    def wrapped(conn: Connection) -> Any:
+        try:
+            return fn(conn)
+        except sa.exc.DBAPIError as exc:
+            if is_busy(exc):
+                raise
+            raise _CjkIndexError(f"{table}: {exc.orig}") from exc
+
+    return wrapped
 
 
 # ---------------------------------------------------------------------------------------
@@ -128,11 +154,17 @@ def optimize_fts(store: Any) -> int:
     done = 0
     for table in _queryable(backend, q.MAINTAINED_FTS_TABLES):
         try:
-            backend.write(lambda c, t=table: c.exec_driver_sql(q.optimize(t)))
+            backend.write(_on_table(table, partial(_optimize_one, table=table)))
             done += 1
         except sa.exc.OperationalError as exc:
             log.warning("%s: 'optimize' of %s failed: %s", backend.path, table, exc.orig)
+        except _CjkIndexError as exc:
+            log.warning("%s: 'optimize' of the CJK-bigram index failed: %s", backend.path, exc)
     return done
+
+
+def _optimize_one(conn: Connection, table: str) -> None:
+    conn.exec_driver_sql(q.optimize(table))
 
 
 def _pg_optimize(backend: Any) -> int:
@@ -231,17 +263,27 @@ def merge_fts(store: Any, max_pages: int = MERGE_PAGES, max_commands: int = MERG
     st = _state(backend)
     ran = 0
     for table in _queryable(backend, q.MAINTAINED_FTS_TABLES):
-        if table not in st.usermerge_checked:
-            if not _zero_patience(backend, partial(_ensure_usermerge, table=table)):
-                continue  # busy: this index's pass ends here
-            st.usermerge_checked.add(table)
-        for _ in range(max_commands):
-            changed = _zero_patience(backend, partial(_merge_once, table=table, pages=max_pages))
-            if changed is None:
-                break
-            ran += 1
-            if changed < 2:
-                break
+        try:
+            ran += _merge_table(backend, st, table, max_pages, max_commands)
+        except _CjkIndexError as exc:
+            log.warning("%s: merging the CJK-bigram index failed: %s", backend.path, exc)
+    return ran
+
+
+def _merge_table(backend: Any, st: _HandleState, table: str, pages: int, commands: int) -> int:
+    if table not in st.usermerge_checked:
+        if not _zero_patience(backend, _on_table(table, partial(_ensure_usermerge, table=table))):
+            return 0  # busy: this index's pass ends here
+        st.usermerge_checked.add(table)
+    ran = 0
+    for _ in range(commands):
+        changed = _zero_patience(backend, _on_table(table, partial(_merge_once, table=table,
+                                                                   pages=pages)))
+        if changed is None:
+            break
+        ran += 1
+        if changed < 2:
+            break
     return ran
 
 

@@ -127,6 +127,21 @@ def test_maintenance_raises_the_sticky_error_of_a_replaced_handle(tmp_path):
         s.close()
 
 
+def test_a_damaged_cjk_index_never_marks_the_message_indexes_stale(sqlite_store):
+    _seed(sqlite_store, 5)
+    con = sqlite3.connect(sqlite_store.path, isolation_level=None)
+    con.execute("UPDATE messages_cjk_fts_data SET block = x'0102030405' WHERE id = 10")
+    con.close()
+    assert sqlite_store.optimize_fts() == 2
+    assert sqlite_store.merge_fts(64, 1) == 2
+    assert sqlite_store.get_meta("fts_stale") is None
+    assert sqlite_store.search_messages("alpha")[0].route == "fts"
+    sqlite_store.set_meta("cjk_bigram_stale", "1")  # marked: not maintained at all
+    log = _trace(sqlite_store)
+    assert sqlite_store.optimize_fts() == 2
+    assert not [ln for ln in log if "messages_cjk_fts(" in ln]
+
+
 # ---------------------------------------------------------------------------------------
 # rebuild_fts (§4.19)
 # ---------------------------------------------------------------------------------------

@@ -72,6 +72,8 @@ def set_busy_timeout(ms: int) -> str:
     return f"PRAGMA busy_timeout={int(ms)}"
 
 
+#: The CJK-bigram index is marked damaged (§3.9.2: it is neither drained nor maintained).
+READ_CJK_STALE = "SELECT 1 FROM state_meta WHERE key = 'cjk_bigram_stale'"
 #: The ``fts_stale`` marker.
 READ_FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 #: The rebuild-window markers (deleted by a full rebuild).
