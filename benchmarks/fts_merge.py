@@ -159,7 +159,9 @@ def optimize_ms(corpus: Path, work: Path) -> float:
     return ms
 
 
-def usermerge_progress(corpus: Path, work: Path, commands: int) -> dict[int, tuple]:
+def usermerge_progress(corpus: Path, work: Path, limit: int = 200) -> dict[int, tuple]:
+    """Per ``usermerge`` 2 / 4: merge commands of 500 pages until one changes < 2 rows (or
+    ``limit``): (commands, segments before, after, median MATCH ms before, after)."""
     out = {}
     for um in (2, 4):
         copy = work / f"usermerge_{um}.db"
@@ -167,9 +169,12 @@ def usermerge_progress(corpus: Path, work: Path, commands: int) -> dict[int, tup
         con = _connect(copy)
         con.execute("INSERT INTO messages_fts(messages_fts, rank) VALUES ('usermerge', ?)", (um,))
         seg0, look0 = _segments(con), _lookup_ms(con)
-        for _ in range(commands):
-            _merge(con, fts_maintenance.MERGE_PAGES)
-        out[um] = (seg0, _segments(con), look0, _lookup_ms(con))
+        n = 0
+        while n < limit:
+            n += 1
+            if _merge(con, fts_maintenance.MERGE_PAGES)[1] < 2:
+                break
+        out[um] = (n, seg0, _segments(con), look0, _lookup_ms(con))
         con.close()
         copy.unlink()
     return out
@@ -243,11 +248,11 @@ def main() -> int:
           f"constants in use: max_pages={fts_maintenance.MERGE_PAGES}, "
           f"max_commands={fts_maintenance.MERGE_COMMANDS}")
 
-    um = usermerge_progress(corpus, work, 8)
-    print("\nusermerge, 8 merge commands of 500 pages: segments before -> after, "
-          "median MATCH ms before -> after")
-    for k, (s0, s1, l0, l1) in um.items():
-        print(f"  usermerge {k}: {s0:,} -> {s1:,} segments; {l0:.3f} -> {l1:.3f} ms")
+    um = usermerge_progress(corpus, work)
+    print("\nusermerge: merge commands of 500 pages until nothing is left to merge")
+    for k, (n, s0, s1, l0, l1) in um.items():
+        print(f"  usermerge {k}: {n} command(s), {s0:,} -> {s1:,} segments; median MATCH "
+              f"{l0:.3f} -> {l1:.3f} ms")
 
     per_write, append_ms, passes = amortised(work, args.writes)
     print(f"\ncadence: {args.writes:,} appends, {passes} merge pass(es): merge {per_write:.3f} ms "
