@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import psutil
 
-from ..files import SIDECARS, file_holders
+from ..files import SIDECARS, _deleted_descriptors, file_holders
 
 log = logging.getLogger("hermes_data.sessions.reaping")
 
@@ -118,6 +118,17 @@ class Inspection:
     uid: Callable[[], int] = os.getuid
     #: This process and its ancestors (never reaped).
     protected: Callable[[], set[int]] = field(default_factory=lambda: _self_and_ancestors)
+    #: The paths a process holds open (the descriptor proof; deleted files included).
+    descriptors: Callable[[Any], list[str]] = field(default_factory=lambda: _descriptors)
+
+
+def _descriptors(proc: Any) -> list[str]:
+    """``open_files()`` paths, plus on Linux the process's links to *deleted* files (psutil
+    omits them; a backend holding a deleted ``-wal`` is exactly the stuck holder)."""
+    paths = [str(getattr(f, "path", f)) for f in proc.open_files()]
+    if isinstance(proc, psutil.Process):
+        paths += _deleted_descriptors(proc.pid)
+    return paths
 
 
 def _self_and_ancestors() -> set[int]:
@@ -159,7 +170,7 @@ def _established(proc: Any) -> bool:
 
 def _qualifies(proc: Any, targets: set[str], insp: Inspection, min_age: float) -> str | None:
     """None when every proof holds, else why not (inspection errors propagate to the caller)."""
-    if not any(_canonical(str(getattr(f, "path", f))) in targets for f in proc.open_files()):
+    if not any(_canonical(p) in targets for p in insp.descriptors(proc)):
         return "not proven by descriptor to hold the database"
     if proc.ppid() not in (0, 1):
         return "has a parent"

@@ -159,6 +159,11 @@ def test_reinstalled_behind_the_handle_next_write_heals_and_retries(tmp_path):
         assert set(sql.FTS_TRIGGERS) <= set(_names(path))
         assert s.fts_available["messages_fts"]
         assert [r.id for r in s.search_messages("second")] == [mid]
+        _install_upstream(path, table=False)  # again, met by a batch append
+        assert s.append_messages_batch("a", [{"role": "user", "content": "third"},
+                                             {"role": "assistant", "content": "fourth"}]) == 2
+        assert not set(TRIGGERS) & set(_names(path))
+        assert [m.content for m in s.get_messages("a")][-2:] == ["third", "fourth"]
         # Again, through a delete's path (the delete trigger alone re-installed).
         _install_upstream(path, table=False)
         assert maintenance.delete_session(s, "a")
