@@ -19,7 +19,7 @@ from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from . import encoding as enc
-from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta,
+from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
                opening, row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
@@ -100,7 +100,8 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
                                      "stores only (a SQLite file's owner is its path under "
                                      "hermes_root)")
         options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
-                       pragmas=opening.configured_pragmas(config))
+                       pragmas=opening.configured_pragmas(config),
+                       cjk_index=cjk.configured_index(config))
         return str(path), options
     where = url.render_as_string(hide_password=True)
     if settings is not None or open_patience_s != OPEN_PATIENCE_S:
