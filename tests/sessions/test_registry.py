@@ -87,6 +87,12 @@ def test_twenty_threads_share_one_store_closed_by_the_last_release(tmp_path):
 def test_with_block_releases_and_a_plain_store_is_closed(tmp_path):
     path = tmp_path / "state.db"
     outer = registry.acquire(path)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.db").symlink_to(path)
+    for spelling in (tmp_path / "sub" / ".." / "state.db", tmp_path / "link.db",
+                     f"sqlite:///{path}"):  # keyed by the resolved path
+        assert registry.acquire(spelling) is outer
+        registry.release(outer)
     with registry.acquire(path) as inner:
         assert inner is outer and registry.stats().total_refcounts == 2
     assert registry.stats() == RegistryStats(1, 0, 1) and not _closed(outer)
@@ -285,3 +291,30 @@ def test_postgresql_stores_are_shared_by_url(pg_session_url):
     store.session_count()
     store.close()
     assert _closed(store) and registry.stats() == EMPTY
+
+
+@pytest.mark.journal_independent(
+    "forces DELETE mode itself: copying a file over a WAL database that a handle still holds "
+    "pairs it with the old -wal/-shm")
+def test_a_sticky_store_is_retired(tmp_path, monkeypatch):
+    """``cp`` over the file keeps its inode (same identity): the handle's own guard turns
+    sticky on its next write, and the registry retires it for that reason."""
+    import shutil
+
+    monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", "delete")
+    path, other = tmp_path / "state.db", tmp_path / "restored.db"
+    old = registry.acquire(path)
+    old.create_session("before", "cli")
+    with SessionStore(other) as restored:
+        restored.create_session("restored", "cli")
+    inode = path.stat().st_ino
+    shutil.copyfile(other, path)
+    assert path.stat().st_ino == inode
+    with pytest.raises(StateDbReplacedError):
+        old.create_session("after", "cli")
+    new = registry.acquire(path)
+    assert new is not old and registry.stats() == RegistryStats(1, 1, 2)
+    assert new.get_session("restored") is not None
+    registry.release(old)
+    registry.release(new)
+    assert _closed(old) and _closed(new) and registry.stats() == EMPTY
