@@ -102,8 +102,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
                                      "hermes_root)")
         ensure_test_isolation(path)  # first: before any mkdir, lock or connection (§3.1)
         options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
-                       pragmas=opening.configured_pragmas(config),
-                       cjk_index=cjk.configured_index(config))
+                       pragmas=opening.configured_pragmas(config))
         return str(path), options
     where = url.render_as_string(hide_password=True)
     if settings is not None or open_patience_s != OPEN_PATIENCE_S:
@@ -152,7 +151,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
         self._owner: str | None = owner_profile
         try:
-            self._backend: SessionBackend = open_backend(url, **options)
+            with cjk.index_setting(cjk.configured_index(config)):  # storage §3.9.2
+                self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
             _record_init_error(where, exc)
             raise

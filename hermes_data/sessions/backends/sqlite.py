@@ -34,7 +34,7 @@ from ...config import hermes_home
 from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
-from .. import cjk, guards, opening
+from .. import guards, opening
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
@@ -86,7 +86,7 @@ class SqliteBackend(SessionBackend):
 
     def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
                  pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
-                 read_only: bool = False, cjk_index: bool = True) -> None:
+                 read_only: bool = False) -> None:
         self.url = url
         self.path = path
         self.read_only = read_only
@@ -112,9 +112,8 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            with cjk.index_setting(cjk_index):  # sessions.cjk_index (storage §3.9.2)
-                self._open_with_patience(open_patience_s,
-                                         self._open_read_only if read_only else self._open)
+            self._open_with_patience(open_patience_s,
+                                     self._open_read_only if read_only else self._open)
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (§8.12)
