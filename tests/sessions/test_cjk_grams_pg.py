@@ -159,10 +159,14 @@ def test_storage_revision_objects_and_no_sqlite_markers(pg_corpus):
         volatility = conn.exec_driver_sql(
             "SELECT provolatile, proparallel FROM pg_proc WHERE proname = 'hermes_cjk_grams' "
             "AND pronamespace = current_schema()::regnamespace").one()
+        stats = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_statistic_ext WHERE stxname = "
+            "'sessions_delegate_from_stats'").scalar()
         markers = conn.exec_driver_sql(
             "SELECT count(*) FROM state_meta WHERE key LIKE 'cjk_bigram%%'").scalar()
     assert index is not None and "gin" in index and "role <> 'tool'" in index
     assert tuple(volatility) == ("i", "s")
     assert markers == 0
+    assert stats == 1  # the scope's delegate test is estimated from statistics (PG >= 14)
     status = pg_corpus.cjk_index_status()
     assert not status.available and status.backfill is None
