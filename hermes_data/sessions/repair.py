@@ -618,14 +618,17 @@ def open_with_schema_repair(path: Path, open_once: Callable[[], None],
     except Exception as exc:
         if not is_malformed_schema_error(exc):
             raise
-        cause = exc
+        outer = exc
+    # The driver's own error (its code and message), whatever wrapped it on the way up.
+    cause = next(x for x in _chain(outer) if isinstance(x, sqlite3.DatabaseError)
+                 and "malformed database schema" in str(x).lower())
     dispose()
     if not _claim(path):
-        raise StateDbMalformedError(str(path), cause) from cause
+        raise StateDbMalformedError(str(path), cause) from outer
     log.error("%s: malformed database schema at open (%s); repairing", path, cause)
     report = repair_state_db_schema(path)
     if not report.ok:
-        raise StateDbMalformedError(str(path), cause, report) from cause
+        raise StateDbMalformedError(str(path), cause, report) from outer
     repairs.append(f"malformed schema repaired ({report.strategy}"
                    + (f"; backup {report.backup_path})" if report.backup_path else ")"))
     open_once()
