@@ -80,11 +80,13 @@ def _read_head(p: Path, n: int) -> bytes:
 
 @contextmanager
 def quarantine_cross_process_lock(path: str | os.PathLike[str],
-                                  timeout: float = QUARANTINE_LOCK_TIMEOUT_S) -> Iterator[bool]:
-    """Hold ``<db>.quarantine.lock``; yields whether it was taken within ``timeout``."""
+                                  timeout: float | None = None) -> Iterator[bool]:
+    """Hold ``<db>.quarantine.lock``; yields whether it was taken within ``timeout`` seconds
+    (default :data:`QUARANTINE_LOCK_TIMEOUT_S`, 5 s)."""
     p = Path(path)
     _guard_entry(p)
-    with maintenance_flock(f"{p}.quarantine.lock", timeout, QUARANTINE_LOCK_POLL_S) as got:
+    wait = QUARANTINE_LOCK_TIMEOUT_S if timeout is None else timeout
+    with maintenance_flock(f"{p}.quarantine.lock", wait, QUARANTINE_LOCK_POLL_S) as got:
         yield got
 
 
