@@ -46,6 +46,8 @@ REPAIR_LOCK_POLL_S = 0.05
 SNAPSHOT_PAGES = 256
 SNAPSHOT_MIN_DEADLINE_S = 120.0
 SNAPSHOT_RATE = 10 * 1024 * 1024
+#: Pages per promotion step (-1: all at once; the destination transaction spans the steps).
+PROMOTE_PAGES = -1
 #: ``opens_cleanly``'s busy timeout.
 PROBE_TIMEOUT_S = 5.0
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
@@ -574,7 +576,8 @@ def _copy_pages(src: sqlite3.Connection, scratch: Path, size: int) -> None:
 def _copy_pages_from(scratch: Path, guard: sqlite3.Connection) -> None:
     src = _connect(scratch, PROBE_TIMEOUT_S)
     try:
-        src.backup(guard)  # one destination transaction: an interruption rolls back
+        # One destination transaction across the steps: an interruption rolls back.
+        src.backup(guard, pages=PROMOTE_PAGES, progress=lambda *_: _at("promote:step"))
     finally:
         src.close()
 
