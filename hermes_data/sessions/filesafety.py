@@ -144,17 +144,68 @@ def no_checkpoint_on_close(con: sqlite3.Connection | None, path: Any) -> bool:
 HolderScanner = Callable[[Path], "list[tuple[int, str]]"]
 
 
-def _default_scan(path: Path) -> list[tuple[int, str]]:
-    from ..files import file_holders
+_DELETED = " (deleted)"
 
+
+def _deleted_fds(pid: int) -> list[str]:
+    """Paths of deleted files ``pid`` holds (Linux ``/proc``; readlink only)."""
+    fd_dir = f"/proc/{pid}/fd"
     try:
-        holders = file_holders(path)
-    except Exception as exc:  # noqa: BLE001 - a failed scan counts as held
-        return [(-1, f"holder scan failed: {exc}")]
-    if holders is None:
-        return [(-1, "the process table could not be read")]
+        entries = os.listdir(fd_dir)
+    except OSError:
+        return []
+    out = []
+    for entry in entries:
+        try:
+            target = os.readlink(f"{fd_dir}/{entry}")
+        except OSError:
+            continue
+        if target.endswith(_DELETED):
+            out.append(target[: -len(_DELETED)])
+    return out
+
+
+def _names_hermes_elsewhere(argv: list[str], home: str) -> bool | None:
+    """Does ``argv`` name Hermes / hermes-data (True), and another Hermes home (None)?"""
+    text = " ".join(argv).lower()
+    if "hermes" not in text:
+        return False
+    for token in argv:
+        if os.path.isabs(token) and "hermes" in token.lower() \
+                and not os.path.realpath(token).startswith(home):
+            return None  # another Hermes home: not this file's process
+    return True
+
+
+def _default_scan(path: Path) -> list[tuple[int, str]]:
+    """psutil over every process: descriptors on the file or its sidecars (deleted inodes
+    too); an uninspectable process whose argv names Hermes and no other home counts."""
+    import psutil
+
+    base = path_key(path)
+    targets = {base, f"{base}-wal", f"{base}-shm"}
+    home = os.path.dirname(base)
     me = os.getpid()
-    return sorted({(h.pid, h.path) for h in holders if h.pid != me})
+    found: set[tuple[int, str]] = set()
+    try:
+        procs = list(psutil.process_iter(["pid", "cmdline"]))
+    except (psutil.Error, OSError) as exc:
+        return [(-1, f"the process table could not be read ({exc})")]
+    for proc in procs:
+        pid = proc.info["pid"]
+        if pid == me:
+            continue
+        try:
+            paths = [f.path for f in proc.open_files()]
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        except psutil.AccessDenied:
+            if _names_hermes_elsewhere(list(proc.info.get("cmdline") or []), home):
+                found.add((pid, "uninspectable"))
+            continue
+        found.update((pid, p) for p in paths if p in targets)
+        found.update((pid, p) for p in _deleted_fds(pid) if p in targets)
+    return sorted(found)
 
 
 _scanner: HolderScanner = _default_scan

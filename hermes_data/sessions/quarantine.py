@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
+from ..errors import ConfigurationError
 from .errors import LiveConnectionError, StateDbZeroedError
 from .filesafety import holder_scan, maintenance_flock, offline_file_access
 
@@ -39,6 +40,12 @@ now: Callable[[], float] = time.time
 
 def _guard_entry(path: Path) -> None:
     """Integration point: the test-isolation guard (storage §3.1) is called here first."""
+
+
+def _refuse_url(path: str | os.PathLike[str]) -> None:
+    text = os.fspath(path)
+    if isinstance(text, str) and text.startswith(("postgresql", "postgres:")):
+        raise ConfigurationError(f"{text}: file quarantine is SQLite only (storage §3.10)")
 
 
 def is_zeroed_state_db(path: str | os.PathLike[str], *, probe_bytes: int = 100,
@@ -83,6 +90,7 @@ def quarantine_cross_process_lock(path: str | os.PathLike[str],
                                   timeout: float | None = None) -> Iterator[bool]:
     """Hold ``<db>.quarantine.lock``; yields whether it was taken within ``timeout`` seconds
     (default :data:`QUARANTINE_LOCK_TIMEOUT_S`, 5 s)."""
+    _refuse_url(path)
     p = Path(path)
     _guard_entry(p)
     wait = QUARANTINE_LOCK_TIMEOUT_S if timeout is None else timeout
@@ -110,6 +118,7 @@ def quarantine_zeroed_state_db(path: str | os.PathLike[str], *,
     when nothing was moved: the lock was not taken (ERROR), the file is gone or no longer
     zeroed (another process handled it), or another process holds it (ERROR: a rename under a
     live holder splits the store)."""
+    _refuse_url(path)
     p = Path(path)
     _guard_entry(p)
     if already_locked:

@@ -241,3 +241,38 @@ def test_threads_of_one_process_create_an_absent_file_without_quarantine(tmp_pat
     for s in stores:
         s.close()
     assert not errors and len(stores) == 5 and not _baks(tmp_path)
+
+
+def test_postgresql_urls_are_refused():
+    from hermes_data.errors import ConfigurationError
+
+    url = "postgresql+psycopg://127.0.0.1:5432/test"
+    with pytest.raises(ConfigurationError):
+        quarantine_zeroed_state_db(url)
+    with pytest.raises(ConfigurationError):
+        with quarantine_cross_process_lock(url):
+            pass
+    assert not is_zeroed_state_db(url)
+
+
+def test_holder_scan_sees_a_process_holding_the_file(tmp_path):
+    db = tmp_path / "state.db"
+    db.write_bytes(bytes(4096))
+    proc = subprocess.Popen([sys.executable, "-c", HOLD_OPEN, str(db)], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        assert (proc.pid, str(db.resolve())) in filesafety.holder_scan(db)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert filesafety.holder_scan(db) == []
+
+
+def test_uninspectable_hermes_process_counts_as_a_holder():
+    home = "/srv/a/.hermes"
+    assert filesafety._names_hermes_elsewhere(["python", "-m", "hermes", "gateway"], home)
+    assert filesafety._names_hermes_elsewhere(["hermes-data", "doctor"], home)
+    assert filesafety._names_hermes_elsewhere(
+        ["hermes", "--home", "/srv/b/.hermes"], home) is None  # another home: not ours
+    assert not filesafety._names_hermes_elsewhere(["postgres", "-D", "/var/lib"], home)
