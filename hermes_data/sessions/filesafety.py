@@ -4,12 +4,12 @@
   engine's pool, the ``mode=ro`` read pool and read-only handles, repair's guard, scratch and
   probe connections) is a :class:`TrackedConnection`, counted per resolved path, process-wide.
   Foreign code's connections are invisible (a documented limit).
-* :func:`offline_file_access` holds the tracking lock for its body: it refuses with
+* :func:`offline_file_access` refuses with
   :class:`~hermes_data.sessions.errors.LiveConnectionError` while this process has a
-  connection to the file, and blocks new tracked opens of *any* path meanwhile. Every raw read
-  of a database (zero probe, fingerprint, backup copy, hash) and every rename of a database or
-  a sidecar runs inside it: closing a descriptor drops every POSIX lock the process holds on
-  that inode, SQLite's included.
+  connection to the file, and holds back new tracked opens of that file (other threads wait)
+  for its body. Every raw read of a database (zero probe, fingerprint, backup copy, hash) and
+  every rename of a database or a sidecar runs inside it: closing a descriptor drops every
+  POSIX lock the process holds on that inode, SQLite's included.
 * :func:`maintenance_flock`: a bounded, non-blocking ``flock`` on a sidecar lock file whose
   holder records ``{"pid", "start_ticks"}``; a provably dead holder's lock is broken and
   retaken on a fresh inode.
@@ -38,7 +38,10 @@ from .errors import LiveConnectionError
 log = logging.getLogger("hermes_data.sessions.filesafety")
 
 _track_lock = threading.RLock()
+_track_cond = threading.Condition(_track_lock)
 _counts: dict[str, int] = {}
+#: Paths inside :func:`offline_file_access` → the thread running its body.
+_offline: dict[str, int] = {}
 
 
 def path_key(path: str | os.PathLike[str]) -> str:
@@ -74,7 +77,10 @@ class TrackedConnection(sqlite3.Connection):
 
     def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
         key = _database_key(database, bool(kwargs.get("uri", False)))
-        with _track_lock:  # waits for an offline_file_access body of another thread
+        me = threading.get_ident()
+        with _track_cond:  # waits for an offline_file_access body of another thread
+            while key is not None and _offline.get(key, me) != me:
+                _track_cond.wait()
             super().__init__(database, *args, **kwargs)
             if key is not None:
                 _counts[key] = _counts.get(key, 0) + 1
@@ -108,14 +114,27 @@ def live_connections(path: str | os.PathLike[str] | None = None) -> int | dict[s
 
 @contextmanager
 def offline_file_access(path: str | os.PathLike[str], what: str) -> Iterator[None]:
-    """Hold the tracking lock for the body (no tracked connection opens meanwhile) after
-    checking that this process has no connection to ``path`` or its sidecars' database;
-    else raise :class:`LiveConnectionError` naming ``what`` was refused."""
-    with _track_lock:
-        n = _counts.get(path_key(path), 0)
+    """Run the body with no tracked connection to ``path`` in this process: raise
+    :class:`LiveConnectionError` (naming ``what`` was refused) when one is open, and make
+    every other thread's new connection to ``path`` wait until the body ends (connections to
+    other files are not held up). Re-entrant on one thread."""
+    key = path_key(path)
+    me = threading.get_ident()
+    with _track_cond:
+        while _offline.get(key, me) != me:
+            _track_cond.wait()
+        n = _counts.get(key, 0)
         if n:
             raise LiveConnectionError(str(path), what, n)
+        outer = key in _offline
+        _offline[key] = me
+    try:
         yield
+    finally:
+        if not outer:
+            with _track_cond:
+                _offline.pop(key, None)
+                _track_cond.notify_all()
 
 
 def no_checkpoint_on_close(con: sqlite3.Connection | None, path: Any) -> bool:
