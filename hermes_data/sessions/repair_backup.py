@@ -42,6 +42,10 @@ now: Callable[[], float] = time.time
 disk_usage: Callable[[str], "shutil._ntuple_diskusage"] = shutil.disk_usage
 
 
+#: Test seam: called with ``copy:staged`` once every part is staged (crash tests exit there).
+checkpoint_hook: Callable[[str], None] | None = None
+
+
 class BackupRefused(Exception):
     """The backup could not be made (a hard stop for the repair, #69603); not counted."""
 
@@ -317,6 +321,8 @@ def make_bundle(db: Path) -> tuple[Path, bool]:
                 staged.append((stage, Path(f"{base}{suffix}")))
                 if _hash(stage) != digest:
                     raise BackupRefused(f"{stage}: the copy does not match the original")
+            if checkpoint_hook is not None:
+                checkpoint_hook("copy:staged")
             # Sidecars first, the main file last: its name commits the bundle.
             for stage, final in sorted(staged, key=lambda sf: sf[1] == base):
                 if final.exists():

@@ -93,7 +93,7 @@ def _child(path: str, phase: str | None, started) -> None:
         def hook(at: str) -> None:
             if at == phase:
                 os._exit(17)
-        repair.checkpoint_hook = hook
+        repair.checkpoint_hook = rb.checkpoint_hook = hook
         repair.PROMOTE_PAGES = 16  # several promotion steps, one destination transaction
     started.set()
     repair.repair_state_db_schema(path)
@@ -113,7 +113,7 @@ def _check_after_crash(path: Path, ref: dict) -> str:
     return "repaired" if state == ref["repaired"] else "unchanged"
 
 
-PHASES = ["copy", "snapshot", "strategy:rebuild_fts", "strategy:reindex_btree",
+PHASES = ["copy", "copy:staged", "snapshot", "strategy:rebuild_fts", "strategy:reindex_btree",
           "strategy:dedup_schema", "promote", "promote:step", "verify"]
 
 
@@ -127,9 +127,12 @@ def test_exit_at_each_phase_leaves_the_file_unchanged_or_repaired(tmp_path, refe
     proc.start()
     proc.join(60)
     assert proc.exitcode == 17, f"the child never reached {phase}"
+    if phase == "copy:staged":  # staged copies exist, yet no bundle does
+        assert [n for n in os.listdir(tmp_path) if ".backup-staging-" in n]
+        assert rb.bundles(path) == []
     outcome = _check_after_crash(path, references[mode])
-    if phase in ("copy", "snapshot", "promote", "promote:step") or phase.startswith("strategy"):
-        assert outcome == "unchanged"  # nothing is promoted before the promotion commits
+    # Nothing is promoted before the promotion commits; after it, the repair is durable.
+    assert outcome == ("repaired" if phase == "verify" else "unchanged")
 
 
 def test_sigkill_at_random_points(tmp_path, references):
