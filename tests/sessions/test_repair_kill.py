@@ -7,7 +7,8 @@ legacy ``state.db`` and dies — by ``os._exit`` at a named phase, or by SIGKILL
 after a random delay. Afterwards the file must hold either the damaged image's content or the
 fully repaired one (compared logically: the schema rows and every table's rows, read from a
 copy with its ``-wal``), every published bundle must be the damaged image byte for byte, and
-the next run must finish the repair and remove the scratch and staging debris.
+the next run must finish the repair and remove the scratch and staging debris. Every third
+random trial damages the copy beyond repair (a truncated file): it must stay byte-identical.
 
 The default suite runs :data:`DEFAULT_TRIALS` random kills; the issue's ≥ 50 trials run with
 ``HERMES_DATA_REPAIR_KILL_TRIALS=50`` (or more) in the environment.
@@ -29,7 +30,8 @@ import pytest
 from hermes_data.sessions import repair
 from hermes_data.sessions import repair_backup as rb
 
-from .repair_support import duplicate_schema_row, file_digest, legacy_copy, table_digests
+from .repair_support import (duplicate_schema_row, file_digest, legacy_copy, table_digests,
+                             truncate)
 
 pytestmark = pytest.mark.journal_independent("repairs copied legacy files in both journal modes "
                                              "itself; the store's policy plays no part")
@@ -61,6 +63,9 @@ def _state(path: Path) -> tuple:
 
 def _damaged(directory: Path, mode: str) -> Path:
     path = legacy_copy(directory)
+    if mode == "truncated":  # not repairable: every run must refuse and change nothing
+        truncate(path)
+        return path
     if mode == "delete":
         con = sqlite3.connect(path, isolation_level=None)
         con.execute("PRAGMA journal_mode = delete")
@@ -85,6 +90,11 @@ def references(tmp_path_factory) -> dict:
         assert report.repaired, report.error
         out[mode] = {"digest": digest, "damaged": damaged, "repaired": _state(path),
                      "seconds": took}
+    path = _damaged(tmp_path_factory.mktemp("ref-truncated"), "truncated")
+    digest = file_digest(path)
+    started = time.monotonic()
+    assert repair.repair_state_db_schema(path).error
+    out["truncated"] = {"digest": digest, "seconds": time.monotonic() - started}
     return out
 
 
@@ -100,7 +110,20 @@ def _child(path: str, phase: str | None, started) -> None:
     os._exit(0)
 
 
+def _check_refused_after_crash(path: Path, ref: dict) -> str:
+    assert file_digest(path) == ref["digest"], "the crash changed an unrepairable file"
+    for bundle in rb.bundles(path):
+        assert file_digest(bundle) == ref["digest"]
+    report = repair.repair_state_db_schema(path)
+    assert report.error and file_digest(path) == ref["digest"]
+    assert not rb.scratch_path(path).exists()
+    assert not [n for n in os.listdir(path.parent) if ".backup-staging-" in n]
+    return "unchanged"
+
+
 def _check_after_crash(path: Path, ref: dict) -> str:
+    if "repaired" not in ref:
+        return _check_refused_after_crash(path, ref)
     state = _state(path)
     assert state in (ref["damaged"], ref["repaired"]), "the crash left a worse file"
     for bundle in rb.bundles(path):  # staging debris never counts as a bundle
@@ -139,7 +162,7 @@ def test_sigkill_at_random_points(tmp_path, references):
     rng = random.Random(int(os.environ.get("HERMES_DATA_REPAIR_KILL_SEED") or 2112))
     outcomes: dict[str, int] = {"unchanged": 0, "repaired": 0}
     for trial in range(TRIALS):
-        mode = ("wal", "delete")[trial % 2]
+        mode = ("wal", "delete", "truncated")[trial % 3]
         directory = tmp_path / f"t{trial}"
         directory.mkdir()
         path = _damaged(directory, mode)
