@@ -84,7 +84,7 @@ def test_sqlite_header_and_garbage_never_move(tmp_path):
     db = tmp_path / "state.db"
     db.write_bytes(b"SQLite format 3\x00" + bytes(4080))
     before = file_digest(db)
-    with pytest.raises(Exception):
+    with pytest.raises(NotAHermesDatabaseError):
         SessionStore(db)
     assert file_digest(db) == before and not _baks(tmp_path)
     db.write_bytes(b"not a database at all" * 100)
