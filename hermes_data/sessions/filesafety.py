@@ -27,7 +27,6 @@ import sqlite3
 import sys
 import threading
 import time
-import weakref
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -84,16 +83,22 @@ class TrackedConnection(sqlite3.Connection):
             super().__init__(database, *args, **kwargs)
             if key is not None:
                 _counts[key] = _counts.get(key, 0) + 1
-        self._tracked_finalizer = (None if key is None
-                                   else weakref.finalize(self, _release, key))
+                self._tracked_key: str | None = key
+
+    def _untrack(self) -> None:
+        with _track_lock:  # the count drops exactly once (close, then collection)
+            key = self.__dict__.pop("_tracked_key", None)
+            if key is not None:
+                _release(key)
 
     def close(self) -> None:  # noqa: D401 - sqlite3 API
         try:
             super().close()
         finally:
-            fin = getattr(self, "_tracked_finalizer", None)
-            if fin is not None:
-                fin()  # runs once: the count drops exactly once
+            self._untrack()
+
+    def __del__(self) -> None:  # a connection collected without close() (SQLite closes it)
+        self._untrack()
 
 
 def tracked_connect(database: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
