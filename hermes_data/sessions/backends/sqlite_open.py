@@ -41,6 +41,7 @@ from ... import migrate
 from ...engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
 from ...files import FileHeader
 from .. import cjk, display_schema, opening
+from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
@@ -84,7 +85,7 @@ def forget_stamps() -> None:
 def connect(path: Path, settings: SqliteSettings) -> sqlite3.Connection:
     """A plain connection to ``path``: the busy timeout as the driver's timeout, driver
     transactions off, usable from any thread (the handle serializes it)."""
-    return sqlite3.connect(str(path), timeout=settings.busy_timeout_ms / 1000,
+    return tracked_connect(str(path), timeout=settings.busy_timeout_ms / 1000,
                            check_same_thread=False, isolation_level=None)
 
 
