@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ConfigurationError
+from ..isolation import ensure_test_isolation
 from .errors import LiveConnectionError, StateDbZeroedError
 from .filesafety import holder_scan, maintenance_flock, offline_file_access
 
@@ -38,10 +39,6 @@ _MAGIC = b"SQLite format 3\x00"
 now: Callable[[], float] = time.time
 
 
-def _guard_entry(path: Path) -> None:
-    """Integration point: the test-isolation guard (storage §3.1) is called here first."""
-
-
 def _refuse_url(path: str | os.PathLike[str]) -> None:
     text = os.fspath(path)
     if isinstance(text, str) and text.startswith(("postgresql", "postgres:")):
@@ -54,7 +51,7 @@ def is_zeroed_state_db(path: str | os.PathLike[str], *, probe_bytes: int = 100,
     NUL; False for anything else, a non-regular file (never blocks on a FIFO), a ``SQLite
     format 3`` header, or — without ``force`` — a file this process has a connection to."""
     p = Path(path)
-    _guard_entry(p)
+    ensure_test_isolation(p)
     try:
         st = os.stat(p)
     except OSError:
@@ -92,7 +89,7 @@ def quarantine_cross_process_lock(path: str | os.PathLike[str],
     (default :data:`QUARANTINE_LOCK_TIMEOUT_S`, 5 s)."""
     _refuse_url(path)
     p = Path(path)
-    _guard_entry(p)
+    ensure_test_isolation(p)
     wait = QUARANTINE_LOCK_TIMEOUT_S if timeout is None else timeout
     with maintenance_flock(f"{p}.quarantine.lock", wait, QUARANTINE_LOCK_POLL_S) as got:
         yield got
@@ -120,7 +117,7 @@ def quarantine_zeroed_state_db(path: str | os.PathLike[str], *,
     live holder splits the store)."""
     _refuse_url(path)
     p = Path(path)
-    _guard_entry(p)
+    ensure_test_isolation(p)
     if already_locked:
         return _quarantine_locked(p)
     with quarantine_cross_process_lock(p) as got:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import ConfigurationError
+from ..isolation import ensure_test_isolation
 from . import repair_backup as rb
 from .errors import StateDbMalformedError
 from .filesafety import holder_scan, live_connections, maintenance_flock, tracked_connect
@@ -63,10 +64,6 @@ monotonic: Callable[[], float] = time.monotonic
 def _at(phase: str) -> None:
     if checkpoint_hook is not None:
         checkpoint_hook(phase)
-
-
-def _guard_entry(path: Path) -> None:
-    """Integration point: the test-isolation guard (storage §3.1) is called here first."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -387,7 +384,7 @@ def repair_state_db_schema(db_path: str | os.PathLike[str], *, backup: bool = Tr
     if isinstance(text, str) and text.startswith("sqlite:///"):
         text = text[len("sqlite:///"):]
     path = Path(text)
-    _guard_entry(path)
+    ensure_test_isolation(path)
     report = RepairReport()
     try:
         _repair(path, backup, report)
@@ -655,7 +652,7 @@ def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosi
     """Read-only facts for a dry run: health (``probe``), ledger, bundles, the bundle name a
     repair would write now, holders."""
     path = Path(db_path)
-    _guard_entry(path)
+    ensure_test_isolation(path)
     exists = path.is_file()
     healthy = why = None
     if exists and probe and not is_zeroed_state_db(path):

@@ -69,6 +69,22 @@ def test_an_existing_production_file_is_not_opened_locked_or_read(fake_home):
     assert (after.st_mtime_ns, after.st_mode) == (before.st_mtime_ns, before.st_mode)
 
 
+def test_repair_and_quarantine_entries_are_guarded_first(fake_home):
+    """Storage §3.0 "guard first": repair, the zero probe's quarantine and its lock refuse
+    a production path before any lock file, backup or byte read."""
+    from hermes_data.sessions import quarantine, repair
+    hermes = fake_home / ".hermes"
+    hermes.mkdir()
+    db = hermes / "state.db"
+    db.write_bytes(b"\0" * 4096)
+    for call in (lambda: repair.repair_state_db_schema(db),
+                 lambda: quarantine.quarantine_zeroed_state_db(db, already_locked=True),
+                 lambda: quarantine.quarantine_cross_process_lock(db).__enter__()):
+        with pytest.raises(ProductionStateDbError):
+            call()
+    assert _tree(hermes) == ["state.db"] and db.read_bytes() == b"\0" * 4096
+
+
 def test_the_telemetry_store_is_guarded_too(fake_home):
     with pytest.raises(ProductionStateDbError):
         TelemetryStore(fake_home / ".hermes" / "telemetry" / "telemetry.db")
