@@ -96,6 +96,9 @@ def doctor(store: str, url=None) -> DoctorReport:
     if path is not None:
         facts = file_facts(path)
         report.facts["files"] = facts.to_dict()
+        if store == "sessions":  # repair ledger, bundles, last error (storage §3.3)
+            from .sessions.repair_backup import repair_facts
+            report.facts["repair"] = repair_facts(path)
         if facts.link_target is not None:
             report.warnings.append(f"{path} is a symbolic link to {facts.link_target}; "
                                    "hermes-data operates on that target")

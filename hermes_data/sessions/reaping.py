@@ -35,7 +35,8 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import psutil
 
-from ..files import SIDECARS, _deleted_descriptors, file_holders
+from ..files import SIDECARS, _deleted_descriptors
+from . import filesafety
 
 log = logging.getLogger("hermes_data.sessions.reaping")
 
@@ -52,81 +53,13 @@ _DELETED = " (deleted)"
 
 
 def scan_holders(db_path: Path | None) -> list[Holder]:
-    """``(pid, path)`` of every *other* process holding ``<db>``, ``-wal`` or ``-shm``
-    (deleted inodes too), from the shared holder scan :func:`hermes_data.files.file_holders`;
-    plus ``(pid, "uninspectable")`` for a process whose descriptors cannot be read but whose
-    argv names Hermes and no other Hermes home. A scan that cannot read the process table
-    gives ``[(-1, reason)]``: any entry means "held" (fail closed)."""
+    """The shared holder scan of §3.0 (:func:`hermes_data.sessions.filesafety.holder_scan`):
+    ``(pid, path)`` of every *other* process holding ``<db>``, ``-wal`` or ``-shm`` (deleted
+    inodes too), ``(pid, "uninspectable")`` for an unreadable process whose argv names Hermes
+    and no other home, ``[(-1, reason)]`` for a failed scan. Any entry means "held"."""
     if db_path is None:
         return [(-1, "no database path")]
-    try:
-        found = file_holders(db_path)
-        if found is None:
-            return [(-1, "holder scan failed: the process table is unreadable")]
-        me = os.getpid()
-        held = {(h.pid, h.path) for h in found if h.pid != me}
-        seen = {pid for pid, _ in held} | {me}
-        held.update((pid, "uninspectable") for pid in uninspectable_hermes(db_path, seen))
-    except Exception as exc:  # noqa: BLE001 - a failed scan is "held", never an error
-        return [(-1, f"holder scan failed: {exc}")]
-    return sorted(held)
-
-
-def _process_argvs() -> list[tuple[int, list[str]]]:
-    return [(p.info["pid"], list(p.info.get("cmdline") or []))
-            for p in psutil.process_iter(["pid", "cmdline"])]
-
-
-def _descriptors_readable(pid: int) -> bool:
-    try:
-        os.listdir(f"/proc/{pid}/fd")
-        return True
-    except PermissionError:
-        return False
-    except OSError:  # gone, or no /proc: nothing to add
-        return True
-
-
-#: Injectable: every process's ``(pid, argv)``, and whether its descriptors can be read.
-process_argvs: Callable[[], list[tuple[int, list[str]]]] = _process_argvs
-descriptors_readable: Callable[[int], bool] = _descriptors_readable
-_HOME_FLAGS = ("--home", "--hermes-home", "--db", "--db-path")
-
-
-def _names_hermes(argv: Sequence[str]) -> bool:
-    return any(os.path.basename(str(a).replace("\\", "/")).lower().startswith("hermes")
-               for a in argv)
-
-
-def _other_home(argv: Sequence[str], db_path: Path) -> bool:
-    """Does argv name a Hermes home or database other than ``db_path``'s?"""
-    ours = {os.path.realpath(db_path), os.path.realpath(db_path.parent)}
-    paths = []
-    for i, a in enumerate(argv):
-        a = str(a)
-        for flag in _HOME_FLAGS:
-            if a == flag and i + 1 < len(argv):
-                paths.append(str(argv[i + 1]))
-            elif a.startswith(flag + "="):
-                paths.append(a.split("=", 1)[1])
-        if a.startswith("HERMES_HOME="):
-            paths.append(a.split("=", 1)[1])
-        elif a.endswith(".db"):
-            paths.append(a)
-    return any(os.path.realpath(os.path.expanduser(p)) not in ours for p in paths)
-
-
-def uninspectable_hermes(db_path: Path, exclude: Iterable[int] = ()) -> list[int]:
-    """Pids (not in ``exclude``) whose descriptors cannot be read and whose argv names Hermes
-    and no other Hermes home: they may hold the file, so they count as holders (§3.0)."""
-    skip = set(exclude)
-    out = []
-    for pid, argv in process_argvs():
-        if pid in skip or pid <= 0 or not _names_hermes(argv) or _other_home(argv, db_path):
-            continue
-        if not descriptors_readable(pid):
-            out.append(pid)
-    return sorted(out)
+    return filesafety.holder_scan(db_path)
 
 
 def enabled(config: Any) -> bool:
@@ -302,4 +235,4 @@ def reap_orphan_desktop_backends(db_path: Path, holders: Iterable[Holder], *,
 
 __all__ = ["DEFAULT_ENABLED", "Inspection", "MIN_AGE_SECONDS", "SETTING", "WAIT_SECONDS",
            "enabled", "enabled_for_open", "open_setting", "reap_orphan_desktop_backends",
-           "scan_holders", "uninspectable_hermes"]
+           "scan_holders"]

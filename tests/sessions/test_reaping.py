@@ -321,29 +321,15 @@ def test_real_children_meet_and_fail_each_proof(tmp_path):
         spawned.cleanup()
 
 
-def test_scan_counts_uninspectable_hermes_processes(tmp_path, monkeypatch):
+def test_scan_is_the_shared_holder_scan(tmp_path):
+    from hermes_data.sessions import filesafety
+
     db = tmp_path / "state.db"
-    with SessionStore(db) as s:
-        s.create_session("a", "cli")
-    argvs = [
-        (901, ["/usr/bin/hermes", "gateway", "run"]),                      # counts
-        (902, ["python", "-m", "hermes_data.cli", "doctor"]),               # counts
-        (903, ["hermes", "--home", str(tmp_path / "elsewhere")]),           # another home
-        (904, ["hermes", f"--db={tmp_path / 'other.db'}"]),                 # another database
-        (905, ["hermes", "--home", str(tmp_path)]),                         # our home: counts
-        (906, ["vim", "notes.txt"]),                                        # not Hermes
-        (907, ["hermes", "serve"]),                                         # inspectable
-        (os.getpid(), ["hermes"]),                                          # this process
-    ]
-    monkeypatch.setattr(reaping, "process_argvs", lambda: argvs)
-    monkeypatch.setattr(reaping, "descriptors_readable", lambda pid: pid == 907)
-    assert reaping.uninspectable_hermes(db, {os.getpid()}) == [901, 902, 905]
-    scanned = reaping.scan_holders(db)
-    assert [h for h in scanned if h[1] == "uninspectable"] == [
-        (901, "uninspectable"), (902, "uninspectable"), (905, "uninspectable")]
-
-    def broken():
-        raise psutil.AccessDenied(1)
-
-    monkeypatch.setattr(reaping, "process_argvs", broken)
-    assert reaping.scan_holders(db)[0][0] == -1  # a failed scan is "held"
+    seen = []
+    filesafety.set_holder_scanner(lambda p: seen.append(p) or [(4242, "uninspectable")])
+    try:
+        assert reaping.scan_holders(db) == [(4242, "uninspectable")]
+    finally:
+        filesafety.set_holder_scanner(None)
+    assert seen == [db]
+    assert reaping.scan_holders(None)[0][0] == -1

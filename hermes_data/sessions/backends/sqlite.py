@@ -34,12 +34,11 @@ from ...config import hermes_home
 from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
-from .. import guards, opening, upstream_cjk
+from .. import filesafety, guards, opening, repair, upstream_cjk
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
-from ..sql import backend as q
-from ..sql import for_dialect
+from ..sql import backend as q, for_dialect
 from . import sqlite_open
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
@@ -112,8 +111,8 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            self._open_with_patience(open_patience_s,
-                                     self._open_read_only if read_only else self._open)
+            self._open_with_patience(open_patience_s, repair.open_hook(  # storage §3.3-§3.4
+                self, self._open_read_only if read_only else self._open))
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (§8.12)
@@ -553,7 +552,8 @@ class SqliteBackend(SessionBackend):
         if self._sticky is None:
             log.error("%s: structural corruption (%s): handle quarantined", self.path, exc)
             self.quarantined = True
-            self._sticky = StateDbCorruptError(str(self.path), str(getattr(exc, "orig", exc)))
+            self._sticky = StateDbCorruptError(str(self.path), exc)
+            filesafety.no_checkpoint_on_close(self._raw, self.path)  # storage §3.5
         raise self._sticky from exc
 
     @contextmanager
