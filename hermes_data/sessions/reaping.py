@@ -149,7 +149,7 @@ def _targets(db_path: Path) -> set[str]:
 def _desktop_argv(argv: Iterable[str]) -> bool:
     """``serve`` or ``dashboard`` and an ephemeral port (``--port 0`` / ``--port=0``)."""
     args = [str(a) for a in argv]
-    if not ({"serve", "dashboard"} & {os.path.basename(a) for a in args}):
+    if not ({"serve", "dashboard"} & set(args)):  # the subcommand itself, never a path
         return False
     if "--port=0" in args:
         return True
