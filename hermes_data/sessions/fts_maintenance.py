@@ -19,7 +19,7 @@ in-process retry of a deferred stale recovery (spec sessions-ext-storage.md §3.
 * :func:`after_append` — the cadence: every :data:`MERGE_EVERY`-th successful transcript write
   of a handle (``append_message`` / ``append_messages_batch``: the writes that add FTS
   segments; heartbeats, titles and flags never touch the indexes), post-commit, one
-  ``merge_fts(500, 4)`` inside ``except Exception`` (``SystemError`` included): maintenance
+  ``merge_fts(CADENCE_PAGES, 4)`` inside ``except Exception`` (``SystemError`` included): maintenance
   never makes a caller replay a committed write (#90734, #85079). Skipped on read-only,
   quarantined or replaced handles, while ``fts_stale`` is set, and without FTS.
 * :func:`retry_deferred_fts_recovery` — a long-lived host's tick: core stale recovery with
@@ -55,9 +55,14 @@ from .sql import fts_maintenance as q
 
 log = logging.getLogger("hermes_data.sessions.fts_maintenance")
 
-#: The merge rule's constants (benchmarks/fts_merge.py; spec P-S4).
+#: ``merge_fts`` defaults (upstream's signature; spec P-S4).
 MERGE_PAGES = 500
 MERGE_COMMANDS = 4
+#: The cadence's pages per command, by the spec's rule (largest value with a p95 single
+#: command ≤ 50 ms on the benchmark corpus): ``benchmarks/fts_merge.py`` on this project's
+#: reference machine (SQLite 3.40.1, 2 cores) measured p95 45 ms at 250 pages, 78 ms at 500;
+#: four commands keep a pass under 250 ms per index.
+CADENCE_PAGES = 250
 USERMERGE = 2
 #: A merge pass every this many successful transcript writes of a handle.
 MERGE_EVERY = 1000
@@ -340,7 +345,7 @@ def after_append(store: Any) -> None:
     try:
         if _cadence_skips(backend):
             return
-        merge_fts(store, MERGE_PAGES, MERGE_COMMANDS)
+        merge_fts(store, CADENCE_PAGES, MERGE_COMMANDS)
     except Exception as exc:  # noqa: BLE001 - SystemError included: the write already committed
         log.info("%s: post-commit FTS merge skipped: %s: %s", getattr(backend, "path", "?"),
                  type(exc).__name__, exc)
@@ -398,6 +403,6 @@ def retry_deferred_fts_recovery(store: Any) -> bool:
         return False
 
 
-__all__ = ["MERGE_COMMANDS", "MERGE_EVERY", "MERGE_PAGES", "REBUILD_ADMISSION_WAIT_S",
+__all__ = ["CADENCE_PAGES", "MERGE_COMMANDS", "MERGE_EVERY", "MERGE_PAGES", "REBUILD_ADMISSION_WAIT_S",
            "RETRY_BACKOFF_MAX_S", "RETRY_BACKOFF_START_S", "USERMERGE", "after_append",
            "merge_fts", "optimize_fts", "rebuild_fts", "retry_deferred_fts_recovery"]
