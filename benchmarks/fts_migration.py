@@ -44,7 +44,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-os.environ.setdefault("HERMES_STATE_DB_GUARD_BYPASS", "1")
 
 from hermes_data.sessions import fts_storage  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402

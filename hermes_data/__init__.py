@@ -17,6 +17,7 @@ from .errors import (
     DatabaseBusyError,
     HermesDataError,
     NotAHermesDatabaseError,
+    ProductionStateDbError,
     SchemaDriftError,
     WalUnsupportedError,
 )
@@ -42,7 +43,8 @@ _LAZY = {
 
 __all__ = [
     "AdoptionError", "ConfigurationError", "DatabaseBusyError", "ForwardOnlyError",
-    "HermesDataError", "NotAHermesDatabaseError", "SchemaDriftError", "WalUnsupportedError",
+    "HermesDataError", "NotAHermesDatabaseError", "ProductionStateDbError", "SchemaDriftError",
+    "WalUnsupportedError",
     *_LAZY,
 ]
 

@@ -145,6 +145,9 @@ def _size(n) -> str:
 def cmd_doctor(args) -> int:
     from .diagnostics import doctor
 
+    if getattr(args, "repair", False):  # same as `hermes-data repair` (storage §3.3)
+        from .cli_repair import cmd_repair
+        return cmd_repair(args)
     reports = _each(args, doctor)
     failed = any(r.problems for r in reports.values())
     if args.json:
@@ -173,6 +176,10 @@ def cmd_doctor(args) -> int:
             emit(f"  quick_check: {', '.join(r.facts['quick_check'])}")
         if "integrity_check" in r.facts:
             emit(f"  integrity_check: {', '.join(r.facts['integrity_check'])}")
+        if r.facts.get("repair"):
+            from .cli_repair import facts_lines
+            for line in facts_lines(r.facts["repair"]):
+                emit(line)
         fds = r.facts.get("descriptors", {})
         if fds.get("open") is not None:
             limit = fds.get("soft_limit")
@@ -203,7 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     each concern's CLI beside its code; they write through :mod:`hermes_data.cli_output` and
     never import this module.
     """
-    from . import cli_copy, cli_maintenance, cli_portability, cli_search, cli_stats
+    from . import cli_copy, cli_maintenance, cli_portability, cli_repair, cli_search, cli_stats
 
     parser = argparse.ArgumentParser(
         prog="hermes-data",
@@ -228,8 +235,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="examine both stores: SQLite build, journal mode, permissions, "
                                       "holders, descriptors, integrity_check, drift (exit 1 on problems)")
     _store_arg(p, "all")
+    p.add_argument("--repair", action="store_true",
+                   help="run `hermes-data repair` on the session store instead (dry run unless --apply)")
+    cli_repair.add_repair_options(p, json_flag=False)
     p.set_defaults(func=cmd_doctor)
-    for module in (cli_search, cli_maintenance, cli_portability, cli_copy, cli_stats):
+    for module in (cli_search, cli_maintenance, cli_portability, cli_copy, cli_repair, cli_stats):
         module.register(sub)
     for command in sub.choices.values():  # -v also after the subcommand
         command.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,

@@ -44,12 +44,20 @@ def telemetry_home() -> Path:
     return base / "telemetry"
 
 
+def default_db_path() -> Path:
+    """The session store's default file, ``$HERMES_HOME/state.db``, resolved at call time
+    (an import-time default kept pointing at the real file after a fixture redirected
+    ``HERMES_HOME``; spec sessions-ext-storage §3.1). Re-exported by
+    :mod:`hermes_data.isolation`."""
+    return hermes_home() / "state.db"
+
+
 def default_path(store: str) -> Path:
     """Default SQLite file of ``store`` (``"telemetry"`` or ``"sessions"``)."""
     check_store(store)
     if store == "telemetry":
         return telemetry_home() / "telemetry.db"
-    return hermes_home() / "state.db"
+    return default_db_path()
 
 
 def check_store(store: str) -> str:

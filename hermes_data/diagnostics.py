@@ -96,6 +96,9 @@ def doctor(store: str, url=None) -> DoctorReport:
     if path is not None:
         facts = file_facts(path)
         report.facts["files"] = facts.to_dict()
+        if store == "sessions":  # repair ledger, bundles, last error (storage §3.3)
+            from .sessions.repair_backup import repair_facts
+            report.facts["repair"] = repair_facts(path)
         if facts.link_target is not None:
             report.warnings.append(f"{path} is a symbolic link to {facts.link_target}; "
                                    "hermes-data operates on that target")
@@ -122,6 +125,14 @@ def doctor(store: str, url=None) -> DoctorReport:
             con = migrate.read_only_connect(path)
             try:
                 damage = migrate.sqlite_check(con, "integrity_check")
+                if store == "sessions":  # a deferred stale-FTS rebuild (storage §3.8)
+                    from .sessions.fts_deferral import doctor_facts
+
+                    deferral, futile = doctor_facts(con)
+                    if deferral is not None:
+                        report.facts["fts_rebuild_deferral"] = deferral
+                    if futile:
+                        report.warnings.append(futile)
             finally:
                 con.close()
         except Exception as exc:

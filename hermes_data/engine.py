@@ -59,6 +59,7 @@ from sqlalchemy.util import LRUCache
 from .config import resolve_url, sqlite_path
 from .errors import ConfigurationError, WalUnsupportedError
 from .files import FileHeader
+from .sessions.filesafety import TrackedConnection
 
 log = logging.getLogger("hermes_data.engine")
 
@@ -419,7 +420,8 @@ def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | Non
         pool_size=settings.pool_size,
         max_overflow=settings.max_overflow,
         pool_timeout=60,
-        connect_args={"check_same_thread": False, "timeout": settings.busy_timeout_ms / 1000},
+        connect_args={"check_same_thread": False, "timeout": settings.busy_timeout_ms / 1000,
+                      "factory": TrackedConnection},  # counted per path (storage §3.0)
     )
     _install_sqlite_events(engine, str(path), settings)
     return engine

@@ -71,6 +71,20 @@ class CorruptDatabaseError(NotAHermesDatabaseError):
     was refused and left byte-for-byte unchanged."""
 
 
+class ProductionStateDbError(HermesDataError, RuntimeError):
+    """A test run tried to open a production store (the real ``~/.hermes`` tree or a deny
+    root, :func:`hermes_data.isolation.ensure_test_isolation`); nothing was created, locked
+    or opened. The message names the path, the root and both bypasses."""
+
+    def __init__(self, path: str, root: str) -> None:
+        self.path, self.root = path, root
+        super().__init__(
+            f"{path}: refusing to open a production store from a test run (it lives under "
+            f"{root}); point HERMES_HOME at a temporary directory. Bypass on purpose with "
+            "hermes_data.isolation.STATE_DB_GUARD_BYPASS = True (pytest marker "
+            "live_system_guard_bypass) or HERMES_STATE_DB_GUARD_BYPASS=1 in the environment")
+
+
 class StoreNotCreatedError(HermesDataError):
     """A command that only looks was pointed at a store that does not exist yet; nothing
     was created (the message names the command that creates it)."""

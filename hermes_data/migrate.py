@@ -42,6 +42,7 @@ from .engine import SqliteSettings, create_engine_for, journal_state, keeping_jo
 from .errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreLinkError, StoreNotCreatedError)
 from .files import link_target, make_owner_only
+from .sessions.filesafety import tracked_connect
 from .fresh import create_fresh, is_new_file, owner_only_journal
 from .migration_spec import StoreSpec, UpgradeReport, current_revision
 from .shape import Difference, diff_shapes, live_shape
@@ -80,8 +81,7 @@ def script_location(spec: StoreSpec) -> Path:
     return MIGRATIONS_DIR / spec.name
 
 
-#: Each store's migration module defines ``SPEC``; they import :mod:`hermes_data.migration_spec`,
-#: never this module, so the dependency points one way.
+#: Store migration modules define ``SPEC`` and import :mod:`.migration_spec`, never this module.
 _SPEC_MODULES = {
     "telemetry": "hermes_data.telemetry.migration",
     "sessions": "hermes_data.sessions.migration",
@@ -378,7 +378,7 @@ def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
         raise NotAHermesDatabaseError(f"{path}: is a directory, not a database file; "
                                       "nothing was changed")
     try:
-        return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+        return tracked_connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
     except sqlite3.Error as exc:
         raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
                                       "the file was left unchanged") from exc

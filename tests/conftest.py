@@ -44,6 +44,16 @@ def _unpack_fixtures() -> Path:
 
 
 FIXTURES = _unpack_fixtures()
+
+#: The Hermes homes this run was started with, taken before anything sandboxes it: the real
+#: ``~/.hermes`` and a pre-set ``HERMES_HOME``. The test isolation guard (spec
+#: sessions-ext-storage §3.1) refuses to open a store directly under them, even in a test that
+#: points ``HOME`` elsewhere.
+PRE_SANDBOX_HOMES = [Path(os.path.expanduser("~")) / ".hermes"] + (
+    [Path(os.environ["HERMES_HOME"].strip()).expanduser()]
+    if os.environ.get("HERMES_HOME", "").strip() else [])
+_SESSION_ENV = ("HERMES_HOME", "HERMES_TEST_ISOLATION")
+_saved_env: dict[str, str | None] = {}
 #: The journal-mode override this test run was started with (None: the default policy).
 RUN_JOURNAL_MODE = os.environ.get("HERMES_DATA_JOURNAL_MODE") or None
 
@@ -67,6 +77,40 @@ def pytest_configure(config) -> None:
         "markers", "journal_independent(reason): nothing the test exercises can depend on the "
         "SQLite journal mode (PostgreSQL only, static checks, pure functions); the WAL pass "
         "skips it with that reason and the default pass runs it")
+    config.addinivalue_line(
+        "markers", "live_system_guard_bypass: the test may open stores under the real Hermes "
+        "home (sets hermes_data.isolation.STATE_DB_GUARD_BYPASS for its duration)")
+    # The test isolation guard: a sandbox HERMES_HOME for the whole session (module-level code
+    # and session fixtures included; each test gets its own below), a test context every
+    # child process inherits, and the pre-sandbox homes as deny roots.
+    from hermes_data import isolation
+
+    for name in _SESSION_ENV:
+        _saved_env.setdefault(name, os.environ.get(name))
+    sandbox = Path(tempfile.mkdtemp(prefix="hermes-data-session-home-"))
+    atexit.register(shutil.rmtree, sandbox, True)
+    os.environ["HERMES_HOME"] = str(sandbox)
+    os.environ["HERMES_TEST_ISOLATION"] = "1"
+    for home in PRE_SANDBOX_HOMES:
+        if home not in isolation.STATE_DB_GUARD_EXTRA_DENY_ROOTS:
+            isolation.STATE_DB_GUARD_EXTRA_DENY_ROOTS.append(home)
+
+
+def pytest_unconfigure(config) -> None:
+    for name, value in _saved_env.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+@pytest.fixture(autouse=True)
+def _state_db_guard_bypass(request, monkeypatch):
+    """Tests marked ``live_system_guard_bypass`` run with the isolation guard off."""
+    if request.node.get_closest_marker("live_system_guard_bypass") is not None:
+        from hermes_data import isolation
+
+        monkeypatch.setattr(isolation, "STATE_DB_GUARD_BYPASS", True)
 
 
 def journal_independence(item: pytest.Item) -> str | None:

@@ -30,11 +30,16 @@ if TYPE_CHECKING:
     from .sweeps import AutoArchiveReport
     from .async_store import AsyncSessionDB, AsyncSessionStore
     from .delegations import reconcile_state_schema
+    # Storage resilience (sessions-ext-storage.md §3.2–§3.5).
+    from .errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
+    from .registry import acquire, release
     # Storage (sessions-ext-storage.md §3.6).
     from .fts_storage import FtsRebuildStatus, OptimizeProgress, OptimizeStorageResult
 
 _EXPORTS = {
     "SessionStore": "store",
+    "LiveConnectionError": "errors", "StateDbMalformedError": "errors",
+    "StateDbZeroedError": "errors", "acquire": "registry", "release": "registry",
     "MessageRow": "rows", "NewMessage": "rows", "PublishResult": "rows",
     "RecentSessionRow": "rows", "SessionListRow": "rows", "SessionRow": "rows",
     "ContextMessage": "search_plan", "SearchResult": "search_plan",

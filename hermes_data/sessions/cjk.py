@@ -22,8 +22,10 @@ objects: :mod:`hermes_data.sessions.sql.cjk`):
   remains, and every :data:`DRAIN_EVERY` writes (a foreign writer's queued rows).
 * :func:`bigram_search` — the search route (windowed pre-scan, then the candidates).
 
-PostgreSQL has no such objects until the storage revision (its GIN ``hermes_cjk_grams``);
-short CJK stays on the core ILIKE route there.
+PostgreSQL (revision ``s07_storage``): ``hermes_cjk_grams(role, content, tool_name,
+tool_calls)`` returns a row's distinct letters and adjacent letter pairs, indexed by the partial
+GIN index ``messages_cjk_grams``; :func:`pg_bigram_search` takes the candidates from it
+(:func:`pg_gram_groups`) and verifies them with the core ILIKE predicate.
 """
 
 from __future__ import annotations
@@ -31,8 +33,10 @@ from __future__ import annotations
 import logging
 import re
 import weakref
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -40,7 +44,7 @@ from sqlalchemy.engine import Connection
 from . import guards
 from .search_plan import LikeTerm
 from .sql import cjk as q
-from .sql.search import LIKE_COLS, pattern_where
+from .sql.search import ILIKE_COLS, LIKE_COLS, pattern_where
 
 log = logging.getLogger("hermes_data.sessions.cjk")
 
@@ -128,11 +132,62 @@ def _present(conn: Connection) -> set[str]:
     return {r[0] for r in conn.exec_driver_sql(q.PRESENT_OBJECTS)}
 
 
+#: ``sessions.cjk_index`` of the store being opened (spec §3.9.2): the backend sets it for
+#: the duration of its open; a fresh store and the open checks read it.
+_INDEX_ENABLED: ContextVar[bool] = ContextVar("hermes_data_cjk_index", default=True)
+
+
+def index_enabled() -> bool:
+    """``sessions.cjk_index`` of the open in progress (True outside an open)."""
+    return _INDEX_ENABLED.get()
+
+
+@contextmanager
+def index_setting(enabled: bool) -> Iterator[None]:
+    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block."""
+    token = _INDEX_ENABLED.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _INDEX_ENABLED.reset(token)
+
+
+def configured_index(config: Any) -> bool:
+    """``sessions.cjk_index`` of a store's config (mapping or callable; default true). A
+    value other than a bool is logged and read as the default; reading never raises."""
+    try:
+        cfg = config() if callable(config) else (config or {})
+        section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
+        value = section.get("cjk_index", True) if isinstance(section, Mapping) else True
+    except Exception as exc:  # noqa: BLE001 - a broken config callable never fails the open
+        log.warning("reading sessions.cjk_index failed (%s); the CJK index stays on", exc)
+        return True
+    if not isinstance(value, bool):
+        log.warning("sessions.cjk_index = %r is not a boolean; the CJK index stays on", value)
+        return True
+    return value
+
+
 def needs_work(conn: Connection) -> bool:
-    """Read probe of the writable open: an object is missing or the index is marked stale."""
+    """Read probe of the writable open: with the index on, an object is missing or the
+    index is marked stale; with ``sessions.cjk_index`` off, an object or a key is left."""
+    if not index_enabled():
+        return bool(_present(conn)) or conn.exec_driver_sql(q.READ_META).first() is not None
     if len(_present(conn)) < len(q.CJK_OBJECTS):
         return True
     return any(k == q.STALE_KEY for k, _v in conn.exec_driver_sql(q.READ_META))
+
+
+def drop_objects(conn: Connection, done: list[str]) -> None:
+    """``sessions.cjk_index`` off: drop every object and ``cjk_bigram_*`` key, inside the
+    open's write transaction (triggers first, so no write can queue in between)."""
+    present = _present(conn)
+    dropped = [name for name, _ddl in reversed(q.CJK_OBJECTS) if name in present]
+    for name in dropped:
+        conn.exec_driver_sql(q.drop_object(name))
+    conn.exec_driver_sql(q.CLEAR_ALL_META)
+    done.append("sessions.cjk_index is off: dropped the CJK-bigram objects"
+                + (f" ({', '.join(dropped)})" if dropped else "") + " and their markers")
 
 
 def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
@@ -140,7 +195,10 @@ def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
     over existing rows a new document table or a missing queue trigger seeds the backfill
     window ``(0, MAX(id)]`` (the queue covers the ids above it); a new FTS table or document
     trigger beside existing documents, or a ``cjk_bigram_stale`` flag, rebuilds the index
-    from the documents (then the flag is cleared)."""
+    from the documents (then the flag is cleared). ``sessions.cjk_index`` off: drops them."""
+    if not index_enabled():
+        drop_objects(conn, done)
+        return
     present = _present(conn)
     created = []
     for name, ddl in q.CJK_OBJECTS:
@@ -184,7 +242,10 @@ def _rebuild(conn: Connection, *, reset: bool, done: list[str]) -> None:
 
 
 def create_fresh(cursor: Any) -> None:
-    """Every object on a fresh, empty store (``fresh.create_head``; FTS5 present)."""
+    """Every object on a fresh, empty store (``fresh.create_head``; FTS5 present), unless
+    ``sessions.cjk_index`` is off for the open creating it."""
+    if not index_enabled():
+        return
     for _name, ddl in q.CJK_OBJECTS:
         cursor.execute(ddl)
 
@@ -446,3 +507,46 @@ def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
             raise
         log.warning("CJK-bigram index unusable (%s); answering through LIKE", exc.orig)
         return None
+
+
+def pg_gram_groups(groups: Sequence[Sequence[LikeTerm]]) -> list[list[str]] | None:
+    """PostgreSQL: per OR-group with a positive term, the grams a row must contain (a
+    one-letter run ⇒ the letter, a longer one ⇒ its pairs; the function indexes every
+    letter, so no prefix is needed); ``None`` when such a group has no CJK token."""
+    out = []
+    for group in groups:
+        positive = [t.text for t in group if not t.negated]
+        if not positive:
+            continue
+        grams: list[str] = []
+        for term in positive:
+            grams += [tok for tok, _prefix in cjk_index_tokens(term) if tok not in grams]
+        if not grams:
+            return None
+        out.append(grams)
+    return out or None
+
+
+def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
+                     filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
+                     sort: str | None) -> list[Any] | None:
+    """PostgreSQL twin of :func:`bigram_search` (the caller checked that the GIN index
+    exists): the windowed pre-scan, then the candidates of ``messages_cjk_grams``; ``None``
+    when a group has no CJK token (the caller answers through ILIKE). Same guarantee: the
+    rows equal the scoped ILIKE route by id."""
+    grams = pg_gram_groups(groups)
+    if grams is None:
+        return None
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = pattern_where(groups, ILIKE_COLS, params)
+    where = filters(params)
+    if sort != "oldest":  # the newest ids first: a common letter ends here
+        top = conn.exec_driver_sql(q.PG_MAX_MESSAGE_ID).scalar()
+        params["floor"] = (top or 0) - PRESCAN_ROWS
+        rows = conn.execute(sa.text(q.pg_bigram_page(q.PRESCAN_RANGE, matches, where, sort)),
+                            params).fetchall()
+        if len(rows) >= limit or params["floor"] <= 0:
+            return list(rows)
+    params.update((f"g{i}", g) for i, g in enumerate(grams))
+    return list(conn.execute(sa.text(q.pg_bigram_page(q.pg_candidates(len(grams)), matches,
+                                                      where, sort)), params).fetchall())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sqlite3
+from typing import Any
+
 from ..errors import HermesDataError
 
 
@@ -94,14 +97,59 @@ class DeletedWalGenerationError(StateDbReplacedError):
         return self.args[0]
 
 
-class StateDbCorruptError(SessionStoreError):
-    """Structural corruption (SQLITE_CORRUPT / SQLITE_NOTADB) quarantined this handle; sticky."""
+class StateDbCorruptError(SessionStoreError, sqlite3.DatabaseError):
+    """Structural corruption (SQLITE_CORRUPT / SQLITE_NOTADB) quarantined this handle; sticky.
 
-    def __init__(self, path: str, cause: str) -> None:
+    Also a :class:`sqlite3.DatabaseError` (storage spec §3.5), so ``except sqlite3.Error``
+    paths still catch it; ``sqlite_errorcode`` / ``sqlite_errorname`` are the cause's."""
+
+    def __init__(self, path: str, cause: str | BaseException) -> None:
+        self.path = path
+        orig = getattr(cause, "orig", None) or cause
+        self.sqlite_errorcode = getattr(orig, "sqlite_errorcode", None)
+        self.sqlite_errorname = getattr(orig, "sqlite_errorname", None)
+        super().__init__(
+            f"{path}: the database is structurally corrupt ({orig}); this handle is quarantined "
+            "and writes nothing more. Run `hermes-data doctor` and restore from a backup")
+
+
+class StateDbMalformedError(SessionStoreError, sqlite3.DatabaseError):
+    """A writable open met a malformed schema (``malformed database schema``) that the
+    one repair per process and path did not fix (storage spec §3.3). ``report`` is the
+    :class:`~hermes_data.sessions.repair.RepairReport` (None when the one-shot was used)."""
+
+    def __init__(self, path: str, cause: BaseException, report: Any = None) -> None:
+        self.path, self.report, self.cause = path, report, cause
+        orig = getattr(cause, "orig", None) or cause
+        self.sqlite_errorcode = getattr(orig, "sqlite_errorcode", None)
+        self.sqlite_errorname = getattr(orig, "sqlite_errorname", None)
+        why = ("the automatic repair was already tried by this process" if report is None
+               else f"repair failed: {report.error}")
+        super().__init__(
+            f"{path}: malformed database schema ({orig}); {why}. Stop every Hermes process "
+            f"using it and run `hermes-data repair --url {path} --apply`, or restore a backup")
+
+
+class StateDbZeroedError(SessionStoreError, sqlite3.DatabaseError):
+    """The database file is empty or all NUL bytes and could not be (or, read-only, is never)
+    moved aside (storage spec §3.4); nothing was renamed."""
+
+    def __init__(self, path: str, why: str) -> None:
         self.path = path
         super().__init__(
-            f"{path}: the database is structurally corrupt ({cause}); this handle is quarantined "
-            "and writes nothing more. Run `hermes-data doctor` and restore from a backup")
+            f"{path}: the database file is zeroed (empty or all NUL bytes) and was left in "
+            f"place ({why}); restore it from a snapshot or stop the process holding it")
+
+
+class LiveConnectionError(SessionStoreError, RuntimeError):
+    """A raw file operation (read, hash, copy, rename) on a database was refused because this
+    process still has SQLite connections to it (storage spec §3.0)."""
+
+    def __init__(self, path: str, what: str, count: int) -> None:
+        self.path, self.what, self.count = path, what, count
+        super().__init__(
+            f"{path}: cannot {what} while this process has {count} open connection(s) to it; "
+            "close every handle first")
 
 
 class StateDbPermissionError(SessionStoreError, PermissionError):

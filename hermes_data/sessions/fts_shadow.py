@@ -42,3 +42,10 @@ def demote_orphan_shadows(conn: Connection) -> list[str]:
                 conn.exec_driver_sql(q.rename_to_trash(name, trash_target(name, tables)))
                 moved.append(name)
     return moved
+
+
+def names_after_orphan_shadows(conn: Connection) -> set[str]:
+    """:func:`demote_orphan_shadows`, then every schema object name of the file (what an FTS
+    (re)creation checks before creating the missing objects)."""
+    demote_orphan_shadows(conn)
+    return {r[0] for r in conn.exec_driver_sql(q.SCHEMA_NAMES).fetchall()}

@@ -37,6 +37,17 @@ def db_now(conn: Connection, dialect: str) -> float:
     return float(value)
 
 
+def driver_now(tx: Any, dialect: str) -> float:
+    """:func:`db_now` on a DB-API level ``Driver`` (``write_driver`` transactions)."""
+    st = for_dialect(dialect).DB_NOW
+    if st is None:
+        return wall()
+    row = tx.execute(st).fetchone()
+    if row is None or row[0] is None:
+        raise RuntimeError("the server clock read returned no value")
+    return float(row[0])
+
+
 def finite(name: str, value: Any) -> float:
     """``value`` as a finite float; ``bool``, non-numbers and nan/inf ⇒ ``ValueError``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Connection
 
-from .gateway_common import chunks, db_now, str_collection, text_arg
+from .backends import ROUTINE_PATIENCE_S
+from .backends.base import Driver
+from .gateway_common import chunks, db_now, driver_now, str_collection, text_arg
 from .handle import StoreHandle
 from .sql.gateway import GatewayStatements, for_dialect
 
@@ -43,23 +45,23 @@ def save_gateway_routing_entry(store: StoreHandle, session_key: str, entry_json:
         return False
     g, d = _g(store), store.backend.dialect
 
-    def run(conn: Connection) -> bool:
-        now = db_now(conn, d)
+    def run(tx: Driver) -> bool:  # DB-API level: one upsert is the gateway's hot write
+        now = driver_now(tx, d)
         if if_current is _OMITTED:
-            conn.exec_driver_sql(g.ROUTING_UPSERT, (scope, session_key, entry_json, now))
+            tx.execute(g.ROUTING_UPSERT, (scope, session_key, entry_json, now))
             return True
         if if_current is None:
-            changed = conn.exec_driver_sql(
-                g.ROUTING_INSERT_NEW, (scope, session_key, entry_json, now)).rowcount
+            changed = tx.execute(g.ROUTING_INSERT_NEW,
+                                 (scope, session_key, entry_json, now)).rowcount
         else:
-            changed = conn.exec_driver_sql(
-                g.ROUTING_CAS, (entry_json, now, scope, session_key, if_current)).rowcount
+            changed = tx.execute(g.ROUTING_CAS,
+                                 (entry_json, now, scope, session_key, if_current)).rowcount
         if changed:
             return True
-        stored = conn.exec_driver_sql(g.ROUTING_GET, (scope, session_key)).scalar()
-        return stored == entry_json
+        stored = tx.execute(g.ROUTING_GET, (scope, session_key)).fetchone()
+        return stored is not None and stored[0] == entry_json
 
-    return store.backend.write(run)
+    return store.backend.write_driver(run, patience=ROUTINE_PATIENCE_S, header_in_fn=False)
 
 
 def replace_gateway_routing_entries(store: StoreHandle, entries: Mapping[str, str], *,

@@ -44,6 +44,7 @@ import sqlalchemy as sa
 # Re-exported: the store and the tests reach these through this module.
 from ..files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
 from ..files import SQLITE_MAGIC, FileHeader, application_id
+from .filesafety import TrackedConnection
 from .sql import opening as open_sql
 
 log = logging.getLogger("hermes_data.sessions.guards")
@@ -306,7 +307,7 @@ class NoReadPermit(Exception):
         self.scope = scope
 
 
-class _ReadConnection(sqlite3.Connection):
+class _ReadConnection(TrackedConnection):
     """A ``mode=ro`` connection that gives its permits back when it closes."""
 
     _permits: tuple[Budget, ...] = ()
@@ -320,7 +321,7 @@ class _ReadConnection(sqlite3.Connection):
                 p.release()
 
 
-def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = sqlite3.Connection,
+def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = TrackedConnection,
                       timeout: float = 1.0) -> sqlite3.Connection:
     """``file:<path>?mode=ro`` with a 1 s busy timeout and driver transactions off."""
     uri = f"file:{quote(str(path))}?mode=ro"

@@ -291,11 +291,10 @@ def purge_stale_tool_call_markers(store: SessionStore, *, dry_run: bool = False,
 
 
 def _vacuum_into(db: Path, target: Path) -> None:
-    import sqlite3
-
+    from .filesafety import tracked_connect
     from .sql.maintenance import VACUUM_INTO
 
-    con = sqlite3.connect(db, isolation_level=None)
+    con = tracked_connect(str(db), isolation_level=None)  # counted (storage §3.0)
     try:
         con.execute(VACUUM_INTO, (str(target),))
     finally:
@@ -417,6 +416,7 @@ def vacuum(store: SessionStore) -> dict[str, int]:
     store's tables on an autocommit connection (see the module docstring).
 
     Returns logical sizes before and after."""
+    store.optimize_fts()  # public (storage §3.7); raises a quarantined handle's sticky error
     before = logical_size_bytes(store)
     store.backend.vacuum()
     after = logical_size_bytes(store)

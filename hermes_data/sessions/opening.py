@@ -36,8 +36,7 @@ from typing import Any, Callable, Iterator, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..files import foreign_holders
-from . import cjk, fts_shadow, sql
+from . import cjk, fts_deferral, fts_shadow, sql, upstream_cjk
 from .errors import StateDbPermissionError
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
@@ -157,6 +156,8 @@ class FtsState:
                 if n in self.objects and is_broad_update_trigger(self.objects[n])]
 
     def needs_work(self) -> bool:
+        if any(n in self.objects for n in upstream_cjk.UPSTREAM_CJK_TRIGGERS):
+            return True  # storage §3.9.1: they fail every message write here
         if not self.caps.fts5:
             return any(t in self.objects for t in sql.FTS_TRIGGERS)
         if self.stale or self.cjk_work:
@@ -250,10 +251,9 @@ def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None
 
 def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
     """Add the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
-    fts_shadow.demote_orphan_shadows(conn)  # storage §3.6: no shadow-name collision
     created = []
     objs = sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if trigram else ())
-    existing = {r[0] for r in conn.exec_driver_sql(open_sql.SCHEMA_OBJECT_NAMES).fetchall()}
+    existing = fts_shadow.names_after_orphan_shadows(conn)  # storage §3.6: no name collision
     for name, ddl in objs:
         if name not in existing:
             conn.exec_driver_sql(ddl)
@@ -278,6 +278,7 @@ def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list
     done: list[str] = [] if repairs is None else repairs
     state = read_fts_state(conn)
     if state.needs_work():
+        upstream_cjk.heal_at_open(conn, state.objects, done)  # storage §3.9.1, first
         _apply_fts_checks(conn, state, done)
         if state.cjk_work and not state.stale:
             cjk.ensure_objects(conn, state.messages_nonempty, done)
@@ -364,10 +365,11 @@ def _guarded_rebuild(conn, state: FtsState, db_path, done: list[str], work) -> N
 
 
 def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
-    holders = foreign_holders(db_path)
-    if holders == 0:
+    # Holders (incl. deleted sidecars) defer it; the deferral record and its escalation (§3.8).
+    if fts_deferral.holders_cleared(conn, db_path, done):
         with rebuild_admission(db_path, wait_s=0.0) as admitted:
             if admitted:
+                upstream_cjk.heal(conn)
                 for name in sql.FTS_TRIGGERS:
                     conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
                 if state.layout == "legacy":
@@ -392,7 +394,7 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
     dropped = drop_fts_triggers(conn, state)
     if dropped:
         done.append(f"fts_stale present: kept FTS triggers absent ({', '.join(dropped)})")
-    log.info("fts_stale present and the database is shared (holders=%s): recovery deferred", holders)
+    log.info("fts_stale present and the database is shared: recovery deferred")
     return done
 
 

@@ -99,7 +99,7 @@ import json
 import logging
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -145,7 +145,8 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
         fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
         return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
-                                  folded=fts and "messages_fts_folded" in names)
+                                  folded=fts and "messages_fts_folded" in names,
+                                  bigram="messages_cjk_grams" in names)
     caps = opening.capabilities(conn)
     names = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
     stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
@@ -176,6 +177,7 @@ class _Filters:
 
 #: One tier of a search: ``(filters, limit, offset) -> hits``.
 _Tier = Callable[[_Filters, int, int], list[SearchResult]]
+_T = TypeVar("_T")
 
 
 def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
@@ -460,8 +462,7 @@ def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
     return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
 
 
-def _pg_attempt(conn: Connection, what: str,
-                fn: Callable[[], list[SearchResult]]) -> list[SearchResult] | None:
+def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
     """Run one route in a savepoint: a rejected statement leaves the read transaction usable
     and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
     raised, never turned into "no results"."""
@@ -477,6 +478,13 @@ def _pg_attempt(conn: Connection, what: str,
 
 def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
                  offset: int, sort: str | None) -> list[SearchResult]:
+    if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
+        def grams() -> list[SearchResult] | None:
+            rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
+            return None if rows is None else [_result(r, r[8], "bigram") for r in rows]
+        hits = _pg_attempt(conn, "bigram", grams)
+        if hits is not None:
+            return hits
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []

@@ -345,6 +345,9 @@ class SearchCapabilities:
     trigram: bool  # ``messages_fts_trigram`` usable
     stale: bool  # ``fts_stale`` set: the indexes are detached
     folded: bool = False  # PostgreSQL: the accent-folded document index is there
+    #: A CJK-bigram index may serve short CJK (SQLite: the route checks its objects;
+    #: PostgreSQL: the ``messages_cjk_grams`` GIN index is there).
+    bigram: bool = True
 
 
 @dataclass(frozen=True)
@@ -442,7 +445,7 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
             return SearchPlan("trigram", match=trigram_match(sanitized), reason="CJK ≥ 3")
         return SearchPlan("cjk_like", groups=cjk_like_groups(sanitized),
                           reason="short CJK or no trigram index",
-                          bigram=caps.fts5 and not excluded_src)
+                          bigram=caps.fts5 and caps.bigram and not excluded_src)
     fallback = None
     if caps.trigram and terms and all(len(t) >= 3 for t in terms):
         fallback = trigram_match(sanitized)

@@ -6,7 +6,7 @@ class holds no state and no logic, and ``SessionStore`` inherits it.
 
 from __future__ import annotations
 
-from . import cjk, fts_storage
+from . import cjk, fts_maintenance, fts_storage
 from .agent_api import _Op
 
 
@@ -24,3 +24,7 @@ class StorageAPI:
     optimize_fts_storage = _Op(fts_storage.optimize_fts_storage)
 
     # -- optimize / rebuild / merges, stale deferral and retry (§3.7–§3.8)
+    optimize_fts = _Op(fts_maintenance.optimize_fts)
+    rebuild_fts = _Op(fts_maintenance.rebuild_fts)
+    merge_fts = _Op(fts_maintenance.merge_fts)
+    retry_deferred_fts_recovery = _Op(fts_maintenance.retry_deferred_fts_recovery)

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from ..config import hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
+from ..isolation import ensure_test_isolation
 from . import encoding as enc
-from . import (accounting, display_reads, guards, lifecycle, lineage, listing, meta,
-               opening, row_helpers, titles)
+from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
+               opening, ownership, reaping, row_helpers, titles)
 from . import messages as msg
 from .agent_api import AgentTurnAPI, _Op
 from .coordination_api import CoordinationAPI
@@ -99,6 +100,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
             raise ConfigurationError(f"{path}: owner_profile={owner!r} applies to PostgreSQL "
                                      "stores only (a SQLite file's owner is its path under "
                                      "hermes_root)")
+        ensure_test_isolation(path)  # first: before any mkdir, lock or connection (§3.1)
         options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
                        pragmas=opening.configured_pragmas(config))
         return str(path), options
@@ -149,12 +151,15 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
         self._owner: str | None = owner_profile
         try:
-            self._backend: SessionBackend = open_backend(url, **options)
+            with cjk.index_setting(cjk.configured_index(config)), \
+                    reaping.open_setting(config):  # storage §3.9.2, §3.8 (stale escalation)
+                self._backend: SessionBackend = open_backend(url, **options)
         except BaseException as exc:
             _record_init_error(where, exc)
             raise
         self._q = self._backend.sql
         self._tokens = TokenWriter(partial(self._apply_tokens, self.owner_profile()), where)
+        ownership.track(self)  # the fork rule and registry ownership (§3.2)
 
     def _apply_tokens(self, owner: str | None, session_id: str, delta: Any) -> None:
         self._backend.write(lambda c: accounting.apply_token_delta(c, self._q, session_id,
@@ -219,7 +224,10 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def close(self) -> None:
         """Drain the token queue, then close every connection (SQLite: PASSIVE checkpoint
-        first). Idempotent."""
+        first). Idempotent. A registry-owned store is released instead (§3.2); one
+        inherited across ``os.fork()`` does nothing."""
+        if ownership.intercept_close(self):
+            return
         self._tokens.close()
         self._backend.close()
 

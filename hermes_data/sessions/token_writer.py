@@ -73,14 +73,7 @@ class TokenWriter:
         self._reset()
         self._atexit: Callable[[], None] | None = None
         self._closed = False
-        ref = weakref.ref(self)
-
-        def after_fork_in_child() -> None:
-            w = ref()
-            if w is not None:
-                w._reset()
-
-        os.register_at_fork(after_in_child=after_fork_in_child)
+        _WRITERS.add(self)  # one process-wide at-fork hook resets every live writer
 
     def _reset(self) -> None:
         # Also the after-fork hook: a fresh condition (the parent's may be held), nothing queued.
@@ -226,6 +219,19 @@ class TokenWriter:
                 atexit.unregister(self._atexit)
                 self._atexit = None
             self._closed = True
+
+
+#: Every live writer of this process (weakly): the one at-fork hook below resets them all,
+#: instead of one hook per handle that outlives it.
+_WRITERS: "weakref.WeakSet[TokenWriter]" = weakref.WeakSet()
+
+
+def _reset_writers_after_fork() -> None:
+    for writer in list(_WRITERS):
+        writer._reset()
+
+
+os.register_at_fork(after_in_child=_reset_writers_after_fork)
 
 
 def _monotonic() -> float:

@@ -22,7 +22,7 @@ from typing import Any, Callable, Sequence
 import sqlalchemy as sa
 
 from ..errors import DatabaseBusyError
-from . import cjk
+from . import cjk, fts_maintenance
 from . import encoding as enc
 from . import messages as msg
 from .backends import ROUTINE_PATIENCE_S
@@ -212,6 +212,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
 
         new_id = int(b.write_driver(fenced))
     cjk.after_append(b, ({**fields, "role": role, "content": content},))  # post-commit drain
+    fts_maintenance.after_append(store)  # post-commit merge cadence (storage §3.7)
     return new_id
 
 
@@ -238,6 +239,7 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
     n = msg.append_batch(b.write_driver, b.check_header, b.sql, session_id, messages,
                          chunk_rows, split=store_split(store), fence=fence)
     cjk.after_append(b, messages)  # post-commit drain of the CJK-bigram queue
+    fts_maintenance.after_append(store)  # post-commit merge cadence (storage §3.7)
     return n
 
 

@@ -49,6 +49,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from ..config import resolve_url, sqlite_path
 from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
 from ..errors import ConfigurationError
+from ..isolation import ensure_test_isolation
 
 log = logging.getLogger("hermes_data.telemetry.store")
 
@@ -314,6 +315,7 @@ class TelemetryStore:
                     f"{resolved!s}: TelemetryStore drives SQLite files; for another backend pass "
                     "a SQLAlchemy Connection to the query functions instead"
                 )
+            ensure_test_isolation(path)  # first: before any mkdir or connection
             if migrate_if_missing(path, settings):
                 log.info("%s: created the telemetry store (owner-only, at head)", path)
             # Generous pool: each thread holds one connection for its lifetime.

@@ -1,7 +1,7 @@
 """The CJK-bigram index (issue 16 item 4; spec sessions-ext-storage.md §2.2, §3.9.2–§3.9.3).
 
-SQLite only: PostgreSQL keeps short CJK on its ILIKE route until the storage revision
-(``tests/sessions/test_search.py`` checks that route on both backends). Real files; a
+SQLite only: PostgreSQL's gram index (revision ``s07_storage``) is tested in
+``test_cjk_grams_pg.py``. Real files; a
 "foreign writer" is a plain ``sqlite3`` connection that never imports the package.
 """
 
@@ -91,8 +91,7 @@ def test_adopted_legacy_file_backfills_in_chunks(legacy_copy):
     con.commit()
     top = con.execute("SELECT MAX(id) FROM messages").fetchone()[0]
     con.close()
-    with SessionStore(legacy_copy) as s:
-        assert any("CJK-bigram" in r for r in s.open_repairs), s.open_repairs
+    with SessionStore(legacy_copy) as s:  # adopted: s07_storage creates the objects
         status = s.cjk_index_status()
         assert status.available and status.backfill == (0, top)
         # Mid-backfill the window is searched too (the gap arm of the candidates).
@@ -300,3 +299,75 @@ def test_bigram_route_equals_the_scoped_like_route(corpus, monkeypatch, query, l
     event("page has hits" if want[offset:offset + limit] else "empty page")
     assert _ids(hits) == want[offset:offset + limit], (query, sanitized)
     assert {h.route for h in hits} <= {"bigram"}  # served by the index
+
+
+def test_short_cjk_examples_round_trip(tmp_path):
+    """§4 item 26: a letter finds every row holding it, a pair needs adjacency; kana with
+    the middle dot and supplementary-plane pairs are indexed and found."""
+    with SessionStore(tmp_path / "state.db") as s:
+        s.create_session("a", "cli")
+        triple, lone, spaced, kana, supp = (s.append_message("a", "user", t) for t in (
+            "桂广西", "广", "广 西", "ア・イ です", "x \U00020000\U00020001 y"))
+        _run_out(s)
+        assert {h.route for h in s.search_messages("广")} == {"bigram"}
+        assert set(_ids(s.search_messages("广"))) == {triple, lone, spaced}
+        assert _ids(s.search_messages("广西")) == [triple]
+        assert _ids(s.search_messages("ア・イ")) == [kana]
+        assert _ids(s.search_messages("・")) == [kana]
+        assert _ids(s.search_messages("\U00020000\U00020001")) == [supp]
+        assert _ids(s.search_messages("\U00020001")) == [supp]
+
+
+def _meta_keys(path) -> set[str]:
+    con = sqlite3.connect(path)
+    try:
+        return {r[0] for r in con.execute("SELECT key FROM state_meta "
+                                          "WHERE key LIKE 'cjk_bigram%'")}
+    finally:
+        con.close()
+
+
+def test_cjk_index_setting_drops_and_recreates(tmp_path):
+    """§4 item 28: ``sessions.cjk_index: false`` drops every object and key in one
+    transaction (search answers through LIKE, with the same rows); ``true`` recreates them
+    with a backfill window; a settled file opens write-free either way."""
+    path = tmp_path / "state.db"
+    off = {"sessions": {"cjk_index": False}}
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        ids = [s.append_message("a", "user", f"广西 {i}") for i in range(5)]
+        s.backend.write(lambda tx: tx.exec_driver_sql(
+            "INSERT INTO state_meta(key, value) VALUES ('cjk_bigram_stale', '1')"))
+    with dbapi_trace() as seen:
+        with SessionStore(path, config=off) as s:
+            assert any("cjk_index is off" in r for r in s.open_repairs), s.open_repairs
+            hits = s.search_messages("广西", limit=50)
+            assert sorted(_ids(hits)) == ids and {h.route for h in hits} == {"cjk_like"}
+            s.append_message("a", "user", "广西 later")  # no trigger left to queue it
+    assert _objects(path) == set() and _meta_keys(path) == set()
+    # One transaction: every DROP and the key deletion between one BEGIN and its COMMIT.
+    first = next(i for i, st in enumerate(seen) if "DROP TRIGGER IF EXISTS messages_cjk" in st)
+    begin = max(i for i, st in enumerate(seen[:first]) if st.upper().startswith("BEGIN"))
+    end = next(i for i, st in enumerate(seen) if i > first and st.upper().startswith("COMMIT"))
+    drops = [st for st in seen if st.startswith("DROP") and "messages_cjk" in st]
+    assert len(drops) == len(CJK_OBJECTS)
+    assert all(begin < seen.index(st) < end for st in drops)
+    assert any("cjk_bigram_stale" in st and st.startswith("DELETE") for st in seen[begin:end])
+    for config in (off, None):  # settled: off stays off; a later true open recreates
+        with dbapi_trace() as seen:
+            with SessionStore(path, config=config) as s:
+                pass
+        if config is off:
+            assert writes_in(seen) == [], writes_in(seen)
+    assert _objects(path) >= CJK_OBJECTS
+    assert _meta_keys(path) == {"cjk_bigram_high_water", "cjk_bigram_progress"}
+    with SessionStore(path) as s:
+        _run_out(s)
+        assert len(s.search_messages("广西", limit=50)) == 6
+    with dbapi_trace() as seen:
+        with SessionStore(path) as s:
+            pass
+    assert writes_in(seen) == [], writes_in(seen)
+    # Only booleans are read; anything else is the default (logged).
+    assert cjk.configured_index({"sessions": {"cjk_index": "no"}}) is True
+    assert cjk.configured_index(lambda: off) is False

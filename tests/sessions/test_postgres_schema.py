@@ -29,7 +29,13 @@ def test_fresh_upgrade_checks_clean_and_is_idempotent(pg_url):
     assert migrate.upgrade("sessions", pg_url).up_to_date
     indexes = _names(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
     assert {"messages_fts_document", "messages_fts_trgm", "idx_messages_session_id",
-            "idx_messages_active_null"} <= indexes
+            "idx_messages_active_null", "messages_cjk_grams"} <= indexes
+    # The writable open adds the accent-folded index (issue 16): still no drift.
+    from hermes_data.sessions import SessionStore
+    SessionStore(pg_url).close()
+    assert "messages_fts_folded" in _names(
+        pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
+    assert migrate.check("sessions", pg_url) == []
     # s02 replaced s01's expression index: nothing queries that expression any more.
     assert "messages_fts_tsv" not in indexes
     # BIGINT / DOUBLE PRECISION where SQLite says INTEGER / REAL.

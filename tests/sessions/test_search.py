@@ -160,9 +160,8 @@ def test_cjk_routes(filled):
     assert [h.route for h in hits] == ["trigram"]  # the cron row is not trigram-indexed
     assert _texts(store, hits) == ["我们明天去广西桂林旅游"]
     both = store.search_messages("广西 OR 桂林")
-    # Short CJK: the CJK-bigram index on SQLite (same scope as trigram), ILIKE on PostgreSQL.
-    assert {h.route for h in both} == ({"bigram"} if store.engine.dialect.name == "sqlite"
-                                       else {"cjk_like"})
+    # Short CJK: the CJK-bigram index (same scope as trigram; PostgreSQL: the s07 GIN grams).
+    assert {h.route for h in both} == {"bigram"}
     assert {"只有广西", "只有桂林", "我们明天去广西桂林旅游"} <= set(_texts(store, both))
     cron = store.search_messages("广西桂林", source_filter=["cron"])
     assert _texts(store, cron) == ["cron nightly report 广西桂林"]

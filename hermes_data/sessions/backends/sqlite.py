@@ -34,12 +34,11 @@ from ...config import hermes_home
 from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from ...errors import ConfigurationError, StoreLinkError
 from ...files import FileHeader, make_owner_only
-from .. import guards, opening
+from .. import filesafety, guards, opening, repair, upstream_cjk
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
-from ..sql import backend as q
-from ..sql import for_dialect
+from ..sql import backend as q, for_dialect
 from . import sqlite_open
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
@@ -112,8 +111,8 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            self._open_with_patience(open_patience_s,
-                                     self._open_read_only if read_only else self._open)
+            self._open_with_patience(open_patience_s, repair.open_hook(  # storage §3.3-§3.4
+                self, self._open_read_only if read_only else self._open))
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (§8.12)
@@ -534,13 +533,17 @@ class SqliteBackend(SessionBackend):
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
         in one transaction (search falls back to LIKE); the caller retries its write once.
-        Never rebuilds from the live write path (§8.11)."""
+        Never rebuilds from the live write path (§8.11). Upstream's CJK triggers firing here
+        (``no such tokenizer: cjk_unicode61``) are healed alone (storage §3.9.1)."""
+        if upstream_cjk.is_cjk_tokenizer_error(exc):
+            return self._attempt(upstream_cjk.heal_after_write_failure, raw=False)
         log.error("%s: FTS index corrupt (%s): FTS triggers dropped, fts_stale set; search uses "
                   "LIKE until an exclusive open rebuilds the index", self.path, exc)
 
         def work(conn: Connection) -> None:
             opening.mark_stale(conn)
             opening.drop_fts_triggers(conn, opening.read_fts_state(conn))
+            upstream_cjk.heal(conn)
 
         self._attempt(work, raw=False)
         self.fts_available = {t: False for t in self.fts_available}
@@ -549,7 +552,8 @@ class SqliteBackend(SessionBackend):
         if self._sticky is None:
             log.error("%s: structural corruption (%s): handle quarantined", self.path, exc)
             self.quarantined = True
-            self._sticky = StateDbCorruptError(str(self.path), str(getattr(exc, "orig", exc)))
+            self._sticky = StateDbCorruptError(str(self.path), exc)
+            filesafety.no_checkpoint_on_close(self._raw, self.path)  # storage §3.5
         raise self._sticky from exc
 
     @contextmanager
@@ -657,18 +661,9 @@ class SqliteBackend(SessionBackend):
         return (free / pages) if pages else None
 
     def vacuum(self) -> None:
-        """Optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again;
-        refused on quarantined or replaced handles."""
+        """PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again (core ``vacuum()`` optimizes
+        the FTS indexes first, storage §3.7); refused on quarantined or replaced handles."""
         self.guard()
-        for table in ("messages_fts", "messages_fts_trigram"):
-            def exists(c: Connection, t: str = table) -> bool:
-                return c.exec_driver_sql(q.OBJECT_EXISTS, (t,)).first() is not None
-
-            def optimize(c: Connection, t: str = table) -> None:
-                c.exec_driver_sql(q.fts_optimize(t))
-
-            if self.read(exists):
-                self.write(optimize)
         patience = Patience(ROUTINE_PATIENCE_S)
         while True:
             with self._lock:

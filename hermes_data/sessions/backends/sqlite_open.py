@@ -40,7 +40,8 @@ from sqlalchemy.engine import Connection
 from ... import migrate
 from ...engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
 from ...files import FileHeader
-from .. import display_schema, opening
+from .. import cjk, display_schema, opening
+from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
@@ -66,8 +67,9 @@ class SettledStamp:
     fts: tuple[tuple[str, bool], ...]
     #: The whole catalogue (:data:`~hermes_data.sessions.sql.opening.SCHEMA_TEXT`).
     schema: str = ""
-    #: The FTS capabilities tests forced when the stamp was taken (None: the build's own).
-    caps: opening.FtsCapabilities | None = None
+    #: The FTS capabilities tests forced when the stamp was taken (None: the build's own)
+    #: and the ``sessions.cjk_index`` setting of that open (:func:`open_settings`).
+    caps: tuple[opening.FtsCapabilities | None, bool] | None = None
 
 
 _stamps: dict[tuple[int, int], SettledStamp] = {}
@@ -83,7 +85,7 @@ def forget_stamps() -> None:
 def connect(path: Path, settings: SqliteSettings) -> sqlite3.Connection:
     """A plain connection to ``path``: the busy timeout as the driver's timeout, driver
     transactions off, usable from any thread (the handle serializes it)."""
-    return sqlite3.connect(str(path), timeout=settings.busy_timeout_ms / 1000,
+    return tracked_connect(str(path), timeout=settings.busy_timeout_ms / 1000,
                            check_same_thread=False, isolation_level=None)
 
 
@@ -122,6 +124,12 @@ def _lock_conflict(exc: BaseException) -> bool:
     return "locked" in msg or "busy" in msg
 
 
+def open_settings() -> tuple[opening.FtsCapabilities | None, bool]:
+    """What a stamp is valid for besides the file: forced FTS capabilities (tests) and the
+    ``sessions.cjk_index`` setting of the open in progress."""
+    return opening.forced_capabilities(), cjk.index_enabled()
+
+
 def file_key(header: FileHeader | None) -> tuple[int, int] | None:
     """``(st_dev, st_ino)`` of the file the header lease reads (the inode connected to)."""
     return None if header is None else header.ident
@@ -134,7 +142,7 @@ def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None) -> Sett
         return None
     with _stamps_lock:
         stamp = _stamps.get(key)
-    if stamp is None or stamp.caps != opening.forced_capabilities():
+    if stamp is None or stamp.caps != open_settings():
         return None
     cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
     app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
@@ -220,7 +228,7 @@ def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
         return
     stamp = SettledStamp(int(cookie), int(app_id), str(generation), revision,
                          bool(layout_current), tuple(sorted(fts.items())), str(schema),
-                         opening.forced_capabilities())
+                         open_settings())
     with _stamps_lock:
         _stamps[key] = stamp
 

@@ -27,7 +27,7 @@ and demotes of that family never touch them. Every value is bound; identifiers a
 from __future__ import annotations
 
 from .fts import _tri_session
-from .search import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
+from .search import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION, TRI_SESSION_S
 
 #: Object names (fixed), and the FTS5 shadow tables of the index.
 CJK_DOC = "messages_cjk_doc"
@@ -105,6 +105,14 @@ CJK_OBJECTS: tuple[tuple[str, str], ...] = (
 )
 CJK_OBJECT_NAMES = tuple(name for name, _ddl in CJK_OBJECTS)
 
+
+def drop_object(name: str) -> str:
+    """``DROP`` of one of :data:`CJK_OBJECTS` (fixed names only)."""
+    if name not in CJK_OBJECT_NAMES:
+        raise ValueError(f"not a CJK-bigram object: {name!r}")
+    kind = "TRIGGER" if name.startswith(("messages_cjk_doc_", "messages_cjk_enqueue")) else "TABLE"
+    return f"DROP {kind} IF EXISTS {name}"
+
 # ---------------------------------------------------------------------------------------
 # Open-time reads and writes (read-gated by the caller)
 # ---------------------------------------------------------------------------------------
@@ -125,6 +133,9 @@ SET_META = ("INSERT INTO state_meta(key, value) VALUES (?, ?) "
 #: Delete both backfill markers (the window is done).
 CLEAR_MARKERS = ("DELETE FROM state_meta WHERE key IN "
                  "('cjk_bigram_high_water', 'cjk_bigram_progress')")
+#: Every key of the index (``sessions.cjk_index`` off).
+CLEAR_ALL_META = ("DELETE FROM state_meta WHERE key IN "
+                  "('cjk_bigram_high_water', 'cjk_bigram_progress', 'cjk_bigram_stale')")
 #: Clear the corruption flag (after a rebuild from the documents).
 CLEAR_STALE = "DELETE FROM state_meta WHERE key = 'cjk_bigram_stale'"
 #: Can this build load the index (FTS5 module present)? Reads nothing.
@@ -192,4 +203,36 @@ def bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
     return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
             f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND {_SCOPE} "
             f"AND ({matches}) AND {where} ORDER BY m.id {direction} "
+            "LIMIT :limit OFFSET :offset")
+
+
+# ---------------------------------------------------------------------------------------
+# PostgreSQL (spec §2.5, §3.9.3): a GIN index over the letters and letter pairs
+# ---------------------------------------------------------------------------------------
+
+#: The gram function and its GIN index (created by the revision ``s07_storage``).
+PG_GRAMS_FUNCTION = "hermes_cjk_grams"
+PG_GRAMS_INDEX = "messages_cjk_grams"
+#: The indexed expression over the alias ``m`` (the same text as the index's, bar the alias,
+#: so the planner matches it).
+PG_GRAMS_EXPR = "hermes_cjk_grams(m.role, m.content, m.tool_name, m.tool_calls)"
+#: Newest message id (the windowed pre-scan's upper end; PostgreSQL spelling is the same).
+PG_MAX_MESSAGE_ID = MAX_MESSAGE_ID
+
+
+def pg_candidates(n_groups: int) -> str:
+    """``m.id IN (CAND)`` on PostgreSQL: the non-tool rows whose grams contain every token of
+    one group (``:g0`` … bound as ``text[]``), through the partial GIN index."""
+    ors = " OR ".join(f"hermes_cjk_grams(c.role, c.content, c.tool_name, c.tool_calls) "
+                      f"@> CAST(:g{i} AS text[])" for i in range(n_groups))
+    return f"m.id IN (SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors}))"
+
+
+def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
+    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (:func:`pg_candidates` or
+    :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
+    direction = "ASC" if sort == "oldest" else "DESC"
+    return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND m.role <> 'tool' "
+            f"AND {PG_TRI_SESSION} AND ({matches}) AND {where} ORDER BY m.id {direction} "
             "LIMIT :limit OFFSET :offset")

@@ -71,6 +71,8 @@ TRASH_EXISTS = (f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name GLOB
                 f"'{TRASH_PREFIX}*' LIMIT 1")
 #: Every table name of the file (the demote's collision check).
 TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+#: Every schema object name of the file.
+SCHEMA_NAMES = "SELECT name FROM sqlite_master"
 
 # ---------------------------------------------------------------------------------------
 # Bookkeeping and the demote (§3.6 steps 2–3)

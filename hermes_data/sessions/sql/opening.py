@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from .cjk import STALE_KEY as CJK_STALE_KEY
 from .fts import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
+from .fts_maintenance import UPSTREAM_CJK_TRIGGERS
 
 # ---------------------------------------------------------------------------------------
 # FTS capability probes (TEMP virtual tables, never main)
@@ -40,7 +41,8 @@ def drop_probe_table(name: str) -> str:
 #: The FTS virtual tables, views and triggers present in the file, with their DDL.
 FTS_OBJECTS = (
     "SELECT name, sql FROM sqlite_master WHERE name IN ("
-    + ", ".join("'" + n + "'" for n in (*FTS_VIRTUAL_TABLES, *FTS_VIEWS, *FTS_TRIGGERS))
+    + ", ".join("'" + n + "'" for n in (*FTS_VIRTUAL_TABLES, *FTS_VIEWS, *FTS_TRIGGERS,
+                                        *UPSTREAM_CJK_TRIGGERS))
     + ")")
 #: Probe: does the file have ``state_meta`` (upstream files before its v7 do not)?
 STATE_META_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state_meta'"
@@ -61,10 +63,11 @@ MARK_FTS_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
 #: Clear the deferred-rebuild window markers after a completed rebuild.
 CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
                          "('fts_rebuild_high_water', 'fts_rebuild_progress')")
-#: Clear the deferred-rebuild window markers and ``fts_stale`` after a stale recovery.
+#: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after a
+#: stale recovery (storage §3.8).
 CLEAR_REBUILD_MARKERS_AND_STALE = (
     "DELETE FROM state_meta WHERE key IN "
-    "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale')")
+    "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale', 'fts_rebuild_deferral')")
 
 
 def drop_fts_trigger(name: str) -> str:

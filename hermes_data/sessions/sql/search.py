@@ -33,7 +33,7 @@ FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 PG_SEARCH_INDEXES = (
     "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
     "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm', "
-    "'messages_fts_folded')")
+    "'messages_fts_folded', 'messages_cjk_grams')")
 
 # -------------------------------------------------------------------------------------
 # Fragments shared by the routes

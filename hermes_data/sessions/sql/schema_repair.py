@@ -1,0 +1,101 @@
+"""Statements of the malformed-schema repair (spec sessions-ext-storage.md §3.3), run on raw
+``sqlite3`` connections to the live file's guard, its scratch copy and probe connections.
+
+Identifiers are never taken from user input: table names come from ``sqlite_master`` and are
+quoted by :func:`quote_ident`. (Not the gateway's ``sql/repair.py``.)
+"""
+
+from __future__ import annotations
+
+#: The guard's and the probes' set-up: fail at once instead of waiting on a lock.
+BUSY_TIMEOUT_ZERO = "PRAGMA busy_timeout = 0"
+#: Keep every lock the guard takes until it switches back to NORMAL and reads once.
+LOCKING_EXCLUSIVE = "PRAGMA locking_mode = EXCLUSIVE"
+LOCKING_NORMAL = "PRAGMA locking_mode = NORMAL"
+BEGIN_EXCLUSIVE = "BEGIN EXCLUSIVE"
+#: macOS write barriers for the repair's connections.
+FULLFSYNC_ON = "PRAGMA fullfsync = ON"
+BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
+ROLLBACK = "ROLLBACK"
+COMMIT = "COMMIT"
+#: The journal mode of the file (every statement fails on a malformed schema, this one too).
+JOURNAL_MODE = "PRAGMA journal_mode"
+#: The rollback-journal mode's name (what a header without the WAL bytes means).
+JOURNAL_DELETE = "delete"
+#: Read the schema despite its damage (SQLite parses it lazily with this on).
+WRITABLE_SCHEMA_ON = "PRAGMA writable_schema = ON"
+WRITABLE_SCHEMA_OFF = "PRAGMA writable_schema = OFF"
+WRITABLE_SCHEMA_RESET = "PRAGMA writable_schema = RESET"
+INTEGRITY_CHECK = "PRAGMA integrity_check"
+QUICK_CHECK = "PRAGMA quick_check"
+SCHEMA_VERSION = "PRAGMA schema_version"
+#: Cookie bump so other connections drop cached schemas (value bound by the caller, masked).
+SET_SCHEMA_VERSION = "PRAGMA schema_version = {value:d}"
+#: A page read that touches the file (the guard's release: the NORMAL mode applies then).
+READ_ONE = "SELECT COUNT(*) FROM sqlite_master"
+COUNT_SESSIONS = "SELECT COUNT(*) FROM sessions"
+VACUUM = "VACUUM"
+REINDEX = "REINDEX"
+
+#: Ordinary tables the inventory counts (FTS, CJK-bigram, trash and sqlite_* tables excluded).
+INVENTORY_TABLES = (
+    "SELECT DISTINCT name FROM sqlite_master WHERE type = 'table' AND rootpage <> 0 "
+    "AND name NOT GLOB 'sqlite_*' AND name NOT GLOB 'messages_fts*' "
+    "AND name NOT GLOB 'messages_cjk_*' AND name NOT GLOB 'fts_v22_trash_*' ORDER BY name")
+#: Virtual FTS tables the file declares (each probed with ``MATCH '""'``, rebuilt by name).
+FTS_TABLES = (
+    "SELECT DISTINCT name FROM sqlite_master WHERE type = 'table' AND rootpage = 0 "
+    "AND sql LIKE 'CREATE VIRTUAL TABLE%' AND lower(sql) LIKE '%using fts5%' ORDER BY name")
+#: Groups of duplicated schema rows: (type, name, copies).
+DUPLICATE_SCHEMA_ROWS = (
+    "SELECT type, name, COUNT(*) FROM sqlite_master GROUP BY type, name HAVING COUNT(*) > 1")
+#: The distinct definitions of one duplicated object (differing copies of a real table
+#: are refused).
+DUPLICATE_DEFINITIONS = (
+    "SELECT COUNT(DISTINCT coalesce(tbl_name, '') || char(0) || coalesce(rootpage, '') "
+    "|| char(0) || coalesce(sql, '')), MAX(rootpage) FROM sqlite_master "
+    "WHERE type = ? AND name = ?")
+#: Keep the first copy (lowest rowid) of every (type, name).
+DEDUP_SCHEMA = (
+    "DELETE FROM sqlite_master WHERE rowid NOT IN "
+    "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name)")
+#: The FTS objects (and the CJK-bigram ones, §2.2) removed by ``drop_fts_rebuild``.
+DROP_FTS_SCHEMA_ROWS = (
+    "DELETE FROM sqlite_master WHERE name GLOB 'messages_fts*' OR name GLOB 'messages_cjk_*' "
+    "OR tbl_name GLOB 'messages_fts*' OR tbl_name GLOB 'messages_cjk_*'")
+#: The probe write of ``opens_cleanly`` (rolled back): a session and a message.
+PROBE_SESSION = "INSERT INTO sessions (id, source, started_at) VALUES (?, 'repair-probe', 0)"
+PROBE_MESSAGE = (
+    "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'probe', 0)")
+
+
+def quote_ident(name: str) -> str:
+    """A double-quoted SQLite identifier (names come from ``sqlite_master``)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def count_rows(table: str) -> str:
+    """``COUNT(*)`` and ``MAX(rowid)`` of ``table`` (WITHOUT ROWID tables: the caller falls
+    back to :func:`count_only`)."""
+    return f"SELECT COUNT(*), MAX(rowid) FROM {quote_ident(table)}"
+
+
+def count_only(table: str) -> str:
+    """``COUNT(*)`` of ``table``."""
+    return f"SELECT COUNT(*), NULL FROM {quote_ident(table)}"
+
+
+def fts_match_probe(table: str) -> str:
+    """Does the FTS table answer a query (``MATCH '""'``)?"""
+    return f"SELECT rowid FROM {quote_ident(table)} WHERE {quote_ident(table)} MATCH '\"\"' LIMIT 1"
+
+
+def fts_rebuild(table: str) -> str:
+    """``'rebuild'`` of one FTS5 table from its content."""
+    q = quote_ident(table)
+    return f"INSERT INTO {q}({q}) VALUES ('rebuild')"
+
+
+def all_rows(table: str) -> str:
+    """Every row of ``table`` in rowid order (checksums in tests and doctor)."""
+    return f"SELECT * FROM {quote_ident(table)} ORDER BY 1"

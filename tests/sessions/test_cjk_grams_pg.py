@@ -1,0 +1,172 @@
+"""The CJK gram index on PostgreSQL (spec sessions-ext-storage.md §2.5, §3.9.3, §4 item 30):
+``hermes_cjk_grams`` and the partial GIN index ``messages_cjk_grams`` from revision
+``s07_storage``; the short-CJK route takes its candidates from the index and verifies them
+with the core ILIKE predicate, so its pages equal the scoped ILIKE route's.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from hermes_data.sessions import cjk
+from hermes_data.sessions.search import (SearchCapabilities, cjk_like_groups, plan_search,
+                                         sanitize_fts_query)
+from hermes_data.sessions.store import SessionStore
+
+from .conftest import _truncate, qmark_for_tests
+from .test_cjk_index import LATIN, LETTERS, _mix
+
+pytestmark = pytest.mark.journal_independent("PostgreSQL only")
+
+
+@pytest.fixture(scope="module")
+def pg_corpus(pg_session_url):
+    """Rows in every scope (tool rows, cron/subagent/delegate sessions, hidden rows), then
+    updates and deletes straight through SQL (the index follows them: no queue)."""
+    _truncate(pg_session_url)
+    rng = random.Random(30)
+    with SessionStore(pg_session_url) as s:
+        qmark_for_tests(s)
+        for sid, source in (("u", "cli"), ("t", "telegram"), ("c", "cron"), ("sa", "subagent")):
+            s.create_session(sid, source)
+        s.create_session("d", "cli", model_config={"_delegate_from": "u"})
+        for sid in ("u", "t", "c", "sa", "d"):
+            rows = [{"role": rng.choice(["user", "assistant", "assistant", "tool"]),
+                     "content": _mix(rng), "timestamp": 100.0 + i} for i in range(40)]
+            for r in rows[::9]:
+                r["tool_name"] = _mix(rng)
+            for r in rows[3::11]:
+                r["display_kind"] = "hidden"
+            s.append_messages_batch(sid, rows)
+        with s.engine.begin() as conn:
+            for mid in rng.sample(range(1, 200), 20):
+                conn.exec_driver_sql("UPDATE messages SET content = ? WHERE id = ?",
+                                     (_mix(rng), mid))
+            for mid in rng.sample(range(1, 200), 10):
+                conn.exec_driver_sql("DELETE FROM messages WHERE id = ?", (mid,))
+        yield s
+
+
+def _reference(store, groups, *, sources=(), roles=(), excluded=(), oldest=False) -> list[int]:
+    """The core ILIKE route over ``groups`` in the index's scope, visible rows, by id."""
+    def like(term: str) -> str:
+        return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    ors, params = [], []
+    for group in groups:
+        ands = []
+        for t in group:
+            cols = " OR ".join(f"COALESCE(m.{c}, '') ILIKE %s ESCAPE '\\'"
+                               for c in ("content", "tool_name", "tool_calls"))
+            params += [like(t.text)] * 3
+            ands.append(("NOT " if t.negated else "") + f"({cols})")
+        ors.append("(" + " AND ".join(ands) + ")")
+    where = [f"({' OR '.join(ors)})", "m.role <> 'tool'",
+             "s.source NOT IN ('cron', 'subagent')",
+             # delegates: the only model_config in the corpus naming the key
+             "COALESCE(s.model_config, '') NOT LIKE '%%_delegate_from%%'",
+             "COALESCE(m.display_kind, '') <> 'hidden'", "(m.active = 1 OR m.compacted = 1)"]
+    for col, op, values in (("s.source", "IN", sources), ("s.source", "NOT IN", excluded),
+                            ("m.role", "IN", roles)):
+        if values:
+            where.append(f"{col} {op} ({', '.join(['%s'] * len(values))})")
+            params += list(values)
+    raw = store.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE {' AND '.join(where)} ORDER BY m.id "
+                    + ("ASC" if oldest else "DESC"), params)
+        return [r[0] for r in cur.fetchall()]
+    finally:
+        raw.close()
+
+
+TERM = st.text(alphabet=LETTERS + "ab%_", min_size=1, max_size=3).filter(
+    lambda t: any(ch in LETTERS for ch in t))
+QUERY = st.lists(st.tuples(st.sampled_from(["", "OR ", "NOT "]), TERM),
+                 min_size=1, max_size=3).map(
+    lambda parts: " ".join(op + t for op, t in parts).removeprefix("OR ").removeprefix("NOT "))
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
+       sort=st.sampled_from([None, "newest", "oldest"]), prescan=st.sampled_from([0, 7, 4096]),
+       filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
+                                {"exclude_sources": ["telegram"]}]))
+def test_gram_route_equals_the_scoped_ilike_route(pg_corpus, monkeypatch, query, limit, offset,
+                                                  sort, prescan, filters):
+    store = pg_corpus
+    sanitized = sanitize_fts_query(query)
+    if sanitized is None:
+        return
+    groups = cjk_like_groups(sanitized)
+    plan = plan_search(sanitized, SearchCapabilities(True, True, False))
+    if not plan.bigram or cjk.pg_gram_groups(groups) is None:
+        return  # CJK of 3+ letters per term: the trigram route (test_search.py)
+    monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
+    hits = store.search_messages(query, limit=limit, offset=offset, sort=sort, fields=["id"],
+                                 **filters)
+    want = _reference(store, groups, sources=filters.get("source_filter", ()),
+                      roles=filters.get("role_filter", ()),
+                      excluded=filters.get("exclude_sources", ()), oldest=sort == "oldest")
+    event("page has hits" if want[offset:offset + limit] else "empty page")
+    assert [h.id for h in hits] == want[offset:offset + limit], (query, sanitized)
+    assert {h.route for h in hits} <= {"bigram"}
+
+
+def test_grams_function_letters_and_pairs(pg_corpus):
+    with pg_corpus.engine.connect() as conn:
+        def grams(role, content, tool_name=None, tool_calls=None):
+            return conn.exec_driver_sql(
+                "SELECT hermes_cjk_grams(%s, %s, %s, %s)",
+                (role, content, tool_name, tool_calls)).scalar()
+        assert grams("user", "桂广西 hi 广") == sorted({"桂", "广", "西", "桂广", "广西"})
+        assert grams("user", "ascii only", "tool", '{"a": 1}') == []
+        assert grams("tool", "广西") == []  # tool rows are out of scope
+        assert grams("user", None, "工具", '{"q": "日志"}') == sorted({"工", "具", "工具", "日",
+                                                                       "志", "日志"})
+        assert grams("user", "\U00020000\U00020001") == ["\U00020000", "\U00020000\U00020001",
+                                                         "\U00020001"]
+
+
+def test_short_cjk_examples_and_the_plan_uses_the_index(pg_corpus):
+    s = pg_corpus
+    s.create_session("ex", "cli")
+    lone, triple, spaced, kana = (s.append_message("ex", "user", text) for text in
+                                  ("广", "桂广西", "广 西", "ア・イ"))
+    assert {lone, triple, spaced} <= {h.id for h in s.search_messages("广", limit=500)}
+    pair = {h.id for h in s.search_messages("广西", limit=500)}
+    assert triple in pair and spaced not in pair
+    assert kana in {h.id for h in s.search_messages("ア・", limit=500)}
+    with s.engine.connect() as conn:
+        plan = "\n".join(r[0] for r in conn.exec_driver_sql(
+            "EXPLAIN SELECT c.id FROM messages c WHERE c.role <> 'tool' AND "
+            "hermes_cjk_grams(c.role, c.content, c.tool_name, c.tool_calls) @> "
+            "ARRAY['广西']::text[]"))
+    assert "messages_cjk_grams" in plan, plan
+
+
+def test_storage_revision_objects_and_no_sqlite_markers(pg_corpus):
+    with pg_corpus.engine.connect() as conn:
+        index = conn.exec_driver_sql(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND indexname = 'messages_cjk_grams'").scalar()
+        volatility = conn.exec_driver_sql(
+            "SELECT provolatile, proparallel FROM pg_proc WHERE proname = 'hermes_cjk_grams' "
+            "AND pronamespace = current_schema()::regnamespace").one()
+        stats = conn.exec_driver_sql(
+            "SELECT count(*) FROM pg_statistic_ext WHERE stxname = "
+            "'sessions_delegate_from_stats'").scalar()
+        markers = conn.exec_driver_sql(
+            "SELECT count(*) FROM state_meta WHERE key LIKE 'cjk_bigram%%'").scalar()
+    assert index is not None and "gin" in index and "role <> 'tool'" in index
+    assert tuple(volatility) == ("i", "s")
+    assert markers == 0
+    assert stats == 1  # the scope's delegate test is estimated from statistics (PG >= 14)
+    status = pg_corpus.cjk_index_status()
+    assert not status.available and status.backfill is None
