@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from .errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
     from .registry import acquire, release
     # Storage (sessions-ext-storage.md §3.6).
-    from .fts_storage import FtsRebuildStatus, OptimizeProgress, OptimizeStorageResult
+    from .fts_storage import OptimizeProgress, OptimizeStorageResult
+    from .rows import FtsRebuildStatus
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -65,7 +66,7 @@ _EXPORTS = {
     # Gateway (sessions-ext-gateway.md §3.10).
     "reconcile_state_schema": "delegations",
     # Storage (sessions-ext-storage.md §3.6).
-    "FtsRebuildStatus": "fts_storage", "OptimizeProgress": "fts_storage",
+    "FtsRebuildStatus": "rows", "OptimizeProgress": "fts_storage",
     "OptimizeStorageResult": "fts_storage",
 }
 

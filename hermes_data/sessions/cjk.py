@@ -42,6 +42,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import guards
+from .rows import FtsRebuildStatus
 from .search_plan import LikeTerm
 from .sql import cjk as q
 from .sql.search import ILIKE_COLS, LIKE_COLS, pattern_where
@@ -416,7 +417,7 @@ class CjkIndexStatus:
 
     available: bool
     stale: bool
-    backfill: tuple[int, int] | None  # (progress, high_water) while a backfill is pending
+    backfill: FtsRebuildStatus | None  # the backfill window while one is pending
     queued: int
 
 
@@ -432,8 +433,9 @@ def cjk_index_status(store: Any) -> CjkIndexStatus:
             return CjkIndexStatus(False, False, None, 0)
         meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
         window = None
-        if q.HIGH_WATER_KEY in meta:
-            window = (int(meta.get(q.PROGRESS_KEY) or 0), int(meta[q.HIGH_WATER_KEY]))
+        high = int(meta.get(q.HIGH_WATER_KEY) or 0)
+        if high > 0:
+            window = FtsRebuildStatus.window(int(meta.get(q.PROGRESS_KEY) or 0), high)
         try:
             available, stale = _loadable(conn), q.STALE_KEY in meta
         except _IndexCorrupt:

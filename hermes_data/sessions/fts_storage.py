@@ -54,6 +54,7 @@ from sqlalchemy.engine import Connection
 from ..errors import DatabaseBusyError
 from . import fts_shadow, opening
 from .errors import StateDbCorruptError, StateDbReplacedError
+from .rows import FtsRebuildStatus
 from .sql import fts_storage as q
 
 log = logging.getLogger("hermes_data.sessions.fts_storage")
@@ -90,16 +91,6 @@ fault_point: Callable[[str], None] | None = None
 def _fault(name: str) -> None:
     if fault_point is not None:
         fault_point(name)
-
-
-@dataclass(frozen=True)
-class FtsRebuildStatus:
-    """The backfill window: ``total`` = high water, ``indexed`` = progress."""
-
-    pending: bool
-    total: int
-    indexed: int
-    percent: int
 
 
 @dataclass(frozen=True)
@@ -198,7 +189,7 @@ def _status(meta: dict[str, str]) -> FtsRebuildStatus | None:
     if total <= 0:
         return None
     indexed = max(0, _int(meta.get(q.PROGRESS_KEY)))
-    return FtsRebuildStatus(indexed < total, total, indexed, min(100, 100 * indexed // total))
+    return FtsRebuildStatus.window(indexed, total)
 
 
 def fts_rebuild_status(store: Any) -> FtsRebuildStatus | None:

@@ -207,3 +207,20 @@ class PublishResult:
     handoff_rows: int
     cloned_rows: int
     title_moved: bool
+
+
+@dataclass(frozen=True)
+class FtsRebuildStatus:
+    """A backfill window (storage §3.6, §3.9.2): ``total`` = high water, ``indexed`` =
+    progress, ``percent`` = ``min(100, 100 * indexed // total)``."""
+
+    pending: bool
+    total: int
+    indexed: int
+    percent: int
+
+    @classmethod
+    def window(cls, progress: int, high_water: int) -> "FtsRebuildStatus":
+        """The status of the window ``(progress, high_water]`` (``high_water`` > 0)."""
+        return cls(progress < high_water, high_water, progress,
+                   min(100, 100 * progress // high_water))

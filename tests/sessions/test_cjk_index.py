@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hermes_data.sessions import cjk
+from hermes_data.sessions.rows import FtsRebuildStatus
 from hermes_data.sessions.search import (SearchCapabilities, cjk_like_groups, plan_search,
                                          sanitize_fts_query)
 from hermes_data.sessions.store import SessionStore
@@ -93,7 +94,7 @@ def test_adopted_legacy_file_backfills_in_chunks(legacy_copy):
     con.close()
     with SessionStore(legacy_copy) as s:  # adopted: s07_storage creates the objects
         status = s.cjk_index_status()
-        assert status.available and status.backfill == (0, top)
+        assert status.available and status.backfill == FtsRebuildStatus(True, top, 0, 0)
         # Mid-backfill the window is searched too (the gap arm of the candidates).
         hits = s.search_messages("广西")
         assert top in _ids(hits) and {h.route for h in hits} == {"bigram"}
