@@ -84,7 +84,7 @@ def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list
             holders += [Holder(pid, name, f.path) for f in files if f.path in targets]
         if deleted:
             holders += [Holder(pid, name or _process_name(pid), p, deleted=True)
-                        for p in _deleted_descriptors(pid) if p in targets]
+                        for p in deleted_descriptors(pid) if p in targets]
     return holders
 
 
@@ -95,7 +95,7 @@ def _process_name(pid: int) -> str:
         return "?"
 
 
-def _deleted_descriptors(pid: int) -> list[str]:
+def deleted_descriptors(pid: int) -> list[str]:
     """Paths of *deleted* files ``pid`` still holds. psutil's ``open_files`` drops deleted
     files, so on Linux the descriptor links are read directly (readlink only — nothing is
     opened); elsewhere the answer is empty (unknown)."""
@@ -218,7 +218,7 @@ def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int
     if pids is None:
         return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
     targets = {f"{base}{suffix}" for suffix in SIDECARS}
-    return [(pid, p) for pid in sorted(pids) for p in _deleted_descriptors(pid) if p in targets]
+    return [(pid, p) for pid in sorted(pids) for p in deleted_descriptors(pid) if p in targets]
 
 
 def foreign_holders(db_path: Path | None) -> int | None:

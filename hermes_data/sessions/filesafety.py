@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 from urllib.parse import unquote
 
+from .. import files
 from .errors import LiveConnectionError
 
 log = logging.getLogger("hermes_data.sessions.filesafety")
@@ -168,27 +169,6 @@ def no_checkpoint_on_close(con: sqlite3.Connection | None, path: Any) -> bool:
 HolderScanner = Callable[[Path], "list[tuple[int, str]]"]
 
 
-_DELETED = " (deleted)"
-
-
-def _deleted_fds(pid: int) -> list[str]:
-    """Paths of deleted files ``pid`` holds (Linux ``/proc``; readlink only)."""
-    fd_dir = f"/proc/{pid}/fd"
-    try:
-        entries = os.listdir(fd_dir)
-    except OSError:
-        return []
-    out = []
-    for entry in entries:
-        try:
-            target = os.readlink(f"{fd_dir}/{entry}")
-        except OSError:
-            continue
-        if target.endswith(_DELETED):
-            out.append(target[: -len(_DELETED)])
-    return out
-
-
 def _names_hermes_elsewhere(argv: list[str], home: str) -> bool | None:
     """Does ``argv`` name Hermes / hermes-data (True), and another Hermes home (None)?"""
     text = " ".join(argv).lower()
@@ -228,7 +208,7 @@ def _default_scan(path: Path) -> list[tuple[int, str]]:
                 found.add((pid, "uninspectable"))
             continue
         found.update((pid, p) for p in paths if p in targets)
-        found.update((pid, p) for p in _deleted_fds(pid) if p in targets)
+        found.update((pid, p) for p in files.deleted_descriptors(pid) if p in targets)
     return sorted(found)
 
 

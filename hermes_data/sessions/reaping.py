@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
 
 import psutil
 
-from ..files import SIDECARS, _deleted_descriptors
+from ..files import SIDECARS, deleted_descriptors
 from . import filesafety
 
 log = logging.getLogger("hermes_data.sessions.reaping")
@@ -121,7 +121,7 @@ def _descriptors(proc: Any) -> list[str]:
     omits them; a backend holding a deleted ``-wal`` is exactly the stuck holder)."""
     paths = [str(getattr(f, "path", f)) for f in proc.open_files()]
     if isinstance(proc, psutil.Process):
-        paths += _deleted_descriptors(proc.pid)
+        paths += deleted_descriptors(proc.pid)
     return paths
 
 

@@ -18,7 +18,7 @@ from hermes_data.sessions.search import (SearchCapabilities, cjk_like_groups, pl
 from hermes_data.sessions.store import SessionStore
 
 from .conftest import _truncate, qmark_for_tests
-from .test_cjk_index import LATIN, LETTERS, _mix
+from .test_cjk_index import QUERY, _mix, fill_scopes
 
 pytestmark = pytest.mark.journal_independent("PostgreSQL only")
 
@@ -31,17 +31,7 @@ def pg_corpus(pg_session_url):
     rng = random.Random(30)
     with SessionStore(pg_session_url) as s:
         qmark_for_tests(s)
-        for sid, source in (("u", "cli"), ("t", "telegram"), ("c", "cron"), ("sa", "subagent")):
-            s.create_session(sid, source)
-        s.create_session("d", "cli", model_config={"_delegate_from": "u"})
-        for sid in ("u", "t", "c", "sa", "d"):
-            rows = [{"role": rng.choice(["user", "assistant", "assistant", "tool"]),
-                     "content": _mix(rng), "timestamp": 100.0 + i} for i in range(40)]
-            for r in rows[::9]:
-                r["tool_name"] = _mix(rng)
-            for r in rows[3::11]:
-                r["display_kind"] = "hidden"
-            s.append_messages_batch(sid, rows)
+        fill_scopes(s, rng)
         with s.engine.begin() as conn:
             for mid in rng.sample(range(1, 200), 20):
                 conn.exec_driver_sql("UPDATE messages SET content = ? WHERE id = ?",
@@ -83,13 +73,6 @@ def _reference(store, groups, *, sources=(), roles=(), excluded=(), oldest=False
         return [r[0] for r in cur.fetchall()]
     finally:
         raw.close()
-
-
-TERM = st.text(alphabet=LETTERS + "ab%_", min_size=1, max_size=3).filter(
-    lambda t: any(ch in LETTERS for ch in t))
-QUERY = st.lists(st.tuples(st.sampled_from(["", "OR ", "NOT "]), TERM),
-                 min_size=1, max_size=3).map(
-    lambda parts: " ".join(op + t for op, t in parts).removeprefix("OR ").removeprefix("NOT "))
 
 
 @settings(max_examples=80, deadline=None,

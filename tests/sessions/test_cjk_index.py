@@ -198,23 +198,29 @@ def _mix(rng: random.Random) -> str:
                    for _ in range(rng.randint(1, 12)))
 
 
+def fill_scopes(s: SessionStore, rng: random.Random) -> None:
+    """Sessions of every scope (cli, telegram, cron, subagent, a delegate), 40 mixed rows
+    each: tool rows, tool names, hidden rows (shared with the PostgreSQL gram tests)."""
+    for sid, source in (("u", "cli"), ("t", "telegram"), ("c", "cron"), ("sa", "subagent")):
+        s.create_session(sid, source)
+    s.create_session("d", "cli", model_config={"_delegate_from": "u"})
+    for sid in ("u", "t", "c", "sa", "d"):
+        rows = [{"role": rng.choice(["user", "assistant", "assistant", "tool"]),
+                 "content": _mix(rng), "timestamp": 100.0 + i} for i in range(40)]
+        for r in rows[::9]:
+            r["tool_name"] = _mix(rng)
+        for r in rows[3::11]:
+            r["display_kind"] = "hidden"
+        s.append_messages_batch(sid, rows)
+
+
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """Mixed rows in every scope; a pending backfill window; undrained foreign writes."""
     path = tmp_path_factory.mktemp("cjk-corpus") / "state.db"
     rng = random.Random(16)
     with SessionStore(path) as s:
-        for sid, source in (("u", "cli"), ("t", "telegram"), ("c", "cron"), ("sa", "subagent")):
-            s.create_session(sid, source)
-        s.create_session("d", "cli", model_config={"_delegate_from": "u"})
-        for sid in ("u", "t", "c", "sa", "d"):
-            rows = [{"role": rng.choice(["user", "assistant", "assistant", "tool"]),
-                     "content": _mix(rng), "timestamp": 100.0 + i} for i in range(40)]
-            for r in rows[::9]:
-                r["tool_name"] = _mix(rng)
-            for r in rows[3::11]:
-                r["display_kind"] = "hidden"
-            s.append_messages_batch(sid, rows)
+        fill_scopes(s, rng)
         _run_out(s)
         con = sqlite3.connect(path, isolation_level=None)
         # A pending backfill over (20, 60]: documents missing there, markers set.

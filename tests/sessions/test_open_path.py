@@ -362,8 +362,8 @@ def test_a_sibling_on_the_current_generation_is_no_holder(tmp_path, monkeypatch)
     with SessionStore(path, settings=WAL) as s:
         s.create_session("a", "cli")
     read: list[int] = []
-    real = files._deleted_descriptors
-    monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
+    real = files.deleted_descriptors
+    monkeypatch.setattr(files, "deleted_descriptors", lambda pid: read.append(pid) or real(pid))
     proc = subprocess.Popen([sys.executable, "-c", HOLD_CONNECTION, str(path)],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -387,8 +387,8 @@ def test_the_holder_scan_reads_only_the_processes_holding_the_file(tmp_path, mon
     with SessionStore(path, settings=WAL):
         pass
     read: list[int] = []
-    real = files._deleted_descriptors
-    monkeypatch.setattr(files, "_deleted_descriptors", lambda pid: read.append(pid) or real(pid))
+    real = files.deleted_descriptors
+    monkeypatch.setattr(files, "deleted_descriptors", lambda pid: read.append(pid) or real(pid))
     with SessionStore(path, settings=WAL) as s:
         assert s.backend._header is not None
         assert read == []
