@@ -471,6 +471,19 @@ def cjk_index_step(store: Any, max_rows: int = 500) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
+def _prescan(conn: Connection, page: Callable[[str, str, str, str | None], str], matches: str,
+             where: str, sort: str | None, params: dict[str, Any]) -> list[Any] | None:
+    """The windowed pre-scan (storage §3.9.3): the page among the newest
+    :data:`PRESCAN_ROWS` ids when it fills the page or covers every id (older rows have
+    smaller ids), else None (the candidates answer). Not for ``oldest``."""
+    if sort == "oldest":
+        return None
+    top = conn.exec_driver_sql(q.MAX_MESSAGE_ID).scalar()
+    params["floor"] = (top or 0) - PRESCAN_ROWS
+    rows = conn.execute(sa.text(page(q.PRESCAN_RANGE, matches, where, sort)), params).fetchall()
+    return list(rows) if len(rows) >= params["limit"] or params["floor"] <= 0 else None
+
+
 def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
                   filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
                   sort: str | None) -> list[Any] | None:
@@ -489,13 +502,9 @@ def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
     matches = pattern_where(groups, LIKE_COLS, params)
     where = filters(params)
     try:
-        if sort != "oldest":  # the newest ids first: a common letter ends here
-            top = conn.exec_driver_sql(q.MAX_MESSAGE_ID).scalar()
-            params["floor"] = (top or 0) - PRESCAN_ROWS
-            rows = conn.execute(sa.text(q.bigram_page(q.PRESCAN_RANGE, matches, where, sort)),
-                                params).fetchall()
-            if len(rows) >= limit or params["floor"] <= 0:
-                return list(rows)
+        rows = _prescan(conn, q.bigram_page, matches, where, sort, params)
+        if rows is not None:
+            return rows
         gap = q.HIGH_WATER_KEY in meta
         if gap:
             params["high_water"] = int(meta[q.HIGH_WATER_KEY])
@@ -542,13 +551,9 @@ def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = pattern_where(groups, ILIKE_COLS, params)
     where = filters(params)
-    if sort != "oldest":  # the newest ids first: a common letter ends here
-        top = conn.exec_driver_sql(q.PG_MAX_MESSAGE_ID).scalar()
-        params["floor"] = (top or 0) - PRESCAN_ROWS
-        rows = conn.execute(sa.text(q.pg_bigram_page(q.PRESCAN_RANGE, matches, where, sort)),
-                            params).fetchall()
-        if len(rows) >= limit or params["floor"] <= 0:
-            return list(rows)
+    rows = _prescan(conn, q.pg_bigram_page, matches, where, sort, params)
+    if rows is not None:
+        return rows
     params.update((f"g{i}", g) for i, g in enumerate(grams))
     return list(conn.execute(sa.text(q.pg_bigram_page(q.pg_candidates(len(grams)), matches,
                                                       where, sort)), params).fetchall())

@@ -216,8 +216,6 @@ PG_GRAMS_INDEX = "messages_cjk_grams"
 #: The indexed expression over the alias ``m`` (the same text as the index's, bar the alias,
 #: so the planner matches it).
 PG_GRAMS_EXPR = "hermes_cjk_grams(m.role, m.content, m.tool_name, m.tool_calls)"
-#: Newest message id (the windowed pre-scan's upper end; PostgreSQL spelling is the same).
-PG_MAX_MESSAGE_ID = MAX_MESSAGE_ID
 
 
 def pg_candidates(n_groups: int) -> str:
