@@ -23,7 +23,7 @@ from . import encoding as enc
 from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
                opening, ownership, reaping, row_helpers, titles)
 from . import messages as msg
-from .agent_api import AgentTurnAPI, _Op
+from .agent_api import AgentTurnAPI
 from .coordination_api import CoordinationAPI
 from .gateway_api import GatewayAPI
 from .storage_api import StorageAPI
