@@ -12,7 +12,11 @@ from hermes_data.engine import trace_writes
 from hermes_data.sessions.errors import SchemaBehindError
 from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata
 from hermes_data.sessions.store import SessionStore
+from hermes_data.sessions.fresh import REVISIONS
 from hermes_data.shape import live_shape, metadata_shape
+
+#: What an upgrade from s05 applies: s06 and every later revision.
+_FROM_S06 = list(REVISIONS[REVISIONS.index("s06_gateway"):])
 
 GW_TABLES = ("gateway_routing", "gateway_hygiene_state", "gateway_heartbeats",
              "conversation_generations", "async_delegations")
@@ -45,7 +49,7 @@ def test_gw1_upgrade_gives_the_declared_shape_and_a_write_free_open(tmp_path):
     holds ``BEGIN IMMEDIATE``."""
     path = tmp_path / "state.db"
     _behind_s06(path)
-    assert migrate.upgrade("sessions", path).applied == ["s06_gateway"]
+    assert migrate.upgrade("sessions", path).applied == _FROM_S06
     want = metadata_shape(metadata)
     engine = sa.create_engine(f"sqlite:///{path}")
     with engine.connect() as conn:
@@ -78,7 +82,7 @@ def test_gw1_postgresql_upgrade_creates_everything_including_telegram(pg_url):
     """Behaviour 1 (PG): s06 over s05 adds the gateway objects and both Telegram tables
     with their two indexes; the store checks clean and a second upgrade applies nothing."""
     assert migrate.upgrade("sessions", pg_url, revision="s05_ui_display").applied
-    assert migrate.upgrade("sessions", pg_url).applied == ["s06_gateway"]
+    assert migrate.upgrade("sessions", pg_url).applied == _FROM_S06
     engine = sa.create_engine(pg_url)
     try:
         with engine.connect() as conn:
