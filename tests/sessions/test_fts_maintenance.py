@@ -349,3 +349,29 @@ def test_postgresql_parity(pg_store):
         lock.release()
         lock.close()
     assert [r.id for r in pg_store.search_messages("alpha", limit=2)]
+
+
+@pytest.mark.journal_independent(
+    "forces DELETE mode itself: only a rollback journal lets a reader refuse a COMMIT")
+def test_a_merge_whose_commit_is_refused_leaves_no_open_transaction(tmp_path, monkeypatch):
+    """A zero-patience merge whose COMMIT meets a reader's SHARED lock (DELETE mode) gets
+    SQLITE_BUSY from COMMIT, which leaves SQLite's transaction open: it must be rolled back
+    there, or every later write of the handle fails "cannot start a transaction within a
+    transaction" (found by the soak test after the 1,000th append)."""
+    monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", "delete")
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        s.create_session("a", "cli")
+        s.append_messages_batch("a", [{"role": "user", "content": f"word {i}"}
+                                      for i in range(50)])
+        assert s.journal_mode == "delete"
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT count(*) FROM messages").fetchone()  # holds SHARED
+            assert s.merge_fts(64, 1) == 0  # BEGIN IMMEDIATE works, COMMIT is refused busy
+            assert not _raw(s).in_transaction
+        finally:
+            reader.execute("ROLLBACK")
+            reader.close()
+        assert s.append_message("a", "user", "after the refused commit") > 0

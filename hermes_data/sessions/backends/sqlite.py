@@ -383,12 +383,11 @@ class SqliteBackend(SessionBackend):
                 assert tx is not None
                 tx.commit()
         except BaseException:
-            try:
-                if raw:
-                    if con.in_transaction:
-                        con.execute(q.ROLLBACK)
-                elif tx is not None and tx.is_active:
-                    tx.rollback()
+            try:  # a COMMIT refused busy (DELETE: readers) leaves SQLite's transaction open
+                if tx is not None:
+                    tx.rollback()  # also clears a transaction SQLAlchemy deactivated
+                if con.in_transaction:
+                    con.execute(q.ROLLBACK)
             except (sqlite3.Error, sa.exc.DBAPIError) as exc:
                 log.debug("rollback failed: %s", exc)
             raise
