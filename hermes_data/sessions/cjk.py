@@ -449,12 +449,15 @@ def cjk_index_status(store: Any) -> CjkIndexStatus:
 def cjk_index_step(store: Any, max_rows: int = 500) -> bool:
     """Index one chunk: the next backfill window or up to ``max_rows`` queued ids (one
     transaction). Returns True when work remains; False when done, unavailable (no
-    objects, no FTS5, read-only, PostgreSQL) or stale. ``max_rows`` must be a positive int."""
+    objects, no FTS5, read-only, PostgreSQL) or stale; a quarantined or replaced handle
+    raises its sticky error. ``max_rows`` must be a positive int."""
     if isinstance(max_rows, bool) or not isinstance(max_rows, int):
         raise TypeError(f"max_rows must be an int, not {max_rows!r}")
     if max_rows <= 0:
         raise ValueError(f"max_rows must be positive, not {max_rows}")
     backend = store.backend
+    if backend.dialect == "sqlite" and not backend.read_only:
+        backend.guard()  # quarantined / replaced / split WAL: the sticky error (storage §3.5)
     if not _usable(backend):
         return False
     try:
