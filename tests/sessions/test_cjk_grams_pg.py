@@ -153,3 +153,25 @@ def test_storage_revision_objects_and_no_sqlite_markers(pg_corpus):
     assert stats == 1  # the scope's delegate test is estimated from statistics (PG >= 14)
     status = pg_corpus.cjk_index_status()
     assert not status.available and status.backfill is None
+
+
+def test_exception_block_helpers_keep_queries_serial(pg_corpus):
+    """s07: ``hermes_json_get``/``hermes_json_object``/``hermes_jsonb`` open a subtransaction
+    (EXCEPTION block), which no process of a parallel query may; PARALLEL UNSAFE keeps every
+    query calling them serial, so a forced parallel plan still answers (it failed with
+    "cannot start subtransactions during a parallel operation" when they were SAFE)."""
+    with pg_corpus.engine.connect() as conn:
+        flags = dict(conn.exec_driver_sql(
+            "SELECT proname, proparallel FROM pg_proc WHERE pronamespace = "
+            "current_schema()::regnamespace AND proname IN "
+            "('hermes_json_get', 'hermes_json_object', 'hermes_jsonb')").fetchall())
+        assert flags == {"hermes_json_get": "u", "hermes_json_object": "u", "hermes_jsonb": "u"}
+        version = int(conn.exec_driver_sql("SHOW server_version_num").scalar())
+        force = "debug_parallel_query" if version >= 160000 else "force_parallel_mode"
+        conn.exec_driver_sql(f"SET LOCAL {force} = on")
+        n = conn.exec_driver_sql(
+            "SELECT count(*) FROM sessions s WHERE hermes_json_get(s.model_config, "
+            "'_delegate_from') IS NULL AND hermes_json_object(s.model_config) IS NOT NULL "
+            "AND hermes_jsonb(s.model_config) IS NOT DISTINCT FROM hermes_jsonb(s.model_config)"
+        ).scalar()
+        assert n >= 4

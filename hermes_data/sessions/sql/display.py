@@ -184,9 +184,10 @@ PG_TRIGGER_EVENTS: dict[str, tuple[str, str]] = {
 }
 
 #: ``hermes_jsonb(doc)``: the jsonb cast, NULL on NULL or on any cast error (§4.9).
+#: PARALLEL UNSAFE: its EXCEPTION block is a subtransaction no parallel query can open.
 PG_JSONB_BODY = "BEGIN RETURN doc::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END"
 PG_JSONB_DDL = ("CREATE OR REPLACE FUNCTION hermes_jsonb(doc text) RETURNS jsonb "
-                "LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $hermes$" + PG_JSONB_BODY
+                "LANGUAGE plpgsql IMMUTABLE PARALLEL UNSAFE AS $hermes$" + PG_JSONB_BODY
                 + "$hermes$")
 
 

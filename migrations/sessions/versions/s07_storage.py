@@ -20,7 +20,9 @@ pairs of the three columns) and the partial GIN index ``messages_cjk_grams`` ove
 (``WHERE role <> 'tool'``). No queue, no markers: the server maintains the index. On
 PostgreSQL ≥ 14 also expression statistics on the scope's delegate test (``sessions`` is
 then analysed): every scoped page (the gram route, trigram CJK, the literal tier) is
-planned from the right row estimate.
+planned from the right row estimate. The three PL/pgSQL helpers with an EXCEPTION block
+(``hermes_json_get``, ``hermes_json_object``, ``hermes_jsonb``) become PARALLEL UNSAFE: no
+process of a parallel query can open their subtransaction.
 
 Revision ID: s07_storage
 Revises: s06_gateway
@@ -147,7 +149,17 @@ def _upgrade_sqlite(bind) -> None:
         log.info("s07: CJK-bigram backfill of messages up to id %s pending", high)
 
 
+#: PL/pgSQL functions of s01/s05 whose EXCEPTION block opens a subtransaction, which no
+#: process of a parallel query can (the leader included): declared PARALLEL SAFE there, any
+#: parallel plan calling them fails ("cannot start subtransactions during a parallel
+#: operation") — first seen once the statistics below made the planner choose parallel
+#: scans for scoped searches. PARALLEL UNSAFE keeps such queries serial.
+_PG_RESTRICTED = ("hermes_json_get(text, text)", "hermes_json_object(text)", "hermes_jsonb(text)")
+
+
 def _upgrade_postgresql(bind) -> None:
+    for signature in _PG_RESTRICTED:
+        bind.exec_driver_sql(f"ALTER FUNCTION {signature} PARALLEL UNSAFE")
     bind.exec_driver_sql(_PG_GRAMS_FUNCTION)
     bind.exec_driver_sql(_PG_GRAMS_INDEX)
     if int(bind.exec_driver_sql("SHOW server_version_num").scalar()) >= 140000:
