@@ -545,7 +545,8 @@ def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
                      filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
                      sort: str | None) -> list[Any] | None:
     """PostgreSQL twin of :func:`bigram_search` (the caller checked that the GIN index
-    exists): the windowed pre-scan, then the candidates of ``messages_cjk_grams``; ``None``
+    exists): the windowed pre-scan, then the candidate ids of ``messages_cjk_grams`` (one
+    statement) verified by the page statement; ``None``
     when a group has no CJK token (the caller answers through ILIKE). Same guarantee: the
     rows equal the scoped ILIKE route by id."""
     grams = pg_gram_groups(groups)
@@ -557,6 +558,10 @@ def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
     rows = _prescan(conn, q.pg_bigram_page, matches, where, sort, params)
     if rows is not None:
         return rows
-    params.update((f"g{i}", g) for i, g in enumerate(grams))
-    return list(conn.execute(sa.text(q.pg_bigram_page(q.pg_candidates(len(grams)), matches,
-                                                      where, sort)), params).fetchall())
+    grams_params = {f"g{i}": g for i, g in enumerate(grams)}
+    ids = [r[0] for r in conn.execute(sa.text(q.pg_candidate_ids(len(grams))), grams_params)]
+    if not ids:
+        return []
+    params["ids"] = ids
+    return list(conn.execute(sa.text(q.pg_bigram_page(q.PG_CANDIDATE_ROWS, matches, where,
+                                                      sort)), params).fetchall())

@@ -218,16 +218,22 @@ PG_GRAMS_INDEX = "messages_cjk_grams"
 PG_GRAMS_EXPR = "hermes_cjk_grams(m.role, m.content, m.tool_name, m.tool_calls)"
 
 
-def pg_candidates(n_groups: int) -> str:
-    """``m.id IN (CAND)`` on PostgreSQL: the non-tool rows whose grams contain every token of
-    one group (``:g0`` … bound as ``text[]``), through the partial GIN index."""
+def pg_candidate_ids(n_groups: int) -> str:
+    """PostgreSQL: the ids of the non-tool rows whose grams contain every token of one group
+    (``:g0`` … bound as ``text[]``). Asked on its own, without an order or a limit, so the
+    partial GIN index answers it (inside the page statement the planner, trusting a default
+    estimate, walked ``messages_pkey`` backwards over every row for a rare letter)."""
     ors = " OR ".join(f"hermes_cjk_grams(c.role, c.content, c.tool_name, c.tool_calls) "
                       f"@> CAST(:g{i} AS text[])" for i in range(n_groups))
-    return f"m.id IN (SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors}))"
+    return f"SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors})"
+
+
+#: The page's rows: the candidate ids (bound as one array).
+PG_CANDIDATE_ROWS = "m.id = ANY(CAST(:ids AS bigint[]))"
 
 
 def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
-    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (:func:`pg_candidates` or
+    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (:data:`PG_CANDIDATE_ROWS` or
     :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
     direction = "ASC" if sort == "oldest" else "DESC"
     return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
