@@ -9,16 +9,13 @@ from __future__ import annotations
 import random
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings
 
 from hermes_data.sessions import cjk
-from hermes_data.sessions.search import (SearchCapabilities, cjk_like_groups, plan_search,
-                                         sanitize_fts_query)
 from hermes_data.sessions.store import SessionStore
 
 from .conftest import _truncate, qmark_for_tests
-from .test_cjk_index import QUERY, _mix, fill_scopes
+from .test_cjk_index import CASES, _mix, check_route, fill_scopes, reference_statement
 
 pytestmark = pytest.mark.journal_independent("PostgreSQL only")
 
@@ -41,35 +38,16 @@ def pg_corpus(pg_session_url):
         yield s
 
 
-def _reference(store, groups, *, sources=(), roles=(), excluded=(), oldest=False) -> list[int]:
-    """The core ILIKE route over ``groups`` in the index's scope, visible rows, by id."""
-    def like(term: str) -> str:
-        return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-    ors, params = [], []
-    for group in groups:
-        ands = []
-        for t in group:
-            cols = " OR ".join(f"COALESCE(m.{c}, '') ILIKE %s ESCAPE '\\'"
-                               for c in ("content", "tool_name", "tool_calls"))
-            params += [like(t.text)] * 3
-            ands.append(("NOT " if t.negated else "") + f"({cols})")
-        ors.append("(" + " AND ".join(ands) + ")")
-    where = [f"({' OR '.join(ors)})", "m.role <> 'tool'",
-             "s.source NOT IN ('cron', 'subagent')",
-             # delegates: the only model_config in the corpus naming the key
-             "COALESCE(s.model_config, '') NOT LIKE '%%_delegate_from%%'",
-             "COALESCE(m.display_kind, '') <> 'hidden'", "(m.active = 1 OR m.compacted = 1)"]
-    for col, op, values in (("s.source", "IN", sources), ("s.source", "NOT IN", excluded),
-                            ("m.role", "IN", roles)):
-        if values:
-            where.append(f"{col} {op} ({', '.join(['%s'] * len(values))})")
-            params += list(values)
+def _reference(store, groups, **kw) -> list[int]:
+    """The scoped ILIKE route, written out (delegates: the only model_config in the corpus
+    naming the key)."""
+    sql, params = reference_statement(
+        groups, like="ILIKE", ph="%s",
+        delegate_free="COALESCE(s.model_config, '') NOT LIKE '%%_delegate_from%%'", **kw)
     raw = store.engine.raw_connection()
     try:
         cur = raw.cursor()
-        cur.execute("SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE {' AND '.join(where)} ORDER BY m.id "
-                    + ("ASC" if oldest else "DESC"), params)
+        cur.execute(sql, params)
         return [r[0] for r in cur.fetchall()]
     finally:
         raw.close()
@@ -77,29 +55,12 @@ def _reference(store, groups, *, sources=(), roles=(), excluded=(), oldest=False
 
 @settings(max_examples=80, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
-       sort=st.sampled_from([None, "newest", "oldest"]), prescan=st.sampled_from([0, 7, 4096]),
-       filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
-                                {"exclude_sources": ["telegram"]}]))
+@given(**CASES)
 def test_gram_route_equals_the_scoped_ilike_route(pg_corpus, monkeypatch, query, limit, offset,
                                                   sort, prescan, filters):
-    store = pg_corpus
-    sanitized = sanitize_fts_query(query)
-    if sanitized is None:
-        return
-    groups = cjk_like_groups(sanitized)
-    plan = plan_search(sanitized, SearchCapabilities(True, True, False))
-    if not plan.bigram or cjk.pg_gram_groups(groups) is None:
-        return  # CJK of 3+ letters per term: the trigram route (test_search.py)
-    monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
-    hits = store.search_messages(query, limit=limit, offset=offset, sort=sort, fields=["id"],
-                                 **filters)
-    want = _reference(store, groups, sources=filters.get("source_filter", ()),
-                      roles=filters.get("role_filter", ()),
-                      excluded=filters.get("exclude_sources", ()), oldest=sort == "oldest")
-    event("page has hits" if want[offset:offset + limit] else "empty page")
-    assert [h.id for h in hits] == want[offset:offset + limit], (query, sanitized)
-    assert {h.route for h in hits} <= {"bigram"}
+    check_route(pg_corpus, lambda groups, **kw: _reference(pg_corpus, groups, **kw),
+                lambda groups: cjk.pg_gram_groups(groups) is not None, monkeypatch,
+                query, limit, offset, sort, prescan, filters)
 
 
 def test_grams_function_letters_and_pairs(pg_corpus):

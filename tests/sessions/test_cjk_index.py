@@ -240,38 +240,46 @@ def corpus(tmp_path_factory):
         yield s, path
 
 
-def _reference(path, groups, *, sources=(), roles=(), excluded=(), oldest=False) -> list[int]:
+def reference_statement(groups, *, like: str, ph: str, delegate_free: str, sources=(),
+                        roles=(), excluded=(), oldest=False) -> tuple[str, list]:
     """The core LIKE route over ``groups`` restricted to the index's scope (no tool rows,
-    trigram-eligible sessions), visible rows, by id."""
-    def like(term: str) -> str:
+    trigram-eligible sessions), visible rows, by id — written out independently of the
+    library: ``like`` is ``LIKE`` or ``ILIKE``, ``ph`` the driver's placeholder,
+    ``delegate_free`` the backend's "not a delegate session" test."""
+    def pattern(term: str) -> str:
         return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     ors, params = [], []
     for group in groups:
         ands = []
         for t in group:
-            cols = " OR ".join(f"COALESCE(m.{c}, '') LIKE ? ESCAPE '\\'"
+            cols = " OR ".join(f"COALESCE(m.{c}, '') {like} {ph} ESCAPE '\\'"
                                for c in ("content", "tool_name", "tool_calls"))
-            params += [like(t.text)] * 3
+            params += [pattern(t.text)] * 3
             ands.append(("NOT " if t.negated else "") + f"({cols})")
         ors.append("(" + " AND ".join(ands) + ")")
     where = [f"({' OR '.join(ors)})", "m.role <> 'tool'",
-             "s.source NOT IN ('cron', 'subagent')",
-             "json_extract(CASE WHEN json_valid(s.model_config) THEN s.model_config "
-             "ELSE '{}' END, '$._delegate_from') IS NULL",
+             "s.source NOT IN ('cron', 'subagent')", delegate_free,
              "COALESCE(m.display_kind, '') <> 'hidden'", "(m.active = 1 OR m.compacted = 1)"]
     for col, op, values in (("s.source", "IN", sources), ("s.source", "NOT IN", excluded),
                             ("m.role", "IN", roles)):
         if values:
-            where.append(f"{col} {op} ({', '.join('?' * len(values))})")
+            where.append(f"{col} {op} ({', '.join([ph] * len(values))})")
             params += list(values)
+    return ("SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {' AND '.join(where)} ORDER BY m.id " + ("ASC" if oldest else "DESC"),
+            params)
+
+
+def _reference(path, groups, **kw) -> list[int]:
+    sql, params = reference_statement(
+        groups, like="LIKE", ph="?", delegate_free="json_extract(CASE WHEN "
+        "json_valid(s.model_config) THEN s.model_config ELSE '{}' END, '$._delegate_from') "
+        "IS NULL", **kw)
     con = sqlite3.connect(path)
     try:
-        rows = con.execute("SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-                           f"WHERE {' AND '.join(where)} ORDER BY m.id "
-                           + ("ASC" if oldest else "DESC"), params).fetchall()
+        return [r[0] for r in con.execute(sql, params).fetchall()]
     finally:
         con.close()
-    return [r[0] for r in rows]
 
 
 TERM = st.text(alphabet=LETTERS + "ab%_", min_size=1, max_size=3).filter(
@@ -281,31 +289,45 @@ QUERY = st.lists(st.tuples(st.sampled_from(["", "OR ", "NOT "]), TERM),
     lambda parts: " ".join(op + t for op, t in parts).removeprefix("OR ").removeprefix("NOT "))
 
 
-@settings(max_examples=120, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
-       sort=st.sampled_from([None, "newest", "oldest"]), prescan=st.sampled_from([0, 7, 4096]),
-       filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
-                                {"exclude_sources": ["telegram"]}]))
-def test_bigram_route_equals_the_scoped_like_route(corpus, monkeypatch, query, limit, offset,
-                                                   sort, prescan, filters):
-    store, path = corpus
+#: The property's cases: query, page, order, pre-scan window and filters.
+CASES = dict(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
+             sort=st.sampled_from([None, "newest", "oldest"]),
+             prescan=st.sampled_from([0, 7, 4096]),
+             filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
+                                      {"exclude_sources": ["telegram"]}]))
+
+
+def check_route(store, reference, eligible, monkeypatch, query, limit, offset, sort, prescan,
+                filters) -> None:
+    """One case: when the plan sends ``query`` to a CJK index (``eligible(groups)``), the
+    page equals ``reference(groups, …)``'s ids, served by the index."""
     sanitized = sanitize_fts_query(query)
     if sanitized is None:
         return
     groups = cjk_like_groups(sanitized)
     plan = plan_search(sanitized, SearchCapabilities(True, True, False))
-    if not plan.bigram or cjk.cjk_match_expression(groups) is None:
+    if not plan.bigram or not eligible(groups):
         return  # CJK of 3+ letters per term: the trigram route (test_search.py)
     monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
     hits = store.search_messages(query, limit=limit, offset=offset, sort=sort, fields=["id"],
                                  **filters)
-    want = _reference(path, groups, sources=filters.get("source_filter", ()),
-                      roles=filters.get("role_filter", ()),
-                      excluded=filters.get("exclude_sources", ()), oldest=sort == "oldest")
+    want = reference(groups, sources=filters.get("source_filter", ()),
+                     roles=filters.get("role_filter", ()),
+                     excluded=filters.get("exclude_sources", ()), oldest=sort == "oldest")
     event("page has hits" if want[offset:offset + limit] else "empty page")
     assert _ids(hits) == want[offset:offset + limit], (query, sanitized)
     assert {h.route for h in hits} <= {"bigram"}  # served by the index
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(**CASES)
+def test_bigram_route_equals_the_scoped_like_route(corpus, monkeypatch, query, limit, offset,
+                                                   sort, prescan, filters):
+    store, path = corpus
+    check_route(store, lambda groups, **kw: _reference(path, groups, **kw),
+                lambda groups: cjk.cjk_match_expression(groups) is not None, monkeypatch,
+                query, limit, offset, sort, prescan, filters)
 
 
 def test_short_cjk_examples_round_trip(tmp_path):
