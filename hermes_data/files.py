@@ -28,6 +28,8 @@ from typing import Callable
 
 import psutil
 
+from .errors import StoreLinkError
+
 log = logging.getLogger("hermes_data.files")
 
 SIDECARS = ("-wal", "-shm")
@@ -262,6 +264,15 @@ def link_target(path: Path | str) -> Path | None:
     ``-wal``/``-shm`` beside the target, and permissions are set on the target."""
     p = Path(path)
     return p.resolve() if p.is_symlink() else None
+
+
+def refuse_dangling_link(path: Path | None) -> None:
+    """Symbolic-link policy (README "Symbolic links"): a link is followed — the stores operate
+    on its resolved target, and ``status``/``doctor`` name it — but a *dangling* link is
+    refused: following it would create a store wherever it happens to point."""
+    if path is not None and path.is_symlink() and not path.exists():
+        raise StoreLinkError(f"{path}: a dangling symbolic link (to {os.readlink(path)}); "
+                             "refused, nothing was created (remove the link or create its target)")
 
 
 def file_facts(path: Path) -> FileFacts:

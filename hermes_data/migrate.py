@@ -25,6 +25,7 @@ import importlib.resources
 import logging
 import logging.config
 import os
+import random
 import sqlite3
 import threading
 import time
@@ -37,11 +38,12 @@ from typing import TYPE_CHECKING, Any, cast
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
 
+from .collation import server_collation_warning
 from .config import check_store, resolve_url, sqlite_path
 from .engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
 from .errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
-                     StoreLinkError, StoreNotCreatedError)
-from .files import link_target, make_owner_only
+                     StoreNotCreatedError)
+from .files import link_target, make_owner_only, refuse_dangling_link
 from .sessions.filesafety import tracked_connect
 from .fresh import create_fresh, is_new_file, owner_only_journal
 from .migration_spec import StoreSpec, UpgradeReport, current_revision
@@ -122,9 +124,14 @@ def _settings_for(spec: StoreSpec) -> SqliteSettings:
     return SqliteSettings(busy_timeout_ms=spec.busy_timeout_ms)
 
 
+#: How long :func:`upgrade` waits out a lock another connection holds (then its error).
+UPGRADE_PATIENCE_S = 30.0
+
+
 def upgrade(store: str, url: str | os.PathLike | URL | None = None,
             revision: str = "head", *, probed: bool = False,
-            settings: SqliteSettings | None = None, fast_create: bool = True) -> UpgradeReport:
+            settings: SqliteSettings | None = None, fast_create: bool = True,
+            patience_s: float = UPGRADE_PATIENCE_S) -> UpgradeReport:
     """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
 
     Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
@@ -137,7 +144,24 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     ``fast_create``: a missing or zero-byte SQLite file is created at the head in one
     transaction without Alembic (:mod:`hermes_data.fresh`, proven identical to the revision
     path); ``False`` runs every revision (the tests that compare the two paths).
+    ``patience_s``: a lock held elsewhere past the busy timeout (a sibling creating or
+    upgrading the file under load) is waited out this long — every attempt is one
+    transaction, rolled back whole — then raised; 0 leaves retrying to the caller.
     """
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return _upgrade_once(store, url, revision, probed, settings, fast_create)
+        except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
+            if not _is_lock_conflict(exc) or time.monotonic() >= deadline:
+                raise
+            log.info("upgrade of %s waits for a lock held elsewhere: %s", store, exc)
+            time.sleep(random.uniform(0.05, 0.2))
+
+
+def _upgrade_once(store: str, url: str | os.PathLike | URL | None, revision: str,
+                  probed: bool, settings: SqliteSettings | None,
+                  fast_create: bool) -> UpgradeReport:
     resolved = resolve_url(store, url)
     refuse_dangling_link(sqlite_path(resolved))
     if revision == "head" and fast_create and is_new_file(resolved):
@@ -160,15 +184,6 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     with _process_lock:
         command.upgrade(cfg, revision)
     return report
-
-
-def refuse_dangling_link(path: Path | None) -> None:
-    """Symbolic-link policy (README "Symbolic links"): a link is followed — the stores operate
-    on its resolved target, and ``status``/``doctor`` name it — but a *dangling* link is
-    refused: following it would create a store wherever it happens to point."""
-    if path is not None and path.is_symlink() and not path.exists():
-        raise StoreLinkError(f"{path}: a dangling symbolic link (to {os.readlink(path)}); "
-                             "refused, nothing was created (remove the link or create its target)")
 
 
 def _settled_report(store: str, url, settings: SqliteSettings | None = None
@@ -210,28 +225,6 @@ def _settled_report(store: str, url, settings: SqliteSettings | None = None
 def display_url(url: URL) -> str:
     """``url`` as text with any password hidden."""
     return url.render_as_string(hide_password=True)
-
-
-#: Collations under which text order is byte order (what SQLite does, and what the canonical
-#: ISO-8601 timestamp comparisons of the stores assume).
-BYTE_ORDER_COLLATIONS = frozenset({"C", "POSIX", "C.UTF-8", "C.utf8", "ucs_basic"})
-
-
-def server_collation_warning(conn: Connection) -> str | None:
-    """On PostgreSQL: a warning when the database's collation is not byte order, else None."""
-    if conn.dialect.name != "postgresql":
-        return None
-    row = conn.exec_driver_sql(
-        "SELECT * FROM pg_database WHERE datname = current_database()"
-    ).mappings().one()
-    collation = row["datcollate"]
-    if row.get("datlocprovider") == "i":  # PostgreSQL 15+: an ICU default collation
-        collation = f"{row.get('daticulocale')} (ICU)"
-    if collation in BYTE_ORDER_COLLATIONS:
-        return None
-    return (f"database collation is {collation!r}, not byte order: timestamps are stored as "
-            "ISO-8601 text and time windows compare them as text; create the database with "
-            "LC_COLLATE 'C' (e.g. CREATE DATABASE … LOCALE 'C.UTF-8' TEMPLATE template0)")
 
 
 def _pg_lock_key(store: str) -> int:

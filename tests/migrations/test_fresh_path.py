@@ -160,6 +160,35 @@ def test_eight_processes_create_one_missing_file(tmp_path, store):
     assert st.revision == st.head
 
 
+def test_a_lock_held_past_the_busy_timeout_is_waited_out(tmp_path):
+    """A sibling holding the new file's write lock longer than the session store's 1 s busy
+    timeout (a creator under load: the eight-process test failed so once in CI; the telemetry
+    store's own busy timeout is long enough) is waited out: the
+    upgrade retries its whole transaction and creates the store; with no patience it raises
+    the lock error and writes nothing."""
+    import time
+
+    store = "sessions"
+    db = tmp_path / f"{store}.db"
+    db.touch()  # an empty file: the fresh path applies
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(1.6, lambda: holder.execute("ROLLBACK"))
+    try:
+        with pytest.raises(Exception, match="locked"):
+            migrate.upgrade(store, db, patience_s=0)
+        assert db.stat().st_size == 0
+        started = time.monotonic()
+        released.start()
+        report = migrate.upgrade(store, db)
+        assert time.monotonic() - started >= 1.5
+    finally:
+        released.join()
+        holder.close()
+    assert "fresh" in report.step_seconds
+    assert migrate.status(store, db).revision == migrate.head_revision(store)
+
+
 def test_threads_of_one_process_create_one_missing_file(tmp_path):
     path = tmp_path / "t.db"
     reports, errors = [], []

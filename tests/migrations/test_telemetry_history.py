@@ -154,7 +154,7 @@ def test_locked_alter_leaves_everything_as_before(tmp_path):
     before_dump, before_sha = _pragma_dump(db), _sha(db)
     with _InjectedLock("ADD COLUMN provider_assumed_calls") as inj:
         with pytest.raises(sa.exc.OperationalError, match="database is locked"):
-            migrate.upgrade("telemetry", db)
+            migrate.upgrade("telemetry", db, patience_s=0)  # one attempt (no lock wait)
     assert inj.fired == 1
     assert _pragma_dump(db) == before_dump
     assert _sha(db) == before_sha

@@ -159,8 +159,8 @@ class SqliteBackend(SessionBackend):
         ident = sqlite_open.Identification(spec, self.path, sqlite_open.file_key(self._header))
         existing = existing and self.path.stat().st_size > 0
         if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
-            self.open_repairs.extend(migrate.upgrade("sessions", self.url,
-                                                     settings=self._settings).repairs)
+            self.open_repairs.extend(migrate.upgrade(  # the open's patience retries busy
+                "sessions", self.url, settings=self._settings, patience_s=0).repairs)
         try:
             self._connect_writer(identify=ident if existing else None)
         except sqlite3.DatabaseError as exc:
@@ -180,7 +180,7 @@ class SqliteBackend(SessionBackend):
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
             checked = existing and migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked,
-                                     settings=self._settings)
+                                     settings=self._settings, patience_s=0)
             self.open_repairs.extend(report.repairs)
         self._open_checks(plan)
         wal = self._journal.mode == "wal"
