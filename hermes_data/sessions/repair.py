@@ -21,9 +21,10 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import ConfigurationError
 from ..isolation import ensure_test_isolation
@@ -299,10 +300,25 @@ def _reindex(con: sqlite3.Connection, _complete: bool) -> None:
     con.execute(q.REINDEX)
 
 
-def _dedup_schema(con: sqlite3.Connection, _complete: bool) -> None:
+@contextmanager
+def _schema_surgery(con: sqlite3.Connection) -> Iterator[None]:
+    """One edit of ``sqlite_master`` on the scratch: ``writable_schema=ON``, ``BEGIN
+    IMMEDIATE``, the block, then the schema cookie bumped and COMMIT; any failure rolls back.
+    ``writable_schema`` is reset either way."""
     con.execute(q.WRITABLE_SCHEMA_ON)
     con.execute(q.BEGIN_IMMEDIATE)
     try:
+        yield
+        _bump_schema_cookie(con)
+        con.execute(q.COMMIT)
+    finally:
+        if con.in_transaction:
+            con.execute(q.ROLLBACK)
+        con.execute(q.WRITABLE_SCHEMA_RESET)
+
+
+def _dedup_schema(con: sqlite3.Connection, _complete: bool) -> None:
+    with _schema_surgery(con):
         groups = con.execute(q.DUPLICATE_SCHEMA_ROWS).fetchall()
         if not groups:
             raise RuntimeError("no duplicated schema rows")
@@ -311,27 +327,13 @@ def _dedup_schema(con: sqlite3.Connection, _complete: bool) -> None:
             if rootpage and distinct > 1:
                 raise RuntimeError(f"duplicates of the real table {name!r} differ; refused")
         con.execute(q.DEDUP_SCHEMA)
-        _bump_schema_cookie(con)
-        con.execute(q.COMMIT)
-    finally:
-        if con.in_transaction:
-            con.execute(q.ROLLBACK)
-        con.execute(q.WRITABLE_SCHEMA_RESET)
 
 
 def _drop_fts_rebuild(con: sqlite3.Connection, complete: bool) -> None:
     if not complete:
         raise RuntimeError("inventory incomplete: dropping the FTS objects is refused")
-    con.execute(q.WRITABLE_SCHEMA_ON)
-    con.execute(q.BEGIN_IMMEDIATE)
-    try:
+    with _schema_surgery(con):
         con.execute(q.DROP_FTS_SCHEMA_ROWS)
-        _bump_schema_cookie(con)
-        con.execute(q.COMMIT)
-    finally:
-        if con.in_transaction:
-            con.execute(q.ROLLBACK)
-        con.execute(q.WRITABLE_SCHEMA_RESET)
     con.execute(q.WRITABLE_SCHEMA_OFF)
     con.execute(q.VACUUM)  # drops the orphaned shadow pages; the next open recreates FTS
 
