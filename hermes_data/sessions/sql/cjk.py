@@ -26,6 +26,7 @@ and demotes of that family never touch them. Every value is bound; identifiers a
 
 from __future__ import annotations
 
+from .ddl import checked_drop
 from .fts import _tri_session
 from .search import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION, TRI_SESSION_S
 
@@ -108,10 +109,8 @@ CJK_OBJECT_NAMES = tuple(name for name, _ddl in CJK_OBJECTS)
 
 def drop_object(name: str) -> str:
     """``DROP`` of one of :data:`CJK_OBJECTS` (fixed names only)."""
-    if name not in CJK_OBJECT_NAMES:
-        raise ValueError(f"not a CJK-bigram object: {name!r}")
     kind = "TRIGGER" if name.startswith(("messages_cjk_doc_", "messages_cjk_enqueue")) else "TABLE"
-    return f"DROP {kind} IF EXISTS {name}"
+    return checked_drop(kind, name, CJK_OBJECT_NAMES, "a CJK-bigram object")
 
 # ---------------------------------------------------------------------------------------
 # Open-time reads and writes (read-gated by the caller)

@@ -19,7 +19,8 @@ import hashlib
 import re
 
 from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
+
+from .ddl import checked_drop
 
 #: The visibility predicate of §2.2, as the partial indexes and the triggers spell it.
 VIS = "(active = 1 OR compacted = 1)"
@@ -121,9 +122,7 @@ STORED_TRIGGERS = text(
 
 def drop_trigger(name: str) -> str:
     """Drop one display trigger (``name`` from :data:`TRIGGER_NAMES` only)."""
-    if name not in TRIGGER_NAMES:
-        raise ValueError(f"not a display trigger: {name!r}")
-    return f"DROP TRIGGER IF EXISTS {name}"
+    return checked_drop("TRIGGER", name, TRIGGER_NAMES, "a display trigger")
 
 
 # ---------------------------------------------------------------------------------------
@@ -206,9 +205,7 @@ def pg_trigger_ddl(name: str) -> str:
 
 def pg_drop_trigger(name: str) -> str:
     """Drop one display trigger on PostgreSQL (fixed names only)."""
-    if name not in PG_TRIGGER_EVENTS:
-        raise ValueError(f"not a display trigger: {name!r}")
-    return f"DROP TRIGGER IF EXISTS {name} ON messages"
+    return checked_drop("TRIGGER", name, PG_TRIGGER_EVENTS, "a display trigger", on="messages")
 
 
 _PG_NAMES = ", ".join(f"'{n}'" for n in (*TRIGGER_NAMES, "hermes_jsonb"))

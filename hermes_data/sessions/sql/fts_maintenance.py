@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from .cjk import CJK_FTS
+from .ddl import checked_drop
 from .fts import FTS_VIRTUAL_TABLES
 
 #: Every FTS5 table hermes-data maintains (optimize / merge), in this order.
@@ -103,9 +104,7 @@ MARK_FTS_CJK_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_cjk_stale
 
 def drop_upstream_cjk_trigger(name: str) -> str:
     """Drop one of :data:`UPSTREAM_CJK_TRIGGERS`."""
-    if name not in UPSTREAM_CJK_TRIGGERS:
-        raise ValueError(f"not an upstream CJK trigger: {name!r}")
-    return f"DROP TRIGGER IF EXISTS {name}"
+    return checked_drop("TRIGGER", name, UPSTREAM_CJK_TRIGGERS, "an upstream CJK trigger")
 
 
 # -- PostgreSQL (§3.10) -------------------------------------------------------------------

@@ -11,6 +11,7 @@ allow-lists below and in :mod:`.fts`; the builders refuse anything else.
 from __future__ import annotations
 
 from .cjk import STALE_KEY as CJK_STALE_KEY
+from .ddl import checked_drop
 from .fts import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
 from .fts_maintenance import UPSTREAM_CJK_TRIGGERS
 
@@ -29,9 +30,8 @@ TRIGRAM_PROBE_DDL = ("CREATE VIRTUAL TABLE temp.hermes_trigram_probe "
 
 def drop_probe_table(name: str) -> str:
     """Drop the TEMP capability-probe table ``name`` (one of :data:`PROBE_TABLES`)."""
-    if name not in PROBE_TABLES:
-        raise ValueError(f"unknown FTS probe table {name!r}")
-    return f"DROP TABLE temp.{name}"
+    return checked_drop("TABLE", name, PROBE_TABLES, "an FTS probe table", if_exists=False,
+                        schema="temp")
 
 
 # ---------------------------------------------------------------------------------------
@@ -72,23 +72,17 @@ CLEAR_REBUILD_MARKERS_AND_STALE = (
 
 def drop_fts_trigger(name: str) -> str:
     """Drop the FTS trigger ``name`` (one of ``FTS_TRIGGERS``) if it exists."""
-    if name not in FTS_TRIGGERS:
-        raise ValueError(f"unknown FTS trigger {name!r}")
-    return f"DROP TRIGGER IF EXISTS {name}"
+    return checked_drop("TRIGGER", name, FTS_TRIGGERS, "an FTS trigger")
 
 
 def drop_fts_table(name: str) -> str:
     """Drop the FTS virtual table ``name`` (one of ``FTS_VIRTUAL_TABLES``) if it exists."""
-    if name not in FTS_VIRTUAL_TABLES:
-        raise ValueError(f"unknown FTS table {name!r}")
-    return f"DROP TABLE IF EXISTS {name}"
+    return checked_drop("TABLE", name, FTS_VIRTUAL_TABLES, "an FTS table")
 
 
 def drop_fts_view(name: str) -> str:
     """Drop the FTS source view ``name`` (one of ``FTS_VIEWS``) if it exists."""
-    if name not in FTS_VIEWS:
-        raise ValueError(f"unknown FTS view {name!r}")
-    return f"DROP VIEW IF EXISTS {name}"
+    return checked_drop("VIEW", name, FTS_VIEWS, "an FTS view")
 
 
 def legacy_triggers(table: str) -> tuple[str, str, str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from .core import MESSAGE_COLS
 
 #: Columns a projection reads (no replayed message carries ``token_count`` or ``compacted``):
 #: six every row uses, then the optional ones — first those any role can carry, then those

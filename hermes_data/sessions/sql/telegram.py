@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import lru_cache
 
 from .core import SESSION_ROW_COLS
+from .ddl import checked_drop
 from .predicates import last_active, preview_sql
 
 MODE = "telegram_dm_topic_mode"
@@ -57,8 +58,9 @@ def table_columns(name: str) -> str:
 
 
 def drop_table(name: str) -> str:
-    """Drop a fixed table name of this module."""
-    return f"DROP TABLE {name}"
+    """Drop one of :data:`TABLES` or its ``<table>_new`` rebuild copy."""
+    return checked_drop("TABLE", name, (*TABLES, *(f"{t}_new" for t in TABLES)),
+                        "a Telegram topic table", if_exists=False)
 
 
 def rename_table(old: str, new: str) -> str:

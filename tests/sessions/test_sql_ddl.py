@@ -1,0 +1,50 @@
+"""The allow-listed DROP builders: a name outside the list never becomes DDL, and every name
+inside it yields a statement SQLite accepts."""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+
+import pytest
+
+from hermes_data.sessions.sql import cjk, display, fts_maintenance, opening, telegram
+from hermes_data.sessions.sql.ddl import checked_drop
+
+BUILDERS = [
+    (cjk.drop_object, cjk.CJK_OBJECT_NAMES),
+    (fts_maintenance.drop_upstream_cjk_trigger, fts_maintenance.UPSTREAM_CJK_TRIGGERS),
+    (opening.drop_fts_trigger, opening.FTS_TRIGGERS),
+    (opening.drop_fts_table, opening.FTS_VIRTUAL_TABLES),
+    (opening.drop_fts_view, opening.FTS_VIEWS),
+    (display.drop_trigger, display.TRIGGER_NAMES),
+    (telegram.drop_table, telegram.TABLES),
+]
+
+
+@pytest.mark.parametrize("build,names", BUILDERS, ids=lambda x: getattr(x, "__name__", ""))
+@pytest.mark.parametrize("stray", ["sessions", "messages; DROP TABLE sessions", "", "x\"y"])
+def test_a_name_outside_the_allow_list_is_refused_and_named(build, names, stray) -> None:
+    assert stray not in names
+    with pytest.raises(ValueError, match="^not an? .*: " + re.escape(repr(stray)) + "$"):
+        build(stray)
+
+
+@pytest.mark.parametrize("build,names", BUILDERS[:-1], ids=lambda x: getattr(x, "__name__", ""))
+def test_every_allowed_if_exists_drop_runs_on_an_empty_file(build, names, tmp_path) -> None:
+    con = sqlite3.connect(tmp_path / "empty.db")
+    for name in names:
+        con.execute(build(name))  # IF EXISTS: absent objects are fine
+    con.close()
+
+
+def test_the_drop_spells_schema_target_and_table_clause() -> None:
+    assert checked_drop("TABLE", "t", ("t",), "a t", if_exists=False, schema="temp") \
+        == "DROP TABLE temp.t"
+    assert checked_drop("TRIGGER", "g", ("g",), "a g", on="messages") \
+        == "DROP TRIGGER IF EXISTS g ON messages"
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TEMP TABLE hermes_probe_t (x)")
+    con.execute(checked_drop("TABLE", "hermes_probe_t", ("hermes_probe_t",), "a probe",
+                             if_exists=False, schema="temp"))
+    assert con.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0] == 0
