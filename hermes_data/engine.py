@@ -46,6 +46,7 @@ import sqlite3
 import sys
 import threading
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -209,7 +210,10 @@ class JournalState:
     reason: str = ""
 
 
-_journal_states: dict[int, JournalState] = {}
+#: Keyed weakly by engine: an engine's state goes with it (an ``id()`` key grew per engine and
+#: could hand a recycled id a dead engine's settled mode).
+_journal_states: "weakref.WeakKeyDictionary[Engine, JournalState]" = weakref.WeakKeyDictionary()
+_states_lock = threading.Lock()
 _warned: set[tuple[str, str]] = set()
 _warned_lock = threading.Lock()
 
@@ -218,7 +222,8 @@ def journal_state(engine: Engine) -> JournalState:
     """The journal mode the policy settled on for ``engine`` (``unknown`` before a connect)."""
     if isinstance(engine, HandleEngine):
         return engine.journal
-    return _journal_states.setdefault(id(engine), JournalState())
+    with _states_lock:
+        return _journal_states.setdefault(engine, JournalState())
 
 
 def _warn_once(path: str, message: str) -> None:

@@ -318,3 +318,26 @@ def test_macos_in_wal_gets_synchronous_full_and_fullfsync(tmp_path, platform, mo
             assert raw.execute("PRAGMA checkpoint_fullfsync").fetchone()[0] == fullfsync
     finally:
         engine.dispose()
+
+
+def test_journal_state_goes_with_its_engine(tmp_path):
+    """The settled mode is held per engine object, not per ``id()``: a process opening engines
+    per request does not accumulate states, and a new engine never inherits a dead one's."""
+    import gc
+
+    from hermes_data import engine as engine_mod
+
+    before = len(engine_mod._journal_states)
+    for i in range(20):
+        engine = create_sqlite_engine(tmp_path / f"e{i}.db", SqliteSettings(sqlite_version=SAFE))
+        _touch(engine)
+        assert journal_state(engine).mode == "wal"
+        engine.dispose()
+        del engine
+    gc.collect()
+    assert len(engine_mod._journal_states) <= before
+    fresh = create_sqlite_engine(tmp_path / "late.db", SqliteSettings(journal_mode="delete"))
+    assert journal_state(fresh).mode == "unknown"  # nothing inherited before its first connect
+    _touch(fresh)
+    assert journal_state(fresh).mode == "delete"
+    fresh.dispose()
