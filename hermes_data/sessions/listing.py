@@ -43,7 +43,7 @@ def get_session(conn: Connection, q: Fragments, session_id: str) -> SessionRow |
     r = conn.exec_driver_sql(q.GET_SESSION, (session_id,)).first()
     if r is None:
         return None
-    return SessionRow(**session_fields(r))
+    return session_row(r)
 
 
 #: Integer counters a NULL (legacy rows) reads as 0.
@@ -77,6 +77,32 @@ def session_fields(r: Sequence[Any]) -> dict[str, Any]:
         d[k] = bool(d[k])
     d["tool_names"] = _tool_names(d["tool_names"])
     return d
+
+
+#: Every field of :class:`SessionRow`, in the order a ``SESSION_ROW_COLS`` + prompt row holds,
+#: and the positions :func:`session_row` normalizes.
+_SESSION_ROW_FIELDS = (*SESSION_ROW_COLS, "system_prompt")
+_COUNTER_AT = tuple(_SESSION_ROW_FIELDS.index(k) for k in _COUNTERS)
+_FLAG_AT = tuple(_SESSION_ROW_FIELDS.index(k)
+                 for k in ("archived", "pinned", "hidden", "expiry_finalized"))
+_TOOL_NAMES_AT = _SESSION_ROW_FIELDS.index("tool_names")
+_new_instance = object.__new__
+
+
+def session_row(r: Sequence[Any]) -> SessionRow:
+    """``SessionRow(**session_fields(r))`` without building keyword arguments: the same
+    normalized values set on a new instance (every field is a column of ``r``; a test holds
+    the two equal). The per-row cost of hot lookups such as gateway peer recovery."""
+    v = list(r[:len(_SESSION_ROW_FIELDS)])
+    for i in _COUNTER_AT:
+        v[i] = v[i] or 0
+    for i in _FLAG_AT:
+        v[i] = bool(v[i])
+    if v[_TOOL_NAMES_AT] is not None:
+        v[_TOOL_NAMES_AT] = _tool_names(v[_TOOL_NAMES_AT])
+    row = _new_instance(SessionRow)
+    row.__dict__.update(zip(_SESSION_ROW_FIELDS, v))
+    return row
 
 
 def _fetch_list_rows(conn: Connection, q: Fragments, ids: list[str]) -> dict[str, dict[str, Any]]:
