@@ -362,7 +362,9 @@ class SqliteBackend(SessionBackend):
                 raise
         try:
             if guarded and self._app_id and not header_in_fn:
-                self.check_header(con.execute(q.APPLICATION_ID).fetchone()[0])
+                app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
+                if app_id != self._app_id:
+                    self.check_header(app_id)
             result = fn(con if raw else self._sa_writer())
             if raw:
                 con.execute(q.COMMIT)
@@ -484,7 +486,8 @@ class SqliteBackend(SessionBackend):
 
     def _write(self, fn: Callable[[Any], T], *, patience: float, raw: bool,
                header_in_fn: bool) -> T:
-        budget = Patience(patience)
+        start = time.monotonic()  # the budget runs from the call; a Patience only once busy
+        budget: Patience | None = None
         fts_healed = False
         reopened = False
         try:
@@ -510,6 +513,8 @@ class SqliteBackend(SessionBackend):
                         if not is_busy(exc):
                             raise
                         err = exc
+                if budget is None:
+                    budget = Patience(patience, start=start)
                 budget.wait(err, f"{self.path}: another process held the write lock for over "
                             f"{patience:.1f} s; the database is healthy, retry later")
         finally:
