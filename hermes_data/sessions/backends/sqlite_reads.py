@@ -16,16 +16,14 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from pathlib import Path
+from typing import Any, Callable, Protocol, TypeVar
 
 import sqlalchemy as sa
-from ..guards import NoReadPermit
+from ..guards import NoReadPermit, ReadPool
 from ..sql import backend as q
 from .base import driver_connection
 from .locks import Patience
-
-if TYPE_CHECKING:
-    from .sqlite import SqliteBackend
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -34,6 +32,17 @@ T = TypeVar("T")
 #: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
 #: file; an FTS table's constructor failed while its shadow tables were being rewritten).
 READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
+
+
+class ReadingBackend(Protocol):
+    """What the route needs of :class:`SqliteBackend` (not imported here: it imports this)."""
+
+    path: Path
+
+    @property
+    def read_pool(self) -> ReadPool | None: ...
+
+    def read(self, fn: Callable[[Any], T]) -> T: ...
 
 
 def is_busy(exc: BaseException) -> bool:
@@ -55,13 +64,13 @@ def read_retryable(exc: BaseException) -> bool:
     return any(m in msg for m in READ_RETRY) or is_busy(exc)
 
 
-def busy_message(backend: "SqliteBackend", patience_s: float) -> str:
+def busy_message(backend: ReadingBackend, patience_s: float) -> str:
     """The :class:`DatabaseBusyError` text of a read that ran out of patience."""
     return (f"{backend.path}: another process kept the database locked for over "
             f"{patience_s:.1f} s while reading; the database is healthy, retry later")
 
 
-def read_driver(backend: "SqliteBackend", fn: Callable[[Any], T], patience_s: float,
+def read_driver(backend: ReadingBackend, fn: Callable[[Any], T], patience_s: float,
                 single_statement: bool = False) -> T:
     """Run ``fn(sqlite3 connection)`` in one read transaction (see the module docstring).
     ``single_statement``: ``fn`` sends one statement, run in autocommit — SQLite gives a
