@@ -417,15 +417,11 @@ class ReadPool(sa.pool.Pool):
                 return
         record.close()  # returned after close(): the reader closes its own connection
 
-    def take(self) -> Any:
-        """The pool record of an idle (else a new) reader, outside SQLAlchemy's checkout —
-        the driver read route (:mod:`.backends.sqlite_reads`); :class:`NoReadPermit` when
-        none can be had. Hand it back with :meth:`give_back`."""
-        return self._do_get()
-
-    def give_back(self, record: Any) -> None:
-        """Return a record :meth:`take` gave out (closed instead once the pool is closed)."""
-        self._do_return_conn(record)
+    #: The pool record of an idle (else a new) reader, outside SQLAlchemy's checkout — the
+    #: driver read route (:mod:`.backends.sqlite_reads`); :class:`NoReadPermit` when none can
+    #: be had. ``give_back`` returns it (closed instead once the pool is closed).
+    take = _do_get
+    give_back = _do_return_conn
 
     def evict_idle(self) -> bool:
         """Close this pool's oldest idle connection (frees its permits); False if none."""
