@@ -1,6 +1,6 @@
 """Coordination hot paths (issue 18) against plain sqlite3 running the same statements.
 
-    python benchmarks/coordination.py [--journal wal|delete] [--rounds 300] [--messages 20000]
+    python benchmarks/coordination.py [--journal wal|delete] [--rounds 2000] [--messages 20000]
                                       [--procs 8] [--handoffs 200] [--repeat 3]
 
 Both sides run in this process on files in one temp directory, with the same journal mode
@@ -173,7 +173,7 @@ def bench_compact(tmp: Path, journal: str, messages: int, repeat: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--journal", default="delete", choices=("delete", "wal"))
-    ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--messages", type=int, default=20000)
     ap.add_argument("--procs", type=int, default=8)
     ap.add_argument("--handoffs", type=int, default=200)
