@@ -8,7 +8,10 @@ over 1,000 chats) and as many routing entries spread over 100 scopes, without AN
 most files are). Lines:
 
 * ``save``: ``save_gateway_routing_entry`` (upsert, own transaction) vs ``BEGIN IMMEDIATE``
-  + the store's own ``ROUTING_UPSERT`` text + ``COMMIT`` on a sqlite3 connection;
+  + the store's own ``ROUTING_UPSERT`` text + ``COMMIT`` on a sqlite3 connection, plus — as
+  upstream's ``_execute_write`` does after every 50th successful write transaction of a
+  handle — a ``PRAGMA wal_checkpoint(PASSIVE)`` (:mod:`upstream_writes`; hermes-data's
+  writer checkpoints on the same cadence, so leaving it out charged one side only);
 * ``load``: ``load_gateway_routing_entries`` of one 1,000-entry scope vs ``ROUTING_LOAD``
   ``fetchall``;
 * ``find key`` / ``find tuple``: ``find_latest_gateway_session_for_peer`` by an existing
@@ -16,13 +19,16 @@ most files are). Lines:
   ``BY_KEY`` + ``by_tuple(…)`` texts, ``fetchone``, no transaction around them.
 
 Sides alternate per repetition; medians of --repeat; ratio = baseline time / ours (>= 0.8
-is the target). Same file, same journal mode and ``synchronous`` (printed).
+is the target). Same journal mode and ``synchronous`` (printed); each side on its own copy of
+the built file: on one shared WAL the side that commits first after the other's PASSIVE
+checkpoint pays the WAL restart, so the phase of the two write counters decided who paid.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -38,6 +44,8 @@ from hermes_data.sessions.sql.gateway import for_dialect as gateway_sql  # noqa:
 from hermes_data.sessions.sql.peers import for_dialect as peer_sql  # noqa: E402
 from hermes_data.sessions.sql.peers import tuple_params  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
+
+from upstream_writes import UpstreamWriter  # noqa: E402  (same directory)
 
 T0 = 1_700_000_000.0
 SCOPES = 100
@@ -83,19 +91,23 @@ def main() -> None:
         t = time.perf_counter()
         build(path, args.journal, args.sessions)
         print(f"built {args.sessions:,} sessions/routing entries in {time.perf_counter() - t:.1f}s")
+        base_path = Path(tmp) / "base.db"  # the baseline's own identical copy (no shared WAL)
+        shutil.copyfile(path, base_path)
         store = SessionStore(path, settings=SqliteSettings(journal_mode=args.journal))
         with store.engine.connect() as c:
             sync = c.exec_driver_sql("PRAGMA synchronous").scalar()
-        con = sqlite3.connect(path, isolation_level=None)
+        con = sqlite3.connect(base_path, isolation_level=None)
         con.execute(f"PRAGMA synchronous={sync}")
         con.execute("PRAGMA busy_timeout=5000")
         print(f"journal_mode={store.journal_mode} synchronous={sync} "
               f"sqlite {sqlite3.sqlite_version}")
 
+        writer = UpstreamWriter(con)
+
         def base_save(key, scope, entry):
             con.execute("BEGIN IMMEDIATE")
             con.execute(g.ROUTING_UPSERT, (scope, key, entry, time.time()))
-            con.execute("COMMIT")
+            writer.commit()
 
         def base_load(scope):
             con.execute(g.ROUTING_LOAD, (scope,)).fetchall()

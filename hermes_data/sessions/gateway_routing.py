@@ -92,8 +92,8 @@ def replace_gateway_routing_entries(store: StoreHandle, entries: Mapping[str, st
 def load_gateway_routing_entries(store: StoreHandle, *, scope: str = "") -> dict[str, str]:
     """Every entry of ``scope`` as ``{session_key: entry_json}``, ordered by key."""
     g = _g(store)
-    return store.backend.read(lambda c: {str(k): str(v) for k, v in c.exec_driver_sql(
-        g.ROUTING_LOAD, (scope,)).fetchall()})
+    return store.backend.read_driver(lambda tx: {str(k): str(v) for k, v in tx.execute(
+        g.ROUTING_LOAD, (scope,)).fetchall()}, single_statement=True)
 
 
 def delete_gateway_routing_entries(store: StoreHandle, session_keys: Any, *,

@@ -90,20 +90,33 @@ class Clock:
     ``mono`` / ``pid_exists`` read from the store (injectable there), the dialect's rule
     for guard decisions."""
 
-    __slots__ = ("wall", "mono", "pid_exists", "cs")
+    __slots__ = ("store", "cs")
 
     def __init__(self, store: Any, cs: CoordinationStatements) -> None:
-        self.wall: Callable[[], float] = getattr(store, "wall", time.time)
-        self.mono: Callable[[], float] = getattr(store, "mono", time.monotonic)
-        self.pid_exists: Callable[[int], bool] = getattr(store, "pid_exists", psutil.pid_exists)
+        self.store = store  # its clocks are read when used (nothing looked up per call)
         self.cs = cs
+
+    @property
+    def wall(self) -> Callable[[], float]:
+        """The store's wall clock (``time.time`` unless injected)."""
+        return getattr(self.store, "wall", time.time)
+
+    @property
+    def mono(self) -> Callable[[], float]:
+        """The store's monotonic clock (``time.monotonic`` unless injected)."""
+        return getattr(self.store, "mono", time.monotonic)
+
+    @property
+    def pid_exists(self) -> Callable[[int], bool]:
+        """The store's liveness probe (``psutil.pid_exists`` unless injected)."""
+        return getattr(self.store, "pid_exists", psutil.pid_exists)
 
     def now(self, ex: Execute) -> float:
         """The guard clock inside a transaction: the server's on PostgreSQL (hosts may
         differ), the injectable wall clock on SQLite."""
         if self.cs.SERVER_NOW is not None:
             return float(ex(self.cs.SERVER_NOW).fetchone()[0])
-        return float(self.wall())
+        return float(getattr(self.store, "wall", time.time)())
 
     def dead(self, holder: Any) -> bool:
         """``DEAD(holder)`` with the store's probe."""

@@ -28,6 +28,7 @@ the header is read with ``pread`` through the process's per-path descriptor
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sqlite3
@@ -43,7 +44,7 @@ import sqlalchemy as sa
 
 # Re-exported: the store and the tests reach these through this module.
 from ..files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
-from ..files import SQLITE_MAGIC, FileHeader, application_id
+from ..files import APPLICATION_ID_OFFSET, SQLITE_MAGIC, FileHeader, application_id
 from .filesafety import TrackedConnection
 from .sql import opening as open_sql
 
@@ -233,6 +234,16 @@ class FileIdentity:
         return None
 
 
+_APP_ID_AT = APPLICATION_ID_OFFSET
+_APP_ID_END = APPLICATION_ID_OFFSET + 4
+
+
+@functools.lru_cache(maxsize=64)
+def _id_bytes(app_id: int) -> bytes | None:
+    """``app_id`` as the header stores it (big-endian), None when it has no such form."""
+    return app_id.to_bytes(4, "big") if 0 < app_id < 1 << 32 else None
+
+
 def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, str] | None:
     """``("replaced", why)`` when the header on disk (``pread``, §8.9) contradicts the open's
     ``application_id``, else None. A copy over the same inode changes no ``stat`` field
@@ -243,6 +254,8 @@ def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, st
     if header is None or not app_id:
         return None
     data = header.read()
+    if data[_APP_ID_AT:_APP_ID_END] == _id_bytes(app_id) and data.startswith(SQLITE_MAGIC):
+        return None  # the common case, decided on the bytes (a full header: 72 < 100 bytes)
     disk_id = application_id(data)
     if disk_id is None:
         return None
@@ -403,6 +416,12 @@ class ReadPool(sa.pool.Pool):
                 self._idle.append(record)
                 return
         record.close()  # returned after close(): the reader closes its own connection
+
+    #: The pool record of an idle (else a new) reader, outside SQLAlchemy's checkout — the
+    #: driver read route (:mod:`.backends.sqlite_reads`); :class:`NoReadPermit` when none can
+    #: be had. ``give_back`` returns it (closed instead once the pool is closed).
+    take = _do_get
+    give_back = _do_return_conn
 
     def evict_idle(self) -> bool:
         """Close this pool's oldest idle connection (frees its permits); False if none."""

@@ -195,7 +195,7 @@ def list_pending_handoffs(store: StoreHandle, *,
     g = _g(store)
     st = g.pending_handoffs(None if plats is None else len(plats))
     rows = store.backend.read(lambda c: c.exec_driver_sql(st, tuple(plats or ())).fetchall())
-    return [SessionRow(**listing.session_fields(r)) for r in rows]
+    return [listing.session_row(r) for r in rows]
 
 
 def reclaim_stale_running_handoffs(store: StoreHandle, error: Any, *,

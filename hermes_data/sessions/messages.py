@@ -17,6 +17,7 @@ from sqlalchemy.engine import Connection
 from . import display
 from . import encoding as enc
 from .errors import CompressionSessionClosedError, SessionNotFoundError
+from .backends.base import driver_connection
 from .rows import MessageRow
 from .sql import Fragments
 from .sql import fts
@@ -367,9 +368,7 @@ def _fetch_all(conn: Connection, q: Fragments, stmt: str, params: tuple[Any, ...
     """Plain tuples of a driver statement. SQLite: straight on the DB-API connection inside
     the caller's read transaction (no result-metadata or ``Row`` objects per page)."""
     if q.dialect == "sqlite":
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        return raw.execute(stmt, params).fetchall()
+        return driver_connection(conn).execute(stmt, params).fetchall()
     return list(conn.exec_driver_sql(stmt, params).fetchall())
 
 

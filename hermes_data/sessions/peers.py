@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from . import listing
+from .backends.base import Driver
 from .gateway_common import wall
 from .handle import StoreHandle
 from .pickers import SessionActivityRow
@@ -42,23 +43,33 @@ def find_latest_gateway_session_for_peer(store: StoreHandle, *, source: str,
     behind a reset boundary of the same peer are never returned."""
     if not session_key or not str(session_key).strip():
         return None
-    p = for_dialect(store.backend.dialect)
+    backend = store.backend
+    p = for_dialect(backend.dialect)
+    by_key = (session_key, source)
+
+    def key_only(tx: Driver) -> Any:  # at the DB-API level: ~60 columns of result metadata
+        return tx.execute(p.BY_KEY, by_key).fetchone()  # cost more than the lookup
+
+    if chat_id is None or chat_type is None:  # no tuple to fall back on: one statement
+        row = backend.read_driver(key_only, single_statement=True)
+        return None if row is None else listing.session_row(row)
     owner = store.owner_profile()
 
-    def run(conn: Connection) -> SessionRow | None:
-        # SQLite: straight on the DB-API connection inside the read transaction, as the
-        # transcript reads do (result metadata of ~60 columns cost more than the search).
-        raw = conn.connection.driver_connection if p.dialect == "sqlite" else None
-        execute = raw.execute if raw is not None else conn.exec_driver_sql
-        row = execute(p.BY_KEY, (session_key, source)).fetchone()
-        if row is None and chat_id is not None and chat_type is not None:
+    def run(tx: Driver) -> SessionRow | None:
+        row = key_only(tx)
+        if row is None:
             values = tuple(str(x) if x is not None else "" for x in
                            (user_id, chat_id, chat_type, thread_id))
             present, args = tuple_params(source, values, owner)
-            row = execute(p.by_tuple(present, owner is not None), args).fetchone()
-        return None if row is None else SessionRow(**listing.session_fields(row))
+            row = tx.execute(p.by_tuple(present, owner is not None), args).fetchone()
+        return None if row is None else listing.session_row(row)
 
-    return store.backend.read(run)
+    if p.dialect != "sqlite":
+        return backend.read_driver(run)
+    # SQLite: the key alone first, one statement (its own snapshot, no BEGIN/COMMIT); a miss
+    # reads key and tuple again in one snapshot, so an answer never mixes two snapshots.
+    row = backend.read_driver(key_only, single_statement=True)
+    return listing.session_row(row) if row is not None else backend.read_driver(run)
 
 
 def record_gateway_session_peer(store: StoreHandle, session_id: str, *, source: str,

@@ -22,6 +22,7 @@ from sqlalchemy.engine import Connection
 
 from . import encoding as enc
 from . import lineage
+from .backends.base import driver_connection
 from .handle import StoreHandle
 from .sql.projections import IN_CHUNK, PROJECTION_COLS, ProjectionStatements, for_dialect
 
@@ -121,9 +122,7 @@ def _runner(conn: Connection, s: ProjectionStatements) -> Callable[[str, tuple],
     caller's read transaction (plain tuples; no result metadata or ``Row`` per row), as the
     transcript read path does."""
     if s.dialect == "sqlite":
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        return raw.execute
+        return driver_connection(conn).execute
     return conn.exec_driver_sql
 
 

@@ -46,6 +46,14 @@ class Driver(Protocol):
     def executemany(self, statement: str, rows: Sequence[Sequence[Any]]) -> Any: ...
 
 
+def driver_connection(conn: Connection) -> Any:
+    """The DB-API connection under a SQLAlchemy ``Connection``: statements sent there run in
+    the caller's transaction and return plain tuples (no result metadata or ``Row``)."""
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    return raw
+
+
 class MaintenanceLock(Protocol):
     """A non-blocking cross-process lock for startup maintenance."""
 
@@ -103,6 +111,13 @@ class SessionBackend(ABC):
         """Run ``fn`` on :meth:`reading`'s connection."""
         with self.reading() as conn:
             return fn(conn)
+
+    def read_driver(self, fn: Callable[[Driver], T], *, single_statement: bool = False) -> T:
+        """Like :meth:`read`, handing ``fn`` a DB-API level :class:`Driver` inside the read
+        transaction (hot reads: rows as plain tuples, no per-call compilation).
+        ``single_statement``: ``fn`` sends exactly one statement, which is its own snapshot,
+        so a backend may run it without an explicit transaction (SQLite does)."""
+        return self.read(lambda conn: fn(driver_connection(conn)))
 
     @abstractmethod
     def reading_on_writer(self) -> AbstractContextManager[Connection]:

@@ -23,9 +23,9 @@ class Patience:
     longer after, so waiters spread out) until ``seconds`` have passed; then
     :class:`DatabaseBusyError` with the caller's message — never a raw driver error."""
 
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, *, start: float | None = None) -> None:
         self.seconds = seconds
-        self.start = time.monotonic()
+        self.start = time.monotonic() if start is None else start  # monotonic clock
         self.deadline = self.start + seconds
 
     def wait(self, exc: BaseException, message: str) -> None:

@@ -160,6 +160,11 @@ class PostgresBackend(SessionBackend):
         ``header_in_fn`` does not apply)."""
         return self.write(lambda conn: fn(PgDriver(conn)), patience=patience)
 
+    def read_driver(self, fn: Callable[[Driver], T], *, single_statement: bool = False) -> T:
+        """:meth:`read` with the connection wrapped as a :class:`PgDriver` (always in the
+        read transaction: ``single_statement`` changes nothing here)."""
+        return self.read(lambda conn: fn(PgDriver(conn)))
+
     @contextmanager
     def reading_on_writer(self) -> Iterator[Connection]:
         """The writer connection in a transaction (sees this handle's commits)."""

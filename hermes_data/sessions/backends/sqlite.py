@@ -39,7 +39,8 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q, for_dialect
-from . import sqlite_open
+from . import sqlite_open, sqlite_reads
+from .sqlite_reads import is_busy
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
@@ -56,20 +57,6 @@ READ_ONLY_RETRY_PAUSE_S = 0.05
 #: Reads wait this long in all for a writer holding the file (rollback-journal modes: a
 #: committing writer, VACUUM or a prune blocks readers), then DatabaseBusyError.
 READ_PATIENCE_S = 20.0
-#: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
-#: file; an FTS table's constructor failed while its shadow tables were being rewritten).
-_READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
-
-
-def is_busy(exc: BaseException) -> bool:
-    """A lock conflict, worth a retry: ``SQLITE_BUSY`` / ``SQLITE_LOCKED`` by result code
-    (an FTS5 table whose constructor could not read its config under a sibling's lock says
-    "vtable constructor failed" with ``SQLITE_BUSY``), or a ``locked`` / ``busy`` message."""
-    code = getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in (5, 6):
-        return True
-    msg = str(getattr(exc, "orig", exc)).lower()
-    return "locked" in msg or "busy" in msg or "no more rows available" in msg
 
 
 class SqliteBackend(SessionBackend):
@@ -375,7 +362,9 @@ class SqliteBackend(SessionBackend):
                 raise
         try:
             if guarded and self._app_id and not header_in_fn:
-                self.check_header(con.execute(q.APPLICATION_ID).fetchone()[0])
+                app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
+                if app_id != self._app_id:
+                    self.check_header(app_id)
             result = fn(con if raw else self._sa_writer())
             if raw:
                 con.execute(q.COMMIT)
@@ -497,7 +486,8 @@ class SqliteBackend(SessionBackend):
 
     def _write(self, fn: Callable[[Any], T], *, patience: float, raw: bool,
                header_in_fn: bool) -> T:
-        budget = Patience(patience)
+        start = time.monotonic()  # the budget runs from the call; a Patience only once busy
+        budget: Patience | None = None
         fts_healed = False
         reopened = False
         try:
@@ -523,6 +513,8 @@ class SqliteBackend(SessionBackend):
                         if not is_busy(exc):
                             raise
                         err = exc
+                if budget is None:
+                    budget = Patience(patience, start=start)
                 budget.wait(err, f"{self.path}: another process held the write lock for over "
                             f"{patience:.1f} s; the database is healthy, retry later")
         finally:
@@ -610,13 +602,14 @@ class SqliteBackend(SessionBackend):
                 with self.reading() as conn:
                     return fn(conn)
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
-                msg = str(getattr(exc, "orig", exc)).lower()
-                if not any(m in msg for m in _READ_RETRY) and not is_busy(exc):
+                if not sqlite_reads.read_retryable(exc):
                     raise
                 err = exc
-            patience.wait(err, f"{self.path}: another process kept the database locked for over "
-                          f"{READ_PATIENCE_S:.1f} s while reading; the database is healthy, "
-                          "retry later")
+            patience.wait(err, sqlite_reads.busy_message(self, READ_PATIENCE_S))
+
+    def read_driver(self, fn: Callable[[Driver], T], *, single_statement: bool = False) -> T:
+        """:meth:`read` on the reader's ``sqlite3`` connection (:mod:`.sqlite_reads`)."""
+        return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""
