@@ -325,7 +325,12 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
             _warn_once(path, "journal mode could not be read (I/O errors); left untouched")
             state.mode, state.reason = "unknown", "journal mode unreadable"
             return
-        has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
+        # Only a file that may switch to WAL (the warning) or whose rollback-journal reason
+        # names a new file asks whether it holds pages: a WAL file and a configured DELETE on a
+        # DELETE file never read it (a settled open skips one statement).
+        has_pages = True
+        if current != "wal" and configured != "delete":
+            has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
         decision = decide_journal_mode(
             current, has_pages=has_pages, vulnerable=settings.vulnerable(), configured=configured,
         )
