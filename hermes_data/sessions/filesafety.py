@@ -110,6 +110,15 @@ def tracked_connect(database: str | os.PathLike[str], **kwargs: Any) -> sqlite3.
     return sqlite3.connect(database, **kwargs)
 
 
+def unclaimed(key: str) -> bool:
+    """No tracked connection to ``key`` (a path already resolved by :func:`path_key`) in this
+    process and no other thread inside :func:`offline_file_access` for it: a byte-level
+    probe through a descriptor that is never closed under a lock may read it now."""
+    with _track_lock:
+        return not _counts.get(key, 0) and _offline.get(key, threading.get_ident()) \
+            == threading.get_ident()
+
+
 def live_connections(path: str | os.PathLike[str] | None = None) -> int | dict[str, int]:
     """Open tracked connections to ``path`` in this process (all paths: a dict)."""
     with _track_lock:

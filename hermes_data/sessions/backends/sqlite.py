@@ -39,7 +39,7 @@ from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorru
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q, for_dialect
-from . import sqlite_open
+from . import open_header, sqlite_open
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
@@ -82,6 +82,7 @@ class SqliteBackend(SessionBackend):
     _before_begin: Callable[[], None] | None = None
     #: The handle's one reopen after a ``close()`` race has been used (§8.5).
     _race_reopened = False
+    zero_probe = open_header.zero_probe  # the writable open's zero probe, by its header lease
 
     def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
                  pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
@@ -156,7 +157,7 @@ class SqliteBackend(SessionBackend):
         # of the policy: a foreign file stays byte-identical. A file this process found settled
         # with the same schema cookie and application_id skips it (sqlite_open's stamps).
         spec = migrate.store_spec("sessions")
-        ident = sqlite_open.Identification(spec, self.path, sqlite_open.file_key(self._header))
+        ident = sqlite_open.Identification(spec, self.path, self._header)
         existing = existing and self.path.stat().st_size > 0
         if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
             self.open_repairs.extend(migrate.upgrade(  # the open's patience retries busy
@@ -184,10 +185,11 @@ class SqliteBackend(SessionBackend):
             self.open_repairs.extend(report.repairs)
         self._open_checks(plan)
         wal = self._journal.mode == "wal"
-        self._identity = guards.FileIdentity.record(self.path, wal=wal)
+        real = None if self._header is None else self._header.key  # resolved once per open
+        self._identity = guards.FileIdentity.record(self.path, wal=wal, real=real)
         self._harden_permissions()
         if wal:
-            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
+            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas), key=real)
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.

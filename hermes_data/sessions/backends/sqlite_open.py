@@ -45,6 +45,7 @@ from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
+from .open_header import rollback_header_stamp
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -135,15 +136,20 @@ def file_key(header: FileHeader | None) -> tuple[int, int] | None:
     return None if header is None else header.ident
 
 
-def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None) -> SettledStamp | None:
+def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
+                   header: FileHeader | None = None) -> SettledStamp | None:
     """The stamp of the file at ``key`` when ``con`` reads the same schema cookie and
-    ``application_id`` (two header reads: no schema parse, nothing written); else None."""
+    ``application_id`` (two header reads: no schema parse, nothing written); else None. A
+    rollback-journal file's own header bytes (``header``, the open's lease) answer when they
+    match, without the two statements (:func:`.open_header.rollback_header_stamp`)."""
     if key is None:
         return None
     with _stamps_lock:
         stamp = _stamps.get(key)
     if stamp is None or stamp.caps != open_settings():
         return None
+    if rollback_header_stamp(header) == (stamp.cookie, stamp.app_id):
+        return stamp
     cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
     app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
     return stamp if (cookie, app_id) == (stamp.cookie, stamp.app_id) else None
@@ -154,12 +160,13 @@ class Identification:
     "What is refused, and how"): skipped when the file matches this process's settled stamp
     (:attr:`stamp`), whose file it then is."""
 
-    def __init__(self, spec: Any, path: Path, key: tuple[int, int] | None) -> None:
-        self.spec, self.path, self.key = spec, path, key
+    def __init__(self, spec: Any, path: Path, header: FileHeader | None) -> None:
+        self.spec, self.path, self.header = spec, path, header
+        self.key = file_key(header)
         self.stamp: SettledStamp | None = None
 
     def __call__(self, con: sqlite3.Connection) -> None:
-        self.stamp = matching_stamp(con, self.key)
+        self.stamp = matching_stamp(con, self.key, self.header)
         if self.stamp is None:
             migrate.identify_file(self.spec, self.path, con)
 

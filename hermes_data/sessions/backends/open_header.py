@@ -1,0 +1,79 @@
+"""The writable open's header lease before the first connection (issue 14).
+
+A writable SQLite open takes the process's header lease on the file
+(:class:`hermes_data.files.FileHeader`: one read-only descriptor per path, never closed under
+a lock, spec sessions.md §8.9) before it connects. Two checks that ran before the connection
+read the same bytes another way; they now read them through the lease — same answers, fewer
+system calls, no descriptor opened and closed on the database:
+
+* :func:`zero_probe` — the zero probe of a writable open (sessions-ext-storage §3.4), the
+  answers of :func:`~hermes_data.sessions.quarantine.is_zeroed_state_db`: a regular file of
+  size 0 or whose first 100 bytes are all NUL is zeroed; anything else or a non-regular file
+  is not; while this process has a connection to the file or another thread examines it
+  offline, that function answers itself. A zeroed verdict gives the lease back first: the
+  quarantine path then runs exactly as before (it may move the file aside).
+* :func:`rollback_header_stamp` — the schema cookie and ``application_id`` a settled stamp is
+  matched with, from the header bytes when the header says rollback-journal mode (bytes 18–19
+  = 1): the file itself is then the only copy of page 1, so the bytes are what ``PRAGMA
+  schema_version`` / ``application_id`` would read (a hot journal's torn page cannot match a
+  stamp's random ``application_id`` unless it is that file, and the settled open re-reads
+  both inside its read transaction anyway). A WAL-mode header (2) answers None: page 1 may be
+  newer in the WAL, so the connection reads them.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader
+from ..filesafety import unclaimed
+from ..quarantine import is_zeroed_state_db, zeroed_head
+
+#: Header offsets (https://www.sqlite.org/fileformat.html#the_database_header).
+_WRITE_VERSION, _READ_VERSION = 18, 19
+_SCHEMA_COOKIE = 40
+_APPLICATION_ID = 68
+
+
+def zero_probe(backend: Any, path: Path) -> bool:
+    """Is ``path`` zeroed? (:func:`~hermes_data.sessions.quarantine.is_zeroed_state_db`'s
+    answer, read through a header lease that ``backend`` keeps as its ``_header`` for the
+    open that follows; the caller has already checked test isolation for ``path``.)"""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    if not stat.S_ISREG(st.st_mode):
+        return False  # never opens a FIFO or a device
+    if st.st_size == 0:
+        return True
+    header: FileHeader | None = backend._header
+    if header is None:
+        try:
+            header = FileHeader(path)
+        except OSError:  # unreadable (the preflight repairs or refuses it): the plain probe
+            return is_zeroed_state_db(path)
+        backend._header = header
+    if not unclaimed(header.key):  # a connection of this process, or another thread's
+        return is_zeroed_state_db(path)  # offline access: the plain probe's answer
+    if not zeroed_head(os.pread(header.fd, HEADER_BYTES, 0)):
+        return False
+    backend._header = None  # the quarantine may move the file: no lease on the old inode
+    header.release()
+    return True
+
+
+def rollback_header_stamp(header: FileHeader | None) -> tuple[int, int] | None:
+    """``(schema cookie, application_id)`` from the file's header when it is in
+    rollback-journal mode, else None (see the module docstring)."""
+    if header is None:
+        return None
+    data = header.read()
+    if len(data) < HEADER_BYTES or not data.startswith(SQLITE_MAGIC) \
+            or data[_WRITE_VERSION] != 1 or data[_READ_VERSION] != 1:
+        return None
+    return (int.from_bytes(data[_SCHEMA_COOKIE:_SCHEMA_COOKIE + 4], "big"),
+            int.from_bytes(data[_APPLICATION_ID:_APPLICATION_ID + 4], "big"))
