@@ -15,12 +15,14 @@ schema_version``), ``application_id`` (random per store, minted with the generat
 the generation token and revision, the whole catalogue as text (``PRAGMA writable_schema``
 edits change it without bumping the cookie), and the answers derived from it (FTS layout,
 which FTS tables this build can load). A later open of the same file compares the cookie and
-``application_id`` — two header reads, before the connection policy — and, when they match,
-skips the identity rule's and the other catalogue reads: one read transaction re-reads the
-cookie, ``application_id`` and catalogue text and
-(:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`) the data the gates depend on
-(revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``, the
-CJK-bigram index's stale flag); the display triggers' stored SQL is part of the catalogue text.
+``application_id`` — two header reads before the connection policy (a rollback-journal file's
+own header bytes, read through the open's lease, when they match) — and, when they match,
+skips the identity rule's and the other catalogue reads: one read transaction re-reads, in one
+statement (:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), the catalogue text and
+the data the gates depend on (revision, generation token, ``fts_storage_version``,
+``fts_stale``, NULL ``active``, the CJK-bigram index's stale flag), then the cookie and
+``application_id`` (in rollback-journal mode the header bytes under the transaction's read
+lock); the display triggers' stored SQL is part of the catalogue text.
 Anything that differs — a schema change, another file at the path, a stale index, a row to
 heal, forced FTS capabilities — falls back to the full reads (and they write only what they
 prove is needed, §8.4).
@@ -181,16 +183,23 @@ class Identification:
             raise err from exc
 
 
-def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None) -> Plan | None:
-    """The plan of a file ``stamp`` describes, from one read transaction (the cookie,
-    ``application_id`` and :data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), when every
-    gate reads as settled; None (the caller makes the full reads) otherwise."""
+def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None,
+                 header: FileHeader | None = None) -> Plan | None:
+    """The plan of a file ``stamp`` describes, from one read transaction (the catalogue text
+    and :data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE` in one statement, then the
+    cookie and ``application_id``), when every gate reads as settled; None (the caller makes
+    the full reads) otherwise. In rollback-journal mode the transaction's read lock keeps
+    every writer out of the file, so the header bytes (``header``, the open's lease) are the
+    snapshot's page 1: they answer the cookie and ``application_id`` without two
+    statements."""
     con.execute(q.BEGIN)
     try:
-        cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
-        app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
-        schema = con.execute(open_sql.SCHEMA_TEXT).fetchone()[0]
-        row = con.execute(open_sql.SETTLED_PROBE).fetchone()
+        schema, *row = con.execute(open_sql.SETTLED_PROBE).fetchone()  # takes the read lock
+        facts = rollback_header_stamp(header)
+        if facts is None:  # WAL (page 1 may be newer in the WAL), or no lease
+            facts = (con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0],
+                     con.execute(q.APPLICATION_ID).fetchone()[0])
+        cookie, app_id = facts
     except BaseException as exc:
         if con.in_transaction:
             con.execute(q.ROLLBACK)
