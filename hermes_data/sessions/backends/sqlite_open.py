@@ -47,7 +47,7 @@ from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
-from .open_header import rollback_header_stamp
+from .open_file import rollback_header_stamp
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -143,7 +143,7 @@ def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
     """The stamp of the file at ``key`` when ``con`` reads the same schema cookie and
     ``application_id`` (two header reads: no schema parse, nothing written); else None. A
     rollback-journal file's own header bytes (``header``, the open's lease) answer when they
-    match, without the two statements (:func:`.open_header.rollback_header_stamp`)."""
+    match, without the two statements (:func:`.open_file.rollback_header_stamp`)."""
     if key is None:
         return None
     with _stamps_lock:

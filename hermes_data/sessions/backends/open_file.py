@@ -1,10 +1,15 @@
-"""The writable open's header lease before the first connection (issue 14).
+"""A writable SQLite open's file steps before the first connection, and its header lease
+(issue 14: the settled open).
 
-A writable SQLite open takes the process's header lease on the file
-(:class:`hermes_data.files.FileHeader`: one read-only descriptor per path, never closed under
-a lock, spec sessions.md §8.9) before it connects. Two checks that ran before the connection
-read the same bytes another way; they now read them through the lease — same answers, fewer
-system calls, no descriptor opened and closed on the database:
+:func:`prepare_file` — spec sessions.md §8.1 steps 1–2: the directory (made when missing), the
+writability preflight (:mod:`..writability`), a dangling symbolic link refused, the first
+creation (owner-only, exclusive, before any connection), the header lease
+(:class:`hermes_data.files.FileHeader`: one read-only descriptor per path, never closed under a
+lock, §8.9) — by ``os`` calls on the path string, one ``stat`` per fact.
+
+Two checks that ran before the connection read the header bytes another way; they now read
+them through the lease — same answers, fewer system calls, no descriptor opened and closed on
+the database:
 
 * :func:`zero_probe` — the zero probe of a writable open (sessions-ext-storage §3.4), the
   answers of :func:`~hermes_data.sessions.quarantine.is_zeroed_state_db`: a regular file of
@@ -23,19 +28,62 @@ system calls, no descriptor opened and closed on the database:
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 from typing import Any
 
+from ...config import hermes_home
+from ...errors import StoreLinkError
 from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader
 from ..filesafety import unclaimed
 from ..quarantine import is_zeroed_state_db, zeroed_head
+from ..writability import writability_preflight
 
 #: Header offsets (https://www.sqlite.org/fileformat.html#the_database_header).
 _WRITE_VERSION, _READ_VERSION = 18, 19
 _SCHEMA_COOKIE = 40
 _APPLICATION_ID = 68
+
+
+#: ``Path.exists()``'s "no such file" errors (any other ``stat`` failure raises, as there).
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno in _MISSING:
+            return False
+        raise
+    return True
+
+
+def prepare_file(backend: Any) -> bool:
+    """Steps 1–2 of ``backend``'s writable open (see the module docstring); appends the
+    preflight's repairs to ``backend.open_repairs``, leaves the lease in ``backend._header``
+    and returns whether the file existed before this call."""
+    path: Path = backend.path
+    name = os.fspath(path)
+    if not os.path.isdir(os.path.dirname(name) or "."):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    # Ahead of the first creation, so that a repaired directory can take the new file: owner
+    # bits by path inside the home tree, else refuse.
+    backend.open_repairs.extend(writability_preflight(path, hermes_home))
+    existing = _exists(name)
+    if not existing:
+        if os.path.islink(name):
+            raise StoreLinkError(f"{path}: a dangling symbolic link (to {os.readlink(name)}); "
+                                 "refused, nothing was created")
+        try:  # first creation: owner-only, before any connection (no locks can exist)
+            os.close(os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except FileExistsError:
+            existing = True
+    if backend._header is None:  # before any connection (see SqliteBackend._connect_writer)
+        backend._header = FileHeader(path)
+    return existing
 
 
 def zero_probe(backend: Any, path: Path) -> bool:
