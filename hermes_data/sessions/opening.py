@@ -470,6 +470,8 @@ _SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
 def _database_section(config: Any) -> Mapping[str, Any]:
+    if config is None:
+        return {}
     try:
         cfg = config() if callable(config) else (config or {})
         section = cfg.get("database", {}) if isinstance(cfg, Mapping) else {}
