@@ -424,12 +424,13 @@ class FileHeader:
         self.fd = -1
         self.ident: tuple[int, int] | None = None
         with _headers_lock:
-            st = os.stat(self.key)
             entry = _headers.get(self.key)
-            if entry is not None and entry.ident != (st.st_dev, st.st_ino):
-                del _headers[self.key]
-                _retired.append(entry)
-                entry = None
+            if entry is not None:  # the path may name another inode now (no entry: fstat tells)
+                st = os.stat(self.key)
+                if entry.ident != (st.st_dev, st.st_ino):
+                    del _headers[self.key]
+                    _retired.append(entry)
+                    entry = None
             if entry is None:
                 fd = os.open(self.key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 fst = os.fstat(fd)

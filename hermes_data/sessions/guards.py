@@ -355,6 +355,11 @@ class ReadPool(sa.pool.Pool):
                 log.warning("%s: %d live session-store handles in this process; share one handle "
                             "per path (each holds its own writer connection)", path, len(peers))
 
+    def _should_wrap_creator(self, creator: Any) -> Any:
+        # SQLAlchemy's hook: our creator takes no argument (skips its signature inspection,
+        # made at every store open in WAL mode).
+        return lambda _record: creator()
+
     def _open_reader(self) -> sqlite3.Connection:
         global descriptor_denials
         if self._closed:

@@ -100,6 +100,33 @@ def _owner_ok(path: str) -> bool:
     return st.st_mode & need == need
 
 
+def settled_facts(base: str) -> bool | None:
+    """The usual case in one ``stat`` per path: the directory exists and every path has its
+    owner bits. Returns whether ``base`` (the database) exists then; None when anything else
+    holds (a missing directory, a path lacking bits, a ``stat`` error): the caller runs the
+    full sequence (make the directory, :func:`writability_preflight`)."""
+    try:
+        st = os.stat(os.path.dirname(base) or ".")
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_mode & _DIR_BITS != _DIR_BITS:
+        return None
+    try:
+        st = os.stat(base)
+    except FileNotFoundError:
+        exists = False
+    except OSError:
+        return None
+    else:
+        exists = True
+        need = _DIR_BITS if stat.S_ISDIR(st.st_mode) else _FILE_BITS
+        if st.st_mode & need != need:
+            return None
+    if not (_owner_ok(f"{base}-wal") and _owner_ok(f"{base}-shm")):
+        return None
+    return exists
+
+
 def writability_preflight(db_path: Path, home: Path | Callable[[], Path]) -> list[str]:
     """Check and repair owner permissions before connecting (§8.1 step 2); returns repairs.
 

@@ -39,7 +39,7 @@ from ...errors import StoreLinkError
 from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader
 from ..filesafety import unclaimed
 from ..quarantine import is_zeroed_state_db, zeroed_head
-from ..writability import writability_preflight
+from ..writability import settled_facts, writability_preflight
 
 #: Header offsets (https://www.sqlite.org/fileformat.html#the_database_header).
 _WRITE_VERSION, _READ_VERSION = 18, 19
@@ -67,12 +67,14 @@ def prepare_file(backend: Any) -> bool:
     and returns whether the file existed before this call."""
     path: Path = backend.path
     name = os.fspath(path)
-    if not os.path.isdir(os.path.dirname(name) or "."):
-        path.parent.mkdir(parents=True, exist_ok=True)
-    # Ahead of the first creation, so that a repaired directory can take the new file: owner
-    # bits by path inside the home tree, else refuse.
-    backend.open_repairs.extend(writability_preflight(path, hermes_home))
-    existing = _exists(name)
+    existing = settled_facts(name)  # the usual case: one stat per path, nothing to do
+    if existing is None:
+        if not os.path.isdir(os.path.dirname(name) or "."):
+            path.parent.mkdir(parents=True, exist_ok=True)
+        # Ahead of the first creation, so that a repaired directory can take the new file:
+        # owner bits by path inside the home tree, else refuse.
+        backend.open_repairs.extend(writability_preflight(path, hermes_home))
+        existing = _exists(name)
     if not existing:
         if os.path.islink(name):
             raise StoreLinkError(f"{path}: a dangling symbolic link (to {os.readlink(name)}); "
