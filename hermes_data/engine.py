@@ -452,6 +452,8 @@ def sqlite_dialect_kit() -> tuple[Any, Callable[[sqlite3.Connection], None], Any
     by every handle engine: a handle opened per request compiles nothing its process already
     compiled (the cache keys carry the dialect, which is this one)."""
     global _shared_sqlite
+    if _shared_sqlite is not None:  # made once per process (every handle open asks)
+        return _shared_sqlite
     with _shared_lock:
         if _shared_sqlite is None:
             template = sa.create_engine("sqlite://", poolclass=sa.pool.NullPool)

@@ -304,7 +304,8 @@ def make_owner_only(path: Path | str,
     is tried; a file that vanishes meanwhile is skipped."""
     changed = []
     # A link's sidecars sit beside its target (SQLite resolves the link); chmod follows it.
-    for p in _with_sidecars(link_target(path) or path):
+    # (link_target's answer, by string: every writable open hardens its file.)
+    for p in _with_sidecars(os.path.realpath(path) if os.path.islink(path) else path):
         try:
             if (os.stat(p).st_mode & 0o777) != 0o600:
                 os.chmod(p, 0o600)
