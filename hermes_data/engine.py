@@ -360,20 +360,19 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
 
 
 def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
-                                settings: SqliteSettings, state: JournalState) -> None:
+                                settings: SqliteSettings, state: JournalState, *,
+                                busy_timeout_set: bool = False) -> None:
     """The connection policy of this module on one DB-API connection: driver transactions
     off, the busy timeout first, the journal-mode policy (``state`` records what it settled
-    on), ``synchronous``, ``journal_size_limit`` and ``settings.extra_pragmas``."""
+    on), ``synchronous``, ``journal_size_limit`` and ``settings.extra_pragmas``.
+    ``busy_timeout_set``: the driver's ``timeout`` already set exactly this busy timeout."""
     # Our own BEGIN (see the engines' begin event) instead of the driver's: DDL becomes
     # transactional.
     dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    try:
+    if not busy_timeout_set:
         # First, before anything that may need a lock: a contested fresh file switching
         # journal mode otherwise fails at once with "database is locked".
-        cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
-    finally:
-        cur.close()
+        dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
     # Read the mode first; switch only when the policy says so (a settled file sees no write).
     _apply_journal_policy(dbapi_conn, path, settings, state)
     cur = dbapi_conn.cursor()

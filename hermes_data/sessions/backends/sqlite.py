@@ -392,7 +392,7 @@ class SqliteBackend(SessionBackend):
         if self._header is None:
             self._header = FileHeader(self.path)
         state = JournalState()
-        con = sqlite_open.connect(self.path, self._settings)
+        con = sqlite_open.connect(self.path, self._settings, self._header)
         try:
             if identify is not None:
                 identify(con)

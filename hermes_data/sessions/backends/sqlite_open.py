@@ -85,11 +85,14 @@ def forget_stamps() -> None:
         _stamps.clear()
 
 
-def connect(path: Path, settings: SqliteSettings) -> sqlite3.Connection:
+def connect(path: Path, settings: SqliteSettings, header: FileHeader | None = None
+            ) -> sqlite3.Connection:
     """A plain connection to ``path``: the busy timeout as the driver's timeout, driver
-    transactions off, usable from any thread (the handle serializes it)."""
+    transactions off, usable from any thread (the handle serializes it); counted under the
+    header lease's resolved path when one is given."""
     return tracked_connect(str(path), timeout=settings.busy_timeout_ms / 1000,
-                           check_same_thread=False, isolation_level=None)
+                           check_same_thread=False, isolation_level=None,
+                           resolved=None if header is None else header.key)
 
 
 def configure(con: sqlite3.Connection, path: Path, settings: SqliteSettings,
@@ -98,7 +101,9 @@ def configure(con: sqlite3.Connection, path: Path, settings: SqliteSettings,
     policy (busy timeout first, journal mode read-then-switch, synchronous, journal size
     limit), the configured pragmas (§8.3), then foreign keys."""
     sqlite_dialect_kit()[1](con)
-    configure_sqlite_connection(con, str(path), settings, state)
+    # connect()'s driver timeout is the busy timeout (pysqlite sets int(timeout * 1000) ms)
+    preset = int(settings.busy_timeout_ms / 1000 * 1000) == int(settings.busy_timeout_ms)
+    configure_sqlite_connection(con, str(path), settings, state, busy_timeout_set=preset)
     opening.apply_pragmas(con, pragmas, str(path))
     con.execute(q.FOREIGN_KEYS_ON)
 
