@@ -100,31 +100,35 @@ def _owner_ok(path: str) -> bool:
     return st.st_mode & need == need
 
 
-def settled_facts(base: str) -> bool | None:
+def settled_facts(base: str) -> tuple[bool, bool] | None:
     """The usual case in one ``stat`` per path: the directory exists and every path has its
-    owner bits. Returns whether ``base`` (the database) exists then; None when anything else
-    holds (a missing directory, a path lacking bits, a ``stat`` error): the caller runs the
-    full sequence (make the directory, :func:`writability_preflight`)."""
+    owner bits. Returns ``(exists, owner_only)`` then — whether ``base`` (the database)
+    exists, and whether it is mode 0600 with each of ``-wal`` / ``-shm`` absent or 0600 —;
+    None when anything else holds (a missing directory, a path lacking bits, a ``stat``
+    error): the caller runs the full sequence (make the directory,
+    :func:`writability_preflight`)."""
     try:
         st = os.stat(os.path.dirname(base) or ".")
     except OSError:
         return None
     if not stat.S_ISDIR(st.st_mode) or st.st_mode & _DIR_BITS != _DIR_BITS:
         return None
-    try:
-        st = os.stat(base)
-    except FileNotFoundError:
-        exists = False
-    except OSError:
-        return None
-    else:
-        exists = True
+    owner_only = True
+    modes = []
+    for path in (base, f"{base}-wal", f"{base}-shm"):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            modes.append(None)
+            continue
+        except OSError:
+            return None
         need = _DIR_BITS if stat.S_ISDIR(st.st_mode) else _FILE_BITS
         if st.st_mode & need != need:
             return None
-    if not (_owner_ok(f"{base}-wal") and _owner_ok(f"{base}-shm")):
-        return None
-    return exists
+        modes.append(stat.S_IMODE(st.st_mode))
+        owner_only = owner_only and modes[-1] == 0o600
+    return modes[0] is not None, owner_only and modes[0] is not None
 
 
 def writability_preflight(db_path: Path, home: Path | Callable[[], Path]) -> list[str]:

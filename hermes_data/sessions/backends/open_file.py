@@ -5,7 +5,8 @@
 writability preflight (:mod:`..writability`), a dangling symbolic link refused, the first
 creation (owner-only, exclusive, before any connection), the header lease
 (:class:`hermes_data.files.FileHeader`: one read-only descriptor per path, never closed under a
-lock, §8.9) — by ``os`` calls on the path string, one ``stat`` per fact.
+lock, §8.9) — by ``os`` calls on the path string, one ``stat`` per fact; and whether the
+open's step 8 (owner-only permissions) has anything to change (``backend._owner_only``).
 
 Two checks that ran before the connection read the header bytes another way; they now read
 them through the lease — same answers, fewer system calls, no descriptor opened and closed on
@@ -67,8 +68,11 @@ def prepare_file(backend: Any) -> bool:
     and returns whether the file existed before this call."""
     path: Path = backend.path
     name = os.fspath(path)
-    existing = settled_facts(name)  # the usual case: one stat per path, nothing to do
-    if existing is None:
+    facts = settled_facts(name)  # the usual case: one stat per path, nothing to do
+    backend._owner_only = False
+    if facts is not None:
+        existing, owner_only = facts
+    else:
         if not os.path.isdir(os.path.dirname(name) or "."):
             path.parent.mkdir(parents=True, exist_ok=True)
         # Ahead of the first creation, so that a repaired directory can take the new file:
@@ -85,6 +89,11 @@ def prepare_file(backend: Any) -> bool:
             existing = True
     if backend._header is None:  # before any connection (see SqliteBackend._connect_writer)
         backend._header = FileHeader(path)
+    # Nothing for §8.1 step 8 to change: the file and its sidecars are 0600 and no link is on
+    # the path (the sidecars of a link sit beside its target). SQLite creates a missing -wal
+    # / -shm with the database file's mode, so a WAL connection's new sidecars are 0600 too.
+    backend._owner_only = facts is not None and owner_only \
+        and backend._header.key == os.path.abspath(name)
     return existing
 
 

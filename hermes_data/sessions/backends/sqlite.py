@@ -82,6 +82,7 @@ class SqliteBackend(SessionBackend):
     #: The handle's one reopen after a ``close()`` race has been used (§8.5).
     _race_reopened = False
     zero_probe = open_file.zero_probe  # the writable open's zero probe, by its header lease
+    _owner_only = False  # set by open_file.prepare_file
 
     def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
                  pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
@@ -173,7 +174,8 @@ class SqliteBackend(SessionBackend):
         wal = self._journal.mode == "wal"
         real = None if self._header is None else self._header.key  # resolved once per open
         self._identity = guards.FileIdentity.record(self.path, wal=wal, real=real)
-        self._harden_permissions()
+        if not self._owner_only:  # open_file.prepare_file saw every path 0600 already
+            self._harden_permissions()
         if wal:
             self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas), key=real)
 
