@@ -114,7 +114,7 @@ def settled_facts(base: str) -> tuple[bool, bool] | None:
     if not stat.S_ISDIR(st.st_mode) or st.st_mode & _DIR_BITS != _DIR_BITS:
         return None
     owner_only = True
-    modes = []
+    modes: list[int | None] = []
     for path in (base, f"{base}-wal", f"{base}-shm"):
         try:
             st = os.stat(path)

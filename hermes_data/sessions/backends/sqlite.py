@@ -156,7 +156,8 @@ class SqliteBackend(SessionBackend):
             raise
         assert self._raw is not None
         stamp, key = ident.stamp, ident.key
-        plan = stamp and sqlite_open.settled_plan(self._raw, stamp, spec.head, ident.header)
+        plan = None if stamp is None else sqlite_open.settled_plan(self._raw, stamp, spec.head,
+                                                                   ident.header)
         behind = False
         if plan is None:
             with self.reading_on_writer() as conn:  # one read transaction on a settled file
