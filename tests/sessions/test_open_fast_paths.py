@@ -153,3 +153,16 @@ def test_a_settled_open_counts_its_writer_under_the_resolved_path(tmp_path, jour
         assert filesafety.live_connections(path) >= 1
         assert filesafety.live_connections(link) >= 1  # the same resolved key
     assert filesafety.live_connections(path) == 0
+
+
+def test_a_zeroed_verdict_of_the_plain_probe_also_gives_the_lease_back(tmp_path, monkeypatch):
+    class Handle:
+        _header = None
+
+    zeroed = tmp_path / "zeroed.db"
+    zeroed.write_bytes(b"\0" * 4096)
+    monkeypatch.setattr(open_file, "unclaimed", lambda key: False)  # as if another thread
+    monkeypatch.setattr(open_file, "is_zeroed_state_db", lambda p: True)  # examined it
+    h = Handle()
+    assert open_file.zero_probe(h, zeroed) is True
+    assert h._header is None

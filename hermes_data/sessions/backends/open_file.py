@@ -116,13 +116,14 @@ def zero_probe(backend: Any, path: Path) -> bool:
         except OSError:  # unreadable (the preflight repairs or refuses it): the plain probe
             return is_zeroed_state_db(path)
         backend._header = header
-    if not unclaimed(header.key):  # a connection of this process, or another thread's
-        return is_zeroed_state_db(path)  # offline access: the plain probe's answer
-    if not zeroed_head(os.pread(header.fd, HEADER_BYTES, 0)):
-        return False
-    backend._header = None  # the quarantine may move the file: no lease on the old inode
-    header.release()
-    return True
+    if unclaimed(header.key):
+        zeroed = zeroed_head(os.pread(header.fd, HEADER_BYTES, 0))
+    else:  # a connection of this process, or another thread's offline access: the plain
+        zeroed = is_zeroed_state_db(path)  # probe's answer
+    if zeroed:
+        backend._header = None  # the quarantine may move the file: no lease on the old inode
+        header.release()
+    return zeroed
 
 
 def rollback_header_stamp(header: FileHeader | None) -> tuple[int, int] | None:
