@@ -7,11 +7,24 @@ Per journal mode (both by default; issue 13 asks for the benchmark in both), on 
 file:
 
 * **settled open** (issue 14): ``SessionStore(path)`` + ``close()`` on a settled file, against
-  upstream's settled open in plain ``sqlite3`` measured in the same run: connect with the same
-  busy timeout, the same pragmas (journal mode read, synchronous, journal_size_limit in WAL,
-  foreign keys), the schema version, generation token and ``application_id`` reads, a
-  PASSIVE checkpoint at close in WAL, close (upstream's guards left out). Target: ratio <= 1.5
-  with every guard kept.
+  upstream's settled open in plain ``sqlite3`` measured in the same run: the statements
+  upstream's ``SessionDB.__init__`` and ``close()`` send to an existing, current file (seed
+  002), with its guards left out (no writability preflight, zero probe, deleted-sidecar scan,
+  connection tracking or file-identity record). They are: connect (``timeout=1.0``), the busy
+  timeout and ``synchronous`` (kept from the first version of this baseline; upstream sets
+  them only when configured, each costs microseconds), the journal-mode read, then
+  upstream's journal policy on this WAL-reset-vulnerable build (``apply_wal_with_fallback``
+  → ``_apply_delete_for_wal_reset_bug``): a WAL file gets ``journal_size_limit``; a non-WAL
+  file gets ``_set_journal_mode_no_wait(DELETE)`` — ``PRAGMA busy_timeout`` read, ``=0``,
+  ``PRAGMA journal_mode=DELETE``, the timeout restored (the same four statements a
+  configured DELETE runs on a fixed build) —; ``foreign_keys=ON``; the schema version read
+  (upstream's ``_init_schema`` is not in the seed: one ``alembic_version`` read stands for
+  it); ``_ensure_db_file_generation``: ``INSERT OR IGNORE`` of the generation token (a no-op
+  write statement on a settled file), its ``SELECT``, ``PRAGMA application_id`` and a PASSIVE
+  checkpoint (sent in both journal modes); at ``close()`` a PASSIVE checkpoint (both modes),
+  close. The ``INSERT OR IGNORE``, the DELETE switch and the checkpoints in DELETE mode were
+  added in issue 14's last round: upstream sends them and the first version of this baseline
+  did not. Target: ratio <= 1.5 with every guard kept.
 * **settled open + get_session**: the same plus one ``get_session`` (the one ``SELECT`` of
   the session row in plain ``sqlite3``; in WAL on a ``mode=ro`` read connection opened for it,
   as upstream's ``_read_ctx`` does and as the store's read pool does, spec §8.7).
@@ -36,6 +49,7 @@ import sys
 import tempfile
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -84,18 +98,28 @@ def run_opens(path: Path, settings: SqliteSettings, n: int) -> tuple[list[float]
 
 def plain_open(path: Path, mode: str, *, read: bool = True) -> None:
     """Upstream's settled open (+ one read of a session row when ``read``), in plain sqlite3:
-    no guards, no SQLAlchemy. In WAL the read runs on a ``mode=ro`` connection opened for
-    it, as upstream's read pool does."""
+    the statements of seed 002's ``SessionDB.__init__`` / ``close()`` on an existing, current
+    file of this journal mode (see the module docstring), no guards, no SQLAlchemy. In WAL the
+    read runs on a ``mode=ro`` connection opened for it, as upstream's read pool does."""
     con = sqlite3.connect(path, timeout=1.0, isolation_level=None, check_same_thread=False)
     con.execute("PRAGMA busy_timeout=1000")
-    con.execute("PRAGMA journal_mode").fetchall()
+    disk = con.execute("PRAGMA journal_mode").fetchone()[0]
     con.execute(f"PRAGMA synchronous={'NORMAL' if mode == 'wal' else 'FULL'}")
-    if mode == "wal":
+    if disk == "wal":  # _apply_delete_for_wal_reset_bug: keep WAL, bound it
         con.execute("PRAGMA journal_size_limit=67108864")
+    else:  # _set_journal_mode_no_wait(conn, "DELETE")
+        previous = con.execute("PRAGMA busy_timeout").fetchone()[0]
+        con.execute("PRAGMA busy_timeout=0")
+        con.execute("PRAGMA journal_mode=DELETE").fetchone()
+        con.execute(f"PRAGMA busy_timeout={int(previous)}")
     con.execute("PRAGMA foreign_keys=ON")
     con.execute("SELECT version_num FROM alembic_version").fetchall()
-    con.execute("SELECT value FROM state_meta WHERE key = 'db_file_generation'").fetchall()
-    con.execute("PRAGMA application_id").fetchall()
+    # _ensure_db_file_generation
+    con.execute("INSERT OR IGNORE INTO state_meta (key, value) VALUES (?, ?)",
+                ("db_file_generation", uuid.uuid4().hex))
+    con.execute("SELECT value FROM state_meta WHERE key = ?", ("db_file_generation",)).fetchone()
+    con.execute("PRAGMA application_id").fetchone()
+    con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
     if read and mode == "wal":
         ro = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=1.0,
                              isolation_level=None, check_same_thread=False)
@@ -104,8 +128,7 @@ def plain_open(path: Path, mode: str, *, read: bool = True) -> None:
         ro.close()
     elif read:
         con.execute("SELECT * FROM sessions WHERE id = ?", ("s0",)).fetchall()
-    if mode == "wal":
-        con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+    con.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()  # close(): both journal modes
     con.close()
 
 

@@ -32,9 +32,13 @@ _URL_ENV = {
 
 
 def hermes_home() -> Path:
-    """Return ``$HERMES_HOME`` (non-empty) or ``~/.hermes``."""
+    """Return ``$HERMES_HOME`` (non-empty) or ``~/.hermes`` (``~`` expanded as
+    ``Path.expanduser`` does, by string: every store open asks)."""
     home = os.environ.get("HERMES_HOME", "").strip()
-    return Path(home).expanduser() if home else Path.home() / ".hermes"
+    base = os.path.expanduser(home or "~")
+    if base[:1] == "~":  # what Path.expanduser raises when no home directory is known
+        raise RuntimeError("Could not determine home directory.")
+    return Path(base if home else os.path.join(base, ".hermes"))
 
 
 def telemetry_home() -> Path:

@@ -330,7 +330,12 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
             _warn_once(path, "journal mode could not be read (I/O errors); left untouched")
             state.mode, state.reason = "unknown", "journal mode unreadable"
             return
-        has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
+        # Only a file that may switch to WAL (the warning) or whose rollback-journal reason
+        # names a new file asks whether it holds pages: a WAL file and a configured DELETE on a
+        # DELETE file never read it (a settled open skips one statement).
+        has_pages = True
+        if current != "wal" and configured != "delete":
+            has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
         decision = decide_journal_mode(
             current, has_pages=has_pages, vulnerable=settings.vulnerable(), configured=configured,
         )
@@ -360,20 +365,19 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
 
 
 def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
-                                settings: SqliteSettings, state: JournalState) -> None:
+                                settings: SqliteSettings, state: JournalState, *,
+                                busy_timeout_set: bool = False) -> None:
     """The connection policy of this module on one DB-API connection: driver transactions
     off, the busy timeout first, the journal-mode policy (``state`` records what it settled
-    on), ``synchronous``, ``journal_size_limit`` and ``settings.extra_pragmas``."""
+    on), ``synchronous``, ``journal_size_limit`` and ``settings.extra_pragmas``.
+    ``busy_timeout_set``: the driver's ``timeout`` already set exactly this busy timeout."""
     # Our own BEGIN (see the engines' begin event) instead of the driver's: DDL becomes
     # transactional.
     dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    try:
+    if not busy_timeout_set:
         # First, before anything that may need a lock: a contested fresh file switching
         # journal mode otherwise fails at once with "database is locked".
-        cur.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
-    finally:
-        cur.close()
+        dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
     # Read the mode first; switch only when the policy says so (a settled file sees no write).
     _apply_journal_policy(dbapi_conn, path, settings, state)
     cur = dbapi_conn.cursor()
@@ -452,6 +456,8 @@ def sqlite_dialect_kit() -> tuple[Any, Callable[[sqlite3.Connection], None], Any
     by every handle engine: a handle opened per request compiles nothing its process already
     compiled (the cache keys carry the dialect, which is this one)."""
     global _shared_sqlite
+    if _shared_sqlite is not None:  # made once per process (every handle open asks)
+        return _shared_sqlite
     with _shared_lock:
         if _shared_sqlite is None:
             template = sa.create_engine("sqlite://", poolclass=sa.pool.NullPool)

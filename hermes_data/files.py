@@ -304,7 +304,8 @@ def make_owner_only(path: Path | str,
     is tried; a file that vanishes meanwhile is skipped."""
     changed = []
     # A link's sidecars sit beside its target (SQLite resolves the link); chmod follows it.
-    for p in _with_sidecars(link_target(path) or path):
+    # (link_target's answer, by string: every writable open hardens its file.)
+    for p in _with_sidecars(os.path.realpath(path) if os.path.islink(path) else path):
         try:
             if (os.stat(p).st_mode & 0o777) != 0o600:
                 os.chmod(p, 0o600)
@@ -424,12 +425,13 @@ class FileHeader:
         self.fd = -1
         self.ident: tuple[int, int] | None = None
         with _headers_lock:
-            st = os.stat(self.key)
             entry = _headers.get(self.key)
-            if entry is not None and entry.ident != (st.st_dev, st.st_ino):
-                del _headers[self.key]
-                _retired.append(entry)
-                entry = None
+            if entry is not None:  # the path may name another inode now (no entry: fstat tells)
+                st = os.stat(self.key)
+                if entry.ident != (st.st_dev, st.st_ino):
+                    del _headers[self.key]
+                    _retired.append(entry)
+                    entry = None
             if entry is None:
                 fd = os.open(self.key, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
                 fst = os.fstat(fd)

@@ -33,10 +33,9 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -143,19 +142,27 @@ def index_enabled() -> bool:
     return _INDEX_ENABLED.get()
 
 
-@contextmanager
-def index_setting(enabled: bool) -> Iterator[None]:
-    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block."""
-    token = _INDEX_ENABLED.set(bool(enabled))
-    try:
-        yield
-    finally:
-        _INDEX_ENABLED.reset(token)
+class index_setting:  # noqa: N801 - a context manager used like a function
+    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block (a
+    class, not a generator: every store open enters it)."""
+
+    __slots__ = ("_enabled", "_token")
+
+    def __init__(self, enabled: bool) -> None:
+        self._enabled = bool(enabled)
+
+    def __enter__(self) -> None:
+        self._token = _INDEX_ENABLED.set(self._enabled)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _INDEX_ENABLED.reset(self._token)
 
 
 def configured_index(config: Any) -> bool:
     """``sessions.cjk_index`` of a store's config (mapping or callable; default true). A
     value other than a bool is logged and read as the default; reading never raises."""
+    if config is None:  # no configuration: the default
+        return True
     try:
         cfg = config() if callable(config) else (config or {})
         section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}

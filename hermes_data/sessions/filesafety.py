@@ -76,7 +76,11 @@ class TrackedConnection(sqlite3.Connection):
     collected). Opening one waits while :func:`offline_file_access` runs on another thread."""
 
     def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
-        key = _database_key(database, bool(kwargs.get("uri", False)))
+        hint = getattr(_resolved, "hint", None)  # tracked_connect's resolved=
+        if hint is not None and hint[0] == database and not kwargs.get("uri", False):
+            key: str | None = hint[1]
+        else:
+            key = _database_key(database, bool(kwargs.get("uri", False)))
         me = threading.get_ident()
         with _track_cond:  # waits for an offline_file_access body of another thread
             while key is not None and _offline.get(key, me) != me:
@@ -102,12 +106,35 @@ class TrackedConnection(sqlite3.Connection):
         self._untrack()
 
 
-def tracked_connect(database: str | os.PathLike[str], **kwargs: Any) -> sqlite3.Connection:
-    """``sqlite3.connect`` through the tracking factory (``factory`` may name a subclass)."""
+#: The path key :func:`tracked_connect` was handed for the connection being made (per thread).
+_resolved = threading.local()
+
+
+def tracked_connect(database: str | os.PathLike[str], *, resolved: str | None = None,
+                    **kwargs: Any) -> sqlite3.Connection:
+    """``sqlite3.connect`` through the tracking factory (``factory`` may name a subclass).
+    ``resolved``: :func:`path_key` of ``database`` as the caller resolved it moments ago (a
+    writable open's header lease is keyed by it), so the connection is counted under the
+    same key without resolving the path again."""
     kwargs.setdefault("factory", TrackedConnection)
     if not issubclass(kwargs["factory"], TrackedConnection):
         raise TypeError(f"factory {kwargs['factory']!r} is not a TrackedConnection")
-    return sqlite3.connect(database, **kwargs)
+    if resolved is None:
+        return sqlite3.connect(database, **kwargs)
+    _resolved.hint = (database, resolved)
+    try:
+        return sqlite3.connect(database, **kwargs)
+    finally:
+        _resolved.hint = None
+
+
+def unclaimed(key: str) -> bool:
+    """No tracked connection to ``key`` (a path already resolved by :func:`path_key`) in this
+    process and no other thread inside :func:`offline_file_access` for it: a byte-level
+    probe through a descriptor that is never closed under a lock may read it now."""
+    with _track_lock:
+        return not _counts.get(key, 0) and _offline.get(key, threading.get_ident()) \
+            == threading.get_ident()
 
 
 def live_connections(path: str | os.PathLike[str] | None = None) -> int | dict[str, int]:

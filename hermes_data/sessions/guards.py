@@ -171,8 +171,9 @@ class FileIdentity:
     _dir_ok: tuple[int, int, int, int] | None = None
 
     @classmethod
-    def record(cls, path: Path, *, wal: bool) -> "FileIdentity":
-        """Stat the database (and in WAL mode its ``-wal``/``-shm``) by path."""
+    def record(cls, path: Path, *, wal: bool, real: str | None = None) -> "FileIdentity":
+        """Stat the database (and in WAL mode its ``-wal``/``-shm``) by path. ``real``: the
+        path's ``os.path.realpath`` when the caller just resolved it (the open's header lease)."""
         sidecars: dict[str, tuple[int, int]] = {}
         if wal:
             for suffix in ("-wal", "-shm"):
@@ -180,8 +181,9 @@ class FileIdentity:
                 if ident is not None:
                     sidecars[suffix] = ident
         directory = None
-        if os.path.realpath(path) == os.path.abspath(path):
-            directory = os.path.dirname(os.path.abspath(path))
+        absolute = os.path.abspath(path)
+        if (real if real is not None else os.path.realpath(path)) == absolute:
+            directory = os.path.dirname(absolute)
         return cls(_ident(str(path)), sidecars, directory)
 
     def replaced(self, path: Path) -> str | None:
@@ -305,9 +307,10 @@ _registry_lock = threading.Lock()
 descriptor_denials = 0
 
 
-def path_budget(path: Path) -> Budget:
-    """The read budget shared by every handle on ``path`` (keyed by the resolved path)."""
-    key = str(path.resolve())
+def path_budget(path: Path, key: str | None = None) -> Budget:
+    """The read budget shared by every handle on ``path`` (keyed by the resolved path;
+    ``key``: that path when the caller already resolved it)."""
+    key = str(path.resolve()) if key is None else key
     with _registry_lock:
         return _path_budgets.setdefault(key, Budget(PATH_READ_BUDGET))
 
@@ -345,22 +348,30 @@ def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = Tracked
 class ReadPool(sa.pool.Pool):
     """Per-handle LIFO pool of read-only connections under the path and process budgets."""
 
-    def __init__(self, path: Path, *, pragmas: tuple[str, ...] = (), **kw: Any) -> None:
+    def __init__(self, path: Path, *, pragmas: tuple[str, ...] = (), key: str | None = None,
+                 **kw: Any) -> None:
         self.db_path = path
+        #: The resolved path the budget and the peer registry are keyed by (``key``: the
+        #: caller's, when it just resolved it).
+        self.path_key = key = str(path.resolve()) if key is None else key
         self.pragmas = pragmas  # configured pragmas (§8.3), run on every read connection
-        self.budget = path_budget(path)
+        self.budget = path_budget(path, key)
         self._idle: list[Any] = []
         self._lock = threading.Lock()
         self._closed = False
         self._suppressed_until = 0.0
         super().__init__(self._open_reader, **kw)  # type: ignore[arg-type]  # sqlite3 is a DB-API connection
-        key = str(path.resolve())
         with _registry_lock:
             peers = _pools.setdefault(key, weakref.WeakSet())
             peers.add(self)
             if len(peers) > MAX_HANDLES_PER_PATH:
                 log.warning("%s: %d live session-store handles in this process; share one handle "
                             "per path (each holds its own writer connection)", path, len(peers))
+
+    def _should_wrap_creator(self, creator: Any) -> Any:
+        # SQLAlchemy's hook: our creator takes no argument (skips its signature inspection,
+        # made at every store open in WAL mode).
+        return lambda _record: creator()
 
     def _open_reader(self) -> sqlite3.Connection:
         global descriptor_denials
@@ -434,7 +445,7 @@ class ReadPool(sa.pool.Pool):
 
     def dispose(self) -> None:
         with _registry_lock:
-            peers = _pools.get(str(self.db_path.resolve()))
+            peers = _pools.get(self.path_key)
             if peers is not None:
                 peers.discard(self)
         with self._lock:
@@ -454,7 +465,7 @@ class ReadPool(sa.pool.Pool):
 def evict_peer(pool: ReadPool, scope: str) -> bool:
     """Close one idle connection of another pool: on the same path for a path-budget miss,
     on any path for a process-budget miss. True when one was closed."""
-    key = str(pool.db_path.resolve())
+    key = pool.path_key
     with _registry_lock:
         if scope == "path":
             candidates = [p for p in _pools.get(key, ()) if p is not pool]

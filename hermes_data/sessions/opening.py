@@ -11,8 +11,8 @@ write statements (§8.4).
 * ``fts_stale`` honouring and recovery (only when no other process holds the file).
 * NULL-``active`` heal, the ``db_file_generation`` token and ``application_id``.
 * Configured pragmas of the ``database:`` section (§8.3), validated, best-effort.
-* The writability preflight of a writable open (§8.1 step 2): owner read/write restored by
-  path inside the home tree, a clear ``chmod`` instruction anywhere else.
+* The writability preflight of a writable open (§8.1 step 2) is :mod:`.writability`'s
+  (re-exported).
 """
 
 from __future__ import annotations
@@ -23,9 +23,7 @@ import logging
 import os
 import re
 import secrets
-import shlex
 import sqlite3
-import stat
 import sys
 import time
 from contextlib import contextmanager
@@ -37,12 +35,17 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import cjk, fts_deferral, fts_shadow, sql, upstream_cjk
-from .errors import StateDbPermissionError
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
 from .sql import opening as open_sql
+from . import writability
 
 log = logging.getLogger("hermes_data.sessions.opening")
+
+#: The writability preflight (§8.1 step 2) lives in :mod:`.writability`; re-exported here.
+PermissionStep, plan_writability = writability.PermissionStep, writability.plan_writability
+preflight_paths, writability_preflight = (writability.preflight_paths,
+                                          writability.writability_preflight)
 
 #: Admission-lock patience for FTS rebuilds (two concurrent rebuilds corrupted databases).
 REBUILD_LOCK_WAIT_S = 120.0
@@ -467,6 +470,8 @@ _SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
 def _database_section(config: Any) -> Mapping[str, Any]:
+    if config is None:
+        return {}
     try:
         cfg = config() if callable(config) else (config or {})
         section = cfg.get("database", {}) if isinstance(cfg, Mapping) else {}
@@ -527,115 +532,6 @@ def apply_pragmas(con: Any, statements: list[str], label: str) -> None:
             con.execute(stmt).fetchall()
         except Exception as exc:  # noqa: BLE001 - config failures never break an open
             log.warning("%s: configured %s failed (%s); skipped", label, stmt, exc)
-
-
-# ---------------------------------------------------------------------------------------
-# Writability preflight (spec §8.1 step 2)
-# ---------------------------------------------------------------------------------------
-
-#: Owner bits a writable open needs: rw on the database and its sidecars, rwx on the directory.
-_FILE_BITS = stat.S_IRUSR | stat.S_IWUSR
-_DIR_BITS = stat.S_IRWXU
-
-
-@dataclass(frozen=True)
-class PermissionStep:
-    """One path of the preflight that lacks owner bits, and what to do about it."""
-
-    path: Path
-    mode: int  # current permission bits (S_IMODE)
-    is_dir: bool
-    repair: bool  # True: chmod by path; False: refuse with ``command``
-
-    @property
-    def wanted(self) -> int:
-        return self.mode | (_DIR_BITS if self.is_dir else _FILE_BITS)
-
-    @property
-    def command(self) -> str:
-        return f"chmod {'u+rwx' if self.is_dir else 'u+rw'} {shlex.quote(str(self.path))}"
-
-
-def preflight_paths(db_path: Path) -> list[Path]:
-    """The directory, then ``state.db``, ``-wal`` and ``-shm`` (in that order)."""
-    return [db_path.parent, db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
-
-
-def _inside(path: Path, home: Path) -> bool:
-    try:
-        return path.resolve().is_relative_to(home.resolve())
-    except (OSError, RuntimeError):  # unresolvable (symlink loop, vanished): not provably inside
-        return False
-
-
-def plan_writability(stats: Mapping[Path, os.stat_result | None], home: Path) -> list[PermissionStep]:
-    """Decide the preflight from ``stat`` results (no I/O beyond resolving paths).
-
-    ``stats`` maps each path of :func:`preflight_paths` to its ``os.stat`` result, ``None``
-    when it does not exist (skipped). A path lacking owner read/write (directory: rwx) is
-    repaired when it lies inside ``home`` (the configured Hermes home tree) and refused
-    anywhere else. Permission *bits* decide, not ``access(2)``: root bypasses them for I/O
-    but the next non-root process does not.
-    """
-    steps = []
-    for path, st in stats.items():
-        if st is None:
-            continue
-        is_dir = stat.S_ISDIR(st.st_mode)
-        need = _DIR_BITS if is_dir else _FILE_BITS
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & need == need:
-            continue
-        steps.append(PermissionStep(path, mode, is_dir, repair=_inside(path, home)))
-    return steps
-
-
-def _refusal(step: PermissionStep, why: str) -> StateDbPermissionError:
-    what = "directory" if step.is_dir else "file"
-    return StateDbPermissionError(
-        str(step.path), step.command,
-        f"{step.path}: the {what} is mode {step.mode:o}, lacking owner "
-        f"{'read/write/execute' if step.is_dir else 'read/write'} ({why}); the session store "
-        f"cannot open it for writing. Run: {step.command}")
-
-
-def writability_preflight(db_path: Path, home: Path) -> list[str]:
-    """Check and repair owner permissions before connecting (§8.1 step 2); returns repairs.
-
-    Repairs run ``chmod`` **by path** (never open + ``fchmod`` + close: closing a descriptor
-    drops this process's POSIX locks, seed 003) and only add the missing owner bits. Nothing
-    is ever deleted or truncated: a ``-wal`` holds committed transactions. Raises
-    :class:`StateDbPermissionError` — naming the file and the exact ``chmod`` command — for a
-    path outside ``home`` (never changed) or a ``chmod`` that fails.
-    """
-    done: list[str] = []
-    paths = preflight_paths(db_path)
-    # The directory first: its repair is what makes the files reachable for a non-root user.
-    for group in (paths[:1], paths[1:]):
-        stats: dict[Path, os.stat_result | None] = {}
-        for path in group:
-            try:
-                stats[path] = os.stat(path)
-            except FileNotFoundError:
-                stats[path] = None
-        steps = plan_writability(stats, home)
-        refused = [s for s in steps if not s.repair]
-        if refused:
-            err = _refusal(refused[0], f"outside the Hermes home {home}, so it is not repaired "
-                                       "automatically")
-            if len(refused) > 1:
-                err.args = (err.args[0] + "; also run: "
-                            + "; ".join(s.command for s in refused[1:]),)
-            raise err
-        for step in steps:
-            try:
-                os.chmod(step.path, step.wanted)
-            except OSError as exc:
-                raise _refusal(step, f"chmod failed: {exc.strerror or exc}") from exc
-            msg = f"{step.path}: mode {step.mode:o} lacked owner access; repaired ({step.command})"
-            log.warning("%s", msg)
-            done.append(msg)
-    return done
 
 
 def probe_fts_tables(con: sqlite3.Connection) -> dict[str, bool]:

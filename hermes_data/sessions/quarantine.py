@@ -69,6 +69,12 @@ def is_zeroed_state_db(path: str | os.PathLike[str], *, probe_bytes: int = 100,
                 data = _read_head(p, n)
     except (LiveConnectionError, OSError):
         return False
+    return zeroed_head(data)
+
+
+def zeroed_head(data: bytes) -> bool:
+    """The zero probe's verdict on a non-empty regular file's first bytes: all NUL (an
+    ``SQLite format 3`` header, or any other byte, is not zeroed)."""
     if data.startswith(_MAGIC):
         return False
     return bool(data) and data.count(0) == len(data)
@@ -171,16 +177,19 @@ def move_orphan_sidecars(path: str | os.PathLike[str]) -> list[Path]:
     return moved
 
 
-def _needs_startup_lock(p: Path) -> bool:
-    return not os.path.lexists(p) or is_zeroed_state_db(p)
+def _needs_startup_lock(p: Path, zeroed: Callable[[Path], bool] = is_zeroed_state_db) -> bool:
+    return not os.path.lexists(p) or zeroed(p)
 
 
-def writable_open(path: Path, open_once: Callable[[], None], repairs: list[str]) -> None:
+def writable_open(path: Path, open_once: Callable[[], None], repairs: list[str], *,
+                  zeroed: Callable[[Path], bool] | None = None) -> None:
     """A writable open's start (amends core §8.1 steps 1–3): an absent or zeroed file holds
     the quarantine lock through ``open_once`` (its exclusive create and first schema
     commit); orphan sidecars move first; a zeroed file is quarantined, or
-    :class:`StateDbZeroedError` when it could not be and is still zeroed."""
-    if not _needs_startup_lock(path):
+    :class:`StateDbZeroedError` when it could not be and is still zeroed. ``zeroed``: the
+    first probe (default :func:`is_zeroed_state_db`; a handle passes one giving the same
+    answers through its header lease); inside the lock the default one decides."""
+    if not _needs_startup_lock(path, zeroed or is_zeroed_state_db):
         open_once()
         return
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,10 +28,9 @@ import logging
 import os
 import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import psutil
 
@@ -65,6 +64,8 @@ def scan_holders(db_path: Path | None) -> list[Holder]:
 def enabled(config: Any) -> bool:
     """``sessions.reap_orphan_desktop_backends`` of a store config (mapping or callable);
     missing or unreadable ⇒ the default (true); only a real ``False``/"false"/0 turns it off."""
+    if config is None:
+        return DEFAULT_ENABLED
     try:
         cfg = config() if callable(config) else (config or {})
         section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
@@ -81,15 +82,21 @@ _open_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "hermes_data_reap_on_open", default=DEFAULT_ENABLED)
 
 
-@contextmanager
-def open_setting(config: Any) -> Iterator[None]:
+class open_setting:  # noqa: N801 - a context manager used like a function
     """The store constructor's scope: the open's stale escalation reads the setting here
-    (the backend never sees the store's config)."""
-    token = _open_enabled.set(enabled(config))
-    try:
-        yield
-    finally:
-        _open_enabled.reset(token)
+    (the backend never sees the store's config). A class, not a generator: every store open
+    enters it."""
+
+    __slots__ = ("_enabled", "_token")
+
+    def __init__(self, config: Any) -> None:
+        self._enabled = enabled(config)
+
+    def __enter__(self) -> None:
+        self._token = _open_enabled.set(self._enabled)
+
+    def __exit__(self, *exc_info: object) -> None:
+        _open_enabled.reset(self._token)
 
 
 def enabled_for_open() -> bool:

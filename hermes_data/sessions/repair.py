@@ -672,9 +672,9 @@ def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosi
 
 def open_hook(backend: Any, open_once: Callable[[], None]) -> Callable[[], None]:
     """``backend``'s open attempt wrapped with §3.3–§3.4 (``path``, ``read_only``,
-    ``open_repairs`` and ``_dispose`` are read from it): read-only ⇒ the zeroed refusal;
-    writable ⇒ the startup quarantine lock, orphan sidecars, zeroed quarantine, and the
-    malformed-schema repair with one retry."""
+    ``open_repairs``, ``_dispose`` and an optional ``zero_probe`` are read from it):
+    read-only ⇒ the zeroed refusal; writable ⇒ the startup quarantine lock, orphan sidecars,
+    zeroed quarantine, and the malformed-schema repair with one retry."""
     path: Path = backend.path
     if backend.read_only:
         def read_only_open() -> None:
@@ -682,9 +682,9 @@ def open_hook(backend: Any, open_once: Callable[[], None]) -> Callable[[], None]
             open_once()
         return read_only_open
 
-    repairs: list[str] = backend.open_repairs
+    repairs, zeroed = backend.open_repairs, getattr(backend, "zero_probe", None)
 
     def writable() -> None:
         writable_open(path, lambda: open_with_schema_repair(path, open_once, backend._dispose,
-                                                            repairs), repairs)
+                                                            repairs), repairs, zeroed=zeroed)
     return writable

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import threading
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
@@ -158,10 +157,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             _record_init_error(where, exc)
             raise
         self._q = self._backend.sql
-        self._tokens = TokenWriter(partial(self._apply_tokens, self.owner_profile()), where)
+        self._tokens = TokenWriter(self._apply_tokens, where)  # owner: derived at first use
         ownership.track(self)  # the fork rule and registry ownership (§3.2)
 
-    def _apply_tokens(self, owner: str | None, session_id: str, delta: Any) -> None:
+    def _apply_tokens(self, session_id: str, delta: Any) -> None:
+        owner = self.owner_profile()
         self._backend.write(lambda c: accounting.apply_token_delta(c, self._q, session_id,
                                                                    delta, owner))
 

@@ -189,6 +189,10 @@ class TokenWriter:
         writer still alive after the join leaves its deltas (WARNING with their count)."""
         with self._cond:
             self._stop = True
+            if self._thread is None and not self._queue and not self._busy \
+                    and self._atexit is None:  # never used (a settled open + close): done
+                self._closed = True
+                return
             self._cond.notify_all()
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():

@@ -30,16 +30,15 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, URL
 
 from ... import migrate
-from ...config import hermes_home
 from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
-from ...errors import ConfigurationError, StoreLinkError
+from ...errors import ConfigurationError
 from ...files import FileHeader, make_owner_only
 from .. import filesafety, guards, opening, repair, upstream_cjk
 from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
 from ..migration import BUSY_TIMEOUT_MS, missing_core
 from ..sql import backend as q, for_dialect
-from . import sqlite_open, sqlite_reads
+from . import open_file, sqlite_open, sqlite_reads
 from .sqlite_reads import is_busy
 from .locks import FileLock, Patience
 from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
@@ -69,6 +68,8 @@ class SqliteBackend(SessionBackend):
     _before_begin: Callable[[], None] | None = None
     #: The handle's one reopen after a ``close()`` race has been used (§8.5).
     _race_reopened = False
+    zero_probe = open_file.zero_probe  # the writable open's zero probe, by its header lease
+    _owner_only = False  # set by open_file.prepare_file
 
     def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
                  pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
@@ -123,28 +124,15 @@ class SqliteBackend(SessionBackend):
                               "retry")
 
     def _open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Writability preflight (§8.1 step 2), ahead of the first creation so that a repaired
-        # directory can take the new file: owner bits by path inside the home tree, else refuse.
-        self.open_repairs.extend(opening.writability_preflight(self.path, hermes_home()))
-        if self.path.is_symlink() and not self.path.exists():
-            raise StoreLinkError(f"{self.path}: a dangling symbolic link (to "
-                                 f"{os.readlink(self.path)}); refused, nothing was created")
-        existing = self.path.exists()
-        if not existing:
-            try:  # first creation: owner-only, before any connection (no locks can exist)
-                os.close(os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-            except FileExistsError:
-                existing = True
-        if self._header is None:  # before any connection (see _connect_writer)
-            self._header = FileHeader(self.path)
+        # §8.1 steps 1–2: directory, writability preflight, owner-only creation, header lease.
+        existing = open_file.prepare_file(self)
         self._refuse_deleted_sidecars("open")
         # Identity rule (README "What is refused, and how") on the writer's connection, ahead
         # of the policy: a foreign file stays byte-identical. A file this process found settled
         # with the same schema cookie and application_id skips it (sqlite_open's stamps).
         spec = migrate.store_spec("sessions")
-        ident = sqlite_open.Identification(spec, self.path, sqlite_open.file_key(self._header))
-        existing = existing and self.path.stat().st_size > 0
+        ident = sqlite_open.Identification(spec, self.path, self._header)
+        existing = existing and os.stat(self.path).st_size > 0
         if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
             self.open_repairs.extend(migrate.upgrade(  # the open's patience retries busy
                 "sessions", self.url, settings=self._settings, patience_s=0).repairs)
@@ -155,7 +143,8 @@ class SqliteBackend(SessionBackend):
             raise
         assert self._raw is not None
         stamp, key = ident.stamp, ident.key
-        plan = None if stamp is None else sqlite_open.settled_plan(self._raw, stamp, spec.head)
+        plan = None if stamp is None else sqlite_open.settled_plan(self._raw, stamp, spec.head,
+                                                                   ident.header)
         behind = False
         if plan is None:
             with self.reading_on_writer() as conn:  # one read transaction on a settled file
@@ -171,10 +160,12 @@ class SqliteBackend(SessionBackend):
             self.open_repairs.extend(report.repairs)
         self._open_checks(plan)
         wal = self._journal.mode == "wal"
-        self._identity = guards.FileIdentity.record(self.path, wal=wal)
-        self._harden_permissions()
+        real = None if self._header is None else self._header.key  # resolved once per open
+        self._identity = guards.FileIdentity.record(self.path, wal=wal, real=real)
+        if not self._owner_only:  # open_file.prepare_file saw every path 0600 already
+            self._harden_permissions()
         if wal:
-            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas))
+            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas), key=real)
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
@@ -393,7 +384,7 @@ class SqliteBackend(SessionBackend):
         if self._header is None:
             self._header = FileHeader(self.path)
         state = JournalState()
-        con = sqlite_open.connect(self.path, self._settings)
+        con = sqlite_open.connect(self.path, self._settings, self._header)
         try:
             if identify is not None:
                 identify(con)

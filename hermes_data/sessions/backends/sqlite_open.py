@@ -15,12 +15,14 @@ schema_version``), ``application_id`` (random per store, minted with the generat
 the generation token and revision, the whole catalogue as text (``PRAGMA writable_schema``
 edits change it without bumping the cookie), and the answers derived from it (FTS layout,
 which FTS tables this build can load). A later open of the same file compares the cookie and
-``application_id`` — two header reads, before the connection policy — and, when they match,
-skips the identity rule's and the other catalogue reads: one read transaction re-reads the
-cookie, ``application_id`` and catalogue text and
-(:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`) the data the gates depend on
-(revision, generation token, ``fts_storage_version``, ``fts_stale``, NULL ``active``, the
-CJK-bigram index's stale flag); the display triggers' stored SQL is part of the catalogue text.
+``application_id`` — two header reads before the connection policy (a rollback-journal file's
+own header bytes, read through the open's lease, when they match) — and, when they match,
+skips the identity rule's and the other catalogue reads: one read transaction re-reads, in one
+statement (:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), the catalogue text and
+the data the gates depend on (revision, generation token, ``fts_storage_version``,
+``fts_stale``, NULL ``active``, the CJK-bigram index's stale flag), then the cookie and
+``application_id`` (in rollback-journal mode the header bytes under the transaction's read
+lock); the display triggers' stored SQL is part of the catalogue text.
 Anything that differs — a schema change, another file at the path, a stale index, a row to
 heal, forced FTS capabilities — falls back to the full reads (and they write only what they
 prove is needed, §8.4).
@@ -45,6 +47,7 @@ from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
+from .open_file import rollback_header_stamp
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -82,11 +85,14 @@ def forget_stamps() -> None:
         _stamps.clear()
 
 
-def connect(path: Path, settings: SqliteSettings) -> sqlite3.Connection:
+def connect(path: Path, settings: SqliteSettings, header: FileHeader | None = None
+            ) -> sqlite3.Connection:
     """A plain connection to ``path``: the busy timeout as the driver's timeout, driver
-    transactions off, usable from any thread (the handle serializes it)."""
+    transactions off, usable from any thread (the handle serializes it); counted under the
+    header lease's resolved path when one is given."""
     return tracked_connect(str(path), timeout=settings.busy_timeout_ms / 1000,
-                           check_same_thread=False, isolation_level=None)
+                           check_same_thread=False, isolation_level=None,
+                           resolved=None if header is None else header.key)
 
 
 def configure(con: sqlite3.Connection, path: Path, settings: SqliteSettings,
@@ -95,7 +101,9 @@ def configure(con: sqlite3.Connection, path: Path, settings: SqliteSettings,
     policy (busy timeout first, journal mode read-then-switch, synchronous, journal size
     limit), the configured pragmas (§8.3), then foreign keys."""
     sqlite_dialect_kit()[1](con)
-    configure_sqlite_connection(con, str(path), settings, state)
+    # connect()'s driver timeout is the busy timeout (pysqlite sets int(timeout * 1000) ms)
+    preset = int(settings.busy_timeout_ms / 1000 * 1000) == int(settings.busy_timeout_ms)
+    configure_sqlite_connection(con, str(path), settings, state, busy_timeout_set=preset)
     opening.apply_pragmas(con, pragmas, str(path))
     con.execute(q.FOREIGN_KEYS_ON)
 
@@ -135,15 +143,20 @@ def file_key(header: FileHeader | None) -> tuple[int, int] | None:
     return None if header is None else header.ident
 
 
-def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None) -> SettledStamp | None:
+def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
+                   header: FileHeader | None = None) -> SettledStamp | None:
     """The stamp of the file at ``key`` when ``con`` reads the same schema cookie and
-    ``application_id`` (two header reads: no schema parse, nothing written); else None."""
+    ``application_id`` (two header reads: no schema parse, nothing written); else None. A
+    rollback-journal file's own header bytes (``header``, the open's lease) answer when they
+    match, without the two statements (:func:`.open_file.rollback_header_stamp`)."""
     if key is None:
         return None
     with _stamps_lock:
         stamp = _stamps.get(key)
     if stamp is None or stamp.caps != open_settings():
         return None
+    if rollback_header_stamp(header) == (stamp.cookie, stamp.app_id):
+        return stamp
     cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
     app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
     return stamp if (cookie, app_id) == (stamp.cookie, stamp.app_id) else None
@@ -154,12 +167,13 @@ class Identification:
     "What is refused, and how"): skipped when the file matches this process's settled stamp
     (:attr:`stamp`), whose file it then is."""
 
-    def __init__(self, spec: Any, path: Path, key: tuple[int, int] | None) -> None:
-        self.spec, self.path, self.key = spec, path, key
+    def __init__(self, spec: Any, path: Path, header: FileHeader | None) -> None:
+        self.spec, self.path, self.header = spec, path, header
+        self.key = file_key(header)
         self.stamp: SettledStamp | None = None
 
     def __call__(self, con: sqlite3.Connection) -> None:
-        self.stamp = matching_stamp(con, self.key)
+        self.stamp = matching_stamp(con, self.key, self.header)
         if self.stamp is None:
             migrate.identify_file(self.spec, self.path, con)
 
@@ -174,16 +188,23 @@ class Identification:
             raise err from exc
 
 
-def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None) -> Plan | None:
-    """The plan of a file ``stamp`` describes, from one read transaction (the cookie,
-    ``application_id`` and :data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), when every
-    gate reads as settled; None (the caller makes the full reads) otherwise."""
+def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None,
+                 header: FileHeader | None = None) -> Plan | None:
+    """The plan of a file ``stamp`` describes, from one read transaction (the catalogue text
+    and :data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE` in one statement, then the
+    cookie and ``application_id``), when every gate reads as settled; None (the caller makes
+    the full reads) otherwise. In rollback-journal mode the transaction's read lock keeps
+    every writer out of the file, so the header bytes (``header``, the open's lease) are the
+    snapshot's page 1: they answer the cookie and ``application_id`` without two
+    statements."""
     con.execute(q.BEGIN)
     try:
-        cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
-        app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
-        schema = con.execute(open_sql.SCHEMA_TEXT).fetchone()[0]
-        row = con.execute(open_sql.SETTLED_PROBE).fetchone()
+        schema, *row = con.execute(open_sql.SETTLED_PROBE).fetchone()  # takes the read lock
+        facts = rollback_header_stamp(header)
+        if facts is None:  # WAL (page 1 may be newer in the WAL), or no lease
+            facts = (con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0],
+                     con.execute(q.APPLICATION_ID).fetchone()[0])
+        cookie, app_id = facts
     except BaseException as exc:
         if con.in_transaction:
             con.execute(q.ROLLBACK)

@@ -158,12 +158,13 @@ SCHEMA_COOKIE = "PRAGMA schema_version"
 SCHEMA_TEXT = ("SELECT group_concat(type || ' ' || name || ' ' || tbl_name || ' ' || "
                "coalesce(sql, ''), char(10)) FROM sqlite_master")
 #: Everything else a settled open re-reads from a file whose schema it already verified, in one
-#: statement, inside the read transaction that read the cookie and ``application_id`` (one
-#: snapshot): the revision and the number of version rows, the generation token,
-#: ``fts_storage_version``, whether ``fts_stale`` is set and whether a NULL ``active`` needs
-#: healing.
+#: statement, inside the read transaction that reads the cookie and ``application_id`` (one
+#: snapshot): the catalogue text (:data:`SCHEMA_TEXT`), the revision and the number of version
+#: rows, the generation token, ``fts_storage_version``, whether ``fts_stale`` is set, whether a
+#: NULL ``active`` needs healing and whether the CJK-bigram index is stale.
 SETTLED_PROBE = (
-    "SELECT (SELECT max(version_num) FROM alembic_version), "
+    f"SELECT ({SCHEMA_TEXT}), "
+    "(SELECT max(version_num) FROM alembic_version), "
     "(SELECT count(*) FROM alembic_version), "
     "(SELECT value FROM state_meta WHERE key = 'db_file_generation'), "
     "(SELECT value FROM state_meta WHERE key = 'fts_storage_version'), "
