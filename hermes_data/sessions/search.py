@@ -105,13 +105,16 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
-from . import cjk, fts_gap, opening
+from . import cjk, fts_gap
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
-                          LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
+                          LikeTerm, SearchCapabilities, SearchPlan, SearchResult, bare_token,
+                          check_fields,
                           cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
-                          literal_text, literal_word_phrase, name_list, plan_search,
+                          literal_text, literal_word_phrase, name_list, operands, plan_search,
                           query_tokens, sanitize_fts_query, trigram_match, word_invisible)
+from .search_caps import (DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, forget_capabilities,
+                          read_capabilities)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -119,7 +122,7 @@ __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
     "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
-    "cjk_count", "fetch_context", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
+    "cjk_count", "fetch_context", "forget_capabilities", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
     "plan_search", "query_tokens", "read_capabilities", "sanitize_fts_query", "search_messages",
     "trigram_match", "word_invisible",
 ]
@@ -128,32 +131,6 @@ log = logging.getLogger("hermes_data.sessions.search")
 
 #: Bytes of a multimodal (JSON) neighbour read to recover its text parts.
 _CONTEXT_JSON_PREFIX = 65536
-
-# -------------------------------------------------------------------------------------
-# Reading the database's search state
-# -------------------------------------------------------------------------------------
-
-
-def read_capabilities(conn: Connection) -> SearchCapabilities:
-    """Which indexes can answer now: FTS5 module, tables present, ``fts_stale`` (PK read).
-
-    PostgreSQL: the two GIN indexes of the head (server-maintained, never stale); a
-    capability override of :func:`opening.force_capabilities` applies to both backends."""
-    if conn.dialect.name == "postgresql":
-        forced = opening.forced_capabilities()
-        names = {r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES)}
-        fts = "messages_fts_document" in names and (forced is None or forced.fts5)
-        tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
-        return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
-                                  folded=fts and "messages_fts_folded" in names,
-                                  bigram="messages_cjk_grams" in names)
-    caps = opening.capabilities(conn)
-    names = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
-    stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
-    fts5 = caps.fts5 and "messages_fts" in names
-    return SearchCapabilities(fts5=fts5, trigram=fts5 and caps.trigram
-                              and "messages_fts_trigram" in names, stale=stale)
-
 
 # -------------------------------------------------------------------------------------
 # Execution
@@ -272,18 +249,20 @@ def search_messages(conn: Connection, query: str | None, *,
 
 
 def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
-                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]]
-                ) -> list[SearchResult]:
+                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]],
+                narrowed: bool = False) -> list[SearchResult]:
     """The standard route's ``hits`` for ``match``, or — when it found nothing and the plan
     has a trigram ``fallback`` — ``retry(fallback)`` on the trigram index. On a later page,
-    ``probe(match)`` (the standard route's first hit) tells an empty page from an empty
-    result. Both backends: the tokenizer puts no boundary between Latin and adjacent CJK
+    or when an earlier tier's rows were excluded (``narrowed``), ``probe(match)`` (the
+    standard route's first hit, no row excluded) tells an empty page from an empty result:
+    the fallback answers a word query that matches nothing, whichever tier returned its
+    matches. Both backends: the tokenizer puts no boundary between Latin and adjacent CJK
     (``修改youer服务端``), and a word may sit inside a longer one; the trigram index finds
     them as substrings."""
     if hits or fallback is None:
         return hits
-    if offset and probe(match):
-        return hits  # an empty later page, not an empty result
+    if (offset or narrowed) and probe(match):
+        return hits  # an empty later page (or every match already returned), not no result
     return retry(fallback)
 
 
@@ -360,8 +339,10 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
         return _or_trigram(
             _fts_safe(conn, table, match, filters, n, o, sort) if first is None else first,
             match, plan.trigram_fallback, o,
-            probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
-            retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort))
+            probe=lambda m: _fts_safe(conn, table, m, replace(filters, exclude_ids=()), 1, 0,
+                                      sort),
+            retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort),
+            narrowed=bool(filters.exclude_ids))
 
     fallback = plan.trigram_fallback  # rows of a pending backfill window: storage §3.6
     return fts_gap.supplement(conn, page(limit, offset, hits), like_groups(match), filters.sql,
@@ -447,6 +428,18 @@ def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
 #: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
 #: this-many matches, so a common word never ranks every matching row.
 PG_RANK_CANDIDATES = 1000
+#: The literal tier takes its candidates from the symbol-gram index (s08) when its rarest
+#: gram is in at most this many rows (:func:`symbol_gram_rows`): ~7 µs a candidate. Above,
+#: a literal of symbols only (``...``, ``((``) is itself common — a newest-first scan stops
+#: at the page sooner — and a literal with words keeps ``pg_trgm`` and the word index
+#: (``flags.``: 2,600 trigram candidates against 30,000 gram ones; a common ``it's`` stops
+#: early).
+PG_GRAM_CANDIDATES = 1000
+PG_GRAM_CANDIDATES_WORDS = 3000
+#: A word-tier page reads its candidates from the GIN index and sorts them (instead of
+#: walking the ids backwards) when the statistics bound its matches by this many rows.
+PG_BITMAP_ROWS = 5000
+_PG_WORD_RE = re.compile(r"[^\W_]+")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
 #: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
@@ -504,22 +497,41 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
             conn, match_text, f, n, o, sort, folded=True)) or [])
     literal: _Tier | None = None if lit_text is None else (
         lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
-            conn, lit_text, f, n, o, sort)) or [])
+            conn, lit_text, f, n, o, sort, plan.symbols)) or [])
     return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
                     offset, sort)
 
 
 def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
-                sort: str | None) -> list[SearchResult]:
+                sort: str | None, symbols: bool = False) -> list[SearchResult]:
     """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
-    literal's words on the stored document (:func:`literal_word_phrase`)."""
+    literal's words on the stored document (:func:`literal_word_phrase`) and — ``symbols``,
+    when the literal has a character that is no letter, digit or space — by its symbol
+    grams (``messages_symbol_grams``, s08: the characters ``pg_trgm`` cannot see)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
-    phrase = literal_word_phrase(literal)
+    grams = scan = False
+    if symbols and has_symbol(literal):
+        params["sg"] = literal
+        words = any(ch.isalnum() for ch in literal)
+        upper = element_rows(conn, SYMBOL_GRAMS, list(conn.execute(
+            sa.text(q.PG_LITERAL_SYMBOL_GRAMS), {"sg": literal}).scalar() or ()))
+        grams = upper is not None and upper <= (PG_GRAM_CANDIDATES_WORDS if words
+                                                else PG_GRAM_CANDIDATES)
+        scan = upper is not None and not grams and not words
+    phrase = None if grams else literal_word_phrase(literal)
     tsq = pg_tsquery(phrase, params, "w") if phrase else None
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq)), params).fetchall()
+    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams,
+                                                  scan=scan)), params).fetchall()
     return [_result(r, r[8], "literal") for r in rows]
+
+
+def has_symbol(literal: str) -> bool:
+    """True when ``literal`` holds a character that is neither a letter, a digit nor
+    whitespace: the symbol-gram index (s08) narrows the literal tier's candidates. (A hint
+    only: the grams are computed by the server on both sides.)"""
+    return any(not (ch.isalnum() or ch.isspace()) for ch in literal)
 
 
 def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
@@ -531,9 +543,11 @@ def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
     return _or_trigram(
         hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort)),
+        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(
+            conn, m, replace(filters, exclude_ids=()), 1, 0, sort)),
         retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, m, filters, limit, offset, sort)) or [])
+            conn, m, filters, limit, offset, sort)) or [],
+        narrowed=bool(filters.exclude_ids))
 
 
 def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
@@ -549,10 +563,38 @@ def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset:
     # The parser reads the headline text as it read the document: each ASCII punctuation run
     # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
     params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
-    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq) if match_q
-            else q.pg_fts_page(tsq, where, sort))
+    bitmap = folded or _pg_few_matches(conn, match)
+    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq, bitmap=bitmap)
+            if match_q else q.pg_fts_page(tsq, where, sort, bitmap=bitmap))
     rows = conn.execute(sa.text(page), params).fetchall()
     return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
+
+
+def _pg_few_matches(conn: Connection, match: str) -> bool:
+    """True when the document statistics bound the rows ``match`` can match by
+    :data:`PG_BITMAP_ROWS`: per OR-group, the rarest word of its positive terms (a prefix
+    term's last word bounds nothing); summed over the groups."""
+    groups: list[list[str]] = [[]]
+    bounded = [False]
+    for tok, negate in operands(query_tokens(match)):
+        if tok is None:
+            groups.append([])
+            bounded.append(False)
+            continue
+        if negate:
+            continue
+        words = _PG_WORD_RE.findall(bare_token(tok).lower())
+        bounded[-1] = True
+        groups[-1] += words[:-1] if tok.endswith("*") else words
+    total = 0.0
+    for words, positive in zip(groups, bounded):
+        if not positive:
+            continue
+        rows = element_rows(conn, DOCUMENT_WORDS, words)
+        if rows is None:
+            return False
+        total += rows
+    return total <= PG_BITMAP_ROWS
 
 
 def _pg_join_marks(snippet: Any) -> Any:
