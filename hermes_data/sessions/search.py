@@ -47,7 +47,10 @@ text, not split or reinterpreted.
 
 The first two (and the result types) live in :mod:`hermes_data.sessions.search_plan`, pure
 and free of SQLAlchemy; every SQL text is in :mod:`hermes_data.sessions.sql.search`. This
-module executes, and re-exports the public names of both, so imports from
+module executes SQLite plans and dispatches (PostgreSQL:
+:mod:`~hermes_data.sessions.search_pg`; shared tiers and LIKE routes:
+:mod:`~hermes_data.sessions.search_exec`; which indexes exist:
+:mod:`~hermes_data.sessions.search_caps`), and re-exports the public names, so imports from
 ``hermes_data.sessions.search`` keep working.
 
 **PostgreSQL** (same contract, same result rows; :func:`search_messages` dispatches on the
@@ -98,23 +101,24 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from dataclasses import replace
+from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
 from . import cjk, fts_gap
+from .search_caps import forget_capabilities, read_capabilities
+from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
+                          _Tier, _tier_list)
+from .search_pg import PG_HEADLINE_CHARS, PG_RANK_CANDIDATES, _pg_search
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
-                          LikeTerm, SearchCapabilities, SearchPlan, SearchResult, bare_token,
-                          check_fields,
+                          LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
                           cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
-                          literal_text, literal_word_phrase, name_list, operands, plan_search,
-                          query_tokens, sanitize_fts_query, trigram_match, word_invisible)
-from .search_caps import (DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, forget_capabilities,
-                          read_capabilities)
+                          literal_text, name_list, plan_search, query_tokens,
+                          sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -122,7 +126,8 @@ __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
     "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
-    "cjk_count", "fetch_context", "forget_capabilities", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
+    "cjk_count", "fetch_context", "forget_capabilities", "has_cjk", "literal_groups",
+    "literal_text", "pg_tsquery",
     "plan_search", "query_tokens", "read_capabilities", "sanitize_fts_query", "search_messages",
     "trigram_match", "word_invisible",
 ]
@@ -131,75 +136,6 @@ log = logging.getLogger("hermes_data.sessions.search")
 
 #: Bytes of a multimodal (JSON) neighbour read to recover its text parts.
 _CONTEXT_JSON_PREFIX = 65536
-
-# -------------------------------------------------------------------------------------
-# Execution
-# -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Filters:
-    sources: list[str]
-    excluded: list[str]
-    roles: list[str]
-    include_inactive: bool
-    #: Ids an earlier tier of the same search returned (never returned twice).
-    exclude_ids: tuple[int, ...] = ()
-
-    def sql(self, params: dict[str, Any]) -> str:
-        return q.filter_where(params, sources=self.sources, excluded=self.excluded,
-                              roles=self.roles, include_inactive=self.include_inactive,
-                              exclude_ids=self.exclude_ids)
-
-
-#: One tier of a search: ``(filters, limit, offset) -> hits``.
-_Tier = Callable[[_Filters, int, int], list[SearchResult]]
-_T = TypeVar("_T")
-
-
-def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
-             sort: str | None) -> list[SearchResult]:
-    """The hits of several tiers as one list (issue 16): each tier is ``(run, always)``.
-
-    Relevance order (``sort`` None/"rank"): tier after tier, each excluding what the earlier
-    ones returned, until ``offset + limit`` hits are there. ``sort`` "newest"/"oldest": the
-    tiers' hits merged by timestamp (a tier with ``always`` false joins only when the earlier
-    ones did not fill the page)."""
-    if len(tiers) == 1:
-        return tiers[0][0](filters, limit, offset)
-    need = offset + limit
-    out: list[SearchResult] = []
-    for run, always in tiers:
-        if len(out) >= need and (sort in (None, "rank") or not always):
-            continue
-        seen = tuple(h.id for h in out if h.id is not None)
-        out += run(replace(filters, exclude_ids=seen), need if sort in ("newest", "oldest")
-                   else need - len(out), 0)
-    if sort in ("newest", "oldest"):
-        out.sort(key=lambda h: (h.timestamp or 0.0, h.id or 0), reverse=sort == "newest")
-    return out[offset:offset + limit]
-
-
-def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
-               literal: _Tier | None, sort: str | None,
-               folded: _Tier | None = None) -> list[tuple[_Tier, bool]]:
-    """Tier order of the standard route: the literal first when the typed text has characters
-    the word index cannot see, then the exact phrase (relevance order only: its hits are word
-    hits too), then the words, then — when the words do not fill the page — the literal as a
-    substring (``ell`` finds ``hello``)."""
-    tiers: list[tuple[_Tier, bool]] = []
-    if literal is not None and plan.literal_first:
-        tiers.append((literal, True))
-    if phrase is not None and sort in (None, "rank") and not plan.literal_first:
-        tiers.append((phrase, True))  # (after a literal tier it would repeat it, looser)
-    if words is not None:
-        tiers.append((words, True))
-    if folded is not None:  # PostgreSQL: rows matched only once diacritics are folded
-        tiers.append((folded, False))
-    if literal is not None and not plan.literal_first:
-        tiers.append((literal, False))
-    return tiers
-
 
 def search_messages(conn: Connection, query: str | None, *,
                     source_filter: str | Iterable[str] | None = None,
@@ -235,7 +171,7 @@ def search_messages(conn: Connection, query: str | None, *,
     if plan.route == "none" or (plan.route == "like" and not plan.groups):
         return []
     if conn.dialect.name == "postgresql":
-        hits = _pg_run_plan(conn, plan, filters, limit, offset, sort)
+        hits = _pg_search(conn, plan, filters, limit, offset, sort)
     else:
         hits = _run_plan(conn, plan, filters, limit, offset, sort)
     if not hits:
@@ -246,24 +182,6 @@ def search_messages(conn: Connection, query: str | None, *,
         blank: dict[str, Any] = {n: None for n in RESULT_FIELDS if n not in names}
         hits = [replace(h, **blank) for h in hits]
     return hits
-
-
-def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
-                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]],
-                narrowed: bool = False) -> list[SearchResult]:
-    """The standard route's ``hits`` for ``match``, or — when it found nothing and the plan
-    has a trigram ``fallback`` — ``retry(fallback)`` on the trigram index. On a later page,
-    or when an earlier tier's rows were excluded (``narrowed``), ``probe(match)`` (the
-    standard route's first hit, no row excluded) tells an empty page from an empty result:
-    the fallback answers a word query that matches nothing, whichever tier returned its
-    matches. Both backends: the tokenizer puts no boundary between Latin and adjacent CJK
-    (``修改youer服务端``), and a word may sit inside a longer one; the trigram index finds
-    them as substrings."""
-    if hits or fallback is None:
-        return hits
-    if (offset or narrowed) and probe(match):
-        return hits  # an empty later page (or every match already returned), not no result
-    return retry(fallback)
 
 
 def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
@@ -385,231 +303,6 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
     route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
     return [_result(r, snippets.get(r[0]), route) for r in rows]
-
-
-def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm]],
-                templates: Sequence[str], page: Callable[[str, str], str], filters: _Filters,
-                limit: int, offset: int) -> list[SearchResult]:
-    """A route matching terms as substrings (LIKE / ILIKE, both backends): terms and filters
-    bound, ``page(matches, where)`` run; its ninth column is the snippet."""
-    if not groups:
-        return []
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    matches = q.pattern_where(groups, templates, params)
-    where = filters.sql(params)
-    rows = conn.execute(sa.text(page(matches, where)), params).fetchall()
-    return [_result(r, r[8], route) for r in rows]
-
-
-def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
-          sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
-    # Short CJK (``plan.bigram``) searches the CJK-bigram index's scope whichever way it is
-    # answered: the index, LIKE when it cannot serve (absent, stale, a group without CJK),
-    # PostgreSQL's ILIKE until the storage revision gives it its own index.
-    scoped = plan.bigram
-    return _substrings(conn, plan.route, plan.groups,
-                       q.ILIKE_COLS if postgresql else q.LIKE_COLS,
-                       lambda matches, where: q.like_page(matches, where, sort,
-                                                          postgresql=postgresql, scoped=scoped),
-                       filters, limit, offset)
-
-
-def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
-    snip = snippet if isinstance(snippet, str) else (None if snippet is None else str(snippet))
-    return SearchResult(id=r[0], session_id=r[1], role=r[2], snippet=snip, timestamp=r[3],
-                        tool_name=r[4], source=r[5], model=r[6], session_started=r[7],
-                        route=route)
-
-
-# -------------------------------------------------------------------------------------
-# PostgreSQL execution
-# -------------------------------------------------------------------------------------
-
-#: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
-#: this-many matches, so a common word never ranks every matching row.
-PG_RANK_CANDIDATES = 1000
-#: The literal tier takes its candidates from the symbol-gram index (s08) when its rarest
-#: gram is in at most this many rows (:func:`symbol_gram_rows`): ~7 µs a candidate. Above,
-#: a literal of symbols only (``...``, ``((``) is itself common — a newest-first scan stops
-#: at the page sooner — and a literal with words keeps ``pg_trgm`` and the word index
-#: (``flags.``: 2,600 trigram candidates against 30,000 gram ones; a common ``it's`` stops
-#: early).
-PG_GRAM_CANDIDATES = 1000
-PG_GRAM_CANDIDATES_WORDS = 3000
-#: A word-tier page reads its candidates from the GIN index and sorts them (instead of
-#: walking the ids backwards) when the statistics bound its matches by this many rows.
-PG_BITMAP_ROWS = 5000
-_PG_WORD_RE = re.compile(r"[^\W_]+")
-#: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
-PG_HEADLINE_CHARS = 8192
-#: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
-#: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
-_PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
-#: Parser boundary fenced around punctuation in the headline text (never a word character).
-_PG_FENCE = "\x01"
-_PG_SPLIT_MARKS_RE = re.compile(
-    re.escape(HIGHLIGHT_END) + r"((?:[^\s\w]|_){1,3})" + re.escape(HIGHLIGHT_START))
-
-
-def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
-
-
-def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
-    """Run one route in a savepoint: a rejected statement leaves the read transaction usable
-    and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
-    raised, never turned into "no results"."""
-    try:
-        with conn.begin_nested():
-            return fn()
-    except sa.exc.DBAPIError as exc:
-        if _pg_busy(exc):
-            raise
-        log.debug("PostgreSQL search route %s failed: %s", what, exc.orig)
-        return None
-
-
-def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
-                 offset: int, sort: str | None) -> list[SearchResult]:
-    if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
-        def grams() -> list[SearchResult] | None:
-            rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
-            return None if rows is None else [_result(r, r[8], "bigram") for r in rows]
-        hits = _pg_attempt(conn, "bigram", grams)
-        if hits is not None:
-            return hits
-    if plan.route in ("like", "cjk_like"):
-        return _pg_attempt(conn, plan.route,
-                           lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
-    if plan.route == "trigram":
-        assert plan.match is not None
-        match = plan.match
-        return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, match, filters, limit, offset, sort)) or []
-    match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
-    words: _Tier | None = None if match_text is None else (
-        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
-    phrase: _Tier | None = None if phrase_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
-            conn, phrase_text, f, n, o, sort)) or [])
-    folded: _Tier | None = None if match_text is None or not plan.folded else (
-        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
-            conn, match_text, f, n, o, sort, folded=True)) or [])
-    literal: _Tier | None = None if lit_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
-            conn, lit_text, f, n, o, sort, plan.symbols)) or [])
-    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
-                    offset, sort)
-
-
-def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
-                sort: str | None, symbols: bool = False) -> list[SearchResult]:
-    """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
-    literal's words on the stored document (:func:`literal_word_phrase`) and — ``symbols``,
-    when the literal has a character that is no letter, digit or space — by its symbol
-    grams (``messages_symbol_grams``, s08: the characters ``pg_trgm`` cannot see)."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
-    grams = scan = False
-    if symbols and has_symbol(literal):
-        params["sg"] = literal
-        words = any(ch.isalnum() for ch in literal)
-        upper = element_rows(conn, SYMBOL_GRAMS, list(conn.execute(
-            sa.text(q.PG_LITERAL_SYMBOL_GRAMS), {"sg": literal}).scalar() or ()))
-        grams = upper is not None and upper <= (PG_GRAM_CANDIDATES_WORDS if words
-                                                else PG_GRAM_CANDIDATES)
-        scan = upper is not None and not grams and not words
-    phrase = None if grams else literal_word_phrase(literal)
-    tsq = pg_tsquery(phrase, params, "w") if phrase else None
-    where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams,
-                                                  scan=scan)), params).fetchall()
-    return [_result(r, r[8], "literal") for r in rows]
-
-
-def has_symbol(literal: str) -> bool:
-    """True when ``literal`` holds a character that is neither a letter, a digit nor
-    whitespace: the symbol-gram index (s08) narrows the literal tier's candidates. (A hint
-    only: the grams are computed by the server on both sides.)"""
-    return any(not (ch.isalnum() or ch.isspace()) for ch in literal)
-
-
-def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
-              offset: int, sort: str | None) -> list[SearchResult]:
-    """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
-    fallback."""
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
-    if hits is None:
-        return []  # rejected (as FTS5's OperationalError): no fallback, no error
-    return _or_trigram(
-        hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(
-            conn, m, replace(filters, exclude_ids=()), 1, 0, sort)),
-        retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, m, filters, limit, offset, sort)) or [],
-        narrowed=bool(filters.exclude_ids))
-
-
-def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-            sort: str | None, folded: bool = False) -> list[SearchResult]:
-    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
-                              "hl": PG_HEADLINE_CHARS}
-    tsq = pg_tsquery(match, params)
-    if tsq is None:
-        return []
-    # Accent folding: the folded query matches the folded document; ``tsq`` ranks.
-    match_q = pg_tsquery(match, params, "f", fold=True) if folded else None
-    where = filters.sql(params)
-    # The parser reads the headline text as it read the document: each ASCII punctuation run
-    # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
-    params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
-    bitmap = folded or _pg_few_matches(conn, match)
-    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq, bitmap=bitmap)
-            if match_q else q.pg_fts_page(tsq, where, sort, bitmap=bitmap))
-    rows = conn.execute(sa.text(page), params).fetchall()
-    return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
-
-
-def _pg_few_matches(conn: Connection, match: str) -> bool:
-    """True when the document statistics bound the rows ``match`` can match by
-    :data:`PG_BITMAP_ROWS`: per OR-group, the rarest word of its positive terms (a prefix
-    term's last word bounds nothing); summed over the groups."""
-    groups: list[list[str]] = [[]]
-    bounded = [False]
-    for tok, negate in operands(query_tokens(match)):
-        if tok is None:
-            groups.append([])
-            bounded.append(False)
-            continue
-        if negate:
-            continue
-        words = _PG_WORD_RE.findall(bare_token(tok).lower())
-        bounded[-1] = True
-        groups[-1] += words[:-1] if tok.endswith("*") else words
-    total = 0.0
-    for words, positive in zip(groups, bounded):
-        if not positive:
-            continue
-        rows = element_rows(conn, DOCUMENT_WORDS, words)
-        if rows is None:
-            return False
-        total += rows
-    return total <= PG_BITMAP_ROWS
-
-
-def _pg_join_marks(snippet: Any) -> Any:
-    """``>>>read<<<_>>>file<<<`` ⇒ ``>>>read_file<<<``: ts_headline marks each lexeme of a
-    phrase the parser split at punctuation; FTS5's snippet marks the phrase as one span."""
-    if not isinstance(snippet, str):
-        return snippet
-    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet.replace(_PG_FENCE, ""))
-
-
-def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-                sort: str | None) -> list[SearchResult]:
-    return _substrings(conn, "trigram", like_groups(match), q.PG_TRIGRAM_COLS,
-                       lambda matches, where: q.pg_trigram_page(matches, where, sort),
-                       filters, limit, offset)
 
 
 # -------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from hermes_data import migrate
-from hermes_data.sessions import search
+from hermes_data.sessions import search_pg
+from hermes_data.sessions.search_exec import _Filters
 from hermes_data.sessions.search_caps import forget_capabilities, read_capabilities
 from hermes_data.sessions.store import SessionStore
 
@@ -112,15 +113,15 @@ def test_every_way_of_the_literal_tier_pages_like_ilike(corpus, monkeypatch, dat
     text = data.draw(st.sampled_from(rows))
     start = data.draw(st.integers(0, len(text) - 1))
     literal = text[start:data.draw(st.integers(start + 1, len(text)))].strip()
-    assume(literal and search.has_symbol(literal))
+    assume(literal and search_pg.has_symbol(literal))
     if way == "scan":
         assume(not any(ch.isalnum() for ch in literal))
     high, low = 10 ** 12, -1.0
-    monkeypatch.setattr(search, "PG_GRAM_CANDIDATES", high if way == "grams" else low)
-    monkeypatch.setattr(search, "PG_GRAM_CANDIDATES_WORDS", high if way == "grams" else low)
+    monkeypatch.setattr(search_pg, "PG_GRAM_CANDIDATES", high if way == "grams" else low)
+    monkeypatch.setattr(search_pg, "PG_GRAM_CANDIDATES_WORDS", high if way == "grams" else low)
     with store.engine.connect() as conn:
-        hits = search._pg_literal(conn, literal, search._Filters([], [], [], False), limit,
-                                  offset, None, symbols=True)
+        hits = search_pg._pg_literal(conn, literal, _Filters([], [], [], False), limit, offset,
+                                     None, symbols=True)
     assert [h.id for h in hits] == _reference(store, literal, limit, offset), (literal, way)
 
 
