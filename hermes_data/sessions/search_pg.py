@@ -72,6 +72,7 @@ def _pg_search(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int
     search, not two per tier); when a statement is rejected, back to the savepoint and run
     the plan again with a savepoint per route (:func:`_pg_attempt`), so a rejected route
     yields no rows and the others still answer. A busy server is raised."""
+    conn.exec_driver_sql(q.PG_CUSTOM_PLANS)  # transaction-scoped: this search's read
     token = _PG_CAREFUL.set(False)
     try:
         with conn.begin_nested():

@@ -24,6 +24,11 @@ from .search_index import pg_folded_document
 # Search state (read_capabilities)
 # -------------------------------------------------------------------------------------
 
+#: PostgreSQL: plan every statement of this search transaction for its own values. psycopg
+#: prepares a statement text run five times on a connection, and the server may then switch
+#: to a generic plan — blind to the ``ILIKE`` pattern and the ``tsquery``, whose row counts
+#: decide between an index and a newest-first walk (the same text ran 9 ms or 700 ms).
+PG_CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 #: SQLite: which of the two FTS5 tables exist.
 SQLITE_FTS_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' "
                      "AND name IN ('messages_fts', 'messages_fts_trigram')")
