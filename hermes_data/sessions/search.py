@@ -87,8 +87,21 @@ stored document): a row matched only through folding ranks after the exact-accen
 backward id scan with it, recomputing ``unaccent``/``to_tsvector`` per row.)
 The literal tier's ``ILIKE`` is narrowed by the literal's words on the stored document
 (:func:`literal_word_phrase`): ``pg_trgm`` ignores punctuation, so ``[more]python`` alone
-rechecks every row holding two common words. Without the extension (no privilege)
-folding is off, logged at WARNING. Remaining difference: the document is one text, so a
+rechecks every row holding two common words. A literal holding punctuation, symbols or emoji
+(``C++``, ``a -> b``, ``🚀``) uses the symbol-gram index of s08 (``hermes_symbol_grams``:
+the symbol characters of ``lower(content)`` and every adjacent pair holding one) when its
+rarest gram is rare by the index's statistics: the candidate ids come from the index alone,
+``ILIKE`` verifies them; a literal of symbols only whose grams are common (``...``) walks
+the newest rows without ``pg_trgm`` (which has no trigram for it and would read its whole
+index). Each way returns the ``ILIKE`` rows (``tests/sessions/test_symbol_grams_pg.py``).
+Without the extension (no privilege) folding is off, logged at WARNING.
+
+Execution (:mod:`~hermes_data.sessions.search_pg`): the search's statements run under one
+savepoint with custom plans (``SET LOCAL plan_cache_mode``: a prepared statement's generic
+plan is blind to the pattern and the ``tsquery``); a rejected statement rolls back to it and
+the plan runs again route by route, each in its own savepoint. The index set is read once
+per engine (:mod:`~hermes_data.sessions.search_caps`), like the element statistics that
+choose how a page finds its rows (never which rows). Remaining difference: the document is one text, so a
 phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at

@@ -6,9 +6,9 @@ engine and kept (a ``pg_indexes`` query on every search cost ~1 ms, more on a lo
 server). The cache is dropped by :func:`forget_capabilities` wherever this process changes
 those indexes — the writable open after its migrations and the search objects it ensures
 (:mod:`~hermes_data.sessions.search_index`), ``rebuild_fts``. An index another process
-creates or drops later is seen by the next handle: a stale entry only changes the speed of a
-route, never its rows (every index-backed route verifies its candidates with the core
-predicate, and the functions the routes call are never dropped).
+creates later (a revision, the accent-folding objects) is seen by the next handle; until
+then this one keeps the route it had. :func:`forget_capabilities` also drops the element
+statistics of :mod:`~hermes_data.sessions.search_stats`.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ from __future__ import annotations
 import threading
 import weakref
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from . import opening
 from .search_plan import SearchCapabilities
+from .search_stats import forget_statistics
 from .sql import search as q
 
-__all__ = ["DOCUMENT_WORDS", "SYMBOL_GRAMS", "element_rows", "forget_capabilities",
-           "read_capabilities"]
+__all__ = ["forget_capabilities", "read_capabilities"]
 
 #: PostgreSQL: the search index names present, per engine.
 _pg_indexes: "weakref.WeakKeyDictionary[Engine, frozenset[str]]" = weakref.WeakKeyDictionary()
@@ -37,7 +36,7 @@ def forget_capabilities(engine: Engine | None) -> None:
         return
     with _lock:
         _pg_indexes.pop(engine, None)
-        _elem_stats.pop(engine, None)
+    forget_statistics(engine)
 
 
 def _pg_index_names(conn: Connection) -> frozenset[str]:
@@ -72,46 +71,3 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
     fts5 = caps.fts5 and "messages_fts" in names_s
     return SearchCapabilities(fts5=fts5, trigram=fts5 and caps.trigram
                               and "messages_fts_trigram" in names_s, stale=stale)
-
-
-# -------------------------------------------------------------------------------------
-# PostgreSQL: how common an element is (how a page finds its rows)
-# -------------------------------------------------------------------------------------
-
-#: The element statistics read: symbol grams (s08's index expression), document lexemes.
-SYMBOL_GRAMS = ("messages_symbol_grams", "hermes_symbol_grams")
-DOCUMENT_WORDS = ("messages", "fts_document")
-_Stats = tuple[dict[str, float], float, float]  # frequencies, unlisted bound, table rows
-#: Per engine and statistics: the parsed row, ``None`` when there are none (never analysed).
-_elem_stats: "weakref.WeakKeyDictionary[Engine, dict[tuple[str, str], _Stats | None]]" = \
-    weakref.WeakKeyDictionary()
-
-
-def _read_stats(conn: Connection, which: tuple[str, str]) -> _Stats | None:
-    engine = conn.engine
-    with _lock:
-        per = _elem_stats.setdefault(engine, {})
-        if which in per:
-            return per[which]
-    row = conn.execute(sa.text(q.PG_ELEMENT_STATS), {"t": which[0], "a": which[1]}).first()
-    stats = None
-    if row is not None and row[0] and row[1] and row[2] and row[2] > 0:
-        elems = list(row[0])
-        freqs = [float(f) for f in row[1][:len(elems)]]
-        stats = (dict(zip(elems, freqs)), min(freqs), float(row[2]))
-    with _lock:
-        _elem_stats.setdefault(engine, {})[which] = stats
-    return stats
-
-
-def element_rows(conn: Connection, which: tuple[str, str], elements: list[str]) -> float | None:
-    """An upper bound of the rows holding every one of ``elements`` (symbol grams or document
-    lexemes, ``which``): the rarest one's rows by the column's element statistics — one
-    missing from the most-common list is at most as frequent as the least common listed.
-    ``None`` without statistics (never analysed) or without an element. Read once per engine
-    (dropped with :func:`forget_capabilities`)."""
-    stats = _read_stats(conn, which)
-    if stats is None or not elements:
-        return None
-    freqs, unlisted, rows = stats
-    return min(freqs.get(e, unlisted) for e in elements) * rows

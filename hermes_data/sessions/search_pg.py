@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import cjk
-from .search_caps import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows
+from .search_stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows
 from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
                           _Tier, _tier_list)
 from .search_plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
