@@ -36,7 +36,7 @@ _T = TypeVar("_T")
 #: this-many matches, so a common word never ranks every matching row.
 PG_RANK_CANDIDATES = 1000
 #: The literal tier takes its candidates from the symbol-gram index (s08) when its rarest
-#: gram is in at most this many rows (:func:`symbol_gram_rows`): ~7 µs a candidate. Above,
+#: gram is in at most this many rows (``search_stats.element_rows``): ~7 µs a candidate. Above,
 #: a literal of symbols only (``...``, ``((``) is itself common — a newest-first scan stops
 #: at the page sooner — and a literal with words keeps ``pg_trgm`` and the word index
 #: (``flags.``: 2,600 trigram candidates against 30,000 gram ones; a common ``it's`` stops
