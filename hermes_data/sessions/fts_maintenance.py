@@ -51,6 +51,7 @@ from sqlalchemy.engine import Connection
 from ..errors import DatabaseBusyError
 from . import opening, reaping, sql
 from .backends.sqlite import is_busy
+from .search_caps import forget_capabilities
 from .sql import fts_maintenance as q
 
 log = logging.getLogger("hermes_data.sessions.fts_maintenance")
@@ -235,6 +236,7 @@ def _pg_rebuild(backend: Any) -> int:
                 wanted = [n for n in names if n in q.PG_SEARCH_GIN_INDEXES]
                 for name in wanted:
                     conn.exec_driver_sql(q.pg_reindex(name))
+            forget_capabilities(backend.engine)  # re-read the index set at the next search
             return len(wanted)
         finally:
             lock.release()

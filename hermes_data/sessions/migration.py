@@ -269,6 +269,8 @@ def ignore_table(name: str) -> bool:
 PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
 #: s07_storage's PostgreSQL GIN index over ``hermes_cjk_grams(…)`` (storage §2.5).
 PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
+#: s08_symbol_grams' PostgreSQL GIN index over ``hermes_symbol_grams(…)`` (issue 16).
+PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
 
 
 def expected_shape_on(conn: Connection) -> Shape:
@@ -276,7 +278,7 @@ def expected_shape_on(conn: Connection) -> Shape:
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
     that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
     the ``pg_trgm`` extension is installed; the accent-folded one where the open built it),
-    s07's CJK gram index. The column stays out of the Core metadata:
+    s07's CJK gram index, s08's symbol-gram index. The column stays out of the Core metadata:
     that metadata is the SQLite authority, and no insert may name a generated column. The
     two Telegram DM-topic tables are part of the PostgreSQL head only (``pg_metadata``)."""
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
@@ -292,9 +294,10 @@ def expected_shape_on(conn: Connection) -> Shape:
         indexes[name] = IndexShape(name, "messages", cols, False)
     name, table, cols = PG_ONLY_INDEX
     indexes[name] = IndexShape(name, table, cols, False)
-    # Expression indexes (no reflected column): s07_storage's CJK grams; the accent-folded
-    # document the writable open ensures where ``unaccent`` can be installed (issue 16).
-    expressions = [PG_CJK_GRAMS_INDEX]
+    # Expression indexes (no reflected column): s07_storage's CJK grams, s08's symbol grams;
+    # the accent-folded document the writable open ensures where ``unaccent`` can be
+    # installed (issue 16).
+    expressions = [PG_CJK_GRAMS_INDEX, PG_SYMBOL_GRAMS_INDEX]
     if conn.exec_driver_sql(mq.PG_FOLDED_INDEX_PRESENT).first():
         expressions.append("messages_fts_folded")
     for name in expressions:
@@ -325,6 +328,6 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s07_storage",
+    head="s08_symbol_grams",
     server_only_tables=TELEGRAM_TABLES,
 )

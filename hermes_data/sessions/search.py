@@ -47,7 +47,10 @@ text, not split or reinterpreted.
 
 The first two (and the result types) live in :mod:`hermes_data.sessions.search_plan`, pure
 and free of SQLAlchemy; every SQL text is in :mod:`hermes_data.sessions.sql.search`. This
-module executes, and re-exports the public names of both, so imports from
+module executes SQLite plans and dispatches (PostgreSQL:
+:mod:`~hermes_data.sessions.search_pg`; shared tiers and LIKE routes:
+:mod:`~hermes_data.sessions.search_exec`; which indexes exist:
+:mod:`~hermes_data.sessions.search_caps`), and re-exports the public names, so imports from
 ``hermes_data.sessions.search`` keep working.
 
 **PostgreSQL** (same contract, same result rows; :func:`search_messages` dispatches on the
@@ -84,8 +87,21 @@ stored document): a row matched only through folding ranks after the exact-accen
 backward id scan with it, recomputing ``unaccent``/``to_tsvector`` per row.)
 The literal tier's ``ILIKE`` is narrowed by the literal's words on the stored document
 (:func:`literal_word_phrase`): ``pg_trgm`` ignores punctuation, so ``[more]python`` alone
-rechecks every row holding two common words. Without the extension (no privilege)
-folding is off, logged at WARNING. Remaining difference: the document is one text, so a
+rechecks every row holding two common words. A literal holding punctuation, symbols or emoji
+(``C++``, ``a -> b``, ``🚀``) uses the symbol-gram index of s08 (``hermes_symbol_grams``:
+the symbol characters of ``lower(content)`` and every adjacent pair holding one) when its
+rarest gram is rare by the index's statistics: the candidate ids come from the index alone,
+``ILIKE`` verifies them; a literal of symbols only whose grams are common (``...``) walks
+the newest rows without ``pg_trgm`` (which has no trigram for it and would read its whole
+index). Each way returns the ``ILIKE`` rows (``tests/sessions/test_symbol_grams_pg.py``).
+Without the extension (no privilege) folding is off, logged at WARNING.
+
+Execution (:mod:`~hermes_data.sessions.search_pg`): the search's statements run under one
+savepoint with custom plans (``SET LOCAL plan_cache_mode``: a prepared statement's generic
+plan is blind to the pattern and the ``tsquery``); a rejected statement rolls back to it and
+the plan runs again route by route, each in its own savepoint. The index set is read once
+per engine (:mod:`~hermes_data.sessions.search_caps`), like the element statistics that
+choose how a page finds its rows (never which rows). Remaining difference: the document is one text, so a
 phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart.
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
@@ -98,20 +114,24 @@ from __future__ import annotations
 import json
 import logging
 import re
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from dataclasses import replace
+from typing import Any, Iterable, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from . import encoding as enc
-from . import cjk, fts_gap, opening
+from . import cjk, fts_gap
+from .search_caps import forget_capabilities, read_capabilities
+from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
+                          _Tier, _tier_list)
+from .search_pg import PG_HEADLINE_CHARS, PG_RANK_CANDIDATES, _pg_search
 from .search_plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
                           cjk_count, cjk_like_groups, has_cjk, like_groups, literal_groups,
-                          literal_text, literal_word_phrase, name_list, plan_search,
-                          query_tokens, sanitize_fts_query, trigram_match, word_invisible)
+                          literal_text, name_list, plan_search, query_tokens,
+                          sanitize_fts_query, trigram_match, word_invisible)
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -119,7 +139,8 @@ __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
     "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
-    "cjk_count", "fetch_context", "has_cjk", "literal_groups", "literal_text", "pg_tsquery",
+    "cjk_count", "fetch_context", "forget_capabilities", "has_cjk", "literal_groups",
+    "literal_text", "pg_tsquery",
     "plan_search", "query_tokens", "read_capabilities", "sanitize_fts_query", "search_messages",
     "trigram_match", "word_invisible",
 ]
@@ -128,101 +149,6 @@ log = logging.getLogger("hermes_data.sessions.search")
 
 #: Bytes of a multimodal (JSON) neighbour read to recover its text parts.
 _CONTEXT_JSON_PREFIX = 65536
-
-# -------------------------------------------------------------------------------------
-# Reading the database's search state
-# -------------------------------------------------------------------------------------
-
-
-def read_capabilities(conn: Connection) -> SearchCapabilities:
-    """Which indexes can answer now: FTS5 module, tables present, ``fts_stale`` (PK read).
-
-    PostgreSQL: the two GIN indexes of the head (server-maintained, never stale); a
-    capability override of :func:`opening.force_capabilities` applies to both backends."""
-    if conn.dialect.name == "postgresql":
-        forced = opening.forced_capabilities()
-        names = {r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES)}
-        fts = "messages_fts_document" in names and (forced is None or forced.fts5)
-        tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
-        return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
-                                  folded=fts and "messages_fts_folded" in names,
-                                  bigram="messages_cjk_grams" in names)
-    caps = opening.capabilities(conn)
-    names = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
-    stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
-    fts5 = caps.fts5 and "messages_fts" in names
-    return SearchCapabilities(fts5=fts5, trigram=fts5 and caps.trigram
-                              and "messages_fts_trigram" in names, stale=stale)
-
-
-# -------------------------------------------------------------------------------------
-# Execution
-# -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Filters:
-    sources: list[str]
-    excluded: list[str]
-    roles: list[str]
-    include_inactive: bool
-    #: Ids an earlier tier of the same search returned (never returned twice).
-    exclude_ids: tuple[int, ...] = ()
-
-    def sql(self, params: dict[str, Any]) -> str:
-        return q.filter_where(params, sources=self.sources, excluded=self.excluded,
-                              roles=self.roles, include_inactive=self.include_inactive,
-                              exclude_ids=self.exclude_ids)
-
-
-#: One tier of a search: ``(filters, limit, offset) -> hits``.
-_Tier = Callable[[_Filters, int, int], list[SearchResult]]
-_T = TypeVar("_T")
-
-
-def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
-             sort: str | None) -> list[SearchResult]:
-    """The hits of several tiers as one list (issue 16): each tier is ``(run, always)``.
-
-    Relevance order (``sort`` None/"rank"): tier after tier, each excluding what the earlier
-    ones returned, until ``offset + limit`` hits are there. ``sort`` "newest"/"oldest": the
-    tiers' hits merged by timestamp (a tier with ``always`` false joins only when the earlier
-    ones did not fill the page)."""
-    if len(tiers) == 1:
-        return tiers[0][0](filters, limit, offset)
-    need = offset + limit
-    out: list[SearchResult] = []
-    for run, always in tiers:
-        if len(out) >= need and (sort in (None, "rank") or not always):
-            continue
-        seen = tuple(h.id for h in out if h.id is not None)
-        out += run(replace(filters, exclude_ids=seen), need if sort in ("newest", "oldest")
-                   else need - len(out), 0)
-    if sort in ("newest", "oldest"):
-        out.sort(key=lambda h: (h.timestamp or 0.0, h.id or 0), reverse=sort == "newest")
-    return out[offset:offset + limit]
-
-
-def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
-               literal: _Tier | None, sort: str | None,
-               folded: _Tier | None = None) -> list[tuple[_Tier, bool]]:
-    """Tier order of the standard route: the literal first when the typed text has characters
-    the word index cannot see, then the exact phrase (relevance order only: its hits are word
-    hits too), then the words, then — when the words do not fill the page — the literal as a
-    substring (``ell`` finds ``hello``)."""
-    tiers: list[tuple[_Tier, bool]] = []
-    if literal is not None and plan.literal_first:
-        tiers.append((literal, True))
-    if phrase is not None and sort in (None, "rank") and not plan.literal_first:
-        tiers.append((phrase, True))  # (after a literal tier it would repeat it, looser)
-    if words is not None:
-        tiers.append((words, True))
-    if folded is not None:  # PostgreSQL: rows matched only once diacritics are folded
-        tiers.append((folded, False))
-    if literal is not None and not plan.literal_first:
-        tiers.append((literal, False))
-    return tiers
-
 
 def search_messages(conn: Connection, query: str | None, *,
                     source_filter: str | Iterable[str] | None = None,
@@ -258,7 +184,7 @@ def search_messages(conn: Connection, query: str | None, *,
     if plan.route == "none" or (plan.route == "like" and not plan.groups):
         return []
     if conn.dialect.name == "postgresql":
-        hits = _pg_run_plan(conn, plan, filters, limit, offset, sort)
+        hits = _pg_search(conn, plan, filters, limit, offset, sort)
     else:
         hits = _run_plan(conn, plan, filters, limit, offset, sort)
     if not hits:
@@ -269,22 +195,6 @@ def search_messages(conn: Connection, query: str | None, *,
         blank: dict[str, Any] = {n: None for n in RESULT_FIELDS if n not in names}
         hits = [replace(h, **blank) for h in hits]
     return hits
-
-
-def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
-                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]]
-                ) -> list[SearchResult]:
-    """The standard route's ``hits`` for ``match``, or — when it found nothing and the plan
-    has a trigram ``fallback`` — ``retry(fallback)`` on the trigram index. On a later page,
-    ``probe(match)`` (the standard route's first hit) tells an empty page from an empty
-    result. Both backends: the tokenizer puts no boundary between Latin and adjacent CJK
-    (``修改youer服务端``), and a word may sit inside a longer one; the trigram index finds
-    them as substrings."""
-    if hits or fallback is None:
-        return hits
-    if offset and probe(match):
-        return hits  # an empty later page, not an empty result
-    return retry(fallback)
 
 
 def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
@@ -360,8 +270,10 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
         return _or_trigram(
             _fts_safe(conn, table, match, filters, n, o, sort) if first is None else first,
             match, plan.trigram_fallback, o,
-            probe=lambda m: _fts_safe(conn, table, m, filters, 1, 0, sort),
-            retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort))
+            probe=lambda m: _fts_safe(conn, table, m, replace(filters, exclude_ids=()), 1, 0,
+                                      sort),
+            retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort),
+            narrowed=bool(filters.exclude_ids))
 
     fallback = plan.trigram_fallback  # rows of a pending backfill window: storage §3.6
     return fts_gap.supplement(conn, page(limit, offset, hits), like_groups(match), filters.sql,
@@ -404,170 +316,6 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
     route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
     return [_result(r, snippets.get(r[0]), route) for r in rows]
-
-
-def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm]],
-                templates: Sequence[str], page: Callable[[str, str], str], filters: _Filters,
-                limit: int, offset: int) -> list[SearchResult]:
-    """A route matching terms as substrings (LIKE / ILIKE, both backends): terms and filters
-    bound, ``page(matches, where)`` run; its ninth column is the snippet."""
-    if not groups:
-        return []
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    matches = q.pattern_where(groups, templates, params)
-    where = filters.sql(params)
-    rows = conn.execute(sa.text(page(matches, where)), params).fetchall()
-    return [_result(r, r[8], route) for r in rows]
-
-
-def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
-          sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
-    # Short CJK (``plan.bigram``) searches the CJK-bigram index's scope whichever way it is
-    # answered: the index, LIKE when it cannot serve (absent, stale, a group without CJK),
-    # PostgreSQL's ILIKE until the storage revision gives it its own index.
-    scoped = plan.bigram
-    return _substrings(conn, plan.route, plan.groups,
-                       q.ILIKE_COLS if postgresql else q.LIKE_COLS,
-                       lambda matches, where: q.like_page(matches, where, sort,
-                                                          postgresql=postgresql, scoped=scoped),
-                       filters, limit, offset)
-
-
-def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
-    snip = snippet if isinstance(snippet, str) else (None if snippet is None else str(snippet))
-    return SearchResult(id=r[0], session_id=r[1], role=r[2], snippet=snip, timestamp=r[3],
-                        tool_name=r[4], source=r[5], model=r[6], session_started=r[7],
-                        route=route)
-
-
-# -------------------------------------------------------------------------------------
-# PostgreSQL execution
-# -------------------------------------------------------------------------------------
-
-#: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
-#: this-many matches, so a common word never ranks every matching row.
-PG_RANK_CANDIDATES = 1000
-#: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
-PG_HEADLINE_CHARS = 8192
-#: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
-#: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
-_PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
-#: Parser boundary fenced around punctuation in the headline text (never a word character).
-_PG_FENCE = "\x01"
-_PG_SPLIT_MARKS_RE = re.compile(
-    re.escape(HIGHLIGHT_END) + r"((?:[^\s\w]|_){1,3})" + re.escape(HIGHLIGHT_START))
-
-
-def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
-
-
-def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
-    """Run one route in a savepoint: a rejected statement leaves the read transaction usable
-    and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
-    raised, never turned into "no results"."""
-    try:
-        with conn.begin_nested():
-            return fn()
-    except sa.exc.DBAPIError as exc:
-        if _pg_busy(exc):
-            raise
-        log.debug("PostgreSQL search route %s failed: %s", what, exc.orig)
-        return None
-
-
-def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
-                 offset: int, sort: str | None) -> list[SearchResult]:
-    if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
-        def grams() -> list[SearchResult] | None:
-            rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
-            return None if rows is None else [_result(r, r[8], "bigram") for r in rows]
-        hits = _pg_attempt(conn, "bigram", grams)
-        if hits is not None:
-            return hits
-    if plan.route in ("like", "cjk_like"):
-        return _pg_attempt(conn, plan.route,
-                           lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
-    if plan.route == "trigram":
-        assert plan.match is not None
-        match = plan.match
-        return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, match, filters, limit, offset, sort)) or []
-    match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
-    words: _Tier | None = None if match_text is None else (
-        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
-    phrase: _Tier | None = None if phrase_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
-            conn, phrase_text, f, n, o, sort)) or [])
-    folded: _Tier | None = None if match_text is None or not plan.folded else (
-        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
-            conn, match_text, f, n, o, sort, folded=True)) or [])
-    literal: _Tier | None = None if lit_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
-            conn, lit_text, f, n, o, sort)) or [])
-    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
-                    offset, sort)
-
-
-def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
-                sort: str | None) -> list[SearchResult]:
-    """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
-    literal's words on the stored document (:func:`literal_word_phrase`)."""
-    params: dict[str, Any] = {"limit": limit, "offset": offset}
-    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
-    phrase = literal_word_phrase(literal)
-    tsq = pg_tsquery(phrase, params, "w") if phrase else None
-    where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq)), params).fetchall()
-    return [_result(r, r[8], "literal") for r in rows]
-
-
-def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
-              offset: int, sort: str | None) -> list[SearchResult]:
-    """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
-    fallback."""
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
-    if hits is None:
-        return []  # rejected (as FTS5's OperationalError): no fallback, no error
-    return _or_trigram(
-        hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(conn, m, filters, 1, 0, sort)),
-        retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
-            conn, m, filters, limit, offset, sort)) or [])
-
-
-def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-            sort: str | None, folded: bool = False) -> list[SearchResult]:
-    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
-                              "hl": PG_HEADLINE_CHARS}
-    tsq = pg_tsquery(match, params)
-    if tsq is None:
-        return []
-    # Accent folding: the folded query matches the folded document; ``tsq`` ranks.
-    match_q = pg_tsquery(match, params, "f", fold=True) if folded else None
-    where = filters.sql(params)
-    # The parser reads the headline text as it read the document: each ASCII punctuation run
-    # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
-    params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
-    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq) if match_q
-            else q.pg_fts_page(tsq, where, sort))
-    rows = conn.execute(sa.text(page), params).fetchall()
-    return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
-
-
-def _pg_join_marks(snippet: Any) -> Any:
-    """``>>>read<<<_>>>file<<<`` ⇒ ``>>>read_file<<<``: ts_headline marks each lexeme of a
-    phrase the parser split at punctuation; FTS5's snippet marks the phrase as one span."""
-    if not isinstance(snippet, str):
-        return snippet
-    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet.replace(_PG_FENCE, ""))
-
-
-def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
-                sort: str | None) -> list[SearchResult]:
-    return _substrings(conn, "trigram", like_groups(match), q.PG_TRIGRAM_COLS,
-                       lambda matches, where: q.pg_trigram_page(matches, where, sort),
-                       filters, limit, offset)
 
 
 # -------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.engine import Engine
 
+from .search_caps import forget_capabilities
 from .sql import search_index as q
 
 log = logging.getLogger("hermes_data.sessions.search_index")
@@ -44,6 +45,8 @@ def ensure_pg_search_objects(engine: Engine) -> list[str]:
         if not indexes:
             conn.execute(q.PG_FOLDED_INDEX_DDL)
             done.append(f"created index {q.PG_FOLDED_INDEX}")
+    if done:
+        forget_capabilities(engine)  # the index set the search reads changed
     for line in done:
         log.info("search objects: %s", line)
     return done

@@ -348,6 +348,9 @@ class SearchCapabilities:
     #: A CJK-bigram index may serve short CJK (SQLite: the route checks its objects;
     #: PostgreSQL: the ``messages_cjk_grams`` GIN index is there).
     bigram: bool = True
+    #: PostgreSQL: the symbol-gram index ``messages_symbol_grams`` (s08) narrows the literal
+    #: tier of a literal holding punctuation, symbols or emoji.
+    symbols: bool = False
 
 
 @dataclass(frozen=True)
@@ -390,6 +393,8 @@ class SearchPlan:
     literal_words: str | None = None
     #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
     folded: bool = False
+    #: PostgreSQL: the literal tier may narrow its candidates by the symbol-gram index (s08).
+    symbols: bool = False
     #: ``cjk_like`` on SQLite: try the CJK-bigram index first (storage §3.9.3; the route
     #: checks the objects and falls back to this plan's LIKE when it cannot serve).
     bigram: bool = False
@@ -435,7 +440,8 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
         if literal is None or excluded_src:
             return SearchPlan("none", reason="nothing searchable")
         return SearchPlan("fts", literal=literal, literal_first=True, reason="literal only",
-                          literal_indexed=caps.trigram and len(literal) >= LITERAL_TRIGRAM_MIN)
+                          literal_indexed=caps.trigram and len(literal) >= LITERAL_TRIGRAM_MIN,
+                          symbols=caps.symbols)
     terms = [bare_token(t) for t in query_tokens(sanitized) if t not in OPERATORS]
     if has_cjk(sanitized):
         cjk_ok = (cjk_count(sanitized) >= 3 and terms
@@ -460,7 +466,7 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
                           lit is not None and len(lit) >= LITERAL_TRIGRAM_MIN),
                       literal_words=(literal_word_phrase(lit) if lit is not None
                                      and len(lit) > LITERAL_WORDS_MIN else None),
-                      folded=caps.folded)
+                      folded=caps.folded, symbols=caps.symbols)
 
 
 # -------------------------------------------------------------------------------------

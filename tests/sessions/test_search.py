@@ -289,7 +289,7 @@ def test_stale_index_and_missing_fts5_use_like(store):
 
 def test_syntax_error_after_sanitizing_returns_empty(filled, monkeypatch):
     store, _ = filled
-    from hermes_data.sessions import search
+    from hermes_data.sessions import search, search_pg
 
     if store.engine.dialect.name == "sqlite":
         monkeypatch.setattr(search, "sanitize_fts_query", lambda q: "foo AND")
@@ -298,7 +298,7 @@ def test_syntax_error_after_sanitizing_returns_empty(filled, monkeypatch):
     # PostgreSQL builds its tsquery from bound terms, so it cannot fail to parse; force a
     # rejected statement instead: [] and the read transaction stays usable (savepoint).
     assert store.search_messages("physics", fields=["id"])
-    monkeypatch.setattr(search, "pg_tsquery",
+    monkeypatch.setattr(search_pg, "pg_tsquery",
                         lambda sanitized, params, prefix="t", **kw: "to_tsquery('simple', '&(')")
     # The word tier is rejected ([] from it); the literal tier still answers in the same
     # read transaction, so the savepoint kept it usable.

@@ -24,6 +24,11 @@ from .search_index import pg_folded_document
 # Search state (read_capabilities)
 # -------------------------------------------------------------------------------------
 
+#: PostgreSQL: plan every statement of this search transaction for its own values. psycopg
+#: prepares a statement text run five times on a connection, and the server may then switch
+#: to a generic plan — blind to the ``ILIKE`` pattern and the ``tsquery``, whose row counts
+#: decide between an index and a newest-first walk (the same text ran 9 ms or 700 ms).
+PG_CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 #: SQLite: which of the two FTS5 tables exist.
 SQLITE_FTS_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' "
                      "AND name IN ('messages_fts', 'messages_fts_trigram')")
@@ -33,7 +38,7 @@ FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 PG_SEARCH_INDEXES = (
     "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
     "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm', "
-    "'messages_fts_folded', 'messages_cjk_grams')")
+    "'messages_fts_folded', 'messages_cjk_grams', 'messages_symbol_grams')")
 
 # -------------------------------------------------------------------------------------
 # Fragments shared by the routes
@@ -194,11 +199,48 @@ def literal_match(literal: str) -> str:
     return '"' + literal.replace('"', '""') + '"'
 
 
-def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None) -> str:
-    """PostgreSQL literal tier: the trigram page of the literal (``matches``), its candidates
-    narrowed by ``tsq`` on the stored document when the literal has words (pg_trgm ignores
-    punctuation: ``[more]python`` alone would recheck every row holding two common words)."""
+#: PostgreSQL (revision s08_symbol_grams): the ids of the rows whose symbol grams contain
+#: every symbol gram of the literal ``:sg`` — the same function on both sides, so they are a
+#: superset of the rows whose content holds the literal (``ILIKE`` verifies them). Asked on
+#: its own (a materialized CTE): the GIN index answers ``@>`` exactly, so the function is
+#: never evaluated per row — beside another index (a ``BitmapAnd`` with ``pg_trgm``, whose
+#: recheck evaluates every qual) it cost ~0.3 ms a row.
+PG_SYMBOL_GRAM_IDS = ("SELECT c.id FROM messages c WHERE hermes_symbol_grams(c.role, c.content) "
+                      "@> hermes_symbol_grams('user', CAST(:sg AS text))")
+#: The symbol grams of a literal, computed by the server (the same function as the index's).
+PG_LITERAL_SYMBOL_GRAMS = "SELECT hermes_symbol_grams('user', CAST(:sg AS text))"
+#: Element statistics (``ANALYZE``) of an array-like column — ``(:t, :a)`` is
+#: ``('messages_symbol_grams', 'hermes_symbol_grams')`` (the symbol-gram index expression) or
+#: ``('messages', 'fts_document')`` (the stored document's lexemes): the most common
+#: elements, their frequencies, and the table's row estimate. Read once per engine
+#: (``search_caps``): they choose how a page finds its rows, never which rows.
+PG_ELEMENT_STATS = (
+    "SELECT CAST(CAST(s.most_common_elems AS text) AS text[]), s.most_common_elem_freqs, "
+    "(SELECT c.reltuples FROM pg_class c WHERE c.oid = CAST('messages' AS regclass)) "
+    "FROM pg_stats s WHERE s.schemaname = current_schema() AND s.tablename = :t "
+    "AND s.attname = :a")
+
+
+def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None, *,
+                    grams: bool = False, scan: bool = False) -> str:
+    """PostgreSQL literal tier: the trigram page of the literal (``matches``).
+
+    * ``grams``: the candidates are :data:`PG_SYMBOL_GRAM_IDS` (a literal with punctuation,
+      symbols or emoji whose grams are rare: ``C++``, ``a -> b``, ``🚀`` — characters pg_trgm
+      cannot see);
+    * otherwise narrowed by ``tsq`` on the stored document when the literal has words
+      (pg_trgm ignores punctuation: ``[more]python`` alone would recheck every row holding
+      two common words);
+    * ``scan``: a literal without a letter or digit gives pg_trgm no trigram (its index would
+      be read whole): the content is compared through ``COALESCE`` (same rows, no index), so
+      the newest-first scan stops at the page — these literals are common (``...``, ``((``)."""
+    if grams:
+        return (f"WITH g AS MATERIALIZED ({PG_SYMBOL_GRAM_IDS}) "
+                + pg_trigram_page(f"m.id IN (SELECT g.id FROM g) AND ({matches})", where,
+                                  sort, marked=True))
     cand = f"{PG_FTS_DOCUMENT} @@ {tsq} AND " if tsq else ""
+    if scan:
+        matches = matches.replace("m.content ILIKE", "COALESCE(m.content, '') ILIKE")
     return pg_trigram_page(f"{cand}({matches})", where, sort, marked=True)
 
 
@@ -318,7 +360,7 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
 
 
 def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
-                rank_tsq: str | None = None) -> str:
+                rank_tsq: str | None = None, bitmap: bool = False) -> str:
     """One page of the standard route on PostgreSQL, the headline as a ninth column.
 
     ``tsq`` comes from :func:`pg_tsquery` (bound terms). Binds expected: ``limit``,
@@ -329,7 +371,14 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
     ``folded``: ``tsq`` (built with ``fold=True``) matches the accent-folded document
     (GIN ``messages_fts_folded``); relevance and headline use ``rank_tsq`` (the unfolded
     query) on the stored ``fts_document``, so no candidate's document is recomputed — a row
-    matched only through folding ranks after the exact-accent ones."""
+    matched only through folding ranks after the exact-accent ones.
+
+    ``bitmap`` (relevance order): the candidates are ordered by ``m.id + 0``, which no index
+    provides, so the planner reads them from the GIN index and sorts them instead of walking
+    ``messages_pkey`` backwards filtering every row. The caller asks for it when the matches
+    are known to be few (a phrase of two words: the planner multiplies their frequencies and
+    expected 3,458 rows for ``"with file"`` — 11 exist, found after reading all 200,000) and
+    for the folded tier (the walk recomputes ``unaccent``/``to_tsvector`` per row)."""
     document = pg_folded_document("m") if folded else PG_FTS_DOCUMENT
     rank_q = rank_tsq or tsq
     head = (f"ts_headline('simple', regexp_replace(concat_ws(' ', left(m.content, :hl), "
@@ -339,7 +388,8 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
         # Rank the newest ``cand`` matches (GIN index scan), then page.
         return (
             f"WITH cand AS (SELECT m.id FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {document} @@ {tsq} AND {where} ORDER BY m.id DESC LIMIT :cand), "
+            f"WHERE {document} @@ {tsq} AND {where} "
+            f"ORDER BY m.id{' + 0' if bitmap else ''} DESC LIMIT :cand), "
             f"page AS (SELECT m.id, ts_rank({PG_FTS_DOCUMENT}, {rank_q}) AS r FROM cand "
             "JOIN messages m ON m.id = cand.id ORDER BY r DESC, m.id DESC "
             "LIMIT :limit OFFSET :offset) "

@@ -1,0 +1,248 @@
+"""PostgreSQL execution of message search (spec sessions.md §7.2; issue 16): the plan of
+:func:`hermes_data.sessions.search_plan.plan_search` run against the stored ``tsvector``, the
+``pg_trgm``, accent-folded, CJK-gram and symbol-gram GIN indexes (see the module docstring
+of :mod:`hermes_data.sessions.search`). Every SQL text is in
+:mod:`hermes_data.sessions.sql.search`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from contextvars import ContextVar
+from dataclasses import replace
+from typing import Any, Callable, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import cjk
+from .search_stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows
+from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
+                          _Tier, _tier_list)
+from .search_plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
+                          bare_token, like_groups, literal_word_phrase, operands, query_tokens)
+from .sql import search as q
+from .sql.search import pg_tsquery
+
+log = logging.getLogger("hermes_data.sessions.search")
+_T = TypeVar("_T")
+
+# -------------------------------------------------------------------------------------
+# PostgreSQL execution
+# -------------------------------------------------------------------------------------
+
+#: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
+#: this-many matches, so a common word never ranks every matching row.
+PG_RANK_CANDIDATES = 1000
+#: The literal tier takes its candidates from the symbol-gram index (s08) when its rarest
+#: gram is in at most this many rows (``search_stats.element_rows``): ~7 µs a candidate. Above,
+#: a literal of symbols only (``...``, ``((``) is itself common — a newest-first scan stops
+#: at the page sooner — and a literal with words keeps ``pg_trgm`` and the word index
+#: (``flags.``: 2,600 trigram candidates against 30,000 gram ones; a common ``it's`` stops
+#: early).
+PG_GRAM_CANDIDATES = 1000
+PG_GRAM_CANDIDATES_WORDS = 3000
+#: A word-tier page reads its candidates from the GIN index and sorts them (instead of
+#: walking the ids backwards) when the statistics bound its matches by this many rows.
+PG_BITMAP_ROWS = 5000
+_PG_WORD_RE = re.compile(r"[^\W_]+")
+#: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
+PG_HEADLINE_CHARS = 8192
+#: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
+#: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
+_PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
+#: Parser boundary fenced around punctuation in the headline text (never a word character).
+_PG_FENCE = "\x01"
+_PG_SPLIT_MARKS_RE = re.compile(
+    re.escape(HIGHLIGHT_END) + r"((?:[^\s\w]|_){1,3})" + re.escape(HIGHLIGHT_START))
+
+
+def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
+
+
+#: False while :func:`_pg_search` runs its tiers under one savepoint (the fast path).
+_PG_CAREFUL: ContextVar[bool] = ContextVar("hermes_data_pg_search_careful", default=True)
+
+
+def _pg_search(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
+               offset: int, sort: str | None) -> list[SearchResult]:
+    """Run a plan on PostgreSQL: every statement under one savepoint (two round trips per
+    search, not two per tier); when a statement is rejected, back to the savepoint and run
+    the plan again with a savepoint per route (:func:`_pg_attempt`), so a rejected route
+    yields no rows and the others still answer. A busy server is raised."""
+    conn.exec_driver_sql(q.PG_CUSTOM_PLANS)  # transaction-scoped: this search's read
+    token = _PG_CAREFUL.set(False)
+    try:
+        with conn.begin_nested():
+            return _pg_run_plan(conn, plan, filters, limit, offset, sort)
+    except sa.exc.DBAPIError as exc:
+        if _pg_busy(exc):
+            raise
+        log.debug("PostgreSQL search statement rejected (%s); routes one by one", exc.orig)
+    finally:
+        _PG_CAREFUL.reset(token)
+    return _pg_run_plan(conn, plan, filters, limit, offset, sort)
+
+
+def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
+    """Run one route in a savepoint: a rejected statement leaves the read transaction usable
+    and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
+    raised, never turned into "no results". Inside :func:`_pg_search`'s fast path the route
+    runs directly (a rejection rolls back to that savepoint and reruns the plan here)."""
+    if not _PG_CAREFUL.get():
+        return fn()
+    try:
+        with conn.begin_nested():
+            return fn()
+    except sa.exc.DBAPIError as exc:
+        if _pg_busy(exc):
+            raise
+        log.debug("PostgreSQL search route %s failed: %s", what, exc.orig)
+        return None
+
+
+def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
+                 offset: int, sort: str | None) -> list[SearchResult]:
+    if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
+        def grams() -> list[SearchResult] | None:
+            rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
+            return None if rows is None else [_result(r, r[8], "bigram") for r in rows]
+        hits = _pg_attempt(conn, "bigram", grams)
+        if hits is not None:
+            return hits
+    if plan.route in ("like", "cjk_like"):
+        return _pg_attempt(conn, plan.route,
+                           lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
+    if plan.route == "trigram":
+        assert plan.match is not None
+        match = plan.match
+        return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+            conn, match, filters, limit, offset, sort)) or []
+    match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
+    words: _Tier | None = None if match_text is None else (
+        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
+    phrase: _Tier | None = None if phrase_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
+            conn, phrase_text, f, n, o, sort)) or [])
+    folded: _Tier | None = None if match_text is None or not plan.folded else (
+        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
+            conn, match_text, f, n, o, sort, folded=True)) or [])
+    literal: _Tier | None = None if lit_text is None else (
+        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
+            conn, lit_text, f, n, o, sort, plan.symbols)) or [])
+    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
+                    offset, sort)
+
+
+def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
+                sort: str | None, symbols: bool = False) -> list[SearchResult]:
+    """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
+    literal's words on the stored document (:func:`literal_word_phrase`) and — ``symbols``,
+    when the literal has a character that is no letter, digit or space — by its symbol
+    grams (``messages_symbol_grams``, s08: the characters ``pg_trgm`` cannot see)."""
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
+    grams = scan = False
+    if symbols and has_symbol(literal):
+        params["sg"] = literal
+        words = any(ch.isalnum() for ch in literal)
+        upper = element_rows(conn, SYMBOL_GRAMS, list(conn.execute(
+            sa.text(q.PG_LITERAL_SYMBOL_GRAMS), {"sg": literal}).scalar() or ()))
+        grams = upper is not None and upper <= (PG_GRAM_CANDIDATES_WORDS if words
+                                                else PG_GRAM_CANDIDATES)
+        scan = upper is not None and not grams and not words
+    phrase = None if grams else literal_word_phrase(literal)
+    tsq = pg_tsquery(phrase, params, "w") if phrase else None
+    where = filters.sql(params)
+    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams,
+                                                  scan=scan)), params).fetchall()
+    return [_result(r, r[8], "literal") for r in rows]
+
+
+def has_symbol(literal: str) -> bool:
+    """True when ``literal`` holds a character that is neither a letter, a digit nor
+    whitespace: the symbol-gram index (s08) narrows the literal tier's candidates. (A hint
+    only: the grams are computed by the server on both sides.)"""
+    return any(not (ch.isalnum() or ch.isspace()) for ch in literal)
+
+
+def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
+              offset: int, sort: str | None) -> list[SearchResult]:
+    """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
+    fallback."""
+    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
+    if hits is None:
+        return []  # rejected (as FTS5's OperationalError): no fallback, no error
+    return _or_trigram(
+        hits, match, plan.trigram_fallback, offset,
+        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(
+            conn, m, replace(filters, exclude_ids=()), 1, 0, sort)),
+        retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+            conn, m, filters, limit, offset, sort)) or [],
+        narrowed=bool(filters.exclude_ids))
+
+
+def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+            sort: str | None, folded: bool = False) -> list[SearchResult]:
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
+                              "hl": PG_HEADLINE_CHARS}
+    tsq = pg_tsquery(match, params)
+    if tsq is None:
+        return []
+    # Accent folding: the folded query matches the folded document; ``tsq`` ranks.
+    match_q = pg_tsquery(match, params, "f", fold=True) if folded else None
+    where = filters.sql(params)
+    # The parser reads the headline text as it read the document: each ASCII punctuation run
+    # is fenced with U+0001 (a boundary for the parser in every locale), removed afterwards.
+    params["fence"] = _PG_FENCE + "\\&" + _PG_FENCE
+    bitmap = folded or _pg_few_matches(conn, match)
+    page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq, bitmap=bitmap)
+            if match_q else q.pg_fts_page(tsq, where, sort, bitmap=bitmap))
+    rows = conn.execute(sa.text(page), params).fetchall()
+    return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
+
+
+def _pg_few_matches(conn: Connection, match: str) -> bool:
+    """True when the document statistics bound the rows ``match`` can match by
+    :data:`PG_BITMAP_ROWS`: per OR-group, the rarest word of its positive terms (a prefix
+    term's last word bounds nothing); summed over the groups."""
+    groups: list[list[str]] = [[]]
+    bounded = [False]
+    for tok, negate in operands(query_tokens(match)):
+        if tok is None:
+            groups.append([])
+            bounded.append(False)
+            continue
+        if negate:
+            continue
+        words = _PG_WORD_RE.findall(bare_token(tok).lower())
+        bounded[-1] = True
+        groups[-1] += words[:-1] if tok.endswith("*") else words
+    total = 0.0
+    for words, positive in zip(groups, bounded):
+        if not positive:
+            continue
+        rows = element_rows(conn, DOCUMENT_WORDS, words)
+        if rows is None:
+            return False
+        total += rows
+    return total <= PG_BITMAP_ROWS
+
+
+def _pg_join_marks(snippet: Any) -> Any:
+    """``>>>read<<<_>>>file<<<`` ⇒ ``>>>read_file<<<``: ts_headline marks each lexeme of a
+    phrase the parser split at punctuation; FTS5's snippet marks the phrase as one span."""
+    if not isinstance(snippet, str):
+        return snippet
+    return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet.replace(_PG_FENCE, ""))
+
+
+def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+                sort: str | None) -> list[SearchResult]:
+    return _substrings(conn, "trigram", like_groups(match), q.PG_TRIGRAM_COLS,
+                       lambda matches, where: q.pg_trigram_page(matches, where, sort),
+                       filters, limit, offset)
+
+
