@@ -13,10 +13,16 @@ most files are). Lines:
   handle — a ``PRAGMA wal_checkpoint(PASSIVE)`` (:mod:`upstream_writes`; hermes-data's
   writer checkpoints on the same cadence, so leaving it out charged one side only);
 * ``load``: ``load_gateway_routing_entries`` of one 1,000-entry scope vs ``ROUTING_LOAD``
-  ``fetchall``;
+  ``fetchall`` and upstream's ``{r["session_key"]: r["entry_json"] for r in rows}``;
 * ``find key`` / ``find tuple``: ``find_latest_gateway_session_for_peer`` by an existing
   key, and by an unknown key falling back to the peer tuple, vs the same ``BY_KEY`` /
-  ``BY_KEY`` + ``by_tuple(…)`` texts, ``fetchone``, no transaction around them.
+  ``BY_KEY`` + ``by_tuple(…)`` texts, ``fetchone``, no transaction around them, and
+  upstream's ``_session_row_dict`` of the row found.
+
+The baseline connection reads through ``sqlite3.Row`` as upstream's connections do (seed 002
+sets ``row_factory = sqlite3.Row`` on every connection) and shapes its results as upstream's
+methods return them (a dict per session row, a dict of entries): the caller of either side
+gets a usable result, not a bare tuple.
 
 Sides alternate per repetition; medians of --repeat; ratio = baseline time / ours (>= 0.8
 is the target). Same journal mode and ``synchronous`` (printed); each side on its own copy of
@@ -48,6 +54,16 @@ from hermes_data.sessions.store import SessionStore  # noqa: E402
 from upstream_writes import UpstreamWriter  # noqa: E402  (same directory)
 
 T0 = 1_700_000_000.0
+
+
+def _session_row_dict(row: sqlite3.Row) -> dict:
+    """Upstream's shaping of a session row (seed 002 ``_session_row_dict``)."""
+    data = dict(row)
+    if "_system_prompt_resolved" in data:
+        resolved = data.pop("_system_prompt_resolved")
+        if "system_prompt" in data:
+            data["system_prompt"] = resolved
+    return data
 SCOPES = 100
 CHATS = 1000
 
@@ -97,6 +113,7 @@ def main() -> None:
         with store.engine.connect() as c:
             sync = c.exec_driver_sql("PRAGMA synchronous").scalar()
         con = sqlite3.connect(base_path, isolation_level=None)
+        con.row_factory = sqlite3.Row  # as upstream's connections
         con.execute(f"PRAGMA synchronous={sync}")
         con.execute("PRAGMA busy_timeout=5000")
         print(f"journal_mode={store.journal_mode} synchronous={sync} "
@@ -110,20 +127,21 @@ def main() -> None:
             writer.commit()
 
         def base_load(scope):
-            con.execute(g.ROUTING_LOAD, (scope,)).fetchall()
+            rows = con.execute(g.ROUTING_LOAD, (scope,)).fetchall()
+            return {r["session_key"]: r["entry_json"] for r in rows}
 
         def base_find(key, user, chat):
             row = con.execute(p.BY_KEY, (key, "telegram")).fetchone()
             if row is None:
                 present, params = tuple_params("telegram", (user, chat, "dm", ""), None)
                 row = con.execute(p.by_tuple(present, False), params).fetchone()
-            return row
+            return None if row is None else _session_row_dict(row)
 
         def ours_save(key, scope, entry):
             store.save_gateway_routing_entry(key, entry, scope=scope)
 
         def ours_load(scope):
-            store.load_gateway_routing_entries(scope=scope)
+            return store.load_gateway_routing_entries(scope=scope)
 
         def ours_find(key, user, chat):
             return store.find_latest_gateway_session_for_peer(
@@ -143,8 +161,9 @@ def main() -> None:
                 (f"nokey{i}", f"u{k}", f"c{k}") for i, k in
                 ((i, rnd.randrange(CHATS)) for i in range(200))]),
         }
-        assert ours_find("key5", "u5", "c5").id == base_find("key5", "u5", "c5")[0]
-        assert ours_find("nokey", "u5", "c5").id == base_find("nokey", "u5", "c5")[0]
+        assert ours_find("key5", "u5", "c5").id == base_find("key5", "u5", "c5")["id"]
+        assert ours_find("nokey", "u5", "c5").id == base_find("nokey", "u5", "c5")["id"]
+        assert ours_load("scope3") == base_load("scope3")
         for name, (base, ours, make) in lines.items():
             b_times, o_times = [], []
             for rep in range(args.repeat):
