@@ -57,3 +57,41 @@ def test_hermes_home_of_another_user_is_not_remembered(monkeypatch):
     expected = Path(os.path.expanduser("~root/h"))
     assert config.hermes_home() == expected
     assert ("~root/h", os.environ["HOME"]) not in config._HOMES
+
+
+def test_resolved_path_is_realpath(tmp_path):
+    """files.resolved_path (the header lease's key) answers what os.path.realpath does: the
+    one-lstat-per-component case and every case it hands to realpath (links, relative,
+    non-normal, missing components)."""
+    from hermes_data.files import resolved_path
+
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("")
+    (tmp_path / "L").symlink_to(tmp_path / "a")
+    (tmp_path / "a" / "rel").symlink_to("b/f")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    d = str(tmp_path)
+    cases = [f"{d}/a/b/f", f"{d}/L/b/f", f"{d}/a/rel", f"{d}/a/../a/b/f", f"{d}//a/b/f",
+             f"{d}/a/./b/f", f"{d}/a/b/", f"{d}/missing/x", f"{d}/a/b/f/..", f"{d}/a/b/f/.",
+             f"{d}/loop", f"{d}/loop/x", "/", "//x", "rel/x", "./x", "."]
+    for case in cases:
+        assert resolved_path(case) == os.path.realpath(case), case
+        assert resolved_path(Path(case)) == os.path.realpath(Path(case)), case
+
+
+def test_header_descriptor_closes_after_the_last_lease(tmp_path):
+    """The sweep's fast path (every cached descriptor leased) keeps the answers: the last
+    release of an unlocked file closes its descriptor; two leases share one."""
+    from hermes_data import files
+
+    path = tmp_path / "db"
+    path.write_bytes(b"x" * 200)
+    first, second = files.FileHeader(path), files.FileHeader(path)
+    assert first.fd == second.fd and first.key in files._headers
+    fd = first.fd
+    first.release()
+    assert first.key in files._headers  # still leased by the second
+    second.release()
+    assert first.key not in files._headers
+    with pytest.raises(OSError):
+        os.fstat(fd)
