@@ -30,7 +30,10 @@ file:
   as upstream's ``_read_ctx`` does and as the store's read pool does, spec §8.7).
 
   Both: ``--settled-rounds`` alternating rounds of ``--settled-n`` opens each; reported: the
-  median of the per-round medians (wall and process-CPU time) and their ratio.
+  median of the per-round medians (wall and process-CPU time) and their ratio, and the
+  *paired* CPU ratio — the median of each round's store/plain ratio (a shared machine's load
+  moves on a scale of seconds: a round pairs two sides measured moments apart; more, shorter
+  rounds, e.g. ``--settled-rounds 40 --settled-n 25``, pair more finely).
 * **contention** (issue 7): (1) uncontended, (2) a sibling process holds ``BEGIN IMMEDIATE``
   for the whole scenario, (3) a sibling runs 200 ms write transactions in a loop. Each open
   is a full ``SessionStore(path)`` + one read + close. Reported: p50/p90 and the ratio to
@@ -145,9 +148,10 @@ def _timed(fn, n: int) -> tuple[float, float]:
 
 
 def settled_ratio(path: Path, settings: SqliteSettings, mode: str, rounds: int, n: int, *,
-                  read: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+                  read: bool) -> tuple[tuple[float, float], tuple[float, float], float]:
     """Medians of per-round medians, (wall, cpu) ms, of the plain and the store open (with one
-    ``get_session`` when ``read``); the rounds alternate."""
+    ``get_session`` when ``read``), and the median of the per-round CPU ratios; the rounds
+    alternate."""
     def store_open() -> None:
         with SessionStore(path, settings=settings) as s:
             if read:
@@ -159,7 +163,8 @@ def settled_ratio(path: Path, settings: SqliteSettings, mode: str, rounds: int, 
         store.append(_timed(store_open, n))
     med = statistics.median
     return (med(p[0] for p in plain), med(p[1] for p in plain)), \
-        (med(s[0] for s in store), med(s[1] for s in store))
+        (med(s[0] for s in store), med(s[1] for s in store)), \
+        med(s[1] / p[1] for p, s in zip(plain, store))
 
 
 def with_sibling(script: str, path: Path, fn):
@@ -190,13 +195,15 @@ def run_mode(journal: str, args: argparse.Namespace) -> None:
             plain_open(path, mode)
         print(f"SQLite {sqlite3.sqlite_version}; journal_mode={mode}")
         for label, read in (("settled open", False), ("settled open + get_session", True)):
-            plain, store = settled_ratio(path, settings, mode, args.settled_rounds,
-                                         args.settled_n, read=read)
+            plain, store, paired = settled_ratio(path, settings, mode, args.settled_rounds,
+                                                 args.settled_n, read=read)
             print(f"{label} (+ close; medians of {args.settled_rounds} alternating rounds of "
                   f"{args.settled_n}; target: ratio <= 1.5):")
             for i, clock in enumerate(("wall", "cpu")):
                 print(f"  {clock:<4}: SessionStore {store[i]:7.3f} ms   plain sqlite3 "
                       f"{plain[i]:7.3f} ms   ratio {store[i] / plain[i]:5.2f}   (target <= 1.5)")
+            print(f"  cpu, paired (median of the per-round ratios): {paired:5.2f}   "
+                  "(target <= 1.5)")
         if args.settled_only:
             return
         print(f"contention, n={args.n} opens per scenario:")

@@ -16,6 +16,7 @@ Resolution order for each store (first match wins):
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 
@@ -31,14 +32,30 @@ _URL_ENV = {
 }
 
 
+#: ``hermes_home()``'s answers by ``($HERMES_HOME, $HOME)``, when those two variables alone
+#: decide it (POSIX, ``$HOME`` set, ``$HERMES_HOME`` not ``~user``): every store open asks.
+_HOMES: dict[tuple[str, str], Path] = {}
+
+
 def hermes_home() -> Path:
     """Return ``$HERMES_HOME`` (non-empty) or ``~/.hermes`` (``~`` expanded as
     ``Path.expanduser`` does, by string: every store open asks)."""
-    home = os.environ.get("HERMES_HOME", "").strip()
+    raw = os.environ.get("HERMES_HOME", "")
+    user = os.environ.get("HOME")
+    if user is not None:
+        known = _HOMES.get((raw, user))
+        if known is not None:
+            return known
+    home = raw.strip()
     base = os.path.expanduser(home or "~")
     if base[:1] == "~":  # what Path.expanduser raises when no home directory is known
         raise RuntimeError("Could not determine home directory.")
-    return Path(base if home else os.path.join(base, ".hermes"))
+    found = Path(base if home else os.path.join(base, ".hermes"))
+    if user is not None and os.name == "posix" and (home[:1] != "~" or home == "~"
+                                                    or home.startswith("~/")) \
+            and len(_HOMES) < 64:  # expanded from $HOME alone (not ~user: the password file)
+        _HOMES[(raw, user)] = found
+    return found
 
 
 def telemetry_home() -> Path:
@@ -71,6 +88,19 @@ def check_store(store: str) -> str:
     return store
 
 
+#: ``URL.create("sqlite")``, made once: ``.set(database=...)`` gives the URL ``URL.create``
+#: would (equal, same hash) without re-validating an empty query — whose nested recursive
+#: helper left a reference cycle (garbage for the collector) at every store open.
+_SQLITE_URL = URL.create("sqlite")
+
+
+@functools.lru_cache(maxsize=256)
+def _normal_path(text: str) -> str:
+    """``str(Path(text))``: pathlib's spelling of a path — a function of the text alone,
+    remembered (every store open asks)."""
+    return str(Path(text))
+
+
 def resolve_url(store: str, url: str | os.PathLike | URL | None = None) -> URL:
     """Resolve the database URL of ``store``.
 
@@ -81,12 +111,15 @@ def resolve_url(store: str, url: str | os.PathLike | URL | None = None) -> URL:
     if url is None:
         url = os.environ.get(_URL_ENV[store], "").strip() or None
     if url is None:
-        return URL.create("sqlite", database=str(default_path(store)))
+        return _SQLITE_URL.set(database=str(default_path(store)))
     if isinstance(url, URL):
         return url
     text = os.fspath(url)
     if "://" not in text:
-        return URL.create("sqlite", database=str(Path(text).expanduser()))
+        name = _normal_path(text)
+        if name[:1] == "~":  # Path.expanduser looks at the first part only
+            name = str(Path(name).expanduser())
+        return _SQLITE_URL.set(database=name)
     try:
         return make_url(text)
     except Exception as exc:  # sqlalchemy raises ArgumentError with a terse message
@@ -99,4 +132,10 @@ def sqlite_path(url: URL) -> Path | None:
         return None
     if not url.database or url.database == ":memory:" or url.database.startswith("file:"):
         return None
-    return Path(url.database)
+    return _path_of(url.database)
+
+
+@functools.lru_cache(maxsize=256)
+def _path_of(text: str) -> Path:
+    # Path(text), remembered: a Path is immutable and a function of its text alone.
+    return Path(text)

@@ -121,6 +121,8 @@ def deleted_descriptors(pid: int) -> list[str]:
 #: probes answer "unknown".
 _FLOCK = "hhqqi"
 _LOCK_PROBES = sys.platform.startswith("linux") and sys.maxsize > 2**32
+#: The query: a write lock over the whole file (packed once; the kernel answers in a copy).
+_WRITE_LOCK_QUERY = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
 
 
 def _lock_probe(fd: int, cmd_name: str) -> int | None:
@@ -131,7 +133,7 @@ def _lock_probe(fd: int, cmd_name: str) -> int | None:
     if not _LOCK_PROBES or cmd is None:
         return None
     try:
-        out = fcntl.fcntl(fd, cmd, struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0))
+        out = fcntl.fcntl(fd, cmd, _WRITE_LOCK_QUERY)
     except OSError:
         return None
     l_type, _whence, _start, _len, pid = struct.unpack(_FLOCK, out)
@@ -406,6 +408,25 @@ _retired: list[_HeaderDescriptor] = []
 _headers_lock = threading.Lock()
 
 
+def resolved_path(path: Path | str) -> str:
+    """``os.path.realpath(path)``. An absolute, normal path (no ``//``, ``.``, ``..`` or
+    trailing ``/``) none of whose components is a symbolic link is its own resolved path:
+    that case is answered by one ``lstat`` per component — what ``realpath`` asks too —
+    without its string work (every store open asks); anything else is ``realpath``'s."""
+    name = os.fspath(path)
+    if name[:1] == "/" and name[-1:] != "/" and "//" not in name and "/./" not in name \
+            and "/../" not in name and not name.endswith(("/.", "/..")):
+        end = name.find("/", 1)
+        try:
+            while not stat.S_ISLNK(os.lstat(name if end < 0 else name[:end]).st_mode):
+                if end < 0:
+                    return name
+                end = name.find("/", end + 1)
+        except OSError:  # a missing component: realpath's own rules
+            pass
+    return os.path.realpath(name)
+
+
 class FileHeader:
     """A lease on this process's read-only descriptor for one database path, to read the
     file's header with ``pread`` — the bytes on disk, not SQLite's view of page 1 (which in
@@ -421,7 +442,7 @@ class FileHeader:
     """
 
     def __init__(self, path: Path | str) -> None:
-        self.key = os.path.realpath(path)
+        self.key = resolved_path(path)
         self.fd = -1
         self.ident: tuple[int, int] | None = None
         with _headers_lock:
@@ -466,6 +487,12 @@ def _sweep_locked() -> None:
     """Close the header descriptors nobody leases whose file no process holds a lock on
     (``F_OFD_GETLK`` sees this process's POSIX locks too, so closing drops nothing); the
     others stay, cached or retired (call with ``_headers_lock`` held)."""
+    if not _retired:  # the usual case: every cached descriptor leased, nothing to look at
+        for entry in _headers.values():
+            if not entry.users:
+                break
+        else:
+            return
     for key, entry in [*_headers.items(), *((None, e) for e in _retired)]:
         if entry.users or any_locks(entry.fd) is not False:
             continue  # a connection (maybe of this process) holds the file: keep it

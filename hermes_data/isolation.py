@@ -106,8 +106,10 @@ def _under_pytest() -> bool:
 
 def in_test_context() -> bool:
     """Whether this process runs under a test harness (see the module docstring, step 2)."""
-    if any(os.environ.get(name) for name in _TEST_ENV):
-        return True
+    environ = os.environ
+    for name in _TEST_ENV:  # every store open asks: no generator
+        if environ.get(name):
+            return True
     return _under_pytest()
 
 

@@ -27,6 +27,7 @@ import logging.config
 import os
 import random
 import sqlite3
+import sys
 import threading
 import time
 import warnings
@@ -93,7 +94,10 @@ _SPEC_MODULES = {
 def store_spec(store: str) -> StoreSpec:
     """The :class:`StoreSpec` of ``store`` (each store module defines ``SPEC``)."""
     check_store(store)
-    return importlib.import_module(_SPEC_MODULES[store]).SPEC
+    module = sys.modules.get(_SPEC_MODULES[store])  # every open asks: import when needed
+    if module is None or getattr(module.__spec__, "_initializing", False):  # (or importing)
+        module = importlib.import_module(_SPEC_MODULES[store])
+    return module.SPEC
 
 
 def alembic_config(store: str, url: str | os.PathLike | URL | None = None) -> Config:

@@ -181,10 +181,13 @@ class FileIdentity:
                 if ident is not None:
                     sidecars[suffix] = ident
         directory = None
-        absolute = os.path.abspath(path)
-        if (real if real is not None else os.path.realpath(path)) == absolute:
-            directory = os.path.dirname(absolute)
-        return cls(_ident(str(path)), sidecars, directory)
+        name = str(path)
+        if real is None:
+            real = os.path.realpath(name)
+        # A resolved path is absolute and normal: equal to the name, it is the name's abspath.
+        if real == name or real == os.path.abspath(name):
+            directory = os.path.dirname(real)
+        return cls(_ident(name), sidecars, directory)
 
     def replaced(self, path: Path) -> str | None:
         """Why the database no longer is the recorded file, or None."""
@@ -453,6 +456,10 @@ class ReadPool(sa.pool.Pool):
             idle, self._idle = self._idle, []
         for record in idle:
             record.close()
+        # Closed for good (``_open_reader`` refuses from now on): a creator that refuses
+        # without holding this pool, whose own bound method was a reference cycle that left
+        # every closed WAL handle to the garbage collector.
+        self._creator = _closed_reader  # type: ignore[assignment]  # a DB-API connection
 
     def recreate(self) -> "ReadPool":
         raise NotImplementedError("a ReadPool is never recreated; open a new store handle")
@@ -460,6 +467,10 @@ class ReadPool(sa.pool.Pool):
     def idle_count(self) -> int:
         """Idle connections held."""
         return len(self._idle)
+
+
+def _closed_reader() -> sqlite3.Connection:
+    raise NoReadPermit("closed")
 
 
 def evict_peer(pool: ReadPool, scope: str) -> bool:

@@ -100,7 +100,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
                                      "stores only (a SQLite file's owner is its path under "
                                      "hermes_root)")
         ensure_test_isolation(path)  # first: before any mkdir, lock or connection (§3.1)
-        options.update(path=Path(path), settings=settings, open_patience_s=open_patience_s,
+        options.update(path=path, settings=settings, open_patience_s=open_patience_s,
                        pragmas=opening.configured_pragmas(config))
         return str(path), options
     where = url.render_as_string(hide_password=True)

@@ -192,6 +192,10 @@ class TokenWriter:
             if self._thread is None and not self._queue and not self._busy \
                     and self._atexit is None:  # never used (a settled open + close): done
                 self._closed = True
+                # Nothing can apply a delta any more (no thread, nothing queued, enqueue
+                # refuses): drop the handle's bound method, the reference cycle that left
+                # every closed store to the garbage collector.
+                self._apply_one = _refuse_closed(self._label)
                 return
             self._cond.notify_all()
             thread = self._thread
@@ -223,6 +227,12 @@ class TokenWriter:
                 atexit.unregister(self._atexit)
                 self._atexit = None
             self._closed = True
+
+
+def _refuse_closed(label: str) -> Callable[[str, Mapping[str, Any]], None]:
+    def refuse(session_id: str, delta: Mapping[str, Any]) -> None:
+        raise ConfigurationError(f"{label}: the session store is closed")
+    return refuse
 
 
 #: Every live writer of this process (weakly): the one at-fork hook below resets them all,

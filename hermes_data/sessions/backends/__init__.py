@@ -9,6 +9,7 @@ never import the PostgreSQL one.
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Callable
 
 from sqlalchemy.engine import URL
@@ -40,7 +41,10 @@ def backend_class(url: URL) -> Callable[..., SessionBackend]:
         raise ConfigurationError(
             f"{url.render_as_string(hide_password=True)}: the session store runs on "
             f"{' or '.join(sorted(_REGISTRY))}, not {name!r}") from None
-    backend: Callable[..., SessionBackend] = getattr(importlib.import_module(module), cls)
+    loaded = sys.modules.get(module)  # every store open asks: import_module only when needed
+    if loaded is None or getattr(loaded.__spec__, "_initializing", False):
+        loaded = importlib.import_module(module)  # (not imported, or importing on a thread)
+    backend: Callable[..., SessionBackend] = getattr(loaded, cls)
     return backend
 
 

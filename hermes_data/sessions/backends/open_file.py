@@ -92,8 +92,9 @@ def prepare_file(backend: Any) -> bool:
     # Nothing for §8.1 step 8 to change: the file and its sidecars are 0600 and no link is on
     # the path (the sidecars of a link sit beside its target). SQLite creates a missing -wal
     # / -shm with the database file's mode, so a WAL connection's new sidecars are 0600 too.
+    key = backend._header.key  # resolved (absolute, normal): equal to name, name is absolute
     backend._owner_only = facts is not None and owner_only \
-        and backend._header.key == os.path.abspath(name)
+        and (key == name or key == os.path.abspath(name))
     return existing
 
 
