@@ -38,12 +38,12 @@ def unread(last_active: float | None, last_read_at: float | None) -> bool:
     return last_active > last_read_at
 
 
-def get_session(conn: Connection, q: Fragments, session_id: str) -> SessionRow | None:
-    """Core columns plus the resolved system prompt, or None."""
-    r = conn.exec_driver_sql(q.GET_SESSION, (session_id,)).first()
-    if r is None:
-        return None
-    return session_row(r)
+def get_session(execute: Callable[..., Any], q: Fragments,
+                session_id: str) -> SessionRow | None:
+    """Core columns plus the resolved system prompt, or None. ``execute``: a driver's
+    ``execute`` or a connection's ``exec_driver_sql`` (one statement)."""
+    r = execute(q.GET_SESSION, (session_id,)).fetchone()
+    return None if r is None else session_row(r)
 
 
 #: Integer counters a NULL (legacy rows) reads as 0.

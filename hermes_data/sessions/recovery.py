@@ -38,7 +38,7 @@ def find_live_compression_child(store: Any, parent_session_id: str) -> SessionRo
 
     def read(conn: Connection) -> SessionRow | None:
         ids = [r[0] for r in conn.exec_driver_sql(cs.OPEN_CONTINUATIONS, (parent_session_id,))]
-        return listing.get_session(conn, q, ids[0]) if len(ids) == 1 else None
+        return listing.get_session(conn.exec_driver_sql, q, ids[0]) if len(ids) == 1 else None
 
     return store.backend.read(read)
 

@@ -454,7 +454,9 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     def get_session(self, session_id: str) -> SessionRow | None:
         """Core columns plus the resolved system prompt, or None (queued tokens flushed first)."""
         self._tokens.flush()
-        return self._backend.read(lambda c: listing.get_session(c, self._q, session_id))
+        return self._backend.read_driver(
+            lambda tx: listing.get_session(tx.execute, self._q, session_id),
+            single_statement=True)
 
     def list_sessions(self, *, source: str | None = None, sources: Iterable[str] | None = None,
                       exclude_sources: Iterable[str] | None = None, cwd_prefix: str | None = None,

@@ -111,3 +111,20 @@ def test_peer_key_miss_falls_back_to_the_tuple(store):
         source="telegram", session_key="nope", user_id="u", chat_id="c", chat_type="dm")
     assert via_tuple is not None and via_tuple.id == "a"
     assert via_tuple == store.get_session("a")
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal"])
+def test_a_settled_open_and_a_keyed_read_make_no_sqlalchemy_engine(tmp_path, journal):
+    """A handle without a read pool (rollback journal) reads on the writer's own sqlite3
+    connection, a WAL handle on a pooled reader's: ``get_session`` after a settled open answers
+    without the engine being made (it costs more than the open's statements)."""
+    path = tmp_path / "state.db"
+    settings = SqliteSettings(journal_mode=journal)
+    with SessionStore(path, settings=settings) as s:
+        s.create_session("s", "cli", model="m")
+    with SessionStore(path, settings=settings) as s:
+        assert s.journal_mode == journal
+        assert (s.backend.read_pool is None) == (journal == "delete")
+        row = s.get_session("s")
+        assert row is not None and row.model == "m" and s.get_session("nope") is None
+        assert s.backend._engine is None  # noqa: SLF001 - the lazily made engine

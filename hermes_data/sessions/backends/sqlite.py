@@ -598,6 +598,13 @@ class SqliteBackend(SessionBackend):
                 err = exc
             patience.wait(err, sqlite_reads.busy_message(self, READ_PATIENCE_S))
 
+    def on_writer_raw(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """``fn`` on the writer's own ``sqlite3`` connection under the handle's lock."""
+        with self._lock:
+            if self._raw is None:
+                raise ConfigurationError(f"{self.path}: the session store is closed")
+            return fn(self._raw)
+
     def read_driver(self, fn: Callable[[Driver], T], *, single_statement: bool = False) -> T:
         """:meth:`read` on the reader's ``sqlite3`` connection (:mod:`.sqlite_reads`)."""
         return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)

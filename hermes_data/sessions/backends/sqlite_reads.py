@@ -6,9 +6,12 @@ opens through SQLAlchemy, without its pool checkout, ``Connection`` and transact
 which cost more than a keyed lookup's statement. What a read may do is unchanged: the same
 reader (LIFO, under the path and process budgets), the same retry of lock conflicts and
 schema changes for the read patience, then :class:`DatabaseBusyError`. When no reader can be
-had (budget, descriptors, back-off, DELETE journal, read-only handle) the read takes the
-SQLAlchemy route (:meth:`SqliteBackend.read`: peer eviction, else the writer) with the same
-function on that connection's ``sqlite3`` connection.
+had from the pool (budget, descriptors, back-off) the read takes the SQLAlchemy route
+(:meth:`SqliteBackend.read`: peer eviction, else the writer) with the same function on that
+connection's ``sqlite3`` connection. A handle without a read pool (rollback journal,
+read-only handle) reads on the writer's own ``sqlite3`` connection under the handle's lock,
+as :meth:`SqliteBackend.reading_on_writer` does — without making the SQLAlchemy engine a
+settled open otherwise never needs.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ class ReadingBackend(Protocol):
 
     def read(self, fn: Callable[[Any], T]) -> T: ...
 
+    def on_writer_raw(self, fn: Callable[[sqlite3.Connection], T]) -> T: ...
+
 
 def is_busy(exc: BaseException) -> bool:
     """A lock conflict, worth a retry: ``SQLITE_BUSY`` / ``SQLITE_LOCKED`` by result code
@@ -70,6 +75,26 @@ def busy_message(backend: ReadingBackend, patience_s: float) -> str:
             f"{patience_s:.1f} s while reading; the database is healthy, retry later")
 
 
+def in_read_transaction(con: sqlite3.Connection, fn: Callable[[Any], T],
+                        single_statement: bool = False) -> T:
+    """``fn(con)`` inside ``BEGIN`` … ``COMMIT`` (rolled back if ``fn`` raises); with
+    ``single_statement`` in autocommit — one statement is its own read transaction."""
+    if single_statement:
+        return fn(con)
+    con.execute(q.BEGIN)
+    try:
+        result = fn(con)
+    except BaseException:
+        try:
+            if con.in_transaction:
+                con.execute(q.ROLLBACK)
+        except sqlite3.Error as exc:  # the read's own error is the one to report
+            log.debug("rollback of a read failed: %s", exc)
+        raise
+    con.execute(q.COMMIT)
+    return result
+
+
 def read_driver(backend: ReadingBackend, fn: Callable[[Any], T], patience_s: float,
                 single_statement: bool = False) -> T:
     """Run ``fn(sqlite3 connection)`` in one read transaction (see the module docstring).
@@ -86,31 +111,23 @@ def read_driver(backend: ReadingBackend, fn: Callable[[Any], T], patience_s: flo
             except NoReadPermit:
                 record = None
         con = None if record is None else record.dbapi_connection
-        if con is None:
-            if record is not None:
-                pool.give_back(record)  # type: ignore[union-attr]
+        if con is None and record is not None:
+            pool.give_back(record)  # type: ignore[union-attr]
+            record = None
+        if con is None and pool is not None:  # a budget miss: this route evicts a peer's reader
             return backend.read(lambda conn: fn(driver_connection(conn)))
         try:
-            if single_statement:
-                return fn(con)
-            con.execute(q.BEGIN)
-            try:
-                result = fn(con)
-            except BaseException:
-                try:
-                    if con.in_transaction:
-                        con.execute(q.ROLLBACK)
-                except sqlite3.Error as exc:  # the read's own error is the one to report
-                    log.debug("rollback of a read failed: %s", exc)
-                raise
-            con.execute(q.COMMIT)
-            return result
+            if con is None:  # no read pool (rollback journal, read-only): the writer serves
+                return backend.on_writer_raw(
+                    lambda w: in_read_transaction(w, fn, single_statement))
+            return in_read_transaction(con, fn, single_statement)
         except sqlite3.OperationalError as exc:
             if not read_retryable(exc):
                 raise
             err = exc
         finally:
-            pool.give_back(record)  # type: ignore[union-attr]
+            if record is not None:
+                pool.give_back(record)  # type: ignore[union-attr]
         if patience is None:
             patience = Patience(patience_s, start=start)
         patience.wait(err, busy_message(backend, patience_s))
