@@ -53,7 +53,10 @@ _INNER_STAR_RE = re.compile(r"\*+(?=[^\s*])")
 _PHRASE_RE = re.compile(r'"[^"]*"')
 _DOTTED_RE = re.compile(r"\b\w+(?:[._-]\w+)+\b")
 _QUOTED_SPLIT_RE = re.compile(r'("[^"]*")')
-_TOKEN_RE = re.compile(r'"[^"]*"\*?|\S+')
+#: A bareword stops at a quote, as in FTS5's query syntax: a compound quoted by step 5 of the
+#: sanitizer right after a character that is no word character nor a separator
+#: (``aaaaa🚀广.a`` ⇒ ``aaaaa🚀"广.a"``) is a term of its own, not part of the bareword.
+_TOKEN_RE = re.compile(r'"[^"]*"\*?|[^\s"]+')
 _LIKE_TOKEN_RE = re.compile(r'"[^"]+"|\S+')
 # Placeholder for a protected phrase: private-use delimiters, never \w, never stripped.
 _PH_OPEN, _PH_CLOSE = "\ue000", "\ue001"

@@ -136,3 +136,21 @@ def test_exception_block_helpers_keep_queries_serial(pg_corpus):
             "AND hermes_jsonb(s.model_config) IS NOT DISTINCT FROM hermes_jsonb(s.model_config)"
         ).scalar()
         assert n >= 4
+
+
+def test_prescan_is_asked_only_by_terms_of_cjk_letters(pg_corpus, monkeypatch):
+    """The pre-scan's statistics count a group only when its terms are CJK letters alone: a
+    mixed term (``100%服务``) is rarer than its grams say, so its candidates answer. How the
+    page finds its rows only — the property test above checks the rows either way."""
+    from hermes_data.sessions.search_plan import LikeTerm
+
+    monkeypatch.setattr(cjk, "element_rows", lambda conn, which, grams: 50_000.0)
+    with pg_corpus.engine.connect() as conn:
+        def common(*terms: str) -> bool:
+            groups = [[LikeTerm(t)] for t in terms]
+            grams = cjk.pg_gram_groups(groups)
+            assert grams is not None
+            return cjk._pg_common(conn, grams, groups)
+
+        assert common("服务") and common("日 志") and common("西ZfWe7", "服务")
+        assert not common("100%服务") and not common("西ZfWe7") and not common("广AW")

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from hermes_data.sessions.search import (cjk_like_groups, has_cjk, like_groups, literal_text,
                                          plan_search, sanitize_fts_query)
-from hermes_data.sessions.search_plan import SearchCapabilities, literal_groups
+from hermes_data.sessions.search_plan import LikeTerm, SearchCapabilities, literal_groups
 from hermes_data.sessions.store import SessionStore
 
 from .conftest import BACKENDS, _truncate
@@ -195,6 +195,16 @@ def test_plan_of_a_punctuation_only_query_is_the_literal():
     plan = plan_search(None, caps, literal="?!")
     assert plan.route == "fts" and plan.literal == "?!" and plan.literal_first
     assert not plan.literal_indexed  # two characters: no trigram, a scan
+
+
+def test_a_compound_glued_to_a_symbol_is_a_term_of_its_own(store):
+    """The sanitizer quotes ``广.a`` right after an emoji (``aaaaa🚀"广.a"``); the tokens read
+    it as FTS5 does — a bareword stops at the quote — so the short-CJK route's terms are
+    ``aaaaa🚀`` and ``广.a``, not one term holding the quotes (found by the property below)."""
+    assert cjk_like_groups(sanitize_fts_query("aaaaa🚀广.a") or "") == (
+        (LikeTerm("aaaaa🚀"),), (LikeTerm("广.a"),))
+    mid = store.append_message("cli1", "user", "aaaaa🚀广.a", timestamp=float(9_999_000))
+    assert mid in {h.id for h in store.search_messages("aaaaa🚀广.a", fields=["id"])}
 
 
 # -------------------------------------------------------------------------------------

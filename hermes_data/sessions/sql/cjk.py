@@ -227,13 +227,21 @@ def pg_candidate_ids(n_groups: int) -> str:
     return f"SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors})"
 
 
-#: The page's rows: the candidate ids (bound as one array).
-PG_CANDIDATE_ROWS = "m.id = ANY(CAST(:ids AS bigint[]))"
+def pg_candidate_page(n_groups: int, matches: str, where: str, sort: str | None) -> str:
+    """:func:`pg_bigram_page` over the candidates of :func:`pg_candidate_ids` in one
+    statement: the ids are an ``ARRAY(…)`` sub-select, an init plan planned on its own (so
+    the partial GIN index answers it — the reason it was a statement of its own), and the
+    page walks them newest first through ``messages_pkey``, checking ``ILIKE`` until the
+    page is full (as the bound array did; ``IN (SELECT …)`` checked every candidate, then
+    sorted: 1,100 candidates of ``以`` 1.5 → 9 ms). The ids no longer travel to the client
+    and back (one round trip and ~2,000 ids bound for a common letter)."""
+    return pg_bigram_page(f"m.id = ANY(ARRAY({pg_candidate_ids(n_groups)}))", matches, where,
+                          sort)
 
 
 def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
-    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (:data:`PG_CANDIDATE_ROWS` or
-    :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
+    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (the candidates of
+    :func:`pg_candidate_page` or :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
     direction = "ASC" if sort == "oldest" else "DESC"
     return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
             f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND m.role <> 'tool' "
