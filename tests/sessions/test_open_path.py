@@ -19,7 +19,6 @@ from pathlib import Path
 import psutil
 import pytest
 import sqlalchemy as sa
-from sqlalchemy import event
 
 from hermes_data import files, migrate
 from hermes_data.engine import SqliteSettings
@@ -40,18 +39,27 @@ WRITE_HEADS = ("INSERT", "UPDATE", "DELETE", "REPLACE", "DROP", "ALTER", "CREATE
 
 @contextmanager
 def dbapi_trace():
-    """Every statement sent by any connection opened from now on (sqlite3 trace callback,
-    installed by a pool-wide connect listener: nothing escapes SQLAlchemy's bookkeeping)."""
+    """Every statement sent by any sqlite3 connection opened from now on: the library's raw
+    connections (writer, readers) and SQLAlchemy's pool alike connect through
+    ``sqlite3.connect`` / ``sqlite3.dbapi2.connect`` (a handle that never makes its engine
+    opens no pool connection, so a pool listener would miss it)."""
+    import sqlite3.dbapi2
+
     seen: list[str] = []
+    real = (sqlite3.connect, sqlite3.dbapi2.connect)
 
-    def _on_connect(dbapi_conn, _record):
-        dbapi_conn.set_trace_callback(seen.append)
+    def traced(connect):
+        def wrapper(*args, **kwargs):
+            con = connect(*args, **kwargs)
+            con.set_trace_callback(seen.append)
+            return con
+        return wrapper
 
-    event.listen(sa.pool.Pool, "connect", _on_connect)
+    sqlite3.connect, sqlite3.dbapi2.connect = traced(real[0]), traced(real[1])
     try:
         yield seen
     finally:
-        event.remove(sa.pool.Pool, "connect", _on_connect)
+        sqlite3.connect, sqlite3.dbapi2.connect = real
 
 
 #: The engine's rollback flavour (hermes_data.engine, issued only on a connection already in a
