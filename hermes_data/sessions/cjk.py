@@ -42,6 +42,7 @@ from sqlalchemy.engine import Connection
 
 from . import guards
 from .rows import FtsRebuildStatus
+from .scoped import Scoped
 from .search_stats import CJK_GRAMS, element_rows
 from .search_plan import LikeTerm
 from .sql import cjk as q
@@ -143,20 +144,9 @@ def index_enabled() -> bool:
     return _INDEX_ENABLED.get()
 
 
-class index_setting:  # noqa: N801 - a context manager used like a function
-    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block (a
-    class, not a generator: every store open enters it)."""
-
-    __slots__ = ("_enabled", "_token")
-
-    def __init__(self, enabled: bool) -> None:
-        self._enabled = bool(enabled)
-
-    def __enter__(self) -> None:
-        self._token = _INDEX_ENABLED.set(self._enabled)
-
-    def __exit__(self, *exc_info: object) -> None:
-        _INDEX_ENABLED.reset(self._token)
+def index_setting(enabled: bool) -> Scoped[bool]:
+    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block."""
+    return Scoped(_INDEX_ENABLED, bool(enabled))
 
 
 def configured_index(config: Any) -> bool:

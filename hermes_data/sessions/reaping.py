@@ -36,6 +36,7 @@ import psutil
 
 from ..files import SIDECARS, deleted_descriptors
 from . import filesafety
+from .scoped import Scoped
 
 log = logging.getLogger("hermes_data.sessions.reaping")
 
@@ -82,21 +83,10 @@ _open_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
     "hermes_data_reap_on_open", default=DEFAULT_ENABLED)
 
 
-class open_setting:  # noqa: N801 - a context manager used like a function
+def open_setting(config: Any) -> Scoped[bool]:
     """The store constructor's scope: the open's stale escalation reads the setting here
-    (the backend never sees the store's config). A class, not a generator: every store open
-    enters it."""
-
-    __slots__ = ("_enabled", "_token")
-
-    def __init__(self, config: Any) -> None:
-        self._enabled = enabled(config)
-
-    def __enter__(self) -> None:
-        self._token = _open_enabled.set(self._enabled)
-
-    def __exit__(self, *exc_info: object) -> None:
-        _open_enabled.reset(self._token)
+    (the backend never sees the store's config)."""
+    return Scoped(_open_enabled, enabled(config))
 
 
 def enabled_for_open() -> bool:
