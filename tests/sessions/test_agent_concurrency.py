@@ -43,10 +43,11 @@ def _writer(target, go, out):
     out.put(("writer", errors))
 
 
-def _reader(target, stop, out):
+def _reader(target, ready, stop, out):
     errors: list[str] = []
     reads = 0
     with SessionStore(target) as s:
+        ready.set()  # the writers start once the reader is open (a spawned child may be slow)
         while not stop.is_set():
             try:
                 s.usage_totals()
@@ -63,11 +64,12 @@ def test_parallel_accounting_loses_and_doubles_nothing(store, backend):
         store.create_session(sid, "cli")
         store.append_message(sid, "user", "hi")
     ctx = multiprocessing.get_context("spawn")
-    go, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    go, ready, stop, out = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Queue()
     writers = [ctx.Process(target=_writer, args=(target, go, out)) for _ in range(2)]
-    reader = ctx.Process(target=_reader, args=(target, stop, out))
+    reader = ctx.Process(target=_reader, args=(target, ready, stop, out))
     for p in (*writers, reader):
         p.start()
+    assert ready.wait(120), "the reader process did not open the store"
     go.set()
     results = [out.get(timeout=300) for _ in writers]
     stop.set()
