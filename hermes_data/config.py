@@ -19,6 +19,8 @@ from __future__ import annotations
 import functools
 import os
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
 
 from sqlalchemy.engine import URL, make_url
 
@@ -56,6 +58,21 @@ def hermes_home() -> Path:
             and len(_HOMES) < 64:  # expanded from $HOME alone (not ~user: the password file)
         _HOMES[(raw, user)] = found
     return found
+
+
+def config_section(config: Any, name: str) -> Mapping[str, Any]:
+    """The ``name`` section of a store configuration — a mapping, a zero-argument callable
+    returning one, or None — as a mapping (empty when absent, None or not a mapping). An
+    exception raised by the callable propagates: each reader decides what a broken
+    configuration means for its setting."""
+    if config is None:  # no configuration (every store open asks)
+        return _NO_SECTION
+    cfg = config() if callable(config) else config
+    section = cfg.get(name, _NO_SECTION) if isinstance(cfg, Mapping) else _NO_SECTION
+    return section if isinstance(section, Mapping) else _NO_SECTION
+
+
+_NO_SECTION: Mapping[str, Any] = MappingProxyType({})
 
 
 def telemetry_home() -> Path:

@@ -95,3 +95,22 @@ def test_header_descriptor_closes_after_the_last_lease(tmp_path):
     assert first.key not in files._headers
     with pytest.raises(OSError):
         os.fstat(fd)
+
+
+def test_config_section_reads_mappings_callables_and_nothing():
+    """One reader of a store configuration's sections (sessions / database settings)."""
+    from hermes_data.config import config_section
+
+    assert dict(config_section(None, "sessions")) == {}
+    assert dict(config_section({}, "sessions")) == {}
+    assert config_section({"sessions": {"cjk_index": False}}, "sessions") == {"cjk_index": False}
+    assert config_section(lambda: {"database": {"synchronous": "full"}}, "database") \
+        == {"synchronous": "full"}
+    assert dict(config_section({"sessions": ["not", "a", "mapping"]}, "sessions")) == {}
+    assert dict(config_section(["not a mapping"], "sessions")) == {}
+
+    def broken():
+        raise OSError("config file unreadable")
+
+    with pytest.raises(OSError, match="unreadable"):
+        config_section(broken, "sessions")  # each reader decides what a broken config means

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..config import config_section
 from . import guards
 from .rows import FtsRebuildStatus
 from .scoped import Scoped
@@ -152,12 +153,8 @@ def index_setting(enabled: bool) -> Scoped[bool]:
 def configured_index(config: Any) -> bool:
     """``sessions.cjk_index`` of a store's config (mapping or callable; default true). A
     value other than a bool is logged and read as the default; reading never raises."""
-    if config is None:  # no configuration: the default
-        return True
     try:
-        cfg = config() if callable(config) else (config or {})
-        section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
-        value = section.get("cjk_index", True) if isinstance(section, Mapping) else True
+        value = config_section(config, "sessions").get("cjk_index", True)
     except Exception as exc:  # noqa: BLE001 - a broken config callable never fails the open
         log.warning("reading sessions.cjk_index failed (%s); the CJK index stays on", exc)
         return True

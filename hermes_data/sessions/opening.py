@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from ..config import config_section
 from . import cjk, fts_deferral, fts_shadow, sql, upstream_cjk
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
@@ -470,15 +471,11 @@ _SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
 def _database_section(config: Any) -> Mapping[str, Any]:
-    if config is None:
-        return {}
     try:
-        cfg = config() if callable(config) else (config or {})
-        section = cfg.get("database", {}) if isinstance(cfg, Mapping) else {}
+        return config_section(config, "database")
     except Exception as exc:  # noqa: BLE001 - a config failure never breaks an open
         log.warning("database configuration unreadable (%s); no configured pragmas", exc)
         return {}
-    return section if isinstance(section, Mapping) else {}
 
 
 def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]:

@@ -30,10 +30,11 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import psutil
 
+from ..config import config_section
 from ..files import SIDECARS, deleted_descriptors
 from . import filesafety
 from .scoped import Scoped
@@ -65,13 +66,8 @@ def scan_holders(db_path: Path | None) -> list[Holder]:
 def enabled(config: Any) -> bool:
     """``sessions.reap_orphan_desktop_backends`` of a store config (mapping or callable);
     missing or unreadable ⇒ the default (true); only a real ``False``/"false"/0 turns it off."""
-    if config is None:
-        return DEFAULT_ENABLED
     try:
-        cfg = config() if callable(config) else (config or {})
-        section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
-        value = section.get(SETTING, DEFAULT_ENABLED) if isinstance(section, Mapping) \
-            else DEFAULT_ENABLED
+        value = config_section(config, "sessions").get(SETTING, DEFAULT_ENABLED)
     except Exception:  # noqa: BLE001 - a config failure keeps the default
         return DEFAULT_ENABLED
     if isinstance(value, str):

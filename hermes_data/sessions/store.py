@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..config import hermes_home, resolve_url, sqlite_path
+from ..config import config_section, hermes_home, resolve_url, sqlite_path
 from ..engine import SqliteSettings
 from ..errors import ConfigurationError
 from ..isolation import ensure_test_isolation
@@ -73,9 +73,7 @@ def _record_init_error(where: str, exc: BaseException) -> None:
 def configured_limit(config: Any, key: str, default: int) -> int:
     """``sessions.<key>`` of the store's config (mapping or callable), read at call time;
     missing, malformed or negative values give ``default``."""
-    cfg = config() if callable(config) else (config or {})
-    section = cfg.get("sessions", {}) if isinstance(cfg, Mapping) else {}
-    raw = section.get(key, default) if isinstance(section, Mapping) else default
+    raw = config_section(config, "sessions").get(key, default)
     try:
         value = int(raw)
     except (TypeError, ValueError):
