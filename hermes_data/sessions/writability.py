@@ -44,6 +44,12 @@ class PermissionStep:
         return f"chmod {'u+rwx' if self.is_dir else 'u+rw'} {shlex.quote(str(self.path))}"
 
 
+def _has_owner_bits(st: os.stat_result) -> bool:
+    """The owner bits a writable open needs of this path: rw (a directory: rwx)."""
+    need = _DIR_BITS if stat.S_ISDIR(st.st_mode) else _FILE_BITS
+    return st.st_mode & need == need
+
+
 def preflight_paths(db_path: Path) -> list[Path]:
     """The directory, then ``state.db``, ``-wal`` and ``-shm`` (in that order)."""
     return [db_path.parent, db_path, Path(f"{db_path}-wal"), Path(f"{db_path}-shm")]
@@ -67,14 +73,10 @@ def plan_writability(stats: Mapping[Path, os.stat_result | None], home: Path) ->
     """
     steps = []
     for path, st in stats.items():
-        if st is None:
+        if st is None or _has_owner_bits(st):
             continue
-        is_dir = stat.S_ISDIR(st.st_mode)
-        need = _DIR_BITS if is_dir else _FILE_BITS
-        mode = stat.S_IMODE(st.st_mode)
-        if mode & need == need:
-            continue
-        steps.append(PermissionStep(path, mode, is_dir, repair=_inside(path, home)))
+        steps.append(PermissionStep(path, stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode),
+                                    repair=_inside(path, home)))
     return steps
 
 
@@ -85,19 +87,6 @@ def _refusal(step: PermissionStep, why: str) -> StateDbPermissionError:
         f"{step.path}: the {what} is mode {step.mode:o}, lacking owner "
         f"{'read/write/execute' if step.is_dir else 'read/write'} ({why}); the session store "
         f"cannot open it for writing. Run: {step.command}")
-
-
-def _owner_ok(path: str) -> bool:
-    """The path is absent, or has the owner bits :func:`plan_writability` asks of it (any
-    other ``stat`` failure answers False: the full preflight raises it)."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return True
-    except OSError:
-        return False
-    need = _DIR_BITS if stat.S_ISDIR(st.st_mode) else _FILE_BITS
-    return st.st_mode & need == need
 
 
 def settled_facts(base: str) -> tuple[bool, bool] | None:
@@ -123,8 +112,7 @@ def settled_facts(base: str) -> tuple[bool, bool] | None:
             continue
         except OSError:
             return None
-        need = _DIR_BITS if stat.S_ISDIR(st.st_mode) else _FILE_BITS
-        if st.st_mode & need != need:
+        if not _has_owner_bits(st):
             return None
         modes.append(stat.S_IMODE(st.st_mode))
         owner_only = owner_only and modes[-1] == 0o600
@@ -139,17 +127,9 @@ def writability_preflight(db_path: Path, home: Path | Callable[[], Path]) -> lis
     is ever deleted or truncated: a ``-wal`` holds committed transactions. Raises
     :class:`StateDbPermissionError` — naming the file and the exact ``chmod`` command — for a
     path outside ``home`` (never changed) or a ``chmod`` that fails. ``home`` may be a
-    zero-argument callable: it is asked only when a path lacks bits.
-
-    The usual case — every path already has its bits — is one ``stat`` per path and nothing
-    else (issue 14: the settled open); any miss runs the full preflight from the start.
+    zero-argument callable: it is asked only when a path lacks bits (the usual case — every
+    path has its bits — is one ``stat`` per path and nothing else).
     """
-    base = os.fspath(db_path)
-    if all(_owner_ok(p) for p in (os.path.dirname(base) or ".", base, f"{base}-wal",
-                                  f"{base}-shm")):
-        return []
-    if callable(home):
-        home = home()
     done: list[str] = []
     paths = preflight_paths(db_path)
     # The directory first: its repair is what makes the files reachable for a non-root user.
@@ -160,6 +140,10 @@ def writability_preflight(db_path: Path, home: Path | Callable[[], Path]) -> lis
                 stats[path] = os.stat(path)
             except FileNotFoundError:
                 stats[path] = None
+        if all(st is None or _has_owner_bits(st) for st in stats.values()):
+            continue
+        if callable(home):
+            home = home()
         steps = plan_writability(stats, home)
         refused = [s for s in steps if not s.repair]
         if refused:
