@@ -239,10 +239,6 @@ class FileIdentity:
         return None
 
 
-_APP_ID_AT = APPLICATION_ID_OFFSET
-_APP_ID_END = APPLICATION_ID_OFFSET + 4
-
-
 @functools.lru_cache(maxsize=64)
 def _id_bytes(app_id: int) -> bytes | None:
     """``app_id`` as the header stores it (big-endian), None when it has no such form."""
@@ -259,7 +255,7 @@ def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, st
     if header is None or not app_id:
         return None
     data = header.read()
-    if data[_APP_ID_AT:_APP_ID_END] == _id_bytes(app_id) and data.startswith(SQLITE_MAGIC):
+    if data[APPLICATION_ID_OFFSET:APPLICATION_ID_OFFSET + 4] == _id_bytes(app_id) and data.startswith(SQLITE_MAGIC):
         return None  # the common case, decided on the bytes (a full header: 72 < 100 bytes)
     disk_id = application_id(data)
     if disk_id is None:

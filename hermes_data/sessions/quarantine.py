@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from ..errors import ConfigurationError
+from ..files import SQLITE_MAGIC
 from ..isolation import ensure_test_isolation
 from .errors import LiveConnectionError, StateDbZeroedError
 from .filesafety import holder_scan, maintenance_flock, offline_file_access
@@ -33,7 +34,6 @@ log = logging.getLogger("hermes_data.sessions.quarantine")
 QUARANTINE_LOCK_TIMEOUT_S = 5.0
 QUARANTINE_LOCK_POLL_S = 0.02
 SIDECAR_SUFFIXES = ("-wal", "-shm", "-journal")
-_MAGIC = b"SQLite format 3\x00"
 
 #: Injectable wall clock (names of moved files).
 now: Callable[[], float] = time.time
@@ -75,7 +75,7 @@ def is_zeroed_state_db(path: str | os.PathLike[str], *, probe_bytes: int = 100,
 def zeroed_head(data: bytes) -> bool:
     """The zero probe's verdict on a non-empty regular file's first bytes: all NUL (an
     ``SQLite format 3`` header, or any other byte, is not zeroed)."""
-    if data.startswith(_MAGIC):
+    if data.startswith(SQLITE_MAGIC):
         return False
     return bool(data) and data.count(0) == len(data)
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from ...config import hermes_home
 from ...errors import StoreLinkError
-from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader
+from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id
 from ..filesafety import unclaimed
 from ..quarantine import is_zeroed_state_db, zeroed_head
 from ..writability import settled_facts, writability_preflight
@@ -45,7 +45,6 @@ from ..writability import settled_facts, writability_preflight
 #: Header offsets (https://www.sqlite.org/fileformat.html#the_database_header).
 _WRITE_VERSION, _READ_VERSION = 18, 19
 _SCHEMA_COOKIE = 40
-_APPLICATION_ID = 68
 
 
 #: ``Path.exists()``'s "no such file" errors (any other ``stat`` failure raises, as there).
@@ -137,4 +136,4 @@ def rollback_header_stamp(header: FileHeader | None) -> tuple[int, int] | None:
             or data[_WRITE_VERSION] != 1 or data[_READ_VERSION] != 1:
         return None
     return (int.from_bytes(data[_SCHEMA_COOKIE:_SCHEMA_COOKIE + 4], "big"),
-            int.from_bytes(data[_APPLICATION_ID:_APPLICATION_ID + 4], "big"))
+            application_id(data) or 0)
