@@ -116,7 +116,7 @@ class Clock:
         differ), the injectable wall clock on SQLite."""
         if self.cs.SERVER_NOW is not None:
             return float(ex(self.cs.SERVER_NOW).fetchone()[0])
-        return float(getattr(self.store, "wall", time.time)())
+        return float(self.wall())
 
     def dead(self, holder: Any) -> bool:
         """``DEAD(holder)`` with the store's probe."""
