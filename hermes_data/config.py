@@ -111,13 +111,6 @@ def check_store(store: str) -> str:
 _SQLITE_URL = URL.create("sqlite")
 
 
-@functools.lru_cache(maxsize=256)
-def _normal_path(text: str) -> str:
-    """``str(Path(text))``: pathlib's spelling of a path — a function of the text alone,
-    remembered (every store open asks)."""
-    return str(Path(text))
-
-
 def resolve_url(store: str, url: str | os.PathLike | URL | None = None) -> URL:
     """Resolve the database URL of ``store``.
 
@@ -133,7 +126,7 @@ def resolve_url(store: str, url: str | os.PathLike | URL | None = None) -> URL:
         return url
     text = os.fspath(url)
     if "://" not in text:
-        name = _normal_path(text)
+        name = str(_path_of(text))  # pathlib's spelling (a Path caches its str)
         if name[:1] == "~":  # Path.expanduser looks at the first part only
             name = str(Path(name).expanduser())
         return _SQLITE_URL.set(database=name)
