@@ -151,7 +151,6 @@ def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, o
     when the literal has a character that is no letter, digit or space — by its symbol
     grams (``messages_symbol_grams``, s08: the characters ``pg_trgm`` cannot see)."""
     params: dict[str, Any] = {"limit": limit, "offset": offset}
-    matches = q.pattern_where(((LikeTerm(literal),),), q.PG_TRIGRAM_COLS, params)
     grams = scan = False
     if symbols and has_symbol(literal):
         params["sg"] = literal
@@ -161,11 +160,13 @@ def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, o
         grams = upper is not None and upper <= (PG_GRAM_CANDIDATES_WORDS if words
                                                 else PG_GRAM_CANDIDATES)
         scan = upper is not None and not grams and not words
+    matches = q.pattern_where(((LikeTerm(literal),),),
+                              q.PG_LITERAL_SCAN_COLS if scan else q.PG_TRIGRAM_COLS, params)
     phrase = None if grams else literal_word_phrase(literal)
     tsq = pg_tsquery(phrase, params, "w") if phrase else None
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams,
-                                                  scan=scan)), params).fetchall()
+    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams)),
+                        params).fetchall()
     return [_result(r, r[8], "literal") for r in rows]
 
 

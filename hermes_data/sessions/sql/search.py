@@ -55,6 +55,10 @@ LIKE_COLS = ("COALESCE(m.content, '') LIKE {p} ESCAPE '\\'",
 ILIKE_COLS = tuple(c.replace(" LIKE ", " ILIKE ") for c in LIKE_COLS)
 #: PostgreSQL trigram route: the content only (the ``pg_trgm`` GIN index serves it).
 PG_TRIGRAM_COLS = ("m.content ILIKE {p} ESCAPE '\\'",)
+#: PostgreSQL literal tier of a literal without a letter or digit (``...``, ``((``): pg_trgm has
+#: no trigram for it (its index would be read whole), so the content is compared through
+#: ``COALESCE`` — the same rows, no index — and the newest-first walk stops at the page.
+PG_LITERAL_SCAN_COLS = ILIKE_COLS[:1]
 #: LIKE-route snippet: a 120-character window around the first term (never the whole
 #: content); PostgreSQL finds the term case-insensitively, like the match itself.
 LIKE_SNIPPET = "substr(m.content, max(1, instr(m.content, :first) - 40), 120)"
@@ -222,7 +226,7 @@ PG_ELEMENT_STATS = (
 
 
 def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None, *,
-                    grams: bool = False, scan: bool = False) -> str:
+                    grams: bool = False) -> str:
     """PostgreSQL literal tier: the trigram page of the literal (``matches``).
 
     * ``grams``: the candidates are :data:`PG_SYMBOL_GRAM_IDS` (a literal with punctuation,
@@ -230,17 +234,13 @@ def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None,
       cannot see);
     * otherwise narrowed by ``tsq`` on the stored document when the literal has words
       (pg_trgm ignores punctuation: ``[more]python`` alone would recheck every row holding
-      two common words);
-    * ``scan``: a literal without a letter or digit gives pg_trgm no trigram (its index would
-      be read whole): the content is compared through ``COALESCE`` (same rows, no index), so
-      the newest-first scan stops at the page — these literals are common (``...``, ``((``)."""
+      two common words) — ``matches`` built on :data:`PG_LITERAL_SCAN_COLS` walks the
+      newest rows instead."""
     if grams:
         return (f"WITH g AS MATERIALIZED ({PG_SYMBOL_GRAM_IDS}) "
                 + pg_trigram_page(f"m.id IN (SELECT g.id FROM g) AND ({matches})", where,
                                   sort, marked=True))
     cand = f"{PG_FTS_DOCUMENT} @@ {tsq} AND " if tsq else ""
-    if scan:
-        matches = matches.replace("m.content ILIKE", "COALESCE(m.content, '') ILIKE")
     return pg_trigram_page(f"{cand}({matches})", where, sort, marked=True)
 
 
