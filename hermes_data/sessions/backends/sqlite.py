@@ -353,9 +353,7 @@ class SqliteBackend(SessionBackend):
                 raise
         try:
             if guarded and self._app_id and not header_in_fn:
-                app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
-                if app_id != self._app_id:
-                    self.check_header(app_id)
+                self.check_header(con.execute(q.APPLICATION_ID).fetchone()[0])
             result = fn(con if raw else self._sa_writer())
             if raw:
                 con.execute(q.COMMIT)
