@@ -254,3 +254,15 @@ def test_default_db_path_follows_a_late_hermes_home(tmp_path, monkeypatch):
         registry.release(store)
     monkeypatch.setenv("HERMES_HOME", str(tmp_path / "later"))
     assert isolation.default_db_path() == tmp_path / "later" / "state.db"
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="Linux /proc walk only")
+def test_proc_ancestry_matches_psutil():
+    """The /proc walk (issue 14: no psutil import on a store's first open) sees the same
+    ancestors, nearest first, with the same argv as psutil's ``parents()`` / ``cmdline()``."""
+    import psutil
+
+    expected = [p.cmdline() for p in psutil.Process().parents()]
+    assert expected  # a test run has at least one ancestor
+    assert list(isolation._proc_ancestor_argvs()) == expected
+    assert list(isolation._ancestor_argvs()) == expected
