@@ -96,19 +96,29 @@ class Prepared:
 
     Compilation is lazy too (issue 14, cold start): ``sql`` / ``order`` / ``defaults`` are
     filled by the first access to any of them (an unset slot falls through to
-    :meth:`__getattr__`), then read as plain attributes — the hot paths pay nothing.
+    :meth:`__getattr__`), then read as plain attributes — the hot paths pay nothing. ``stmt``
+    may also be a function building the construct: it is called on first use of ``stmt``
+    (a process that records calls builds only the statements it runs, not the module's 36).
     """
 
-    __slots__ = ("name", "stmt", "sql", "order", "defaults", "_pg_stmt", "_pg", "_get")
+    __slots__ = ("name", "stmt", "sql", "order", "defaults", "_build", "_pg_stmt", "_pg",
+                 "_get")
 
     def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
         self.name = name
-        self.stmt = stmt
+        if callable(stmt) and not isinstance(stmt, ClauseElement):
+            self._build = stmt  # ``stmt`` stays unset until first use
+        else:
+            self.stmt = stmt
         self._pg_stmt = pg_stmt
         self._pg: Compiled | None = None
 
     def __getattr__(self, attr: str) -> Any:
-        # Only unset slots get here: compile for SQLite once, then they are plain attributes.
+        # Only unset slots get here: build the construct, or compile it for SQLite, once;
+        # then they are plain attributes.
+        if attr == "stmt":
+            self.stmt = self._build()
+            return self.stmt
         if attr not in ("sql", "order", "defaults", "_get"):
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
         compiled = self.stmt.compile(dialect=_DIALECT)

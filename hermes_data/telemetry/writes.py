@@ -14,10 +14,10 @@ SQLite cannot encode as UTF-8) becomes U+FFFD, a valid surrogate *pair* becomes 
 it encodes, a NUL character (which PostgreSQL text cannot hold) becomes U+FFFD on both
 backends, and non-string values are stored as ``str(value)``.
 
-Every statement is built twice where the dialects differ — upserts through the dialect's own
-``insert`` (``INSERT … ON CONFLICT`` on both), ``RETURNING id`` on PostgreSQL where SQLite
-reads ``lastrowid`` — and the two constructs share their bind names and order (checked at
-import), so the same argument tuples serve both backends.
+Every statement is built (on first use) twice where the dialects differ — upserts through the
+dialect's own ``insert`` (``INSERT … ON CONFLICT`` on both), ``RETURNING id`` on PostgreSQL where
+SQLite reads ``lastrowid`` — and the two share their bind names and order (the hot ones checked
+by tests/telemetry/test_cold_start.py), so the same argument tuples serve both backends.
 """
 
 from __future__ import annotations
@@ -61,9 +61,9 @@ def _pg_insert(table: Any) -> Any:
 
 
 def _both(name: str, build) -> Prepared:
-    """A statement built by ``build(insert)`` with SQLite's and (on first use) PostgreSQL's
-    ``insert``."""
-    return Prepared(name, build(sqlite_insert), lambda: build(_pg_insert))
+    """A statement built by ``build(insert)`` with SQLite's and PostgreSQL's ``insert``, each
+    on first use (issue 14: importing this module builds no construct)."""
+    return Prepared(name, lambda: build(sqlite_insert), lambda: build(_pg_insert))
 
 
 _LLM_COLS = (
@@ -71,8 +71,8 @@ _LLM_COLS = (
     "latency_ms", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "estimated",
     "provider_assumed", "moa_preset", "turn_id", "task_id", "api_request_id",
 )
-_ins_llm = sa.insert(llm_calls).values({c: bp(c) for c in _LLM_COLS})
-INSERT_LLM_CALL = Prepared("insert_llm_call", _ins_llm, _ins_llm.returning(llm_calls.c.id))
+_ins_llm = lambda: sa.insert(llm_calls).values({c: bp(c) for c in _LLM_COLS})
+INSERT_LLM_CALL = Prepared("insert_llm_call", _ins_llm, lambda: _ins_llm().returning(llm_calls.c.id))
 
 
 def _add(col: str) -> sa.ColumnElement:
@@ -111,9 +111,9 @@ UPSERT_RUN_FOR_CALL_ATTRIBUTED = _both("upsert_run_for_call_attributed", _run_fo
 UPSERT_RUN_FOR_CALL = _both("upsert_run_for_call", _run_for_call(("model", "provider")))
 
 _TOOL_COLS = ("session_id", "ts", "tool_name", "ok", "latency_ms", "turn_id", "tool_call_id")
-_ins_tool = sa.insert(tool_calls).values({c: bp(c) for c in _TOOL_COLS})
-INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool, _ins_tool.returning(tool_calls.c.id))
-BUMP_RUN_TOOL_CALLS = Prepared("bump_run_tool_calls", sa.update(runs).where(
+_ins_tool = lambda: sa.insert(tool_calls).values({c: bp(c) for c in _TOOL_COLS})
+INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool, lambda: _ins_tool().returning(tool_calls.c.id))
+BUMP_RUN_TOOL_CALLS = Prepared("bump_run_tool_calls", lambda: sa.update(runs).where(
     runs.c.session_id == bp("sid")).values(tool_calls=func.coalesce(runs.c.tool_calls, literal_column("0")) + literal_column("1")))
 
 #: The hot paths build their argument tuples in these orders; tests/telemetry/test_cold_start.py
@@ -152,16 +152,16 @@ END_RUN = _both("end_run", lambda insert: insert(runs).values(
     },
 ))
 
-SET_SENDER = Prepared("set_sender", sa.update(runs).where(runs.c.session_id == bp("sid"))
+SET_SENDER = Prepared("set_sender", lambda: sa.update(runs).where(runs.c.session_id == bp("sid"))
                       .values(sender_id=func.coalesce(runs.c.sender_id, bp("value"))))
-SET_PROFILE = Prepared("set_profile", sa.update(runs).where(runs.c.session_id == bp("sid"))
+SET_PROFILE = Prepared("set_profile", lambda: sa.update(runs).where(runs.c.session_id == bp("sid"))
                        .values(profile=func.coalesce(runs.c.profile, bp("value"))))
 
 _edge_cols = ("child_session_id", "parent_session_id", "parent_turn_id", "parent_subagent_id",
               "child_subagent_id", "child_role", "started_at")
 INSERT_EDGE = _both("insert_edge", lambda insert: insert(subagent_edges).values(
     {c: bp(c) for c in _edge_cols}).on_conflict_do_nothing())
-STOP_EDGE = Prepared("stop_edge", sa.update(subagent_edges)
+STOP_EDGE = Prepared("stop_edge", lambda: sa.update(subagent_edges)
                      .where(subagent_edges.c.child_session_id == bp("child"))
                      .values(stopped_at=bp("stopped"), child_status=bp("status"),
                              child_role=func.coalesce(subagent_edges.c.child_role, bp("role"))))
@@ -180,12 +180,12 @@ INSERT_FREE_MODEL = _both("insert_free_model", lambda insert: insert(known_free_
 # First flip per (model, provider) wins; first_free_seen_at from the same model's known-free
 # row, the provider-specific one preferred over the wildcard ('').
 _kfm = known_free_models
-_first_free = (sa.select(_kfm.c.first_seen_at)
+_first_free = lambda: (sa.select(_kfm.c.first_seen_at)
                .where(_kfm.c.model == bp("model"), _kfm.c.provider.in_([bp("provider"), ""]))
                .order_by((_kfm.c.provider == "").asc()).limit(1).scalar_subquery())
 INSERT_FREE_PAID = _both("insert_free_paid", lambda insert: insert(free_paid_transitions).values(
     model=bp("model"), provider=bp("provider"), detected_at=bp("now"),
-    session_id=bp("session_id"), first_paid_cost_usd=bp("cost"), first_free_seen_at=_first_free,
+    session_id=bp("session_id"), first_paid_cost_usd=bp("cost"), first_free_seen_at=_first_free(),
 ).on_conflict_do_nothing())
 
 _mua = model_unavailable_alerts
@@ -204,19 +204,19 @@ _ERR_COLS = ("ts", "session_id", "turn_id", "task_id", "api_request_id", "api_ca
              "model", "status_code", "error_type", "error_message", "reason", "retryable",
              "retry_count", "max_retries", "duration_ms")
 # provider: the given one, else the session's runs.provider, else ''.
-_err_provider = func.coalesce(
+_err_provider = lambda: func.coalesce(
     func.nullif(bp("provider"), ""),
     sa.select(runs.c.provider).where(runs.c.session_id == bp("session_id")).scalar_subquery(),
     "")
-INSERT_LLM_CALL_ERROR = Prepared("insert_llm_call_error", sa.insert(llm_call_errors).values(
-    {**{c: bp(c) for c in _ERR_COLS}, "provider": _err_provider},
+INSERT_LLM_CALL_ERROR = Prepared("insert_llm_call_error", lambda: sa.insert(llm_call_errors).values(
+    {**{c: bp(c) for c in _ERR_COLS}, "provider": _err_provider()},
 ).returning(llm_call_errors.c.id, llm_call_errors.c.provider))
 
 _ps = pricing_snapshots
 _RATE_FIELDS = ("input_cost_per_million", "output_cost_per_million",
                 "cache_read_cost_per_million", "cache_write_cost_per_million", "request_cost")
 _SNAP_COLS = tuple(c.name for c in _ps.c if c.name != "id")
-LATEST_SNAPSHOT_FOR_CHANGE = Prepared("latest_snapshot_for_change", sa.select(
+LATEST_SNAPSHOT_FOR_CHANGE = Prepared("latest_snapshot_for_change", lambda: sa.select(
     *(_ps.c[f] for f in (*_RATE_FIELDS, "pricing_version", "source", "resolved_model")))
     .where(_ps.c.provider == bp("provider"), _ps.c.model == bp("model"))
     .order_by(_ps.c.id.desc()).limit(1))
@@ -224,7 +224,7 @@ LATEST_SNAPSHOT_FOR_CHANGE = Prepared("latest_snapshot_for_change", sa.select(
 # SQLite (SHARE ROW EXCLUSIVE conflicts with itself, not with readers).
 LOCK_SNAPSHOTS = Prepared("lock_snapshots", sa.text("SELECT 1"),
                           sa.text("LOCK TABLE pricing_snapshots IN SHARE ROW EXCLUSIVE MODE"))
-INSERT_SNAPSHOT = Prepared("insert_snapshot", sa.insert(_ps).values(
+INSERT_SNAPSHOT = Prepared("insert_snapshot", lambda: sa.insert(_ps).values(
     {c: bp(c) for c in _SNAP_COLS}))
 
 _epc = endpoint_payload_cache
@@ -232,9 +232,9 @@ UPSERT_ENDPOINT_CACHE = _both("upsert_endpoint_cache", lambda insert: insert(_ep
     {c.name: bp(c.name) for c in _epc.c}).on_conflict_do_update(
     index_elements=[_epc.c.cache_name, _epc.c.cache_key],
     set_={c: literal_column(f"excluded.{c}") for c in ("payload_json", "rows_count", "built_at")}))
-EVICT_ENDPOINT_OLD = Prepared("evict_endpoint_old", sa.delete(_epc).where(
+EVICT_ENDPOINT_OLD = Prepared("evict_endpoint_old", lambda: sa.delete(_epc).where(
     _epc.c.cache_name == bp("name"), _epc.c.built_at < bp("cutoff")))
-EVICT_ENDPOINT_EXCESS = Prepared("evict_endpoint_excess", sa.delete(_epc).where(
+EVICT_ENDPOINT_EXCESS = Prepared("evict_endpoint_excess", lambda: sa.delete(_epc).where(
     _epc.c.cache_name == bp("name"),
     _epc.c.cache_key.not_in(sa.select(_epc.c.cache_key).where(_epc.c.cache_name == bp("name"))
                             .order_by(_epc.c.built_at.desc()).limit(bp("keep")))))
@@ -246,9 +246,9 @@ UPSERT_EFFICIENCY_CACHE = _both("upsert_efficiency_cache", lambda insert: insert
     set_={c: literal_column(f"excluded.{c}")
           for c in ("window_hours", "include_deleted", "limit_n", "payload_json", "rows_count",
                     "built_at")}))
-EVICT_EFFICIENCY_OLD = Prepared("evict_efficiency_old", sa.delete(_mec).where(
+EVICT_EFFICIENCY_OLD = Prepared("evict_efficiency_old", lambda: sa.delete(_mec).where(
     _mec.c.built_at < bp("cutoff")))
-EVICT_EFFICIENCY_EXCESS = Prepared("evict_efficiency_excess", sa.delete(_mec).where(
+EVICT_EFFICIENCY_EXCESS = Prepared("evict_efficiency_excess", lambda: sa.delete(_mec).where(
     _mec.c.cache_key.not_in(sa.select(_mec.c.cache_key).order_by(_mec.c.built_at.desc())
                             .limit(bp("keep")))))
 
