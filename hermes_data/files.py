@@ -22,11 +22,14 @@ import struct
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from .errors import StoreLinkError
+
+if TYPE_CHECKING:
+    from .file_records import DescriptorBudget, FileFacts, Holder
 
 log = logging.getLogger("hermes_data.files")
 
@@ -48,21 +51,13 @@ def _with_sidecars(path: Path | str) -> list[str]:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Holder:
-    """A process with a descriptor on a file."""
-
-    pid: int
-    name: str
-    path: str
-    deleted: bool = False
-
-
 def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list[Holder] | None:
     """Processes holding ``path`` or its ``-wal``/``-shm`` open: ``live`` descriptors (psutil)
     and ``deleted`` ones — holders of a *deleted* inode of those names (a split WAL
     generation). ``None`` when the process table cannot be read at all. Unreadable processes
     are skipped (the list is a lower bound)."""
+    from .file_records import Holder
+
     targets = set(_with_sidecars(path.resolve()))
     deleted = deleted and os.path.isdir("/proc")
     if not (live or deleted):
@@ -246,22 +241,6 @@ def foreign_holders(db_path: Path | None) -> int | None:
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class FileFacts:
-    """Permissions and sizes of a database and its sidecars, read by ``stat``."""
-
-    path: str
-    exists: bool
-    mode: str | None = None
-    owner_only: bool | None = None
-    sizes: dict[str, int] = field(default_factory=dict)
-    #: Where ``path`` leads when it is a symbolic link (facts are the target's), else None.
-    link_target: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-
 def link_target(path: Path | str) -> Path | None:
     """The fully resolved target when ``path`` is a symbolic link (possibly dangling), else
     ``None``. The stores operate on that target: SQLite resolves the link and keeps its
@@ -282,6 +261,8 @@ def refuse_dangling_link(path: Path | None) -> None:
 def file_facts(path: Path) -> FileFacts:
     """Mode bits and sizes of ``path`` (its link target, for a link) and its sidecars (never
     opens them)."""
+    from .file_records import FileFacts
+
     target = link_target(path)
     facts = FileFacts(str(path), path.exists(), link_target=None if target is None else str(target))
     if not facts.exists:
@@ -328,25 +309,12 @@ def make_owner_only(path: Path | str,
 # ---------------------------------------------------------------------------------------
 
 
-@dataclass
-class DescriptorBudget:
-    """Open descriptors of this process against its soft limit."""
-
-    open: int | None
-    soft_limit: int | None
-
-    @property
-    def headroom(self) -> int | None:
-        """Descriptors left; ``None`` when unmeasurable or unlimited."""
-        if self.open is None or self.soft_limit in (None, resource.RLIM_INFINITY):
-            return None
-        return self.soft_limit - self.open
-
-
 def descriptor_budget() -> DescriptorBudget:
     """This process's open descriptors and soft ``RLIMIT_NOFILE``. The probe itself failing
     with ``EMFILE``/``ENFILE`` raises that ``OSError``."""
     import psutil
+
+    from .file_records import DescriptorBudget
 
     proc = psutil.Process()
     try:
@@ -530,3 +498,15 @@ def application_id(header: bytes) -> int | None:
     if len(header) < HEADER_BYTES:
         return None
     return int.from_bytes(header[APPLICATION_ID_OFFSET:APPLICATION_ID_OFFSET + 4], "big")
+
+
+_RECORDS = ("DescriptorBudget", "FileFacts", "Holder")
+
+
+def __getattr__(name: str) -> Any:
+    # The diagnostics' records live in .file_records, imported on first use (issue 14).
+    if name in _RECORDS:
+        from . import file_records
+
+        return getattr(file_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -33,7 +33,6 @@ from typing import Any, Callable, Iterator
 from urllib.parse import unquote
 
 from .. import files
-from .errors import LiveConnectionError
 
 log = logging.getLogger("hermes_data.sessions.filesafety")
 
@@ -158,6 +157,10 @@ def offline_file_access(path: str | os.PathLike[str], what: str) -> Iterator[Non
             _track_cond.wait()
         n = _counts.get(key, 0)
         if n:
+            # Imported here: a telemetry process loads this module (every SQLite connection
+            # is tracked) but never the session store's errors (issue 14, cold start).
+            from .errors import LiveConnectionError
+
             raise LiveConnectionError(str(path), what, n)
         outer = key in _offline
         _offline[key] = me

@@ -172,6 +172,20 @@ class Prepared:
         return f"Prepared({self.name!r}, {self.sql!r})"
 
 
+def _pg_insert(table: Any) -> Any:
+    from sqlalchemy.dialects.postgresql import insert  # only when PostgreSQL runs it
+
+    return insert(table)
+
+
+def upsert_statement(name: str, build: Callable[[Any], Any]) -> Prepared:
+    """A :class:`Prepared` statement built by ``build(insert)`` with each dialect's own
+    ``insert`` (``INSERT … ON CONFLICT`` on both): SQLite's and PostgreSQL's construct are each
+    built on first use (issue 14: importing the query modules builds no construct)."""
+    return Prepared(name, lambda: build(sqlite_dialect.insert),
+                    lambda: build(_pg_insert))
+
+
 class _Held:
     """This thread's checked-out connection; returned to the pool when the thread ends."""
 

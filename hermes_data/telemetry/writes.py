@@ -29,16 +29,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func, literal_column
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from .schema import (
     budget_alerts, endpoint_payload_cache, free_paid_transitions, known_free_models,
     llm_call_errors, llm_calls, model_efficiency_cache, model_unavailable_alerts,
     pricing_snapshots, runs, subagent_edges, tool_calls,
 )
-from . import sql as fragments
 from .keys import efficiency_cache_key
-from .store import PgTelemetryStore, Prepared, Target, TelemetryStore, write_tx
+from .store import (PgTelemetryStore, Prepared, Target, TelemetryStore, upsert_statement,
+                    write_tx)
 if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
     from .types import ApiErrorOutcome, ModelUnavailable, PricingEntry
 from .values import (TERMINAL_STATUSES, clean_text, duration_ms_from_seconds, opt_int,
@@ -54,16 +53,13 @@ CACHE_MAX_AGE = timedelta(hours=6)
 CACHE_MAX_ENTRIES = 64
 
 # --------------------------------------------------------------------------- statements
-def _pg_insert(table: Any) -> Any:
-    from sqlalchemy.dialects.postgresql import insert  # only when PostgreSQL runs it
-
-    return insert(table)
+_both = upsert_statement
 
 
-def _both(name: str, build) -> Prepared:
-    """A statement built by ``build(insert)`` with SQLite's and PostgreSQL's ``insert``, each
-    on first use (issue 14: importing this module builds no construct)."""
-    return Prepared(name, lambda: build(sqlite_insert), lambda: build(_pg_insert))
+def _ms_between(end: Any, start: Any) -> Any:
+    from .sql import ms_between  # the read API's fragments: not loaded to record calls
+
+    return ms_between(end, start)
 
 
 _LLM_COLS = (
@@ -147,8 +143,7 @@ END_RUN = _both("end_run", lambda insert: insert(runs).values(
                      runs.c.status.in_([literal_column(f"'{s}'") for s in TERMINAL_STATUSES]),
                      bp("force", type_=sa.Integer) == 0), runs.c.status),
             else_=_excl_status),
-        "duration_ms": fragments.ms_between(literal_column("excluded.ended_at"),
-                                            runs.c.started_at),
+        "duration_ms": _ms_between(literal_column("excluded.ended_at"), runs.c.started_at),
     },
 ))
 
