@@ -35,7 +35,9 @@ in ms and ratios. Target: the default flavour >= 1.0x DELETE.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import sqlite3
 import statistics
 import sys
@@ -334,6 +336,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rollback", action="store_true",
                     help="only the rollback-journal flavours line (DELETE / TRUNCATE / PERSIST)")
     args = ap.parse_args(argv)
+    if args.dir is None:  # a scratch directory of our own goes with the run
+        args.dir = tempfile.mkdtemp(prefix="hermes-bench-")
+        atexit.register(shutil.rmtree, args.dir, True)
     if args.tool_calls or args.rollback:
         tmp = Path(args.dir or tempfile.mkdtemp(prefix="hermes-bench-"))
         tmp.mkdir(parents=True, exist_ok=True)
