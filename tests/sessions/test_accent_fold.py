@@ -182,11 +182,17 @@ _OLD_INDEX = ("CREATE INDEX IF NOT EXISTS messages_fts_folded ON messages USING 
 
 
 def _matches(conn, fn: str, query: str) -> set[str]:
-    doc = (f"to_tsvector('simple'::regconfig, {fn}(regexp_replace({_SOURCE}, '{_SPLIT}', ' ', "
-           "'g')))")
+    """Rows whose document, folded by ``fn`` as its index folds it, holds ``query``."""
+    if fn == "hermes_unaccent":  # split, then fold
+        doc = (f"to_tsvector('simple'::regconfig, {fn}(regexp_replace({_SOURCE}, '{_SPLIT}', "
+               "' ', 'g')))")
+        term = f"{fn}(regexp_replace(%s, '{_SPLIT}', ' ', 'g'))"
+    else:  # the head: fold, then split
+        doc = fold.pg_folded_document()
+        term = f"regexp_replace({fn}(%s), '{_SPLIT}', ' ', 'g')"
     return {r[0] for r in conn.exec_driver_sql(
-        f"SELECT content FROM messages WHERE {doc} @@ phraseto_tsquery('simple', "
-        f"{fn}(regexp_replace(%s, '{_SPLIT}', ' ', 'g')))", (query,))}
+        f"SELECT content FROM messages WHERE {doc} @@ phraseto_tsquery('simple', {term})",
+        (query,))}
 
 
 def _names(conn, sql: str) -> set[str]:
@@ -284,3 +290,22 @@ def test_a_latin1_database_folds_the_characters_it_can_store(latin1_url):
     finally:
         engine.dispose()
     assert migrate.check("sessions", latin1_url) == []
+
+
+@pytest.mark.journal_independent("PostgreSQL only")
+def test_the_folded_tier_query_matches_the_index_expression(pg_session_url):
+    # The search's folded query (sql.search.pg_tsquery, fold=True) against the document of
+    # sql.fold: the planner can answer it from messages_fts_fold (same expression).
+    from hermes_data.sessions.sql.search import pg_tsquery
+    params: dict = {}
+    tsq = pg_tsquery('café "crème brûlée" pre*', params, "f", fold=True)
+    engine = sa.create_engine(pg_session_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("SET LOCAL enable_seqscan = off")
+            plan = "\n".join(r[0] for r in conn.execute(sa.text(
+                f"EXPLAIN SELECT m.id FROM messages m WHERE {fold.pg_folded_document('m')} "
+                f"@@ {tsq}"), params))
+    finally:
+        engine.dispose()
+    assert "messages_fts_fold" in plan, plan

@@ -324,8 +324,8 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
     as a phrase: ``chat-send`` ⇒ ``'chat' <-> 'send'``, ``gateway/run.py`` ⇒ ``'gateway' <->
     'run' <-> 'py'``. A prefix term (``word*``, ``foo_ba*``, ``"some phra"*``) puts ``:*`` on
     its last word, as FTS5 does: ``'foo' <-> 'ba':*``. ``None`` when no positive term is
-    left. ``fold``: every term passes through ``hermes_fold`` (the folded document of
-    :mod:`.fold`)."""
+    left. ``fold``: every term passes through ``hermes_fold`` before it is split (the folded
+    document of :mod:`.fold`)."""
     f = (lambda e: f"hermes_fold({e})") if fold else (lambda e: e)
     groups: list[list[str]] = [[]]
     n = 0
@@ -345,11 +345,11 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
             head = text[:last.start()]
             if _PG_WORD_CHAR_RE.search(head):
                 params[key + "h"] = head
-                split = f(f"regexp_replace(:{key}h, '{PG_FTS_SPLIT}', ' ', 'g')")
+                split = f"regexp_replace({f(':' + key + 'h')}, '{PG_FTS_SPLIT}', ' ', 'g')"
                 term = f"tsquery_phrase(phraseto_tsquery('simple', {split}), {term})"
         else:
             params[key] = text
-            split = f(f"regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g')")
+            split = f"regexp_replace({f(':' + key)}, '{PG_FTS_SPLIT}', ' ', 'g')"
             term = f"phraseto_tsquery('simple', {split})"
         if negate and groups[-1]:
             groups[-1].append(f"!!{term}")
