@@ -271,14 +271,16 @@ PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
 PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
 #: s08_symbol_grams' PostgreSQL GIN index over ``hermes_symbol_grams(…)`` (issue 16).
 PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
+#: s09_accent_fold's PostgreSQL GIN index over the ``hermes_fold``-ed document (issue 16).
+PG_FOLD_INDEX = "messages_fts_fold"
 
 
 def expected_shape_on(conn: Connection) -> Shape:
     """Head shape on PostgreSQL: the reflected metadata plus what only PostgreSQL has — the
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
     that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
-    the ``pg_trgm`` extension is installed; the accent-folded one where the open built it),
-    s07's CJK gram index, s08's symbol-gram index. The column stays out of the Core metadata:
+    the ``pg_trgm`` extension is installed), s07's CJK gram index, s08's symbol-gram index,
+    s09's accent-folded document index. The column stays out of the Core metadata:
     that metadata is the SQLite authority, and no insert may name a generated column. The
     two Telegram DM-topic tables are part of the PostgreSQL head only (``pg_metadata``)."""
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
@@ -294,13 +296,9 @@ def expected_shape_on(conn: Connection) -> Shape:
         indexes[name] = IndexShape(name, "messages", cols, False)
     name, table, cols = PG_ONLY_INDEX
     indexes[name] = IndexShape(name, table, cols, False)
-    # Expression indexes (no reflected column): s07_storage's CJK grams, s08's symbol grams;
-    # the accent-folded document the writable open ensures where ``unaccent`` can be
-    # installed (issue 16).
-    expressions = [PG_CJK_GRAMS_INDEX, PG_SYMBOL_GRAMS_INDEX]
-    if conn.exec_driver_sql(mq.PG_FOLDED_INDEX_PRESENT).first():
-        expressions.append("messages_fts_folded")
-    for name in expressions:
+    # Expression indexes (no reflected column): s07_storage's CJK grams, s08's symbol grams,
+    # s09's accent-folded document.
+    for name in (PG_CJK_GRAMS_INDEX, PG_SYMBOL_GRAMS_INDEX, PG_FOLD_INDEX):
         indexes[name] = IndexShape(name, "messages", (None,), False)
     return replace(base, tables=tables, indexes=indexes)
 
@@ -328,6 +326,6 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s08_symbol_grams",
+    head="s09_accent_fold",
     server_only_tables=TELEGRAM_TABLES,
 )

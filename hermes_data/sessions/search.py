@@ -76,15 +76,16 @@ letters or digits is a word boundary — in the document and in every query term
 ``gateway/run.py``, ``user@host``, ``read_file`` split into unicode61's words and ``gateway``
 finds them on the standard route. Non-ASCII punctuation is left to the 'simple' parser (a
 boundary under a Unicode ``LC_CTYPE``). Case folds on both sides ('simple' lower-cases).
-Diacritics fold as FTS5's ``remove_diacritics`` folds them (``cafe`` finds ``café`` and
-back): the writable open ensures ``hermes_unaccent`` (an IMMUTABLE wrapper of ``unaccent``)
-and the GIN index ``messages_fts_folded`` on the folded document
-(:mod:`hermes_data.sessions.search_index`). The word tier matches the stored
+Diacritics fold exactly as FTS5's ``remove_diacritics 1`` folds them, character for
+character (``cafe`` finds ``café`` and back; ``æ``, ``ß`` and ``©`` are not expanded): revision
+s09_accent_fold's ``hermes_fold`` (a ``translate`` over a fixed mapping read off SQLite's
+tokenizer, no extension) and the GIN index ``messages_fts_fold`` on the folded document
+(:mod:`hermes_data.sessions.sql.fold`). The word tier matches the stored
 ``fts_document`` as typed; a *folded tier* follows it when it does not fill the page,
 matching the folded query against the folded document (ranked with the unfolded query on the
 stored document): a row matched only through folding ranks after the exact-accent rows.
 (Matching the expression index first made common words slow: the planner filters a
-backward id scan with it, recomputing ``unaccent``/``to_tsvector`` per row.)
+backward id scan with it, recomputing ``hermes_fold``/``to_tsvector`` per row.)
 The literal tier's ``ILIKE`` is narrowed by the literal's words on the stored document
 (:func:`literal_word_phrase`): ``pg_trgm`` ignores punctuation, so ``[more]python`` alone
 rechecks every row holding two common words. A literal holding punctuation, symbols or emoji
@@ -94,15 +95,20 @@ rarest gram is rare by the index's statistics: the candidate ids come from the i
 ``ILIKE`` verifies them; a literal of symbols only whose grams are common (``...``) walks
 the newest rows without ``pg_trgm`` (which has no trigram for it and would read its whole
 index). Each way returns the ``ILIKE`` rows (``tests/sessions/test_symbol_grams_pg.py``).
-Without the extension (no privilege) folding is off, logged at WARNING.
+A database not yet upgraded to s09 (read-only handles do not upgrade) has no folded tier.
 
 Execution (:mod:`~hermes_data.sessions.search_pg`): the search's statements run under one
 savepoint with custom plans (``SET LOCAL plan_cache_mode``: a prepared statement's generic
 plan is blind to the pattern and the ``tsquery``); a rejected statement rolls back to it and
 the plan runs again route by route, each in its own savepoint. The index set is read once
 per engine (:mod:`~hermes_data.sessions.search_caps`), like the element statistics that
-choose how a page finds its rows (never which rows). Remaining difference: the document is one text, so a
-phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart.
+choose how a page finds its rows (never which rows). Remaining differences: the document is one text, so a
+phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart;
+case folding is each engine's own (FTS5's tables predate ~170 capitals PostgreSQL lowers,
+Cherokee among them, and FTS5 also folds ``ς``, ``ſ``, ``µ`` and Greek symbol variants,
+which ``lower`` keeps); the 'simple' parser's word characters are not unicode61's (combining
+marks beyond the 25 FTS5 drops are separators there and letters here — Indic vowel signs —,
+private-use and unassigned code points, superscripts and fractions the other way round).
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays

@@ -4,11 +4,12 @@ SQLite: read on every search (the ``fts_stale`` flag is a primary-key read and c
 run time). PostgreSQL: the search GIN indexes present on ``messages`` are read once per
 engine and kept (a ``pg_indexes`` query on every search cost ~1 ms, more on a loaded
 server). The cache is dropped by :func:`forget_capabilities` wherever this process changes
-those indexes — the writable open after its migrations and the search objects it ensures
-(:mod:`~hermes_data.sessions.search_index`), ``rebuild_fts``. An index another process
-creates later (a revision, the accent-folding objects) is seen by the next handle; until
-then this one keeps the route it had. :func:`forget_capabilities` also drops the element
-statistics of :mod:`~hermes_data.sessions.search_stats`.
+those indexes — the writable open after its migrations, ``rebuild_fts``. An index another
+process creates later (a revision) is seen by the next handle; until then this one keeps the
+route it had. A database a revision behind (a read-only handle does not upgrade) simply
+lacks the newer indexes: its search takes the routes the present ones offer (without
+``messages_fts_fold`` of s09, no accent-folded tier). :func:`forget_capabilities` also
+drops the element statistics of :mod:`~hermes_data.sessions.search_stats`.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
         fts = "messages_fts_document" in names and (forced is None or forced.fts5)
         tri = fts and "messages_fts_trgm" in names and (forced is None or forced.trigram)
         return SearchCapabilities(fts5=fts, trigram=tri, stale=False,
-                                  folded=fts and "messages_fts_folded" in names,
+                                  folded=fts and "messages_fts_fold" in names,
                                   bigram="messages_cjk_grams" in names,
                                   symbols=tri and "messages_symbol_grams" in names)
     caps = opening.capabilities(conn)

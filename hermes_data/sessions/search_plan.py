@@ -347,7 +347,7 @@ class SearchCapabilities:
     fts5: bool  # FTS5 module present and ``messages_fts`` exists
     trigram: bool  # ``messages_fts_trigram`` usable
     stale: bool  # ``fts_stale`` set: the indexes are detached
-    folded: bool = False  # PostgreSQL: the accent-folded document index is there
+    folded: bool = False  # PostgreSQL: the accent-folded document index (s09) is there
     #: A CJK-bigram index may serve short CJK (SQLite: the route checks its objects;
     #: PostgreSQL: the ``messages_cjk_grams`` GIN index is there).
     bigram: bool = True
@@ -394,7 +394,7 @@ class SearchPlan:
     #: (:func:`literal_word_phrase`), checked by ``LIKE`` — a long trigram phrase reads the
     #: doclists of dozens of common trigrams.
     literal_words: str | None = None
-    #: PostgreSQL: match the accent-folded document (``messages_fts_folded``).
+    #: PostgreSQL: match the accent-folded document (``messages_fts_fold``, s09).
     folded: bool = False
     #: PostgreSQL: the literal tier may narrow its candidates by the symbol-gram index (s08).
     symbols: bool = False

@@ -29,12 +29,15 @@ def test_fresh_upgrade_checks_clean_and_is_idempotent(pg_url):
     assert migrate.upgrade("sessions", pg_url).up_to_date
     indexes = _names(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
     assert {"messages_fts_document", "messages_fts_trgm", "idx_messages_session_id",
-            "idx_messages_active_null", "messages_cjk_grams"} <= indexes
-    # The writable open adds the accent-folded index (issue 16): still no drift.
+            "idx_messages_active_null", "messages_cjk_grams", "messages_symbol_grams",
+            "messages_fts_fold"} <= indexes
+    # The revisions own every search object (s09: accent folding without an extension); the
+    # writable open creates none, and drops none: still no drift.
     from hermes_data.sessions import SessionStore
     SessionStore(pg_url).close()
-    assert "messages_fts_folded" in _names(
-        pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'")
+    assert _names(pg_url, "SELECT indexname FROM pg_indexes WHERE tablename = 'messages'") \
+        == indexes
+    assert not _names(pg_url, "SELECT extname FROM pg_extension WHERE extname = 'unaccent'")
     assert migrate.check("sessions", pg_url) == []
     # s02 replaced s01's expression index: nothing queries that expression any more.
     assert "messages_fts_tsv" not in indexes
@@ -53,11 +56,13 @@ def test_drift_is_reported(pg_url):
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql("DROP INDEX messages_fts_document")
+            conn.exec_driver_sql("DROP INDEX messages_fts_fold")
             conn.exec_driver_sql("ALTER TABLE sessions DROP COLUMN pinned")
     finally:
         engine.dispose()
     kinds = {(d.kind, d.object) for d in migrate.check("sessions", pg_url)}
     assert ("missing_index", "messages_fts_document") in kinds
+    assert ("missing_index", "messages_fts_fold") in kinds
     assert ("missing_column", "sessions.pinned") in kinds
 
 

@@ -34,7 +34,6 @@ from ...errors import ConfigurationError, DatabaseBusyError
 from ..sql import backend as q
 from ..display_schema import ensure_pg_display_objects
 from ..search_caps import forget_capabilities
-from ..search_index import ensure_pg_search_objects
 from ..sql import for_dialect
 from .locks import AdvisoryLock
 from .base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
@@ -98,7 +97,6 @@ class PostgresBackend(SessionBackend):
                     report = migrate.upgrade("sessions", url)
                     self.open_repairs.extend(report.repairs)
                     forget_capabilities(self._engine)  # the search indexes may be new
-                ensure_pg_search_objects(self._engine)  # issue 16: accent folding (search)
                 ensure_pg_display_objects(self._engine)  # ui §2.4: display twins
             self._writer: Connection | None = self._engine.connect()
         except BaseException:

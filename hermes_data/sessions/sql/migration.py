@@ -17,9 +17,6 @@ UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
 APPLICATION_ID = "PRAGMA application_id"
 #: Is the pg_trgm extension installed?
 PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
-#: The accent-folding index the PostgreSQL writable open ensures (issue 16) is present.
-PG_FOLDED_INDEX_PRESENT = ("SELECT 1 FROM pg_indexes WHERE schemaname = current_schema() "
-                           "AND tablename = 'messages' AND indexname = 'messages_fts_folded'")
 
 
 def core_catalog(tables: int) -> str:

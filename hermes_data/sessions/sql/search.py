@@ -18,7 +18,7 @@ from typing import Any, Sequence
 from .. import encoding as enc
 from ..search_plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
 from . import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT, J
-from .search_index import pg_folded_document
+from .fold import pg_folded_document
 
 # -------------------------------------------------------------------------------------
 # Search state (read_capabilities)
@@ -38,7 +38,7 @@ FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 PG_SEARCH_INDEXES = (
     "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "
     "AND tablename = 'messages' AND indexname IN ('messages_fts_document', 'messages_fts_trgm', "
-    "'messages_fts_folded', 'messages_cjk_grams', 'messages_symbol_grams')")
+    "'messages_fts_fold', 'messages_cjk_grams', 'messages_symbol_grams')")
 
 # -------------------------------------------------------------------------------------
 # Fragments shared by the routes
@@ -324,9 +324,9 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
     as a phrase: ``chat-send`` ⇒ ``'chat' <-> 'send'``, ``gateway/run.py`` ⇒ ``'gateway' <->
     'run' <-> 'py'``. A prefix term (``word*``, ``foo_ba*``, ``"some phra"*``) puts ``:*`` on
     its last word, as FTS5 does: ``'foo' <-> 'ba':*``. ``None`` when no positive term is
-    left. ``fold``: every term passes through ``hermes_unaccent`` (the folded document of
-    :mod:`.search_index`)."""
-    f = (lambda e: f"hermes_unaccent({e})") if fold else (lambda e: e)
+    left. ``fold``: every term passes through ``hermes_fold`` before it is split (the folded
+    document of :mod:`.fold`)."""
+    f = (lambda e: f"hermes_fold({e})") if fold else (lambda e: e)
     groups: list[list[str]] = [[]]
     n = 0
     for tok, negate in operands(query_tokens(sanitized)):
@@ -345,11 +345,11 @@ def pg_tsquery(sanitized: str, params: dict[str, Any], prefix: str = "t", *,
             head = text[:last.start()]
             if _PG_WORD_CHAR_RE.search(head):
                 params[key + "h"] = head
-                split = f(f"regexp_replace(:{key}h, '{PG_FTS_SPLIT}', ' ', 'g')")
+                split = f"regexp_replace({f(':' + key + 'h')}, '{PG_FTS_SPLIT}', ' ', 'g')"
                 term = f"tsquery_phrase(phraseto_tsquery('simple', {split}), {term})"
         else:
             params[key] = text
-            split = f(f"regexp_replace(:{key}, '{PG_FTS_SPLIT}', ' ', 'g')")
+            split = f"regexp_replace({f(':' + key)}, '{PG_FTS_SPLIT}', ' ', 'g')"
             term = f"phraseto_tsquery('simple', {split})"
         if negate and groups[-1]:
             groups[-1].append(f"!!{term}")
@@ -373,7 +373,7 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
     text as it read the document; the fence is removed from the snippet afterwards).
 
     ``folded``: ``tsq`` (built with ``fold=True``) matches the accent-folded document
-    (GIN ``messages_fts_folded``); relevance and headline use ``rank_tsq`` (the unfolded
+    (GIN ``messages_fts_fold``); relevance and headline use ``rank_tsq`` (the unfolded
     query) on the stored ``fts_document``, so no candidate's document is recomputed — a row
     matched only through folding ranks after the exact-accent ones.
 
@@ -382,7 +382,7 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
     ``messages_pkey`` backwards filtering every row. The caller asks for it when the matches
     are known to be few (a phrase of two words: the planner multiplies their frequencies and
     expected 3,458 rows for ``"with file"`` — 11 exist, found after reading all 200,000) and
-    for the folded tier (the walk recomputes ``unaccent``/``to_tsvector`` per row)."""
+    for the folded tier (the walk recomputes ``hermes_fold``/``to_tsvector`` per row)."""
     document = pg_folded_document("m") if folded else PG_FTS_DOCUMENT
     rank_q = rank_tsq or tsq
     head = (f"ts_headline('simple', regexp_replace(concat_ws(' ', left(m.content, :hl), "
