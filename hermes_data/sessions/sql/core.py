@@ -170,6 +170,11 @@ class CoreStatements:
         #: The same, returning the new row id.
         self.INSERT_MESSAGE_RETURNING = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
                                           f"VALUES ({_marks(len(INSERT_COLS))}) RETURNING id")
+        #: The batch append's form (SQLite): the id and ``display_order`` given, as the insert
+        #: trigger would have set them (``display.BatchOrder``), so its ``WHEN`` skips the row.
+        self.INSERT_MESSAGE_ORDERED = r(
+            f"INSERT INTO messages (id, {', '.join(INSERT_COLS)}, display_order) "
+            f"VALUES ({_marks(len(INSERT_COLS) + 2)})")
         #: Admission + counters in one statement; the row tells missing / compression-closed,
         #: and (SQLite) the file's application_id, re-read inside the write transaction so a
         #: file replaced under the handle is caught without a separate PRAGMA.
