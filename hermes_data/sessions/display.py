@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -102,6 +103,8 @@ def finish(row: tuple[Any, ...]) -> tuple[Any, ...]:
 PEER_LOOKUP_CHUNK = 400
 _CANONICAL_INSERT = q.normalise(q.INSERT_TRIGGER_DDL)
 _INSERT_TRIGGER = q.TRIGGER_NAMES[0]
+#: The event clause of a trigger firing on an ``UPDATE`` of any column.
+_UPDATE_ANY = re.compile(r"\bUPDATE\s+ON\b", re.IGNORECASE)
 
 
 class BatchOrder:
@@ -132,13 +135,19 @@ class BatchOrder:
     def for_triggers(cls, triggers: Sequence[Sequence[Any]], ident_at: int,
                      active_at: int) -> "BatchOrder | None":
         """An orderer when the stored insert trigger (``triggers``: ``(name, sql)`` of the
-        table's triggers) is exactly the canonical one; else None (a variant, or none at
-        all, keeps the plain insert: whatever the stored trigger does, it does)."""
+        table's triggers) is exactly the canonical one and no other trigger could tell the
+        difference (one naming ``display_order``, or an ``UPDATE`` trigger without a column
+        list, which the trigger's ``UPDATE`` would fire); else None: a variant, a missing
+        trigger or such a foreign one keeps the plain insert, whatever they do."""
+        canonical = False
         for name, ddl in triggers:
+            text = q.normalise(ddl or "")
             if name == _INSERT_TRIGGER:
-                canonical = q.normalise(ddl or "") == _CANONICAL_INSERT
-                return cls(ident_at, active_at) if canonical else None
-        return None
+                canonical = text == _CANONICAL_INSERT
+            elif name not in q.TRIGGER_NAMES and ("display_order" in text.lower()
+                                                 or _UPDATE_ANY.search(text)):
+                return None
+        return cls(ident_at, active_at) if canonical else None
 
     def insert(self, tx: Any, fq: Fragments, session_id: str,
                rows: Sequence[tuple[Any, ...]]) -> None:

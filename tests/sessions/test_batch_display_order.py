@@ -189,6 +189,28 @@ def test_a_variant_or_missing_insert_trigger_keeps_the_plain_insert(store):
     assert len(_order_writes(store)) == 6  # every row went by the (variant) trigger
 
 
+@pytest.mark.sqlite_only("the batch's own ordering is SQLite's; PostgreSQL orders in the row")
+@pytest.mark.parametrize("foreign, per_row_sees", [
+    ("CREATE TRIGGER seen_update AFTER UPDATE ON messages BEGIN "
+     "INSERT INTO seen VALUES (new.id); END", 6),
+    ("CREATE TRIGGER seen_insert AFTER INSERT ON messages WHEN new.display_order IS NOT NULL "
+     "BEGIN INSERT INTO seen VALUES (new.id); END", 0),
+])
+def test_a_foreign_trigger_that_could_tell_keeps_the_trigger_path(store, foreign, per_row_sees):
+    """A trigger the insert trigger's ``UPDATE`` would fire (no column list), or one reading
+    ``display_order``, sees on the batch path what it sees on the per-row path."""
+    store.create_session("s", "cli")
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE seen (id INTEGER)")
+        conn.exec_driver_sql(foreign)
+    _order_updates_probe(store)
+    store.append_messages_batch("s", [{"role": "user", "content": f"m{i}"} for i in range(6)])
+    assert len(_order_writes(store)) == 6
+    with store.engine.connect() as conn:
+        seen = conn.exec_driver_sql("SELECT COUNT(*) FROM seen").scalar()
+    assert seen == per_row_sees  # what the per-row path shows it
+
+
 @pytest.mark.sqlite_only("the batch's own ordering is SQLite's (PostgreSQL: property test)")
 def test_batches_past_one_encode_and_lookup_chunk(store, tmp_path):
     """Rows over three encode chunks, over 400 distinct identities (several peer lookups),
