@@ -248,7 +248,9 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
               fence: Callable[[Any], None] | None = None) -> _Progress:
     """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
     at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
-    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``.
+    current layout — indexed in bulk; on SQLite with the canonical display insert trigger the
+    rows go in with their ids and ``display_order`` (:class:`display.BatchOrder`).
+    Re-runnable: a busy retry starts again from ``start`` (with a new orderer).
     ``fence`` (a turn-lease check) runs first, inside the transaction."""
     if fence is not None:
         fence(tx)

@@ -47,7 +47,8 @@ MESSAGE_COLS = (
     "api_content", "display_kind", "display_metadata",
 )
 #: Columns an appended message row binds: everything but ``id`` and ``compacted``, plus
-#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's).
+#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's, or a SQLite
+#: batch's own: ``INSERT_MESSAGE_ORDERED``).
 INSERT_COLS = MESSAGE_COLS[1:20] + MESSAGE_COLS[21:] + ("display_identity",)
 #: Columns an existing session may have filled by a later ``create_session`` (enrich rule).
 FILLABLE = ("model", "system_prompt_hash", "session_key", "chat_id", "chat_type", "thread_id",
