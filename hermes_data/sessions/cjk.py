@@ -344,7 +344,7 @@ def _maybe_cjk(m: Any) -> bool:
     """Could this new message have queued an id (a non-tool row with a non-ASCII field)? A
     hint only: queued ids are search candidates whether or not a drain ran. Parts lists and
     tool calls are judged by their ``repr`` (printable non-ASCII text appears in it as is)."""
-    if not isinstance(m, Mapping) or m.get("role") == "tool":
+    if (type(m) is not dict and not isinstance(m, Mapping)) or m.get("role") == "tool":
         return False
     return any(v is not None and not (v if isinstance(v, str) else str(v)).isascii()
                for v in (m.get("content"), m.get("tool_name"), m.get("tool_calls")))

@@ -8,14 +8,16 @@ live view is keyed by the encoding of its live content (agent §3.5's display de
 ``display_order`` groups equal the Python dedupe of the projections.
 
 Every message INSERT names ``display_identity`` (computed here once its timestamp is known);
-``display_order`` is left to the insert trigger. Rows pending since an adoption or a key edit
-are keyed by :func:`ensure_display_order`, one session per write transaction.
+``display_order`` is left to the insert trigger, except on a SQLite batch append, which
+computes it as that trigger would (:class:`BatchOrder`). Rows pending since an adoption or a
+key edit are keyed by :func:`ensure_display_order`, one session per write transaction.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -91,6 +93,103 @@ def finish(row: tuple[Any, ...]) -> tuple[Any, ...]:
         return row
     return row[:-1] + (identity(row[_ROLE], last.content, row[_TS], row[_TOOL_CALL_ID],
                                 row[_TOOL_CALLS], row[_TOOL_NAME]),)
+
+
+# ---------------------------------------------------------------------------------------
+# The batch append's own ordering (SQLite)
+# ---------------------------------------------------------------------------------------
+
+#: Lookups per peer statement (bound values stay far below any build's variable limit).
+PEER_LOOKUP_CHUNK = 400
+_CANONICAL_INSERT = q.normalise(q.INSERT_TRIGGER_DDL)
+_INSERT_TRIGGER = q.TRIGGER_NAMES[0]
+#: The event clause of a trigger firing on an ``UPDATE`` of any column.
+_UPDATE_ANY = re.compile(r"\bUPDATE\s+ON\b", re.IGNORECASE)
+
+
+class BatchOrder:
+    """Ids and ``display_order`` of a SQLite batch's rows, computed as the canonical insert
+    trigger ``messages_display_order_insert`` would set them, so the rows go in ordered and
+    the trigger's ``WHEN new.display_order IS NULL`` skips them (no ``UPDATE`` of each row
+    just inserted).
+
+    Sound only inside the batch's own write transaction: SQLite holds the database's write
+    lock, so nothing else inserts between the rows. The transaction's first row goes in the
+    usual way (SQLite picks its id — ``AUTOINCREMENT``'s ``sqlite_sequence`` or the largest
+    rowid — and the trigger orders it); every later row takes the next id explicitly, the id
+    SQLite would have given it either way (an explicit id above the sequence advances
+    ``sqlite_sequence`` as an assigned one does). A row's order is the smallest order of the
+    session's visible rows sharing its identity — one set-based lookup per
+    :data:`PEER_LOOKUP_CHUNK` identities, rows inserted earlier in the batch included —
+    else its own id (the trigger's ``COALESCE(_PEER_ORDER, new.id)``); an invisible row is
+    ordered the same way but is nobody's peer, and a row without identity has none."""
+
+    __slots__ = ("next_id", "_ident", "_active")
+
+    def __init__(self, ident_at: int, active_at: int) -> None:
+        self.next_id: int | None = None
+        self._ident = ident_at
+        self._active = active_at
+
+    @classmethod
+    def for_triggers(cls, triggers: Sequence[Sequence[Any]], ident_at: int,
+                     active_at: int) -> "BatchOrder | None":
+        """An orderer when the stored insert trigger (``triggers``: ``(name, sql)`` of the
+        table's triggers) is exactly the canonical one and no other trigger could tell the
+        difference (one naming ``display_order``, or an ``UPDATE`` trigger without a column
+        list, which the trigger's ``UPDATE`` would fire); else None: a variant, a missing
+        trigger or such a foreign one keeps the plain insert, whatever they do."""
+        canonical = False
+        for name, ddl in triggers:
+            text = q.normalise(ddl or "")
+            if name == _INSERT_TRIGGER:
+                canonical = text == _CANONICAL_INSERT
+            elif name not in q.TRIGGER_NAMES and ("display_order" in text.lower()
+                                                 or _UPDATE_ANY.search(text)):
+                return None
+        return cls(ident_at, active_at) if canonical else None
+
+    def insert(self, tx: Any, fq: Fragments, session_id: str,
+               rows: Sequence[tuple[Any, ...]]) -> None:
+        """Insert encoded ``rows`` (``INSERT_MESSAGE`` order without the session id)."""
+        if not rows:
+            return
+        if self.next_id is None:
+            first = tx.execute(fq.INSERT_MESSAGE_RETURNING, (session_id, *rows[0])).fetchone()
+            self.next_id = int(first[0]) + 1
+            rows = rows[1:]
+        if not rows:
+            return
+        if self.next_id + len(rows) - 1 > q.MAX_ROWID:  # SQLite's own rule from here on
+            self.next_id = q.MAX_ROWID + 1
+            tx.executemany(fq.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+            return
+        known = self._peers(tx, session_id, rows)
+        ident_at, active_at = self._ident, self._active
+        out = []
+        rid = self.next_id
+        for r in rows:
+            ident = r[ident_at]
+            order = rid if ident is None else known.get(ident, rid)
+            if ident is not None and r[active_at] == 1:
+                known.setdefault(ident, order)
+            out.append((rid, session_id, *r, order))
+            rid += 1
+        self.next_id = rid
+        tx.executemany(fq.INSERT_MESSAGE_ORDERED, out)
+
+    def _peers(self, tx: Any, session_id: str, rows: Sequence[tuple[Any, ...]]) -> dict:
+        """identity -> smallest order of the session's visible rows holding it (rows with a
+        NULL order only: absent, as ``MIN`` ignores them)."""
+        idents = list(dict.fromkeys(r[self._ident] for r in rows if r[self._ident] is not None))
+        known: dict[bytes, int] = {}
+        for lo in range(0, len(idents), PEER_LOOKUP_CHUNK):
+            part = idents[lo:lo + PEER_LOOKUP_CHUNK]
+            for ident, order in tx.execute(q.peer_orders(len(part)),
+                                           (session_id, *part)).fetchall():
+                if order is not None:
+                    known[bytes(ident)] = int(order)
+        return known
 
 
 # ---------------------------------------------------------------------------------------

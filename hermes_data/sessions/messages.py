@@ -21,6 +21,7 @@ from .backends.base import driver_connection
 from .rows import MessageRow
 from .sql import Fragments
 from .sql import fts
+from .sql.core import INSERT_COLS
 from .sql.gateway import for_dialect as gateway_sql
 
 #: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
@@ -28,6 +29,9 @@ EncodedRow = tuple[Any, ...]
 #: Position of ``timestamp`` and ``tool_calls`` inside an :data:`EncodedRow`.
 _TS = 5
 _TOOL_CALLS = 3
+#: Position of ``active`` and ``display_identity`` inside an :data:`EncodedRow`.
+_ACTIVE = INSERT_COLS.index("active") - 1
+_IDENTITY = INSERT_COLS.index("display_identity") - 1
 
 
 def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = True,
@@ -135,13 +139,17 @@ _BULK_TRIGGERS = {name: _collapse(ddl) for name, ddl in fts.BULK_INSERT_TRIGGERS
 _CANONICAL = {name: _collapse(ddl) for name, ddl in fts.CANONICAL_TRIGGER_SQL.items()}
 
 
-def bulk_fts_plan(tx: Any) -> tuple[bool, bool] | None:
+def bulk_fts_plan(tx: Any, triggers: Sequence[Sequence[Any]] | None = None
+                  ) -> tuple[bool, bool] | None:
     """Which indexes (base, trigram) a batch on this SQLite file may fill itself, or None
     when the triggers must do it row by row: only a current-layout insert trigger is
     replaced, and only when every trigger reading the rebuild gate is a current-layout one
-    (a trigger of another shape that reads the gate would be silenced by closing it)."""
+    (a trigger of another shape that reads the gate would be silenced by closing it).
+    ``triggers``: the ``(name, sql)`` rows of ``fts.MESSAGE_TRIGGERS`` if already read."""
     base = trigram = False
-    for name, ddl in tx.execute(fts.MESSAGE_TRIGGERS).fetchall():
+    if triggers is None:
+        triggers = tx.execute(fts.MESSAGE_TRIGGERS).fetchall()
+    for name, ddl in triggers:
         text = _collapse(ddl)
         if _CANONICAL.get(name) == text:
             base = base or (name == "messages_fts_insert" and _BULK_TRIGGERS[name] == text)
@@ -223,11 +231,12 @@ def check_rows(messages: Sequence[Any]) -> None:
 def _stamp(rows: list[EncodedRow], now: float, prev: float | None) -> float | None:
     """Default missing timestamps in place (strictly increasing, ≥ 1 µs apart, never before
     ``now``), continuing after ``prev``; returns the last timestamp."""
+    finish = display.finish
     for i, r in enumerate(rows):
         ts = r[_TS]
         if ts is None:
             ts = now if prev is None else max(now, prev + 1e-6)
-            rows[i] = display.finish(r[:_TS] + (ts,) + r[_TS + 1:])
+            rows[i] = finish((*r[:_TS], ts, *r[_TS + 1:]))
         prev = ts
     return prev
 
@@ -239,11 +248,14 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
               fence: Callable[[Any], None] | None = None) -> _Progress:
     """One batch transaction over ``messages[start:stop]``: encoded :data:`ENCODE_CHUNK` rows
     at a time (or taken from ``encoded``), admitted, inserted and — on SQLite with the
-    current layout — indexed in bulk. Re-runnable: a busy retry starts again from ``start``.
+    current layout — indexed in bulk; on SQLite with the canonical display insert trigger the
+    rows go in with their ids and ``display_order`` (:class:`display.BatchOrder`).
+    Re-runnable: a busy retry starts again from ``start`` (with a new orderer).
     ``fence`` (a turn-lease check) runs first, inside the transaction."""
     if fence is not None:
         fence(tx)
     gate: _Gate | None = None
+    order: display.BatchOrder | None = None
     want_bulk = q.dialect == "sqlite" and stop - start >= BULK_FTS_MIN_ROWS
     for lo in range(start, stop, ENCODE_CHUNK):
         hi = min(lo + ENCODE_CHUNK, stop)
@@ -254,9 +266,14 @@ def _batch_tx(tx: Any, *, q: Fragments, check_header: Callable[[int | None], Non
         prev = _stamp(rows, now, prev)
         admit(tx, q, check_header, session_id, len(rows), tool_call_count(rows))
         if want_bulk and lo == start:
-            plan = bulk_fts_plan(tx)
+            triggers = tx.execute(fts.MESSAGE_TRIGGERS).fetchall()
+            plan = bulk_fts_plan(tx, triggers)
             gate = None if plan is None else _Gate(tx, plan)
-        tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
+            order = display.BatchOrder.for_triggers(triggers, _IDENTITY, _ACTIVE)
+        if order is not None:
+            order.insert(tx, q, session_id, rows)
+        else:
+            tx.executemany(q.INSERT_MESSAGE, [(session_id, *r) for r in rows])
     if gate is not None:
         gate.reopen_and_fill(tx)
     return stop - start, prev

@@ -47,7 +47,8 @@ MESSAGE_COLS = (
     "api_content", "display_kind", "display_metadata",
 )
 #: Columns an appended message row binds: everything but ``id`` and ``compacted``, plus
-#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's).
+#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's, or a SQLite
+#: batch's own: ``INSERT_MESSAGE_ORDERED``).
 INSERT_COLS = MESSAGE_COLS[1:20] + MESSAGE_COLS[21:] + ("display_identity",)
 #: Columns an existing session may have filled by a later ``create_session`` (enrich rule).
 FILLABLE = ("model", "system_prompt_hash", "session_key", "chat_id", "chat_type", "thread_id",
@@ -170,6 +171,11 @@ class CoreStatements:
         #: The same, returning the new row id.
         self.INSERT_MESSAGE_RETURNING = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
                                           f"VALUES ({_marks(len(INSERT_COLS))}) RETURNING id")
+        #: The batch append's form (SQLite): the id and ``display_order`` given, as the insert
+        #: trigger would have set them (``display.BatchOrder``), so its ``WHEN`` skips the row.
+        self.INSERT_MESSAGE_ORDERED = r(
+            f"INSERT INTO messages (id, {', '.join(INSERT_COLS)}, display_order) "
+            f"VALUES ({_marks(len(INSERT_COLS) + 2)})")
         #: Admission + counters in one statement; the row tells missing / compression-closed,
         #: and (SQLite) the file's application_id, re-read inside the write transaction so a
         #: file replaced under the handle is caught without a separate PRAGMA.

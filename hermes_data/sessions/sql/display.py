@@ -250,3 +250,23 @@ PENDING_SESSIONS = text(
     f"(display_order IS NULL OR display_identity IS NULL) AND {VIS} LIMIT :n")
 #: PostgreSQL: the per-session transaction lock the display functions take.
 PG_SESSION_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:sid, 0))")
+
+# ---------------------------------------------------------------------------------------
+# The batch append's own ordering (SQLite; :class:`hermes_data.sessions.display.BatchOrder`)
+# ---------------------------------------------------------------------------------------
+
+#: Largest rowid SQLite assigns (past it a batch leaves ids and order to SQLite and the trigger).
+MAX_ROWID = 9223372036854775807
+
+
+def peer_orders(n: int) -> str:
+    """The insert trigger's peer lookup for ``n`` identities at once (driver text; values:
+    session id, then the identities): ``(display_identity, MIN(display_order))`` of the
+    session's visible rows per identity, on ``idx_messages_display_identity`` (``IN`` implies
+    the index's ``display_identity IS NOT NULL``; an explicit ``IS NOT NULL`` term would make
+    SQLite range-scan the session's identities instead)."""
+    if n < 1:
+        raise ValueError(f"peer_orders needs at least one identity, got {n!r}")
+    marks = ", ".join("?" * n)
+    return ("SELECT display_identity, MIN(display_order) FROM messages WHERE session_id = ? "
+            f"AND display_identity IN ({marks}) AND {VIS} GROUP BY display_identity")
