@@ -22,6 +22,8 @@ from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _subs
                           _Tier, _tier_list)
 from .search_plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
                           bare_token, like_groups, literal_word_phrase, operands, query_tokens)
+from .search_caps import read_capabilities
+from .sql import cjk as qc
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -55,6 +57,8 @@ PG_BITMAP_ROWS = 5000
 #: the GIN index 65–155 ms).
 PG_PHRASE_BITMAP_ROWS = 8000
 _PG_WORD_RE = re.compile(r"[^\W_]+")
+#: Three letters or digits in a row: ``pg_trgm`` extracts a trigram from the term.
+_PG_TRIGRAM_RUN_RE = re.compile(r"[^\W_]{3}")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
 #: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
@@ -120,6 +124,10 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
         hits = _pg_attempt(conn, "bigram", grams)
         if hits is not None:
             return hits
+        hits = _pg_attempt(conn, "bigram", lambda: _pg_mixed(conn, plan, filters, limit,
+                                                             offset, sort))
+        if hits is not None:
+            return hits
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
@@ -142,6 +150,46 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
             conn, lit_text, f, n, o, sort, plan.symbols)) or [])
     return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
                     offset, sort)
+
+
+def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
+              sort: str | None) -> list[SearchResult] | None:
+    """Short CJK mixed with Latin tokens (``qRm 西AK3R2G``; issue 16 item 5) through indexes:
+    the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page, after
+    the windowed pre-scan of the newest ids. ``None`` (the caller scans, as before) without
+    the ``pg_trgm`` index, or when a Latin group has no run of three letters or digits —
+    ``pg_trgm`` then has no trigram and would read its whole index (a 1–2-letter Latin
+    token is common: the newest-first scan stops at the page). The rows equal the scan's."""
+    if not read_capabilities(conn).trigram:
+        return None
+    grams: list[list[str]] = []
+    latin: list[int] = []
+    for i, group in enumerate(plan.groups):
+        if len(group) != 1 or group[0].negated:
+            return None  # (cjk_like groups are one positive term each)
+        g = cjk.pg_gram_groups([group])
+        if g is not None:
+            grams += g
+        elif _PG_TRIGRAM_RUN_RE.search(group[0].text):
+            latin.append(i)
+        else:
+            return None
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = q.pattern_where(plan.groups, q.ILIKE_COLS, params)  # binds p{i} per group
+    where = filters.sql(params)
+    if sort != "oldest":  # the windowed pre-scan: a common token fills the page there
+        top = conn.exec_driver_sql(qc.MAX_MESSAGE_ID).scalar()
+        params["floor"] = (top or 0) - cjk.PRESCAN_ROWS
+        rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
+                            params).fetchall()
+        if len(rows) >= limit or params["floor"] <= 0:
+            return [_result(r, r[8], "bigram") for r in rows]
+    params.update({f"g{i}": g for i, g in enumerate(grams)})
+    rows_sql = q.pg_mixed_candidates([f"g{i}" for i in range(len(grams))],
+                                     [f"p{i}" for i in latin])
+    rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
+                        params).fetchall()
+    return [_result(r, r[8], "bigram") for r in rows]
 
 
 def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
