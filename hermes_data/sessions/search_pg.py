@@ -56,9 +56,15 @@ PG_BITMAP_ROWS = 5000
 #: while a common one (``"of the"``, ``"to be"``: joint 27,000 / 9,800) stops early (14–22 ms;
 #: the GIN index 65–155 ms).
 PG_PHRASE_BITMAP_ROWS = 8000
+#: Short CJK mixed with Latin tokens (:func:`_pg_mixed`): up to this many candidates are
+#: verified without the windowed pre-scan, which costs ~40 ms when it does not fill the page
+#: (twelve ``ILIKE`` over 4,096 rows for ``qRm UR8日 西AK3R2G gLL``; its candidates: 3 ms).
+PG_MIXED_CANDIDATES = 2000
 _PG_WORD_RE = re.compile(r"[^\W_]+")
-#: Three letters or digits in a row: ``pg_trgm`` extracts a trigram from the term.
-_PG_TRIGRAM_RUN_RE = re.compile(r"[^\W_]{3}")
+#: Three ASCII letters or digits in a row: ``pg_trgm`` extracts a trigram from the term in
+#: any locale (whether a CJK or accented letter is a word character depends on the locale;
+#: a term without a trigram would read the whole index).
+_PG_TRIGRAM_RUN_RE = re.compile(r"[A-Za-z0-9]{3}")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
 #: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
@@ -155,11 +161,14 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
 def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
               sort: str | None) -> list[SearchResult] | None:
     """Short CJK mixed with Latin tokens (``qRm 西AK3R2G``; issue 16 item 5) through indexes:
-    the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page, after
-    the windowed pre-scan of the newest ids. ``None`` (the caller scans, as before) without
-    the ``pg_trgm`` index, or when a Latin group has no run of three letters or digits —
-    ``pg_trgm`` then has no trigram and would read its whole index (a 1–2-letter Latin
-    token is common: the newest-first scan stops at the page). The rows equal the scan's."""
+    the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page —
+    after the windowed pre-scan of the newest ids when they are more than
+    :data:`PG_MIXED_CANDIDATES` (counted first, up to that many). A group whose term has three ASCII letters or
+    digits in a row takes the trigram indexes (content, tool columns), whether or not it
+    also has CJK; another needs CJK (the gram index). ``None`` (the caller scans, as
+    before) without the ``pg_trgm`` index, or when a group has neither — ``pg_trgm`` then
+    has no trigram and would read its whole index (a 1–2-letter Latin token is common: the
+    newest-first scan stops at the page). The rows equal the scan's."""
     if not read_capabilities(conn).trigram:
         return None
     grams: list[list[str]] = []
@@ -167,26 +176,29 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     for i, group in enumerate(plan.groups):
         if len(group) != 1 or group[0].negated:
             return None  # (cjk_like groups are one positive term each)
+        if _PG_TRIGRAM_RUN_RE.search(group[0].text):
+            latin.append(i)  # (``UR8日``: its trigrams are rarer than the letter 日)
+            continue
         g = cjk.pg_gram_groups([group])
-        if g is not None:
-            grams += g
-        elif _PG_TRIGRAM_RUN_RE.search(group[0].text):
-            latin.append(i)
-        else:
+        if g is None:
             return None
+        grams += g
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = q.pattern_where(plan.groups, q.ILIKE_COLS, params)  # binds p{i} per group
     where = filters.sql(params)
-    if sort != "oldest":  # the windowed pre-scan: a common token fills the page there
+    params.update({f"g{i}": g for i, g in enumerate(grams)})
+    names = ([f"g{i}" for i in range(len(grams))], [f"p{i}" for i in latin])
+    params["cap"] = PG_MIXED_CANDIDATES + 1
+    few = conn.execute(sa.text(q.pg_mixed_count(*names)), params).scalar_one() \
+        <= PG_MIXED_CANDIDATES
+    if not few and sort != "oldest":  # the windowed pre-scan: a common token fills the page
         top = conn.exec_driver_sql(qc.MAX_MESSAGE_ID).scalar()
         params["floor"] = (top or 0) - cjk.PRESCAN_ROWS
         rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
                             params).fetchall()
         if len(rows) >= limit or params["floor"] <= 0:
             return [_result(r, r[8], "bigram") for r in rows]
-    params.update({f"g{i}": g for i, g in enumerate(grams)})
-    rows_sql = q.pg_mixed_candidates([f"g{i}" for i in range(len(grams))],
-                                     [f"p{i}" for i in latin])
+    rows_sql = q.pg_mixed_candidates(*names)
     rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
                         params).fetchall()
     return [_result(r, r[8], "bigram") for r in rows]

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_data.sessions import cjk
+from hermes_data.sessions import cjk, search_pg
 from hermes_data.sessions.search import (SearchCapabilities, cjk_like_groups, plan_search,
                                          sanitize_fts_query)
 from hermes_data.sessions.store import SessionStore
@@ -72,8 +72,11 @@ def mixed_corpus(pg_session_url):
         yield s
 
 
-CJK_TERM = st.text(alphabet=LETTERS[:6] + "ab%", min_size=1, max_size=2).filter(
-    lambda t: any(ch in LETTERS for ch in t))
+CJK_TERM = st.one_of(
+    st.text(alphabet=LETTERS[:6] + "ab%", min_size=1, max_size=2).filter(
+        lambda t: any(ch in LETTERS for ch in t)),
+    st.tuples(st.text(alphabet="abAB9", min_size=3, max_size=3),
+              st.sampled_from(LETTERS[:6])).map(lambda p: p[0] + p[1]))
 LATIN_TERM = st.one_of(
     st.text(alphabet=LATIN, min_size=1, max_size=4).filter(lambda t: t.strip("%_\\")),
     st.tuples(st.sampled_from(["", "%", "_", "\\"]), st.text(alphabet="abAB9", min_size=3,
@@ -86,7 +89,7 @@ QUERY = st.tuples(st.lists(CJK_TERM, min_size=1, max_size=2),
 def _mixed_indexed(groups) -> bool:
     """Groups the index path serves: a Latin group needs three letters or digits in a row."""
     import re
-    return all(cjk.pg_gram_groups([g]) is not None or re.search(r"[^\W_]{3}", g[0].text)
+    return all(cjk.pg_gram_groups([g]) is not None or re.search(r"[A-Za-z0-9]{3}", g[0].text)
                for g in groups)
 
 
@@ -94,10 +97,11 @@ def _mixed_indexed(groups) -> bool:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
        sort=st.sampled_from([None, "newest", "oldest"]), prescan=st.sampled_from([0, 7, 4096]),
+       cap=st.sampled_from([0, 5, 2000]),
        filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
                                 {"exclude_sources": ["telegram"]}]))
 def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, query, limit,
-                                                  offset, sort, prescan, filters):
+                                                  offset, sort, prescan, cap, filters):
     sanitized = sanitize_fts_query(query)
     if sanitized is None:
         return
@@ -106,6 +110,7 @@ def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, que
     if plan.route != "cjk_like" or not plan.bigram:
         return
     monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
+    monkeypatch.setattr(search_pg, "PG_MIXED_CANDIDATES", cap)  # 0, 5: the pre-scan runs
     hits = mixed_corpus.search_messages(query, limit=limit, offset=offset, sort=sort,
                                         fields=["id"], **filters)
     want = _reference(mixed_corpus, groups, sources=filters.get("source_filter", ()),
@@ -113,7 +118,7 @@ def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, que
                       excluded=filters.get("exclude_sources", ()), oldest=sort == "oldest")
     event("page has hits" if want[offset:offset + limit] else "empty page")
     assert [h.id for h in hits] == want[offset:offset + limit], (query, sanitized)
-    mixed = cjk.pg_gram_groups(groups) is None
+    mixed = cjk.pg_gram_groups(groups) is None  # (else the gram route, test_cjk_grams_pg)
     if mixed and _mixed_indexed(groups):
         event("served by the indexes")
         assert {h.route for h in hits} <= {"bigram"}, (query, sanitized)
@@ -124,6 +129,7 @@ def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, que
 
 def test_tool_column_only_tokens_and_null_content(mixed_corpus, monkeypatch):
     monkeypatch.setattr(cjk, "PRESCAN_ROWS", 0)  # the candidates answer, not the pre-scan
+    monkeypatch.setattr(search_pg, "PG_MIXED_CANDIDATES", 0)
     s = mixed_corpus
     s.create_session("ex", "cli")
     only_name = s.append_message("ex", "assistant", None, tool_name="zqxName")
