@@ -97,11 +97,12 @@ def _mixed_indexed(groups) -> bool:
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(query=QUERY, limit=st.sampled_from([1, 3, 50]), offset=st.sampled_from([0, 2]),
        sort=st.sampled_from([None, "newest", "oldest"]), prescan=st.sampled_from([0, 7, 4096]),
-       cap=st.sampled_from([0, 5, 2000]),
+       cap=st.sampled_from([0, 5, 2000]), first=st.sampled_from([0, 3, 512]),
        filters=st.sampled_from([{}, {"role_filter": ["user"]}, {"source_filter": ["cli"]},
                                 {"exclude_sources": ["telegram"]}]))
 def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, query, limit,
-                                                  offset, sort, prescan, cap, filters):
+                                                  offset, sort, prescan, cap, first,
+                                                  filters):
     sanitized = sanitize_fts_query(query)
     if sanitized is None:
         return
@@ -111,6 +112,7 @@ def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, que
         return
     monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
     monkeypatch.setattr(search_pg, "PG_MIXED_CANDIDATES", cap)  # 0, 5: the pre-scan runs
+    monkeypatch.setattr(search_pg, "PG_MIXED_PRESCAN_ROWS", first)
     hits = mixed_corpus.search_messages(query, limit=limit, offset=offset, sort=sort,
                                         fields=["id"], **filters)
     want = _reference(mixed_corpus, groups, sources=filters.get("source_filter", ()),
@@ -130,6 +132,7 @@ def test_mixed_route_equals_the_scoped_ilike_scan(mixed_corpus, monkeypatch, que
 def test_tool_column_only_tokens_and_null_content(mixed_corpus, monkeypatch):
     monkeypatch.setattr(cjk, "PRESCAN_ROWS", 0)  # the candidates answer, not the pre-scan
     monkeypatch.setattr(search_pg, "PG_MIXED_CANDIDATES", 0)
+    monkeypatch.setattr(search_pg, "PG_MIXED_PRESCAN_ROWS", 0)
     s = mixed_corpus
     s.create_session("ex", "cli")
     only_name = s.append_message("ex", "assistant", None, tool_name="zqxName")
