@@ -26,7 +26,7 @@ log = logging.getLogger("hermes_data.sessions.fresh")
 #: The revisions a fresh file stands for, in order (a test keeps them equal to the scripts).
 REVISIONS = ("s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn",
              "s04_coordination", "s05_ui_display", "s06_gateway", "s07_storage",
-             "s08_symbol_grams", "s09_accent_fold")
+             "s08_symbol_grams", "s09_accent_fold", "s10_tool_trigrams")
 
 
 def create_head(conn: Connection, cursor: Any) -> None:

@@ -273,6 +273,8 @@ PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
 PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
 #: s09_accent_fold's PostgreSQL GIN index over the ``hermes_fold``-ed document (issue 16).
 PG_FOLD_INDEX = "messages_fts_fold"
+#: s10_tool_trigrams' PostgreSQL GIN index over the tool columns (``pg_trgm``; issue 16).
+PG_TOOL_TRGM_INDEX = ("messages_tool_trgm", "messages", ("tool_name", "tool_calls"))
 
 
 def expected_shape_on(conn: Connection) -> Shape:
@@ -280,7 +282,7 @@ def expected_shape_on(conn: Connection) -> Shape:
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
     that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
     the ``pg_trgm`` extension is installed), s07's CJK gram index, s08's symbol-gram index,
-    s09's accent-folded document index. The column stays out of the Core metadata:
+    s09's accent-folded document index, s10's tool-column trigram index (with ``pg_trgm``). The column stays out of the Core metadata:
     that metadata is the SQLite authority, and no insert may name a generated column. The
     two Telegram DM-topic tables are part of the PostgreSQL head only (``pg_metadata``)."""
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
@@ -289,13 +291,14 @@ def expected_shape_on(conn: Connection) -> Shape:
         ColumnShape(sql.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
     indexes = dict(base.indexes)
     names = ["messages_fts_document"]
-    if conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first():
+    trigram = conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first() is not None
+    if trigram:
         names.append("messages_fts_trgm")
     for name in names:
         cols = sql.PG_FTS_INDEX_COLUMNS[name]
         indexes[name] = IndexShape(name, "messages", cols, False)
-    name, table, cols = PG_ONLY_INDEX
-    indexes[name] = IndexShape(name, table, cols, False)
+    for name, table, cols in (PG_ONLY_INDEX,) + ((PG_TOOL_TRGM_INDEX,) if trigram else ()):
+        indexes[name] = IndexShape(name, table, cols, False)
     # Expression indexes (no reflected column): s07_storage's CJK grams, s08's symbol grams,
     # s09's accent-folded document.
     for name in (PG_CJK_GRAMS_INDEX, PG_SYMBOL_GRAMS_INDEX, PG_FOLD_INDEX):
@@ -326,6 +329,6 @@ SPEC = StoreSpec(
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,
-    head="s09_accent_fold",
+    head="s10_tool_trigrams",
     server_only_tables=TELEGRAM_TABLES,
 )

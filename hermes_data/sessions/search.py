@@ -69,7 +69,12 @@ the objects of s01_baseline and s02_pg_stored_tsvector instead of FTS5 tables:
 * ``trigram`` — ``m.content ILIKE '%tok%' ESCAPE '\'`` per token (the ``pg_trgm`` GIN index
   ``messages_fts_trgm`` serves it), over the rows the SQLite trigram index holds (no tool
   rows, no cron/subagent/delegate sessions); newest first.
-* ``like`` / ``cjk_like`` — the same escaped LIKE compilation with ``ILIKE``.
+* ``like`` / ``cjk_like`` — the same escaped LIKE compilation with ``ILIKE``. Short CJK
+  (``cjk_like`` in the trigram scope) takes its candidates from indexes first and verifies
+  them with that ``ILIKE``: ``messages_cjk_grams`` (s07) when every token has CJK; mixed
+  with Latin tokens, a token with three ASCII letters or digits from ``messages_fts_trgm``
+  and ``messages_tool_trgm`` (s10: ``tool_name`` / ``tool_calls``), the others from the
+  grams; a 1–2-letter Latin token keeps the newest-first scan.
 
 Tokenisation on PostgreSQL (``sql.PG_FTS_SPLIT``): every run of ASCII characters that are not
 letters or digits is a word boundary — in the document and in every query term alike — so

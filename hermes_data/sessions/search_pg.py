@@ -22,6 +22,8 @@ from .search_exec import (_combine, _Filters, _like, _or_trigram, _result, _subs
                           _Tier, _tier_list)
 from .search_plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
                           bare_token, like_groups, literal_word_phrase, operands, query_tokens)
+from .search_caps import read_capabilities
+from .sql import cjk as qc
 from .sql import search as q
 from .sql.search import pg_tsquery
 
@@ -54,7 +56,18 @@ PG_BITMAP_ROWS = 5000
 #: while a common one (``"of the"``, ``"to be"``: joint 27,000 / 9,800) stops early (14–22 ms;
 #: the GIN index 65–155 ms).
 PG_PHRASE_BITMAP_ROWS = 8000
+#: Short CJK mixed with Latin tokens (:func:`_pg_mixed`): up to this many candidates are
+#: verified without the windowed pre-scan, which costs ~40 ms when it does not fill the page
+#: (twelve ``ILIKE`` over 4,096 rows for ``qRm UR8日 西AK3R2G gLL``; its candidates: 3 ms).
+PG_MIXED_CANDIDATES = 2000
+#: … and a first pre-scan of this many newest ids answers a common token (``日志 error``: the
+#: walk stops at the page, ~3 ms; counting its candidates first read ~30 ms of posting lists).
+PG_MIXED_PRESCAN_ROWS = 512
 _PG_WORD_RE = re.compile(r"[^\W_]+")
+#: Three ASCII letters or digits in a row: ``pg_trgm`` extracts a trigram from the term in
+#: any locale (whether a CJK or accented letter is a word character depends on the locale;
+#: a term without a trigram would read the whole index).
+_PG_TRIGRAM_RUN_RE = re.compile(r"[A-Za-z0-9]{3}")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
 #: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
@@ -120,6 +133,10 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
         hits = _pg_attempt(conn, "bigram", grams)
         if hits is not None:
             return hits
+        hits = _pg_attempt(conn, "bigram", lambda: _pg_mixed(conn, plan, filters, limit,
+                                                             offset, sort))
+        if hits is not None:
+            return hits
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
                            lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
@@ -142,6 +159,61 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
             conn, lit_text, f, n, o, sort, plan.symbols)) or [])
     return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
                     offset, sort)
+
+
+def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
+              sort: str | None) -> list[SearchResult] | None:
+    """Short CJK mixed with Latin tokens (``qRm 西AK3R2G``; issue 16 item 5) through indexes:
+    the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page. A
+    pre-scan of the newest :data:`PG_MIXED_PRESCAN_ROWS` ids first (a common token fills the
+    page there); then, when the candidates (counted up to :data:`PG_MIXED_CANDIDATES`) are
+    more, the windowed pre-scan of ``cjk.PRESCAN_ROWS`` ids. A group whose term has three ASCII letters or
+    digits in a row takes the trigram indexes (content, tool columns), whether or not it
+    also has CJK; another needs CJK (the gram index). ``None`` (the caller scans, as
+    before) without the ``pg_trgm`` index, or when a group has neither — ``pg_trgm`` then
+    has no trigram and would read its whole index (a 1–2-letter Latin token is common: the
+    newest-first scan stops at the page). The rows equal the scan's."""
+    if not read_capabilities(conn).trigram:
+        return None
+    grams: list[list[str]] = []
+    latin: list[int] = []
+    for i, group in enumerate(plan.groups):
+        if len(group) != 1 or group[0].negated:
+            return None  # (cjk_like groups are one positive term each)
+        if _PG_TRIGRAM_RUN_RE.search(group[0].text):
+            latin.append(i)  # (``UR8日``: its trigrams are rarer than the letter 日)
+            continue
+        g = cjk.pg_gram_groups([group])
+        if g is None:
+            return None
+        grams += g
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = q.pattern_where(plan.groups, q.ILIKE_COLS, params)  # binds p{i} per group
+    where = filters.sql(params)
+    params.update({f"g{i}": g for i, g in enumerate(grams)})
+    names = ([f"g{i}" for i in range(len(grams))], [f"p{i}" for i in latin])
+    top = conn.exec_driver_sql(qc.MAX_MESSAGE_ID).scalar() if sort != "oldest" else None
+
+    def prescan(window: int) -> list[SearchResult] | None:
+        # The newest ``window`` ids: the page when it fills there or covers every id.
+        params["floor"] = (top or 0) - window
+        rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
+                            params).fetchall()
+        if len(rows) >= limit or params["floor"] <= 0:
+            return [_result(r, r[8], "bigram") for r in rows]
+        return None
+
+    if top is not None and (hits := prescan(PG_MIXED_PRESCAN_ROWS)) is not None:
+        return hits  # a common token: the walk stops at the page
+    params["cap"] = PG_MIXED_CANDIDATES + 1
+    few = conn.execute(sa.text(q.pg_mixed_count(*names)), params).scalar_one() \
+        <= PG_MIXED_CANDIDATES
+    if not few and top is not None and (hits := prescan(cjk.PRESCAN_ROWS)) is not None:
+        return hits
+    rows_sql = q.pg_mixed_candidates(*names)
+    rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
+                        params).fetchall()
+    return [_result(r, r[8], "bigram") for r in rows]
 
 
 def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,

@@ -220,7 +220,7 @@ def test_upgrade_from_s08_replaces_the_unaccent_objects(pg_url):
             before = {q: _matches(conn, "hermes_unaccent", q) for q in ACCENT_QUERIES}
             assert "the c language is old" in _matches(conn, "hermes_unaccent", "©")
         report = migrate.upgrade("sessions", pg_url)
-        assert report.applied == ["s09_accent_fold"]
+        assert report.applied == ["s09_accent_fold", "s10_tool_trigrams"]
         with engine.connect() as conn:
             assert {q: _matches(conn, "hermes_fold", q) for q in ACCENT_QUERIES} == before
             assert _matches(conn, "hermes_fold", "©") == set()
@@ -253,7 +253,8 @@ def test_upgrade_keeps_an_unaccent_wrapper_another_object_uses(pg_url, caplog):
             conn.exec_driver_sql("CREATE VIEW user_view AS SELECT hermes_unaccent(title) AS t "
                                  "FROM sessions")
         with caplog.at_level(logging.WARNING, "hermes_data.sessions.migrations"):
-            assert migrate.upgrade("sessions", pg_url).applied == ["s09_accent_fold"]
+            assert migrate.upgrade("sessions", pg_url).applied == ["s09_accent_fold",
+                                                                  "s10_tool_trigrams"]
         assert "hermes_unaccent(text) kept" in caplog.text
         with engine.connect() as conn:
             assert "messages_fts_folded" not in _names(conn, "SELECT indexname FROM pg_indexes")
@@ -281,7 +282,7 @@ def latin1_url():
 
 @pytest.mark.journal_independent("PostgreSQL only")
 def test_a_latin1_database_folds_the_characters_it_can_store(latin1_url):
-    assert migrate.upgrade("sessions", latin1_url).applied[-1] == "s09_accent_fold"
+    assert "s09_accent_fold" in migrate.upgrade("sessions", latin1_url).applied
     engine = sa.create_engine(latin1_url, poolclass=sa.pool.NullPool)
     try:
         with engine.connect() as conn:

@@ -118,7 +118,7 @@ PG_MESSAGES_GIN_INDEXES = (
 PG_GIN_CLEAN_PENDING_LIST = "SELECT gin_clean_pending_list(CAST(%s AS regclass))"
 #: The search GIN indexes ``rebuild_fts`` may REINDEX (the allow-list of identifiers).
 PG_SEARCH_GIN_INDEXES = ("messages_fts_document", "messages_fts_trgm", "messages_fts_fold",
-                         "messages_cjk_grams", "messages_symbol_grams")
+                         "messages_cjk_grams", "messages_symbol_grams", "messages_tool_trgm")
 _IDENT = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 

@@ -259,6 +259,45 @@ def pg_trigram_page(matches: str, where: str, sort: str | None, *,
             f"ORDER BY {order} LIMIT :limit OFFSET :offset")
 
 
+#: PostgreSQL short-CJK route, a group of gram ``text[]`` ``:g{i}`` (``messages_cjk_grams``).
+_PG_MIXED_GRAMS = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' AND hermes_cjk_grams("
+                   "c.role, c.content, c.tool_name, c.tool_calls) @> CAST(:{g} AS text[])")
+#: … a Latin group's content: the bare column, so ``messages_fts_trgm`` (``content
+#: gin_trgm_ops`` over non-tool rows) serves it (``COALESCE(content, '')`` hid the index; a
+#: NULL content matches no positive term either way).
+_PG_MIXED_CONTENT = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' "
+                     "AND c.content ILIKE :{p} ESCAPE '\\'")
+#: … their tool columns (``messages_tool_trgm``, s10: two scans of the index OR-ed).
+_PG_MIXED_TOOLS = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' "
+                   "AND (c.tool_name IS NOT NULL OR c.tool_calls IS NOT NULL) AND ({ors})")
+
+
+def pg_mixed_candidates(grams: Sequence[str], latin: Sequence[str]) -> str:
+    """PostgreSQL: ``m.id = ANY(ARRAY(…))`` over a superset of the scoped rows matching any
+    group of a short-CJK query whose groups mix CJK and Latin (issue 16 item 5): a CJK
+    group's rows from the gram index (``grams``: its ``text[]`` parameter names), a group
+    with a trigram's content rows from ``messages_fts_trgm`` and its tool-column rows from
+    ``messages_tool_trgm`` (s10; ``latin``: the ``%term%`` parameter names). The
+    page's core ILIKE predicate verifies every candidate, so the rows equal the scan's."""
+    return f"m.id = ANY(ARRAY({_pg_mixed_ids(grams, latin)}))"
+
+
+def pg_mixed_count(grams: Sequence[str], latin: Sequence[str]) -> str:
+    """How many candidates :func:`pg_mixed_candidates` has, counted up to ``:cap`` (the
+    index scans stop there)."""
+    return f"SELECT count(*) FROM ({_pg_mixed_ids(grams, latin)} LIMIT :cap) AS x"
+
+
+def _pg_mixed_ids(grams: Sequence[str], latin: Sequence[str]) -> str:
+    parts = [_PG_MIXED_GRAMS.format(g=g) for g in grams]
+    parts += [_PG_MIXED_CONTENT.format(p=p) for p in latin]
+    if latin:
+        ors = " OR ".join(f"c.{col} ILIKE :{p} ESCAPE '\\'" for p in latin
+                          for col in ("tool_name", "tool_calls"))
+        parts.append(_PG_MIXED_TOOLS.format(ors=ors))
+    return " UNION ALL ".join(parts)
+
+
 # -------------------------------------------------------------------------------------
 # SQLite FTS5 routes
 # -------------------------------------------------------------------------------------
