@@ -9,8 +9,9 @@ partial on ``role <> 'tool'`` — the rows of the short-CJK scope; the search OR
 ``ILIKE`` per column and the planner combines two scans of the index (``BitmapOr``). The
 index gives candidates, the search's ``ILIKE`` verifies them: results are unchanged.
 Storage: 4 MB at 50,000 messages, 12 MB at 200,000 (``messages_fts_trgm``: 17 / 55 MB);
-built in the revision's transaction (~1.8 s at 200,000 messages). Without ``pg_trgm`` (s01 then skipped ``messages_fts_trgm`` too) the
-revision creates nothing; the route keeps scanning.
+built in the revision's transaction (~1.8 s at 200,000 messages). Without ``pg_trgm`` (s01
+then skipped ``messages_fts_trgm`` too) the revision creates nothing; the route keeps
+scanning.
 
 SQLite needs nothing: its CJK route is served by the CJK-bigram index (storage §3.9.3).
 
