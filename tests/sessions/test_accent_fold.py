@@ -202,15 +202,23 @@ def _names(conn, sql: str) -> set[str]:
 ACCENT_QUERIES = ("cafe", "café", "ecole", "pret", "prêt", "resume")
 
 
-@pytest.mark.journal_independent("PostgreSQL only")
-def test_upgrade_from_s08_replaces_the_unaccent_objects(pg_url):
+def _at_s08_with_the_open_objects(pg_url: str) -> sa.Engine:
+    """A database at s08 holding what the writable open used to create (the ``unaccent``
+    extension, ``hermes_unaccent``, ``messages_fts_folded``); returns an engine on it."""
     migrate.upgrade("sessions", pg_url, "s08_symbol_grams")
     engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE EXTENSION unaccent")
+        conn.exec_driver_sql(_OLD_FUNCTION)
+        conn.exec_driver_sql(_OLD_INDEX)
+    return engine
+
+
+@pytest.mark.journal_independent("PostgreSQL only")
+def test_upgrade_from_s08_replaces_the_unaccent_objects(pg_url):
+    engine = _at_s08_with_the_open_objects(pg_url)
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("CREATE EXTENSION unaccent")
-            conn.exec_driver_sql(_OLD_FUNCTION)
-            conn.exec_driver_sql(_OLD_INDEX)
             conn.exec_driver_sql("INSERT INTO sessions(id, source, started_at) "
                                  "VALUES ('s1', 'cli', 1.0)")
             for i, text in enumerate(ROWS):
@@ -243,13 +251,9 @@ def test_upgrade_from_s08_replaces_the_unaccent_objects(pg_url):
 
 @pytest.mark.journal_independent("PostgreSQL only")
 def test_upgrade_keeps_an_unaccent_wrapper_another_object_uses(pg_url, caplog):
-    migrate.upgrade("sessions", pg_url, "s08_symbol_grams")
-    engine = sa.create_engine(pg_url, poolclass=sa.pool.NullPool)
+    engine = _at_s08_with_the_open_objects(pg_url)
     try:
         with engine.begin() as conn:
-            conn.exec_driver_sql("CREATE EXTENSION unaccent")
-            conn.exec_driver_sql(_OLD_FUNCTION)
-            conn.exec_driver_sql(_OLD_INDEX)
             conn.exec_driver_sql("CREATE VIEW user_view AS SELECT hermes_unaccent(title) AS t "
                                  "FROM sessions")
         with caplog.at_level(logging.WARNING, "hermes_data.sessions.migrations"):

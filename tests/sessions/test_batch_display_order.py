@@ -31,9 +31,8 @@ from hermes_data.sessions.sql import display as dsql
 from hermes_data.sessions.sql.core import MESSAGE_COLS
 from hermes_data.sessions.store import SessionStore
 
-from ..conftest import scratch_store_database
-from .conftest import BACKENDS, _truncate
-from .test_batch_fts import _hits, _raw_answers
+from .conftest import BACKENDS
+from .test_batch_fts import _hits, _raw_answers, open_store_pair
 
 CONTENTS = [None, "hello", "hello world", "needle alpha", "我们去广西桂林", "桂林", "x"]
 IDENTS = [bytes([7]) * 32, bytes([9]) * 32]
@@ -68,14 +67,7 @@ def pair(request, tmp_path_factory):
     with ExitStack() as stack:
         mp = stack.enter_context(pytest.MonkeyPatch.context())
         mp.setattr(cjk, "after_append", lambda backend, messages: None)
-        if request.param == "sqlite":
-            d = tmp_path_factory.mktemp("batch-display")
-            targets = [d / "batch.db", d / "rows.db"]
-        else:
-            first = request.getfixturevalue("pg_session_url")
-            _truncate(first)
-            targets = [first, stack.enter_context(scratch_store_database("sessions", "hd_bdo"))]
-        stores = [stack.enter_context(SessionStore(t)) for t in targets]
+        stores = open_store_pair(stack, request, tmp_path_factory, "batch-display", "hd_bdo")
         yield stores[0], stores[1], {"n": 0}
 
 

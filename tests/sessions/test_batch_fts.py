@@ -61,18 +61,26 @@ PROFILE = settings(max_examples=30, deadline=None,
                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
+def open_store_pair(stack: ExitStack, request, tmp_path_factory, tag: str,
+                    pg_name: str) -> list[SessionStore]:
+    """Two empty stores of the backend ``request.param`` names, closed by ``stack``: two
+    SQLite files in a ``tag`` directory, or the session PostgreSQL database (emptied) and a
+    scratch database ``pg_name``."""
+    if request.param == "sqlite":
+        d = tmp_path_factory.mktemp(tag)
+        targets = [d / "batch.db", d / "rows.db"]
+    else:
+        first = request.getfixturevalue("pg_session_url")
+        _truncate(first)
+        targets = [first, stack.enter_context(scratch_store_database("sessions", pg_name))]
+    return [stack.enter_context(SessionStore(t)) for t in targets]
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def pair(request, tmp_path_factory):
     """(batch store, per-row store) with identical histories: ids line up."""
     with ExitStack() as stack:
-        if request.param == "sqlite":
-            d = tmp_path_factory.mktemp("batch-fts")
-            targets = [d / "batch.db", d / "rows.db"]
-        else:
-            first = request.getfixturevalue("pg_session_url")
-            _truncate(first)
-            targets = [first, stack.enter_context(scratch_store_database("sessions", "hd_bat"))]
-        stores = [stack.enter_context(SessionStore(t)) for t in targets]
+        stores = open_store_pair(stack, request, tmp_path_factory, "batch-fts", "hd_bat")
         for s in stores:
             s.create_session("parent", "cli")
         yield stores[0], stores[1], {"n": 0}
