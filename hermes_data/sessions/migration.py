@@ -282,9 +282,10 @@ def expected_shape_on(conn: Connection) -> Shape:
     stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
     that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
     the ``pg_trgm`` extension is installed), s07's CJK gram index, s08's symbol-gram index,
-    s09's accent-folded document index, s10's tool-column trigram index (with ``pg_trgm``). The column stays out of the Core metadata:
-    that metadata is the SQLite authority, and no insert may name a generated column. The
-    two Telegram DM-topic tables are part of the PostgreSQL head only (``pg_metadata``)."""
+    s09's accent-folded document index, s10's tool-column trigram index (with ``pg_trgm``).
+    The column stays out of the Core metadata: that metadata is the SQLite authority, and no
+    insert may name a generated column. The two Telegram DM-topic tables are part of the
+    PostgreSQL head only (``pg_metadata``)."""
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
     tables = dict(base.tables)
     tables["messages"] = tables["messages"] + (

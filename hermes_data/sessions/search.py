@@ -103,17 +103,17 @@ index). Each way returns the ``ILIKE`` rows (``tests/sessions/test_symbol_grams_
 A database not yet upgraded to s09 (read-only handles do not upgrade) has no folded tier.
 
 Execution (:mod:`~hermes_data.sessions.search_pg`): the search's statements run under one
-savepoint with custom plans (``SET LOCAL plan_cache_mode``: a prepared statement's generic
-plan is blind to the pattern and the ``tsquery``); a rejected statement rolls back to it and
-the plan runs again route by route, each in its own savepoint. The index set is read once
-per engine (:mod:`~hermes_data.sessions.search_caps`), like the element statistics that
-choose how a page finds its rows (never which rows). Remaining differences: the document is one text, so a
-phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart;
-case folding is each engine's own (FTS5's tables predate ~170 capitals PostgreSQL lowers,
-Cherokee among them, and FTS5 also folds ``ς``, ``ſ``, ``µ`` and Greek symbol variants,
-which ``lower`` keeps); the 'simple' parser's word characters are not unicode61's (combining
-marks beyond the 25 FTS5 drops are separators there and letters here — Indic vowel signs —,
-private-use and unassigned code points, superscripts and fractions the other way round).
+savepoint with custom plans (``SET LOCAL plan_cache_mode``: a prepared statement's generic plan
+is blind to the pattern and the ``tsquery``); a rejected statement rolls back to it and the
+plan runs again route by route, each in its own savepoint. The index set is read once per
+engine (:mod:`~hermes_data.sessions.search_caps`), like the element statistics that choose how
+a page finds its rows (never which rows). Remaining differences: the document is one text, so a
+phrase may span from ``content`` into ``tool_name`` where FTS5's columns keep them apart; case
+folding is each engine's own (FTS5's tables predate ~170 capitals PostgreSQL lowers, Cherokee
+among them, and FTS5 also folds ``ς``, ``ſ``, ``µ`` and Greek symbol variants, which ``lower``
+keeps); the 'simple' parser's word characters are not unicode61's (combining marks beyond the
+25 FTS5 drops are separators there and letters here — Indic vowel signs —, private-use and
+unassigned code points, superscripts and fractions the other way round).
 
 Search never raises for any query text: a query FTS5 still rejects yields ``[]`` (logged at
 DEBUG); a corrupt index falls back to LIKE (logged at WARNING). Only a database that stays

@@ -167,11 +167,11 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page. A
     pre-scan of the newest :data:`PG_MIXED_PRESCAN_ROWS` ids first (a common token fills the
     page there); then, when the candidates (counted up to :data:`PG_MIXED_CANDIDATES`) are
-    more, the windowed pre-scan of ``cjk.PRESCAN_ROWS`` ids. A group whose term has three
-    ASCII letters or digits in a row takes the trigram indexes (content, tool columns), whether or not it
-    also has CJK; another needs CJK (the gram index). ``None`` (the caller scans, as
-    before) without the ``pg_trgm`` index, or when a group has neither — ``pg_trgm`` then
-    has no trigram and would read its whole index (a 1–2-letter Latin token is common: the
+    more, the windowed pre-scan of ``cjk.PRESCAN_ROWS`` ids. A group whose term has three ASCII
+    letters or digits in a row takes the trigram indexes (content, tool columns), whether or
+    not it also has CJK; another needs CJK (the gram index). ``None`` (the caller scans, as
+    before) without the ``pg_trgm`` index, or when a group has neither — ``pg_trgm`` then has
+    no trigram and would read its whole index (a 1–2-letter Latin token is common: the
     newest-first scan stops at the page). The rows equal the scan's."""
     if not read_capabilities(conn).trigram:
         return None

@@ -68,7 +68,8 @@ _LLM_COLS = (
     "provider_assumed", "moa_preset", "turn_id", "task_id", "api_request_id",
 )
 _ins_llm = lambda: sa.insert(llm_calls).values({c: bp(c) for c in _LLM_COLS})
-INSERT_LLM_CALL = Prepared("insert_llm_call", _ins_llm, lambda: _ins_llm().returning(llm_calls.c.id))
+INSERT_LLM_CALL = Prepared("insert_llm_call", _ins_llm,
+                           lambda: _ins_llm().returning(llm_calls.c.id))
 
 
 def _add(col: str) -> sa.ColumnElement:
@@ -108,7 +109,8 @@ UPSERT_RUN_FOR_CALL = _both("upsert_run_for_call", _run_for_call(("model", "prov
 
 _TOOL_COLS = ("session_id", "ts", "tool_name", "ok", "latency_ms", "turn_id", "tool_call_id")
 _ins_tool = lambda: sa.insert(tool_calls).values({c: bp(c) for c in _TOOL_COLS})
-INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool, lambda: _ins_tool().returning(tool_calls.c.id))
+INSERT_TOOL_CALL = Prepared("insert_tool_call", _ins_tool,
+                            lambda: _ins_tool().returning(tool_calls.c.id))
 BUMP_RUN_TOOL_CALLS = Prepared("bump_run_tool_calls", lambda: sa.update(runs).where(
     runs.c.session_id == bp("sid")).values(tool_calls=func.coalesce(runs.c.tool_calls, literal_column("0")) + literal_column("1")))
 

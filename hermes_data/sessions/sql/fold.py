@@ -28,18 +28,18 @@ The function (:data:`PG_FOLD_FUNCTION_DDL`):
   a ``CASE`` (called per row instead, folding 20,000 documents cost 0.5 s over the bare
   ``to_tsvector`` against 0.1–0.3 s inlined). ``NULL`` still gives ``NULL``.
 
-The GIN index ``messages_fts_fold`` (:data:`PG_FOLD_INDEX_DDL`) covers the folded document:
-the source text of s02's document (:data:`PG_FTS_SOURCE`) passed through ``hermes_fold``,
-then split as :data:`PG_FTS_SPLIT` and read by ``to_tsvector('simple', …)``; the folded
-search tier matches :func:`pg_folded_document` against it (its query terms are folded, then
-split, the same way). Folding before the split gives the words splitting first would (the
-fold only makes ASCII letters or removes marks, which the split keeps or which stand between
-two boundaries), and the inlined ``CASE`` then repeats the cheap source expression rather
-than the split's regular expression: a phrase recheck (``config.yaml``, ``with file``)
-recomputes the document per candidate row, and folding after the split cost it 1.33–1.37×. They replace the objects the writable open used to
-create (``hermes_unaccent`` over the ``unaccent`` extension, index ``messages_fts_folded``):
-``unaccent`` also expands symbols and ligatures (``©`` → ``(C)``, so ``©`` found the word
-``c``; ``æ`` → ``ae``), which SQLite does not.
+The GIN index ``messages_fts_fold`` (:data:`PG_FOLD_INDEX_DDL`) covers the folded document: the
+source text of s02's document (:data:`PG_FTS_SOURCE`) passed through ``hermes_fold``, then
+split as :data:`PG_FTS_SPLIT` and read by ``to_tsvector('simple', …)``; the folded search tier
+matches :func:`pg_folded_document` against it (its query terms are folded, then split, the same
+way). Folding before the split gives the words splitting first would (the fold only makes ASCII
+letters or removes marks, which the split keeps or which stand between two boundaries), and the
+inlined ``CASE`` then repeats the cheap source expression rather than the split's regular
+expression: a phrase recheck (``config.yaml``, ``with file``) recomputes the document per
+candidate row, and folding after the split cost it 1.33–1.37×. They replace the objects the
+writable open used to create (``hermes_unaccent`` over the ``unaccent`` extension, index
+``messages_fts_folded``): ``unaccent`` also expands symbols and ligatures (``©`` → ``(C)``, so
+``©`` found the word ``c``; ``æ`` → ``ae``), which SQLite does not.
 """
 
 from __future__ import annotations
