@@ -255,7 +255,8 @@ def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, st
     if header is None or not app_id:
         return None
     data = header.read()
-    if data[APPLICATION_ID_OFFSET:APPLICATION_ID_OFFSET + 4] == _id_bytes(app_id) and data.startswith(SQLITE_MAGIC):
+    if data[APPLICATION_ID_OFFSET:APPLICATION_ID_OFFSET + 4] == _id_bytes(app_id) \
+            and data.startswith(SQLITE_MAGIC):
         return None  # the common case, decided on the bytes (a full header: 72 < 100 bytes)
     disk_id = application_id(data)
     if disk_id is None:

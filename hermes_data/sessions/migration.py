@@ -27,6 +27,7 @@ from . import opening, sql
 from .sql import display as display_sql
 from .sql import migration as mq
 from .sql.cjk import CJK_TABLES
+from .sql.fold import PG_FOLD_INDEX  # s09_accent_fold's GIN index on the folded document
 from .schema import TELEGRAM_TABLES, metadata, pg_metadata
 
 log = logging.getLogger("hermes_data.sessions.migration")
@@ -271,8 +272,6 @@ PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
 PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
 #: s08_symbol_grams' PostgreSQL GIN index over ``hermes_symbol_grams(…)`` (issue 16).
 PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
-#: s09_accent_fold's PostgreSQL GIN index over the ``hermes_fold``-ed document (issue 16).
-PG_FOLD_INDEX = "messages_fts_fold"
 #: s10_tool_trigrams' PostgreSQL GIN index over the tool columns (``pg_trgm``; issue 16).
 PG_TOOL_TRGM_INDEX = ("messages_tool_trgm", "messages", ("tool_name", "tool_calls"))
 

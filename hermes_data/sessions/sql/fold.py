@@ -20,9 +20,9 @@ The function (:data:`PG_FOLD_FUNCTION_DDL`):
 
 * ``translate`` is linear in its ``from`` text per input character (~1 µs a character
   with 400 entries): a text holding none of the folded characters — most of them, checked by
-  one regular-expression scan (:data:`FOLD_CLASS`, ~5 ns a character) — is returned as it
-  is, and the ``from`` text starts with the ASCII letters, digits and space mapped to
-  themselves, so the characters around an accent stop early;
+  one regular-expression scan (a bracket of those characters, ~5 ns a character) — is
+  returned as it is, and the ``from`` text starts with the ASCII letters, digits and space
+  mapped to themselves, so the characters around an accent stop early;
 * IMMUTABLE, PARALLEL SAFE and *not* STRICT: PostgreSQL inlines a one-expression SQL
   function into the index expression and the query, but never a STRICT one whose body holds
   a ``CASE`` (called per row instead, folding 20,000 documents cost 0.5 s over the bare
@@ -90,12 +90,7 @@ FOLD_TO = "".join(letter * len(chars) for letter, chars in FOLD_LETTERS.items())
 #: Mapped to themselves ahead of the folded characters, by frequency: the only ASCII
 #: characters a split document holds (:data:`PG_FTS_SPLIT` turns the rest into spaces).
 FOLD_ASCII_FIRST = " etaoinsrhldcumfpgwybvkxjqzETAOINSRHLDCUMFPGWYBVKXJQZ0123456789"
-#: A regular-expression bracket of every character ``translate`` changes (all non-ASCII:
-#: nothing to escape).
-FOLD_CLASS = "[" + FOLD_FROM + "]"
 
-#: The folding function's name.
-PG_FOLD_FUNCTION = "hermes_fold"
 #: The folded-document GIN index.
 PG_FOLD_INDEX = "messages_fts_fold"
 
