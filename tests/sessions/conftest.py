@@ -36,6 +36,16 @@ def _truncate(url: str) -> None:
     truncate_tables(url, _TABLES)
 
 
+def module_target(request, tmp_path_factory, tag: str) -> Path | str:
+    """Where a module-scoped fixture parametrised over :data:`BACKENDS` opens its store: a
+    ``state.db`` in a new ``tag`` directory, or the session's PostgreSQL database emptied."""
+    if request.param == "sqlite":
+        return tmp_path_factory.mktemp(tag) / "state.db"
+    url = request.getfixturevalue("pg_session_url")
+    _truncate(url)
+    return url
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request) -> str:
     """The backend under test (``sqlite`` or ``postgresql``)."""

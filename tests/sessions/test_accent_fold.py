@@ -27,7 +27,7 @@ from hermes_data.sessions.sql import fold
 from hermes_data.sessions.store import SessionStore
 
 from ..conftest import PG_ADMIN_URL
-from .conftest import BACKENDS, _truncate
+from .conftest import BACKENDS, module_target
 from .fold_support import BMP, derive, observe, tokenize_option
 
 REVISION = (Path(__file__).resolve().parents[2] / "migrations" / "sessions" / "versions"
@@ -122,12 +122,7 @@ ROWS = [
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def store(request, tmp_path_factory):
-    if request.param == "sqlite":
-        target = tmp_path_factory.mktemp("accent-fold") / "state.db"
-    else:
-        target = request.getfixturevalue("pg_session_url")
-        _truncate(target)
-    with SessionStore(target) as s:
+    with SessionStore(module_target(request, tmp_path_factory, "accent-fold")) as s:
         s.create_session("cli1", "cli")
         s.append_messages_batch("cli1", [{"role": "user", "content": t, "timestamp": 1_000.0 + i}
                                          for i, t in enumerate(ROWS)])

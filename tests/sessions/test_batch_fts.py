@@ -33,7 +33,7 @@ from hermes_data.sessions.sql import fts
 from hermes_data.sessions.store import SessionStore
 
 from ..conftest import scratch_store_database
-from .conftest import BACKENDS, _truncate
+from .conftest import BACKENDS, _truncate, module_target
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -64,16 +64,12 @@ PROFILE = settings(max_examples=30, deadline=None,
 def open_store_pair(stack: ExitStack, request, tmp_path_factory, tag: str,
                     pg_name: str) -> list[SessionStore]:
     """Two empty stores of the backend ``request.param`` names, closed by ``stack``: two
-    SQLite files in a ``tag`` directory, or the session PostgreSQL database (emptied) and a
-    scratch database ``pg_name``."""
-    if request.param == "sqlite":
-        d = tmp_path_factory.mktemp(tag)
-        targets = [d / "batch.db", d / "rows.db"]
-    else:
-        first = request.getfixturevalue("pg_session_url")
-        _truncate(first)
-        targets = [first, stack.enter_context(scratch_store_database("sessions", pg_name))]
-    return [stack.enter_context(SessionStore(t)) for t in targets]
+    SQLite files in a ``tag`` directory, or the session PostgreSQL database (emptied, see
+    :func:`module_target`) and a scratch database ``pg_name``."""
+    first = module_target(request, tmp_path_factory, tag)
+    second = (first.with_name("rows.db") if request.param == "sqlite"
+              else stack.enter_context(scratch_store_database("sessions", pg_name)))
+    return [stack.enter_context(SessionStore(t)) for t in (first, second)]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -32,7 +32,7 @@ from hermes_data.sessions.search import (cjk_like_groups, has_cjk, like_groups, 
 from hermes_data.sessions.search_plan import LikeTerm, SearchCapabilities, literal_groups
 from hermes_data.sessions.store import SessionStore
 
-from .conftest import BACKENDS, _truncate
+from .conftest import BACKENDS, module_target
 
 PROFILE = settings(max_examples=120, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -50,12 +50,7 @@ FILLER = [
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def store(request, tmp_path_factory):
-    if request.param == "sqlite":
-        target = tmp_path_factory.mktemp("search-literal") / "state.db"
-    else:
-        target = request.getfixturevalue("pg_session_url")
-        _truncate(target)
-    with SessionStore(target) as s:
+    with SessionStore(module_target(request, tmp_path_factory, "search-literal")) as s:
         s.create_session("cli1", "cli")
         s.create_session("cron1", "cron")
         s.append_messages_batch("cli1", [{"role": "user", "content": t, "timestamp": 1_000.0 + i}

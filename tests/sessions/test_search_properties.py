@@ -24,7 +24,7 @@ from hermes_data.sessions import opening
 from hermes_data.sessions.search import OPERATORS, literal_text, sanitize_fts_query
 from hermes_data.sessions.store import SessionStore
 
-from .conftest import BACKENDS, _truncate
+from .conftest import BACKENDS, module_target
 
 PROFILE = settings(max_examples=150, deadline=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture,
@@ -43,12 +43,7 @@ QUERY = st.one_of(
 
 @pytest.fixture(scope="module", params=BACKENDS)
 def corpus(request, tmp_path_factory):
-    if request.param == "sqlite":
-        target = tmp_path_factory.mktemp("search-props") / "state.db"
-    else:
-        target = request.getfixturevalue("pg_session_url")
-        _truncate(target)
-    with SessionStore(target) as s:
+    with SessionStore(module_target(request, tmp_path_factory, "search-props")) as s:
         s.create_session("cli1", "cli")
         s.create_session("cron1", "cron")
         rows = [{"role": "user", "content": t, "timestamp": 1_000.0 + i} for i, t in enumerate([
