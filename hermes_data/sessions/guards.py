@@ -303,6 +303,8 @@ class Budget:
 PROCESS_BUDGET = Budget(PROCESS_READ_BUDGET)
 _path_budgets: dict[str, Budget] = {}
 _pools: "dict[str, weakref.WeakSet[ReadPool]]" = {}
+#: The live WAL handles per resolved path (:class:`LazyReadPool`: the many-handles warning).
+_handles: "dict[str, weakref.WeakSet[LazyReadPool]]" = {}
 _registry_lock = threading.Lock()
 descriptor_denials = 0
 
@@ -362,11 +364,7 @@ class ReadPool(sa.pool.Pool):
         self._suppressed_until = 0.0
         super().__init__(self._open_reader, **kw)  # type: ignore[arg-type]  # sqlite3 is a DB-API connection
         with _registry_lock:
-            peers = _pools.setdefault(key, weakref.WeakSet())
-            peers.add(self)
-            if len(peers) > MAX_HANDLES_PER_PATH:
-                log.warning("%s: %d live session-store handles in this process; share one handle "
-                            "per path (each holds its own writer connection)", path, len(peers))
+            _pools.setdefault(key, weakref.WeakSet()).add(self)
 
     def _should_wrap_creator(self, creator: Any) -> Any:
         # SQLAlchemy's hook: our creator takes no argument (skips its signature inspection,
@@ -464,6 +462,49 @@ class ReadPool(sa.pool.Pool):
     def idle_count(self) -> int:
         """Idle connections held."""
         return len(self._idle)
+
+
+class LazyReadPool:
+    """A WAL handle's :class:`ReadPool`, made by the first read that asks for it (issue 14:
+    a settled open that never reads makes none). The handle is counted for the many-handles
+    warning at once — more than :data:`MAX_HANDLES_PER_PATH` live on one resolved path
+    ``key`` warn, each holding its own writer connection — and uncounted by :meth:`dispose`,
+    after which no pool is made any more."""
+
+    def __init__(self, path: Path, pragmas: tuple[str, ...], key: str) -> None:
+        self.path, self.pragmas, self.key = path, pragmas, key
+        self._pool: ReadPool | None = None
+        self._disposed = False
+        self._lock = threading.Lock()  # not the handle's lock: a read never waits on a write
+        with _registry_lock:
+            handles = _handles.setdefault(key, weakref.WeakSet())
+            handles.add(self)
+            live = len(handles)
+        if live > MAX_HANDLES_PER_PATH:
+            log.warning("%s: %d live session-store handles in this process; share one handle "
+                        "per path (each holds its own writer connection)", path, live)
+
+    def get(self) -> ReadPool | None:
+        """The pool (made now when this is its first use); None once disposed."""
+        pool = self._pool
+        if pool is None and not self._disposed:
+            with self._lock:
+                if self._pool is None and not self._disposed:
+                    self._pool = ReadPool(self.path, pragmas=self.pragmas, key=self.key)
+                pool = self._pool
+        return pool
+
+    def dispose(self) -> None:
+        """Uncount the handle and dispose the pool, if one was made (idempotent)."""
+        with self._lock:
+            self._disposed = True
+            pool, self._pool = self._pool, None
+        with _registry_lock:
+            handles = _handles.get(self.key)
+            if handles is not None:
+                handles.discard(self)
+        if pool is not None:
+            pool.dispose()
 
 
 def _closed_reader() -> sqlite3.Connection:

@@ -571,6 +571,38 @@ def test_read_pool_is_bounded_per_file_and_falls_back_to_the_writer(tmp_path):
     assert budget.used == 0  # every permit returned at close
 
 
+def test_the_read_pool_is_made_by_the_first_read_and_handles_are_counted_at_open(tmp_path,
+                                                                                  caplog):
+    """WAL (forced): a handle that never reads makes no read pool (issue 14: the settled
+    open's cost); its first read makes one. The many-handles warning still counts every live
+    handle at open, reading or not, and a closed handle no longer counts."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+    with SessionStore(path, settings=WAL) as s:
+        assert s.backend._reads is not None and s.backend._reads._pool is None
+        assert s.get_session("a").source == "cli"
+        pool = s.backend._reads._pool
+        assert pool is not None and s.read_pool is pool and pool.idle_count() == 1
+    caplog.set_level("WARNING", logger="hermes_data.sessions.guards")
+    stores = [SessionStore(path, settings=WAL) for _ in range(guards.MAX_HANDLES_PER_PATH)]
+    try:
+        assert not [r for r in caplog.records if "live session-store handles" in r.message]
+        stores.append(SessionStore(path, settings=WAL))
+        warned = [r.message for r in caplog.records if "live session-store handles" in r.message]
+        assert len(warned) == 1 and f"{guards.MAX_HANDLES_PER_PATH + 1} live" in warned[0]
+        assert all(st.backend._reads._pool is None for st in stores)  # none has read
+        stores.pop().close()
+        stores.pop().close()
+        caplog.clear()
+        stores.append(SessionStore(path, settings=WAL))  # at the limit again: no warning
+        assert not [r for r in caplog.records if "live session-store handles" in r.message]
+    finally:
+        for st in stores:
+            st.close()
+
+
+
 @pytest.mark.parametrize("how", ["upgrade", "adopt"])
 def test_the_first_open_after_an_upgrade_writes_nothing(tmp_path, how, legacy_copy):
     """``hermes-data upgrade`` leaves the store settled (generation, application_id, FTS

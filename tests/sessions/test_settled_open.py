@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 
 from hermes_data import migrate
+from hermes_data.engine import SqliteSettings
 from hermes_data.errors import NotAHermesDatabaseError
 from hermes_data.sessions import opening
 from hermes_data.sessions.backends import sqlite as backend_mod
@@ -134,3 +135,72 @@ def test_a_schema_edit_that_keeps_the_cookie_is_seen(settled):
     with SessionStore(path) as s:
         assert any("unusable" in r for r in s.open_repairs), s.open_repairs
         assert s.fts_available["messages_fts_trigram"] is False
+
+
+WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
+
+
+def _writer_statements(monkeypatch) -> list[str]:
+    """Every statement of the sqlite3 connections opened from now on (the writer first)."""
+    seen: list[str] = []
+    real = sqlite3.connect
+
+    def traced(*args, **kwargs):
+        con = real(*args, **kwargs)
+        con.set_trace_callback(seen.append)
+        return con
+
+    monkeypatch.setattr(sqlite3, "connect", traced)
+    return seen
+
+
+@pytest.mark.parametrize("settings", [None, WAL], ids=["default", "wal"])
+def test_the_stamp_is_matched_from_the_header_bytes_in_either_mode(tmp_path, monkeypatch,
+                                                                   settings):
+    """No statement before the connection policy: the file's header bytes answer the cookie
+    and ``application_id`` (a WAL file's too), so the first statement is the policy's
+    journal-mode read and the identity rule is skipped."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=settings) as s:
+        s.create_session("a", "cli")
+    SessionStore(path, settings=settings).close()  # records the stamp
+    calls: list[str] = []
+    real_identify = migrate.identify_file
+    monkeypatch.setattr(migrate, "identify_file",
+                        lambda *a: calls.append("identify") or real_identify(*a))
+    seen = _writer_statements(monkeypatch)
+    with SessionStore(path, settings=settings) as s:
+        assert s.open_repairs == []
+    assert seen[0] == "PRAGMA journal_mode", seen[:3]
+    assert calls == []
+
+
+def test_a_wal_header_behind_its_wal_still_brings_the_full_reads(tmp_path, monkeypatch):
+    """WAL only (forced here): another connection changed the schema and the WAL was not
+    checkpointed (a reader pins it), so the header bytes on disk still match the stamp. The
+    read transaction's cookie tells: the full reads run and repair the file."""
+    path = tmp_path / "state.db"
+    with SessionStore(path, settings=WAL) as s:
+        s.create_session("a", "cli")
+    SessionStore(path, settings=WAL).close()  # records the stamp
+    before = path.read_bytes()[:100]
+    pin = sqlite3.connect(path, isolation_level=None)
+    editor = sqlite3.connect(path, isolation_level=None)
+    try:
+        editor.execute("PRAGMA wal_autocheckpoint=0")
+        pin.execute("BEGIN")
+        pin.execute("SELECT count(*) FROM sessions").fetchone()  # holds the old snapshot
+        editor.execute("DROP TRIGGER messages_fts_insert")
+        assert path.read_bytes()[:100] == before  # the header on disk still says the stamp
+        calls: list[str] = []
+        real_missing = backend_mod.missing_core
+        monkeypatch.setattr(backend_mod, "missing_core",
+                            lambda *a: calls.append("missing_core") or real_missing(*a))
+        with SessionStore(path, settings=WAL) as s:
+            assert any("messages_fts" in r for r in s.open_repairs), s.open_repairs
+            s.append_message("a", "user", "indexed after the repair")
+            assert s.search_messages("repair")
+        assert calls == ["missing_core"]
+    finally:
+        pin.close()
+        editor.close()

@@ -61,7 +61,7 @@ def test_ab15_cost_is_independent_of_transcript_length(tmp_path):
 
             raw.set_progress_handler(tick, 1)
             try:
-                s.backend._read_pool = None  # read on the traced connection
+                s.backend._reads = None  # no read pool: read on the traced connection
                 assert s.session_lifecycle_statuses([sid]) == {sid: "interrupted"}
             finally:
                 raw.set_progress_handler(None, 1)

@@ -18,13 +18,22 @@ the database:
   is not; while this process has a connection to the file or another thread examines it
   offline, that function answers itself. A zeroed verdict gives the lease back first: the
   quarantine path then runs exactly as before (it may move the file aside).
-* :func:`rollback_header_stamp` — the schema cookie and ``application_id`` a settled stamp is
-  matched with, from the header bytes when the header says rollback-journal mode (bytes 18–19
-  = 1): the file itself is then the only copy of page 1, so the bytes are what ``PRAGMA
-  schema_version`` / ``application_id`` would read (a hot journal's torn page cannot match a
-  stamp's random ``application_id`` unless it is that file, and the settled open re-reads
-  both inside its read transaction anyway). A WAL-mode header (2) answers None: page 1 may be
-  newer in the WAL, so the connection reads them.
+* :func:`header_stamp` — the schema cookie and ``application_id`` a settled stamp is matched
+  with before the connection policy (whether the identity rule may be skipped), from the
+  header bytes in either journal mode. The stamp is keyed by the inode the lease reads and
+  its ``application_id`` is random per store, so a match says the file is that store at some
+  point of its history: a copy of another file over the inode, or a torn write, cannot match
+  unless it is that file. In WAL mode page 1 may be newer in the WAL than on disk; a newer
+  page 1 is still this store's (only SQLite writes the WAL), and the settled open re-reads
+  the cookie and ``application_id`` inside its read transaction, falling back to the full
+  reads (which run the identity rule again through the upgrade path's probe when the
+  revision or core shape is off) on any difference. A header that does not match is not a
+  verdict: the connection reads the two values (page 1 may be newer in the WAL and match).
+* :func:`rollback_header_stamp` — the same two values for the settled open's read
+  transaction, only when the header says rollback-journal mode (bytes 18–19 = 1): the file
+  itself is then the only copy of page 1, so under the transaction's read lock the bytes are
+  what ``PRAGMA schema_version`` / ``application_id`` read. A WAL-mode header (2) answers
+  None there: the snapshot's page 1 may be in the WAL, so the connection reads them.
 """
 
 from __future__ import annotations
@@ -126,14 +135,23 @@ def zero_probe(backend: Any, path: Path) -> bool:
     return zeroed
 
 
-def rollback_header_stamp(header: FileHeader | None) -> tuple[int, int] | None:
-    """``(schema cookie, application_id)`` from the file's header when it is in
-    rollback-journal mode, else None (see the module docstring)."""
+def header_stamp(header: FileHeader | None, *, rollback_only: bool = False
+                 ) -> tuple[int, int] | None:
+    """``(schema cookie, application_id)`` from the file's header bytes (None without a lease
+    or an SQLite header; with ``rollback_only``, also None unless the header says
+    rollback-journal mode) — see the module docstring for what each answer may be used for."""
     if header is None:
         return None
     data = header.read()
-    if len(data) < HEADER_BYTES or not data.startswith(SQLITE_MAGIC) \
-            or data[_WRITE_VERSION] != 1 or data[_READ_VERSION] != 1:
+    if len(data) < HEADER_BYTES or not data.startswith(SQLITE_MAGIC):
+        return None
+    if rollback_only and (data[_WRITE_VERSION] != 1 or data[_READ_VERSION] != 1):
         return None
     return (int.from_bytes(data[_SCHEMA_COOKIE:_SCHEMA_COOKIE + 4], "big"),
             application_id(data) or 0)
+
+
+def rollback_header_stamp(header: FileHeader | None) -> tuple[int, int] | None:
+    """:func:`header_stamp` of a rollback-journal file only (the read transaction's
+    snapshot, see the module docstring)."""
+    return header_stamp(header, rollback_only=True)

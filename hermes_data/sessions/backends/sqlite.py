@@ -89,7 +89,7 @@ class SqliteBackend(SessionBackend):
         self._engine_maker: Callable[[], Engine] | None = None
         self._journal = JournalState()
         self._raw: sqlite3.Connection | None = None
-        self._read_pool: guards.ReadPool | None = None
+        self._reads: guards.LazyReadPool | None = None  # WAL: the read pool, made at first use
         self._identity: guards.FileIdentity | None = None
         self._header: FileHeader | None = None  # the on-disk header, by pread (§8.9)
         self._app_id = 0
@@ -165,7 +165,8 @@ class SqliteBackend(SessionBackend):
         if not self._owner_only:  # open_file.prepare_file saw every path 0600 already
             self._harden_permissions()
         if wal:
-            self._read_pool = guards.ReadPool(self.path, pragmas=tuple(self._pragmas), key=real)
+            self._reads = guards.LazyReadPool(self.path, tuple(self._pragmas),
+                                              real or str(self.path.resolve()))
 
     def _harden_permissions(self) -> None:
         # chmod by path only: opening+closing the file would drop this process's POSIX locks.
@@ -225,9 +226,9 @@ class SqliteBackend(SessionBackend):
         self.fts_available = opening.probe_fts_tables(self._raw)
 
     def _dispose(self) -> None:
-        if self._read_pool is not None:
-            self._read_pool.dispose()
-            self._read_pool = None
+        if self._reads is not None:
+            self._reads.dispose()
+            self._reads = None
         raw_pooled = self._writer_conn is not None  # else the handle owns the DB-API connection
         if self._writer_conn is not None:
             try:
@@ -287,8 +288,8 @@ class SqliteBackend(SessionBackend):
 
     @property
     def read_pool(self) -> guards.ReadPool | None:
-        """The handle's read pool (WAL writable handles only)."""
-        return self._read_pool
+        """The handle's read pool (WAL writable handles only; made by the first read)."""
+        return None if self._reads is None else self._reads.get()
 
     def owner_profile(self, root: Path) -> str | None:
         """``<root>/state.db`` → ``default``; ``<root>/profiles/<name>/state.db`` → ``<name>``."""
@@ -559,7 +560,7 @@ class SqliteBackend(SessionBackend):
         A budget miss first closes one idle reader of a peer handle and retries once; still
         nothing ⇒ the writer serves the read (slower, never an error, never a blocking wait).
         """
-        pool = self._read_pool
+        pool = self.read_pool
         engine = None if pool is None or self._raw is None else self.engine
         conn = None
         if pool is not None and engine is not None:

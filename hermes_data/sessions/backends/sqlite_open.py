@@ -15,8 +15,9 @@ schema_version``), ``application_id`` (random per store, minted with the generat
 the generation token and revision, the whole catalogue as text (``PRAGMA writable_schema``
 edits change it without bumping the cookie), and the answers derived from it (FTS layout,
 which FTS tables this build can load). A later open of the same file compares the cookie and
-``application_id`` — two header reads before the connection policy (a rollback-journal file's
-own header bytes, read through the open's lease, when they match) — and, when they match,
+``application_id`` before the connection policy — the file's own header bytes, read through
+the open's lease, in either journal mode; two header-reading statements when those differ
+(:func:`.open_file.header_stamp` says why a WAL file's bytes may answer) — and, when they match,
 skips the identity rule's and the other catalogue reads: one read transaction re-reads, in one
 statement (:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), the catalogue text and
 the data the gates depend on (revision, generation token, ``fts_storage_version``,
@@ -47,7 +48,7 @@ from ..filesafety import tracked_connect
 from ..sql import FTS_TRIGGERS
 from ..sql import backend as q
 from ..sql import opening as open_sql
-from .open_file import rollback_header_stamp
+from .open_file import header_stamp, rollback_header_stamp
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -145,17 +146,18 @@ def file_key(header: FileHeader | None) -> tuple[int, int] | None:
 
 def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
                    header: FileHeader | None = None) -> SettledStamp | None:
-    """The stamp of the file at ``key`` when ``con`` reads the same schema cookie and
-    ``application_id`` (two header reads: no schema parse, nothing written); else None. A
-    rollback-journal file's own header bytes (``header``, the open's lease) answer when they
-    match, without the two statements (:func:`.open_file.rollback_header_stamp`)."""
+    """The stamp of the file at ``key`` when it has the same schema cookie and
+    ``application_id``; else None. The file's own header bytes (``header``, the open's lease)
+    answer when they match, in either journal mode (:func:`.open_file.header_stamp`: no
+    statement, so the connection's first statement is the policy's journal-mode read);
+    otherwise ``con`` reads the two (header reads: no schema parse, nothing written)."""
     if key is None:
         return None
     with _stamps_lock:
         stamp = _stamps.get(key)
     if stamp is None or stamp.caps != open_settings():
         return None
-    if rollback_header_stamp(header) == (stamp.cookie, stamp.app_id):
+    if header_stamp(header) == (stamp.cookie, stamp.app_id):
         return stamp
     cookie = con.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]
     app_id = con.execute(q.APPLICATION_ID).fetchone()[0]
