@@ -56,6 +56,7 @@ from . import fts_shadow, opening
 from .errors import StateDbCorruptError, StateDbReplacedError
 from .rows import FtsRebuildStatus
 from .sql import fts_storage as q
+from .sql.ddl import squash
 
 log = logging.getLogger("hermes_data.sessions.fts_storage")
 
@@ -132,10 +133,6 @@ def _int(value: str | None, default: int = 0) -> int:
         return default
 
 
-def _collapse(ddl: str | None) -> str:
-    return " ".join((ddl or "").lower().split())
-
-
 def upgrade_needed(state: opening.FtsState) -> bool:
     """The file holds a layout the migration replaces: legacy inline (``messages_fts``
     without ``tool_name``, or such a trigram table) or storage layout 1 (a trigram table
@@ -143,7 +140,10 @@ def upgrade_needed(state: opening.FtsState) -> bool:
     if state.layout == "legacy":
         return True
     tri = state.objects.get("messages_fts_trigram")
-    return tri is not None and ("tool_name" not in _collapse(tri) or "tool_calls" in _collapse(tri))
+    if tri is None:
+        return False
+    text = squash(tri, lower=True)
+    return "tool_name" not in text or "tool_calls" in text
 
 
 def _index_empty(conn: Connection, state: opening.FtsState) -> bool:
@@ -277,7 +277,7 @@ def _set_window(tx: Connection) -> int:
 
 
 def _external(ddl: str | None) -> bool:
-    return "content=" in _collapse(ddl).replace(" ", "")
+    return "content=" in squash(ddl, lower=True).replace(" ", "")
 
 
 def _bookkeeping(tx: Connection) -> list[str]:
@@ -403,7 +403,7 @@ def _decode_key(text: str | None, width: int) -> tuple[Any, ...] | None:
 def _key_columns(tx: Connection, name: str, ddl: str | None) -> list[str]:
     """``["rowid"]`` for a rowid table; the primary-key columns in key order for a
     ``WITHOUT ROWID`` table."""
-    if "without rowid" not in _collapse(ddl):
+    if "without rowid" not in squash(ddl, lower=True):
         return ["rowid"]
     info = tx.exec_driver_sql(q.table_info(name)).fetchall()
     return [r[1] for r in sorted((r for r in info if r[5]), key=lambda r: r[5])]

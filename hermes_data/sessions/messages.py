@@ -22,6 +22,7 @@ from .rows import MessageRow
 from .sql import Fragments
 from .sql import fts
 from .sql.core import INSERT_COLS
+from .sql.ddl import squash
 from .sql.gateway import for_dialect as gateway_sql
 
 #: A message row as bound by ``INSERT_MESSAGE`` (without the leading session id).
@@ -131,12 +132,8 @@ BULK_FTS_MIN_ROWS = 4
 _Progress = tuple[int, "float | None"]
 
 
-def _collapse(ddl: str | None) -> str:
-    return " ".join((ddl or "").split())
-
-
-_BULK_TRIGGERS = {name: _collapse(ddl) for name, ddl in fts.BULK_INSERT_TRIGGERS.items()}
-_CANONICAL = {name: _collapse(ddl) for name, ddl in fts.CANONICAL_TRIGGER_SQL.items()}
+_BULK_TRIGGERS = {name: squash(ddl) for name, ddl in fts.BULK_INSERT_TRIGGERS.items()}
+_CANONICAL = {name: squash(ddl) for name, ddl in fts.CANONICAL_TRIGGER_SQL.items()}
 
 
 def bulk_fts_plan(tx: Any, triggers: Sequence[Sequence[Any]] | None = None
@@ -150,7 +147,7 @@ def bulk_fts_plan(tx: Any, triggers: Sequence[Sequence[Any]] | None = None
     if triggers is None:
         triggers = tx.execute(fts.MESSAGE_TRIGGERS).fetchall()
     for name, ddl in triggers:
-        text = _collapse(ddl)
+        text = squash(ddl)
         if _CANONICAL.get(name) == text:
             base = base or (name == "messages_fts_insert" and _BULK_TRIGGERS[name] == text)
             trigram = trigram or (name == "messages_fts_trigram_insert"

@@ -39,6 +39,7 @@ from . import cjk, fts_deferral, fts_shadow, sql, upstream_cjk
 from .guards import is_disk_io_error
 from .sql import backend as backend_sql
 from .sql import opening as open_sql
+from .sql.ddl import squash
 from . import writability
 
 log = logging.getLogger("hermes_data.sessions.opening")
@@ -107,13 +108,9 @@ def _probe(conn: Connection, ddl: str, name: str) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-def _collapse(s: str | None) -> str:
-    return re.sub(r"\s+", " ", s or "").strip().lower()
-
-
 def is_broad_update_trigger(ddl: str | None) -> bool:
     """True for an ``AFTER UPDATE ON`` trigger lacking the ``AFTER UPDATE OF`` narrowing."""
-    d = _collapse(ddl)
+    d = squash(ddl, lower=True)
     return "after update on" in d and "after update of" not in d
 
 
@@ -133,7 +130,7 @@ class FtsState:
         ddl = self.objects.get("messages_fts_trigram")
         if ddl is None:
             return "absent"
-        return "legacy" if "tool_name" not in _collapse(ddl) else "current"
+        return "legacy" if "tool_name" not in squash(ddl, lower=True) else "current"
 
     def missing(self, names: tuple[str, ...]) -> list[str]:
         return [n for n in names if n not in self.objects]
@@ -176,7 +173,8 @@ def read_fts_state(conn: Connection) -> FtsState:
     rows = conn.exec_driver_sql(open_sql.FTS_OBJECTS).fetchall()
     objects = {r[0]: r[1] or "" for r in rows}
     base = objects.get("messages_fts")
-    layout = "absent" if base is None else ("current" if "tool_name" in _collapse(base) else "legacy")
+    layout = "absent" if base is None else \
+        ("current" if "tool_name" in squash(base, lower=True) else "legacy")
     # Upstream files before its schema v7 have no state_meta: nothing can be marked stale there.
     stale = (conn.exec_driver_sql(open_sql.STATE_META_EXISTS).first() is not None
              and conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None)

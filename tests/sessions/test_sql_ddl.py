@@ -1,5 +1,6 @@
 """The allow-listed DROP builders: a name outside the list never becomes DDL, and every name
-inside it yields a statement SQLite accepts."""
+inside it yields a statement SQLite accepts. And the one whitespace-collapsed form stored DDL
+is compared in."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sqlite3
 import pytest
 
 from hermes_data.sessions.sql import cjk, display, fts_maintenance, opening, telegram
-from hermes_data.sessions.sql.ddl import checked_drop
+from hermes_data.sessions.sql.ddl import checked_drop, squash
 
 BUILDERS = [
     (cjk.drop_object, cjk.CJK_OBJECT_NAMES),
@@ -48,3 +49,12 @@ def test_the_drop_spells_schema_target_and_table_clause() -> None:
     con.execute(checked_drop("TABLE", "hermes_probe_t", ("hermes_probe_t",), "a probe",
                              if_exists=False, schema="temp"))
     assert con.execute("SELECT count(*) FROM temp.sqlite_master").fetchone()[0] == 0
+
+
+def test_squash_collapses_every_whitespace_run_and_lowers_on_request():
+    """Stored DDL compares in one form whatever whitespace it was written with (TAB, CR,
+    form feed, non-breaking space all count, unlike the display digests' four characters)."""
+    stored = "CREATE TRIGGER t\tAFTER INSERT ON messages\r\n\fBEGIN\u00a0 SELECT 1; END\n"
+    assert squash(stored) == "CREATE TRIGGER t AFTER INSERT ON messages BEGIN SELECT 1; END"
+    assert squash(stored, lower=True) == "create trigger t after insert on messages begin select 1; end"
+    assert squash(None) == "" and squash("   ") == ""

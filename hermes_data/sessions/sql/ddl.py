@@ -1,4 +1,5 @@
-"""``DROP`` statements for schema objects whose names come from a fixed allow-list.
+"""DDL text helpers: ``DROP`` statements for schema objects whose names come from a fixed
+allow-list, and the whitespace-collapsed form stored DDL is compared in.
 
 Object names cannot be bound as parameters, so every builder that interpolates one checks it
 against the module's own tuple of names first; this is the one place that check lives.
@@ -21,3 +22,12 @@ def checked_drop(kind: str, name: str, allowed: Collection[str], what: str, *,
     target = f"{schema}.{name}" if schema else name
     return (f"DROP {kind} {'IF EXISTS ' if if_exists else ''}{target}"
             + (f" ON {on}" if on else ""))
+
+
+def squash(ddl: str | None, *, lower: bool = False) -> str:
+    """``ddl`` (None: empty) with every whitespace run collapsed to one space and the ends
+    stripped, lower-cased when ``lower``: how stored trigger and table SQL is compared with
+    ours. (The display triggers' digests use :func:`.display.normalise`, pinned to the four
+    ASCII whitespace characters, instead.)"""
+    text = " ".join((ddl or "").split())
+    return text.lower() if lower else text
