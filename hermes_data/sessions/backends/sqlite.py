@@ -288,7 +288,8 @@ class SqliteBackend(SessionBackend):
 
     @property
     def read_pool(self) -> guards.ReadPool | None:
-        """The handle's read pool (WAL writable handles only; made by the first read)."""
+        """The handle's read pool (WAL writable handles only; made on first use: a read, or
+        this property)."""
         return None if self._reads is None else self._reads.get()
 
     def owner_profile(self, root: Path) -> str | None:
