@@ -602,7 +602,6 @@ def test_the_read_pool_is_made_by_the_first_read_and_handles_are_counted_at_open
             st.close()
 
 
-
 @pytest.mark.parametrize("how", ["upgrade", "adopt"])
 def test_the_first_open_after_an_upgrade_writes_nothing(tmp_path, how, legacy_copy):
     """``hermes-data upgrade`` leaves the store settled (generation, application_id, FTS
