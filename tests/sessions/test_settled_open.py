@@ -16,6 +16,8 @@ from hermes_data.sessions import opening
 from hermes_data.sessions.backends import sqlite as backend_mod
 from hermes_data.sessions.store import SessionStore
 
+from .test_open_path import dbapi_trace
+
 
 @pytest.fixture
 def settled(tmp_path, monkeypatch):
@@ -140,20 +142,6 @@ def test_a_schema_edit_that_keeps_the_cookie_is_seen(settled):
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")
 
 
-def _writer_statements(monkeypatch) -> list[str]:
-    """Every statement of the sqlite3 connections opened from now on (the writer first)."""
-    seen: list[str] = []
-    real = sqlite3.connect
-
-    def traced(*args, **kwargs):
-        con = real(*args, **kwargs)
-        con.set_trace_callback(seen.append)
-        return con
-
-    monkeypatch.setattr(sqlite3, "connect", traced)
-    return seen
-
-
 @pytest.mark.parametrize("settings", [None, WAL], ids=["default", "wal"])
 def test_the_stamp_is_matched_from_the_header_bytes_in_either_mode(tmp_path, monkeypatch,
                                                                    settings):
@@ -168,8 +156,7 @@ def test_the_stamp_is_matched_from_the_header_bytes_in_either_mode(tmp_path, mon
     real_identify = migrate.identify_file
     monkeypatch.setattr(migrate, "identify_file",
                         lambda *a: calls.append("identify") or real_identify(*a))
-    seen = _writer_statements(monkeypatch)
-    with SessionStore(path, settings=settings) as s:
+    with dbapi_trace() as seen, SessionStore(path, settings=settings) as s:
         assert s.open_repairs == []
     assert seen[0] == "PRAGMA journal_mode", seen[:3]
     assert calls == []
