@@ -4,14 +4,14 @@ Two measurements, each against a baseline measured in the same run on the same d
 
 1. **Up-to-date file.** ``hermes-data upgrade`` on a file already at the head: whole-process
    wall time (``python -m hermes_data.cli upgrade …``) and in-process
-   :func:`hermes_data.migrate.upgrade` time, medians of ``--runs`` runs. Baselines: a Python
+   :func:`hermes_data.migrate.runner.upgrade` time, medians of ``--runs`` runs. Baselines: a Python
    process that only opens the file with ``sqlite3`` and reads ``alembic_version``; the same
    read in-process. The target is "well under a second" for the whole process.
 2. **Adopting a large legacy file.** A v1-level ``telemetry.db`` (the upstream v1 DDL, same
    declared types and defaults as the fixtures, WAL like them) of about ``--size-mb`` MB is
    generated with plain ``sqlite3``, copied twice, and
 
-   * copy A is adopted by :func:`hermes_data.migrate.upgrade`; every write statement it sends
+   * copy A is adopted by :func:`hermes_data.migrate.runner.upgrade`; every write statement it sends
      is recorded (with its parameters) and the report's per-step times are printed;
    * copy B gets exactly those recorded statements replayed with plain ``sqlite3`` in one
      ``BEGIN IMMEDIATE`` transaction, same ``journal_mode`` and ``synchronous`` — what SQLite
@@ -48,7 +48,7 @@ sys.path.insert(0, str(REPO))
 from sqlalchemy import event  # noqa: E402
 from sqlalchemy.engine import Engine  # noqa: E402
 
-from hermes_data import migrate  # noqa: E402
+from hermes_data.migrate import runner as migrate
 from hermes_data.engine import WRITE_PREFIXES, SqliteSettings  # noqa: E402
 
 # The upstream plugin's v1 DDL (spec telemetry §2, commit 949d9b6), as the fixtures hold it.
@@ -176,13 +176,13 @@ def bench_up_to_date(workdir: Path, runs: int) -> None:
             raise SystemExit(f"{argv} failed: {proc.stderr}")
         return elapsed
 
-    cli = [sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
+    cli = [sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store", "telemetry",
            "--url", str(db)]
     baseline = [sys.executable, "-c",
                 "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
                 "c.execute('SELECT version_num FROM alembic_version').fetchall(); c.close()",
                 str(db)]
-    imports = [sys.executable, "-c", "import hermes_data.cli, hermes_data.telemetry.migration"]
+    imports = [sys.executable, "-c", "import hermes_data.cli.app, hermes_data.telemetry.migration"]
     wall(cli)  # page cache, .pyc files
     cli_s = _median([wall(cli) for _ in range(runs)])
     base_s = _median([wall(baseline) for _ in range(runs)])

@@ -42,8 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
 from hermes_data.sessions import sql  # noqa: E402
-from hermes_data.sessions.sql import accounting as acc_sql  # noqa: E402
-from hermes_data.sessions.sql import projections as proj_sql  # noqa: E402
+from hermes_data.sessions.agent import accounting_sql as acc_sql
+from hermes_data.sessions.agent import projections_sql as proj_sql
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 Q = sql.for_dialect("sqlite")

@@ -6,7 +6,7 @@
    server is configured, printed). Prints calls/s per backend, their ratio, and checks no
    update was lost (``runs.api_calls`` sums to the calls made).
 2. **Reads**: the 200,000-call / 30-day data set of ``telemetry_reads.py`` is built on SQLite,
-   copied to PostgreSQL with ``hermes_data.copy.copy_store`` (so both hold identical rows),
+   copied to PostgreSQL with ``hermes_data.copy.transfer.copy_store`` (so both hold identical rows),
    then every read function's median latency is measured on both, interleaved.
 
     python benchmarks/backends.py [--pg-admin-url postgresql+psycopg://postgres@127.0.0.1/test]
@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import sqlalchemy as sa  # noqa: E402
 
-from hermes_data import migrate  # noqa: E402
-from hermes_data.copy import copy_store  # noqa: E402
+from hermes_data.migrate import runner as migrate
+from hermes_data.copy.transfer import copy_store  # noqa: E402
 from hermes_data.telemetry import reads as R  # noqa: E402
 from hermes_data.telemetry import writes as W  # noqa: E402
 from hermes_data.telemetry.store import TelemetryStore  # noqa: E402

@@ -123,7 +123,7 @@ def main() -> int:
     directory.mkdir(parents=True, exist_ok=True)
     _ENV["PYTHONPYCACHEPREFIX"] = str(directory / "pycache")
     try:
-        from hermes_data import migrate
+        from hermes_data.migrate import runner as migrate
 
         ours, theirs = directory / "ours.db", directory / "upstream.db"
         for p in (ours, theirs):

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_data.sessions import sql  # noqa: E402
-from hermes_data.sessions.sql import coordination as coord_sql  # noqa: E402
+from hermes_data.sessions.coordination import sql as coord_sql
 
 from agent_turn import baseline_conn, open_store  # noqa: E402  (same directory)
 from upstream_writes import UpstreamWriter  # noqa: E402

@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hermes_data import migrate  # noqa: E402
+from hermes_data.migrate import runner as migrate
 from hermes_data.engine import SqliteSettings, create_sqlite_engine, journal_state  # noqa: E402
 
 #: Target: fast creation within this factor of the plain-sqlite3 baseline (warm process).

@@ -37,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_data.sessions import fts_maintenance  # noqa: E402
+from hermes_data.sessions.storage.fts import maintenance as fts_maintenance
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 CANDIDATES = (64, 128, 250, 500, 1000, 2000)

@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-from hermes_data.sessions import fts_storage  # noqa: E402
+from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 FIXTURE = "legacy-sessions/state_fork_v21.db"

@@ -46,9 +46,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
-from hermes_data.sessions.sql.gateway import for_dialect as gateway_sql  # noqa: E402
-from hermes_data.sessions.sql.peers import for_dialect as peer_sql  # noqa: E402
-from hermes_data.sessions.sql.peers import tuple_params  # noqa: E402
+from hermes_data.sessions.gateway.sql import for_dialect as gateway_sql  # noqa: E402
+from hermes_data.sessions.gateway.peers_sql import for_dialect as peer_sql  # noqa: E402
+from hermes_data.sessions.gateway.peers_sql import tuple_params  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 from upstream_writes import UpstreamWriter  # noqa: E402  (same directory)

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from adoption import generate_v1  # noqa: E402
 
-from hermes_data import migrate  # noqa: E402
+from hermes_data.migrate import runner as migrate
 
 
 def timed(fn) -> float:

@@ -22,7 +22,7 @@ Latin/CJK, the planted phrases, and random user-like strings — through
 Exit status 1 when a target is missed. ``--db PATH`` reuses (or keeps) a corpus file.
 
 ``--url postgresql+psycopg://…/DB`` also runs the same corpus and query set on PostgreSQL in
-the same run: the SQLite corpus is copied there with ``hermes_data.copy.copy_store`` (same
+the same run: the SQLite corpus is copied there with ``hermes_data.copy.transfer.copy_store`` (same
 message ids, so the planted rows are the same rows; multimodal markers translated), then
 ``ANALYZE``-d, and (a)/(b)/(c) are printed per backend. ``DB`` must be an empty scratch
 database (or hold this very corpus from an earlier run: the copy then resumes / is a no-op).
@@ -45,7 +45,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_data.sessions.search import cjk_count, has_cjk  # noqa: E402
+from hermes_data.sessions.search.messages import cjk_count, has_cjk  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 SOURCES = ["cli"] * 6 + ["telegram"] * 3 + ["discord"] * 2 + ["cron", "subagent"]
@@ -443,7 +443,7 @@ def main() -> int:
               f"routes {indexed[2]}")
         ok = ok and indexed[1] <= 30
     if args.url:
-        from hermes_data.copy import copy_store
+        from hermes_data.copy.transfer import copy_store
 
         t0 = time.perf_counter()
         report = copy_store(path, args.url, store="sessions", batch=5000)
@@ -494,7 +494,7 @@ def short_cjk_latency(store: SessionStore, qs: list[str], *, bigram: bool
                       ) -> tuple[float, float, dict[str, int]]:
     """p50, p95 (ms) and the routes of the short-CJK queries, through the CJK-bigram index or
     (``bigram=False``: the baseline, measured in the same run) the LIKE scan it replaced."""
-    from hermes_data.sessions import cjk
+    from hermes_data.sessions.storage.fts import cjk
 
     real = cjk.bigram_search
     if not bigram:

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
-from hermes_data.sessions.sql.core import MESSAGE_COLS  # noqa: E402
+from hermes_data.sessions.core.sql import MESSAGE_COLS  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 SESSION = "bench"
@@ -129,7 +129,7 @@ def _upstream_decode(row: sqlite3.Row) -> dict:
 def export_child(side: str, db: Path, out: Path, journal: str) -> None:
     """Run one export and print ``seconds rss_growth_kb lines`` (child process)."""
     if side == "ours":
-        from hermes_data.cli_maintenance import write_jsonl
+        from hermes_data.cli.maintenance import write_jsonl
 
         store = SessionStore(db, read_only=True, settings=SqliteSettings(journal_mode=journal))
     else:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from hermes_data.sessions.display import identity  # noqa: E402
+from hermes_data.sessions.core.display_order import identity  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import (
+from hermes_data.errors import (
     AdoptionError,
     ConfigurationError,
     DatabaseBusyError,
@@ -25,18 +25,22 @@ from .errors import (
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers (never run)
-    from .errors import ForwardOnlyError
-    from .migrate import UpgradeReport, check, status, upgrade
-    from .sessions.store import SessionStore
-    from .telemetry.store import TelemetryStore
+    from hermes_data.errors import ForwardOnlyError
+    from hermes_data.migrate.runner import UpgradeReport, check, status, upgrade
+    from hermes_data.sessions.store import SessionStore
+    from hermes_data.telemetry.store import TelemetryStore
+
+from hermes_data import moved as _moved
+
+_moved.install()  # old deep module paths keep importing (hermes_data/moved.py)
 
 _LAZY = {
     # An Alembic CommandError too, built on first use: importing it imports Alembic.
     "ForwardOnlyError": ("hermes_data.errors", "ForwardOnlyError"),
-    "upgrade": ("hermes_data.migrate", "upgrade"),
-    "check": ("hermes_data.migrate", "check"),
-    "status": ("hermes_data.migrate", "status"),
-    "UpgradeReport": ("hermes_data.migrate", "UpgradeReport"),
+    "upgrade": ("hermes_data.migrate.runner", "upgrade"),
+    "check": ("hermes_data.migrate.runner", "check"),
+    "status": ("hermes_data.migrate.runner", "status"),
+    "UpgradeReport": ("hermes_data.migrate.runner", "UpgradeReport"),
     "TelemetryStore": ("hermes_data.telemetry.store", "TelemetryStore"),
     "SessionStore": ("hermes_data.sessions.store", "SessionStore"),
 }

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import URL, make_url
 
-from .errors import ConfigurationError
+from hermes_data.errors import ConfigurationError
 
 STORES = ("telemetry", "sessions")
 

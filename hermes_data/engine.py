@@ -57,10 +57,10 @@ from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.util import LRUCache
 
-from .config import resolve_url, sqlite_path
-from .errors import ConfigurationError, WalUnsupportedError
-from .files import FileHeader
-from .sessions.filesafety import TrackedConnection
+from hermes_data.config import resolve_url, sqlite_path
+from hermes_data.errors import ConfigurationError, WalUnsupportedError
+from hermes_data.files import FileHeader
+from hermes_data.sessions.storage.filesafety import TrackedConnection
 
 log = logging.getLogger("hermes_data.engine")
 

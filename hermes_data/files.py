@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from .errors import StoreLinkError
+from hermes_data.errors import StoreLinkError
 
 if TYPE_CHECKING:
-    from .file_records import DescriptorBudget, FileFacts, Holder
+    from hermes_data.file_records import DescriptorBudget, FileFacts, Holder
 
 log = logging.getLogger("hermes_data.files")
 
@@ -56,7 +56,7 @@ def file_holders(path: Path, *, live: bool = True, deleted: bool = True) -> list
     and ``deleted`` ones — holders of a *deleted* inode of those names (a split WAL
     generation). ``None`` when the process table cannot be read at all. Unreadable processes
     are skipped (the list is a lower bound)."""
-    from .file_records import Holder
+    from hermes_data.file_records import Holder
 
     targets = set(_with_sidecars(path.resolve()))
     deleted = deleted and os.path.isdir("/proc")
@@ -261,7 +261,7 @@ def refuse_dangling_link(path: Path | None) -> None:
 def file_facts(path: Path) -> FileFacts:
     """Mode bits and sizes of ``path`` (its link target, for a link) and its sidecars (never
     opens them)."""
-    from .file_records import FileFacts
+    from hermes_data.file_records import FileFacts
 
     target = link_target(path)
     facts = FileFacts(str(path), path.exists(), link_target=None if target is None else str(target))
@@ -314,7 +314,7 @@ def descriptor_budget() -> DescriptorBudget:
     with ``EMFILE``/``ENFILE`` raises that ``OSError``."""
     import psutil
 
-    from .file_records import DescriptorBudget
+    from hermes_data.file_records import DescriptorBudget
 
     proc = psutil.Process()
     try:
@@ -506,7 +506,7 @@ _RECORDS = ("DescriptorBudget", "FileFacts", "Holder")
 def __getattr__(name: str) -> Any:
     # The diagnostics' records live in .file_records, imported on first use (issue 14).
     if name in _RECORDS:
-        from . import file_records
+        from hermes_data import file_records
 
         return getattr(file_records, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,7 @@
 sessions-ext-storage §3.1).
 
 :func:`ensure_test_isolation` is called by every entry taking a SQLite path (the session
-store's open, :func:`hermes_data.sessions.registry.acquire`, the telemetry store) before any
+store's open, :func:`hermes_data.sessions.storage.registry.acquire`, the telemetry store) before any
 directory, lock file, connection or byte read. It refuses, with
 :class:`~hermes_data.errors.ProductionStateDbError`, a file of the real Hermes home while a
 test is running:
@@ -34,8 +34,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-from .config import default_db_path
-from .errors import ProductionStateDbError
+from hermes_data.config import default_db_path
+from hermes_data.errors import ProductionStateDbError
 
 __all__ = ["BYPASS_ENV", "STATE_DB_GUARD_BYPASS", "STATE_DB_GUARD_EXTRA_DENY_ROOTS",
            "TEST_ISOLATION_ENV", "default_db_path", "ensure_test_isolation", "in_test_context",

@@ -174,7 +174,7 @@ def copy_fixture(relpath: str, dest_dir: Path) -> Path:
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``hermes-data`` in a fresh interpreter (real process, real imports)."""
     return subprocess.run(
-        [sys.executable, "-m", "hermes_data.cli", *args],
+        [sys.executable, "-m", "hermes_data.cli.app", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
         cwd=str(REPO),
     )
@@ -296,7 +296,7 @@ def scratch_store_database(store: str, prefix: str):
 
     import sqlalchemy as sa
 
-    from hermes_data import migrate
+    from hermes_data.migrate import runner as migrate
 
     name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")

@@ -15,9 +15,9 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from hermes_data import migrate
-from hermes_data.copy import CopyUncarriableError, copy_store
-from hermes_data.sessions.migration import ignore_table
+from hermes_data.migrate import runner as migrate
+from hermes_data.copy.transfer import CopyUncarriableError, copy_store
+from hermes_data.sessions.storage.adoption import ignore_table
 
 from .conftest import copy_fixture, run_cli
 

@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
-from hermes_data import migrate
-from hermes_data.diagnostics import doctor, sqlite_build
+from hermes_data.migrate import runner as migrate
+from hermes_data.cli.doctor import doctor, sqlite_build
 from hermes_data.files import descriptor_budget, file_facts, file_holders, make_owner_only
 
 from .conftest import REPO, run_cli

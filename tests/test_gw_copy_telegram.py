@@ -7,7 +7,7 @@ import sqlite3
 
 import sqlalchemy as sa
 
-from hermes_data.copy import copy_store
+from hermes_data.copy.transfer import copy_store
 from hermes_data.sessions.store import SessionStore
 
 

@@ -170,7 +170,7 @@ def test_the_graph_sees_hidden_imports():
     """The builder itself: function-level, relative and string-named imports are edges;
     logger names and docstrings are not."""
     source = '''
-"""Mentions hermes_data.copy in prose only."""
+"""Mentions hermes_data.copy.transfer in prose only."""
 import importlib
 import logging
 from . import engine
@@ -178,16 +178,16 @@ from .telemetry import schema, clock_missing
 from sqlalchemy import text
 
 log = logging.getLogger("hermes_data.config")
-_LAZY = {"Thing": ("hermes_data.shape", "Thing")}
+_LAZY = {"Thing": ("hermes_data.migrate.shape", "Thing")}
 
 
 def late():
     from .errors import HermesDataError
-    return importlib.import_module("hermes_data.ops")
+    return importlib.import_module("hermes_data.migrate.ops")
 '''
-    assert imports_of("hermes_data.diagnostics", source) == {
+    assert imports_of("hermes_data.isolation", source) == {
         "hermes_data.engine", "hermes_data.telemetry.schema", "hermes_data.telemetry",
-        "hermes_data.shape", "hermes_data.errors", "hermes_data.ops"}
+        "hermes_data.migrate.shape", "hermes_data.errors", "hermes_data.migrate.ops"}
     package = '''
 import importlib
 _EXPORTS = {"TelemetryStore": "store"}
@@ -196,7 +196,7 @@ def __getattr__(name):
 '''
     assert imports_of("hermes_data.telemetry", package) == {"hermes_data.telemetry.store"}
     assert imports_of("hermes_data.telemetry.reads", "from .. import migrate\nfrom . import sql") == {
-        "hermes_data.migrate", "hermes_data.telemetry.sql"}
+        "hermes_data.migrate.runner", "hermes_data.telemetry.sql"}
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 from hermes_data.errors import (CorruptDatabaseError, NotAHermesDatabaseError, StoreLinkError,
                                 StoreNotCreatedError)
-from hermes_data.sessions.migration import identify as identify_session_store
+from hermes_data.sessions.storage.adoption import identify as identify_session_store
 
 from .conftest import FIXTURES, copy_fixture, run_cli
 

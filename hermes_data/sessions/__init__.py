@@ -10,40 +10,40 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .errors import (CompressionPublishError, CompressionSessionBusyError,
+    from hermes_data.sessions.errors import (CompressionPublishError, CompressionSessionBusyError,
                          CompressionSessionClosedError, DeletedWalGenerationError,
                          SchemaBehindError, SessionExportTooLargeError,
                          SessionNotFoundError, SessionResumeTooLargeError, SessionStoreError,
                          StateDbCorruptError, StateDbPermissionError, StateDbReplacedError)
-    from .rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
+    from hermes_data.sessions.rows import (MessageRow, NewMessage, PublishResult, RecentSessionRow, SessionListRow,
                        SessionRow)
-    from .agent_rows import (ActivitySnapshot, CwdUsage, ModelRoute, PurgeReport, ScopeIdentity,
+    from hermes_data.sessions.rows import (ActivitySnapshot, CwdUsage, ModelRoute, PurgeReport, ScopeIdentity,
                              SessionRichRow, SessionStatus, TokenDelta, UsageTotals)
-    from .projections import ConversationHooks
-    from .search_plan import ContextMessage, SearchResult
-    from .store import SessionStore
+    from hermes_data.sessions.agent.projections import ConversationHooks
+    from hermes_data.sessions.search.plan import ContextMessage, SearchResult
+    from hermes_data.sessions.store import SessionStore
     # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
-    from .coord_rows import RewindResult, TranscriptRewrite
-    from .cooldowns import CooldownRow, CooldownState
-    from .errors import (CooldownRestoreError, SessionCompressionInProgressError,
+    from hermes_data.sessions.rows import RewindResult, TranscriptRewrite
+    from hermes_data.sessions.coordination.cooldowns import CooldownRow, CooldownState
+    from hermes_data.sessions.errors import (CooldownRestoreError, SessionCompressionInProgressError,
                          SessionTurnLeaseLostError, TranscriptChangedError)
-    from .sweeps import AutoArchiveReport
-    from .async_store import AsyncSessionDB, AsyncSessionStore
-    from .delegations import reconcile_state_schema
+    from hermes_data.sessions.coordination.sweeps import AutoArchiveReport
+    from hermes_data.sessions.async_store import AsyncSessionDB, AsyncSessionStore
+    from hermes_data.sessions.gateway.delegations import reconcile_state_schema
     # Storage resilience (sessions-ext-storage.md §3.2–§3.5).
-    from .errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
-    from .registry import acquire, release
+    from hermes_data.sessions.errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
+    from hermes_data.sessions.storage.registry import acquire, release
     # Storage (sessions-ext-storage.md §3.6).
-    from .fts_storage import OptimizeProgress, OptimizeStorageResult
-    from .rows import FtsRebuildStatus
+    from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
+    from hermes_data.sessions.rows import FtsRebuildStatus
 
 _EXPORTS = {
     "SessionStore": "store",
     "LiveConnectionError": "errors", "StateDbMalformedError": "errors",
-    "StateDbZeroedError": "errors", "acquire": "registry", "release": "registry",
+    "StateDbZeroedError": "errors", "acquire": "storage.registry", "release": "storage.registry",
     "MessageRow": "rows", "NewMessage": "rows", "PublishResult": "rows",
     "RecentSessionRow": "rows", "SessionListRow": "rows", "SessionRow": "rows",
-    "ContextMessage": "search_plan", "SearchResult": "search_plan",
+    "ContextMessage": "search.plan", "SearchResult": "search.plan",
     "CompressionPublishError": "errors", "CompressionSessionBusyError": "errors",
     "CompressionSessionClosedError": "errors", "DeletedWalGenerationError": "errors",
     "SchemaBehindError": "errors", "SessionExportTooLargeError": "errors",
@@ -51,23 +51,23 @@ _EXPORTS = {
     "SessionStoreError": "errors", "StateDbCorruptError": "errors",
     "StateDbPermissionError": "errors", "StateDbReplacedError": "errors",
     # Agent turn API (sessions-ext-agent.md §2.6, §3.5).
-    "ActivitySnapshot": "agent_rows", "CwdUsage": "agent_rows", "ModelRoute": "agent_rows",
-    "PurgeReport": "agent_rows", "ScopeIdentity": "agent_rows", "SessionRichRow": "agent_rows",
-    "SessionStatus": "agent_rows", "TokenDelta": "agent_rows", "UsageTotals": "agent_rows",
-    "ConversationHooks": "projections",
+    "ActivitySnapshot": "rows", "CwdUsage": "rows", "ModelRoute": "rows",
+    "PurgeReport": "rows", "ScopeIdentity": "rows", "SessionRichRow": "rows",
+    "SessionStatus": "rows", "TokenDelta": "rows", "UsageTotals": "rows",
+    "ConversationHooks": "agent.projections",
     # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
     "CooldownRestoreError": "errors", "SessionCompressionInProgressError": "errors",
     "SessionTurnLeaseLostError": "errors", "TranscriptChangedError": "errors",
-    "RewindResult": "coord_rows", "TranscriptRewrite": "coord_rows",
-    "CooldownRow": "cooldowns", "CooldownState": "cooldowns",
-    "AutoArchiveReport": "sweeps",
+    "RewindResult": "rows", "TranscriptRewrite": "rows",
+    "CooldownRow": "coordination.cooldowns", "CooldownState": "coordination.cooldowns",
+    "AutoArchiveReport": "coordination.sweeps",
     # User-interface reads (sessions-ext-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
     # Gateway (sessions-ext-gateway.md §3.10).
-    "reconcile_state_schema": "delegations",
+    "reconcile_state_schema": "gateway.delegations",
     # Storage (sessions-ext-storage.md §3.6).
-    "FtsRebuildStatus": "rows", "OptimizeProgress": "fts_storage",
-    "OptimizeStorageResult": "fts_storage",
+    "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
+    "OptimizeStorageResult": "storage.fts.layout",
 }
 
 __all__ = sorted(_EXPORTS)

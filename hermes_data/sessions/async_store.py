@@ -27,8 +27,8 @@ import types
 from typing import (Any, AsyncIterator, Callable, Concatenate, Coroutine, Generic, Iterator,
                     ParamSpec, TypeVar, cast, overload)
 
-from .agent_api import _Op
-from .store import SessionStore
+from hermes_data.sessions.agent.api import _Op
+from hermes_data.sessions.store import SessionStore
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from ..errors import HermesDataError
+from hermes_data.errors import HermesDataError
 
 
 class SessionStoreError(HermesDataError):
@@ -116,7 +116,7 @@ class StateDbCorruptError(SessionStoreError, sqlite3.DatabaseError):
 class StateDbMalformedError(SessionStoreError, sqlite3.DatabaseError):
     """A writable open met a malformed schema (``malformed database schema``) that the
     one repair per process and path did not fix (storage spec §3.3). ``report`` is the
-    :class:`~hermes_data.sessions.repair.RepairReport` (None when the one-shot was used)."""
+    :class:`~hermes_data.sessions.storage.repair.procedure.RepairReport` (None when the one-shot was used)."""
 
     def __init__(self, path: str, cause: BaseException, report: Any = None) -> None:
         self.path, self.report, self.cause = path, report, cause

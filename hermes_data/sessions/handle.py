@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
-from .backends.base import SessionBackend
-from .token_writer import TokenWriter
+from hermes_data.sessions.backends.base import SessionBackend
+from hermes_data.sessions.agent.token_writer import TokenWriter
 
 
 class StoreHandle(Protocol):

@@ -1,9 +1,11 @@
-"""Typed rows of the session store (never ``dict[str, Any]``)."""
+"""Typed rows of the session store (never ``dict[str, Any]``): the core rows, the agent turn
+API's records (docs/sessions-agent.md §2.6) and the coordination results
+(docs/sessions-coordination.md §3.12, §3.15, §3.16)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Sequence, TypedDict
+from typing import Any, Literal, NamedTuple, Sequence, TypedDict
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,7 @@ def new_message_row(values: Sequence[Any]) -> MessageRow:
     ``object.__setattr__``; on the transcript read path that was over half the time of a
     page. A new instance whose ``__dict__`` is filled with every field in field order is the
     same object (equality, hash, ``repr``, ``asdict`` and :meth:`MessageRow.to_dict` agree);
-    :func:`hermes_data.sessions.messages.message_rows` builds rows this way, so
+    :func:`hermes_data.sessions.core.messages.message_rows` builds rows this way, so
     :class:`MessageRow` keeps a ``__dict__`` (no ``__slots__``) and no ``__post_init__``."""
     row = object.__new__(MessageRow)
     row.__dict__.update(zip(MESSAGE_ROW_FIELDS, values))
@@ -224,3 +226,128 @@ class FtsRebuildStatus:
         """The status of the window ``(progress, high_water]`` (``high_water`` > 0)."""
         return cls(progress < high_water, high_water, progress,
                    min(100, 100 * progress // high_water))
+
+
+# -- the agent turn API's records (docs/sessions-agent.md §2.6)
+
+#: Lifecycle status of a session's newest active row (§3.11).
+SessionStatus = Literal["complete", "interrupted", "error", "empty"]
+
+
+class ModelRoute(NamedTuple):
+    """A main-loop billing route of a session and the calls it served."""
+
+    model: str
+    billing_provider: str
+    billing_base_url: str
+    billing_mode: str
+    api_call_count: int
+
+
+class UsageTotals(NamedTuple):
+    """Store-wide token and cost totals over root sessions."""
+
+    tokens: int
+    cost_usd: float
+
+
+class CwdUsage(NamedTuple):
+    """One working directory, how many sessions used it and when it was last active."""
+
+    cwd: str
+    sessions: int
+    last_active: float
+
+
+class ScopeIdentity(NamedTuple):
+    """Whether a session is an explicit fork child, and its (stripped) source."""
+
+    is_fork: bool
+    source: str
+
+
+class ActivitySnapshot(NamedTuple):
+    """The activity columns of one session and the seconds since its last activity."""
+
+    last_activity_at: float | None
+    last_activity_description: str | None
+    last_activity_provenance: str | None
+    seconds_since_activity: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields plus upstream's aliases (``last_activity_ts``, ``last_activity_desc``,
+        ``description``, ``provenance``)."""
+        out = self._asdict()
+        out.update(last_activity_ts=self.last_activity_at,
+                   last_activity_desc=self.last_activity_description,
+                   description=self.last_activity_description,
+                   provenance=self.last_activity_provenance)
+        return out
+
+
+class PurgeReport(NamedTuple):
+    """What ``purge_stale_tool_call_markers`` found or changed."""
+
+    dry_run: bool
+    rows_affected: int
+    row_ids: tuple[int, ...]
+    backup_path: str | None
+
+
+class TokenDelta(TypedDict, total=False):
+    """The keyword parameters of ``update_token_counts`` / ``queue_token_counts``."""
+
+    input_tokens: int
+    output_tokens: int
+    model: str | None
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    estimated_cost_usd: float | None
+    actual_cost_usd: float | None
+    cost_status: str | None
+    cost_source: str | None
+    pricing_version: str | None
+    billing_provider: str | None
+    billing_base_url: str | None
+    billing_mode: str | None
+    api_call_count: int
+    absolute: bool
+
+
+@dataclass(frozen=True)
+class SessionRichRow(SessionRow):
+    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (§2.6); the UI's
+    rich listing (sessions-ext-ui §4.6) also fills ``unread``, the lineage and ``extra`` (the
+    upstream-only ``sessions`` columns this file has)."""
+
+    preview: str | None = None
+    last_active: float | None = None
+    unread: bool = False
+    lineage_root_id: str | None = None
+    lineage_ids: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+# -- coordination results (docs/sessions-coordination.md §3.12, §3.15, §3.16)
+
+@dataclass(frozen=True)
+class TranscriptRewrite:
+    """What ``replace_messages`` did: rows deleted, rows archived, new row ids in input order."""
+
+    removed: int
+    archived: int
+    inserted_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class RewindResult:
+    """What ``rewind_to_message`` did. ``target_message`` is the row as read before the rewind;
+    ``new_head_id`` the highest active id afterwards (None when none);
+    ``replacement_message_id`` the preserved compaction handoff's new row, if any."""
+
+    rewound_count: int
+    rewound_ids: tuple[int, ...]
+    target_message: MessageRow
+    new_head_id: int | None
+    replacement_message_id: int | None

@@ -4,7 +4,7 @@ The core columns of spec sessions.md §2 are declared, plus the agent turn API's
 tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``) and the coordination columns
 (sessions-ext-coordination.md §2.1, revision ``s04_coordination``) and the display
 ordering columns and indexes (sessions-ext-ui.md §2.1–§2.2, revision ``s05_ui_display``; its
-four triggers are fragments of :mod:`hermes_data.sessions.sql.display`). Upstream databases carry
+four triggers are fragments of :mod:`hermes_data.sessions.storage.display_sql`). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
 never drops them. Column order follows the spec tables, which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.schema import CreateIndex
 
-from ..types import BLOB, INTEGER, REAL, TEXT
+from hermes_data.types import BLOB, INTEGER, REAL, TEXT
 
 metadata = sa.MetaData()
 

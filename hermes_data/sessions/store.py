@@ -14,34 +14,45 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
-from ..config import config_section, hermes_home, resolve_url, sqlite_path
-from ..engine import SqliteSettings
-from ..errors import ConfigurationError
-from ..isolation import ensure_test_isolation
-from . import encoding as enc
-from . import (accounting, cjk, display_reads, guards, lifecycle, lineage, listing, meta,
-               opening, ownership, reaping, row_helpers, titles)
-from . import messages as msg
-from .agent_api import AgentTurnAPI
-from .coordination_api import CoordinationAPI
-from .gateway_api import GatewayAPI
-from .storage_api import StorageAPI
-from .ui_api import UiAPI
-from .backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
+from hermes_data.config import config_section, hermes_home, resolve_url, sqlite_path
+from hermes_data.engine import SqliteSettings
+from hermes_data.errors import ConfigurationError
+from hermes_data.isolation import ensure_test_isolation
+from hermes_data.sessions.core import encoding as enc
+from hermes_data.sessions.agent import accounting
+from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.coordination import display_reads
+from hermes_data.sessions.storage import handle_guards as guards
+from hermes_data.sessions.core import lifecycle
+from hermes_data.sessions.core import lineage
+from hermes_data.sessions.core import listing
+from hermes_data.sessions.core import meta
+from hermes_data.sessions.storage import opening
+from hermes_data.sessions.storage import ownership
+from hermes_data.sessions.storage import reaping
+from hermes_data.sessions.agent import message_rows as row_helpers
+from hermes_data.sessions.core import titles
+from hermes_data.sessions.core import messages as msg
+from hermes_data.sessions.agent.api import AgentTurnAPI
+from hermes_data.sessions.coordination.api import CoordinationAPI
+from hermes_data.sessions.gateway.api import GatewayAPI
+from hermes_data.sessions.storage.api import StorageAPI
+from hermes_data.sessions.ui.api import UiAPI
+from hermes_data.sessions.backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
                        SessionBackend, open_backend)
-from .errors import (SessionExportTooLargeError, SessionNotFoundError,
+from hermes_data.sessions.errors import (SessionExportTooLargeError, SessionNotFoundError,
                      SessionResumeTooLargeError)
-from .lifecycle import namespaces_agree
-from .projections import ConversationHooks
-from .rows import (MessageRow, RecentSessionRow, SessionListRow,
+from hermes_data.sessions.core.lifecycle import namespaces_agree
+from hermes_data.sessions.agent.projections import ConversationHooks
+from hermes_data.sessions.rows import (MessageRow, RecentSessionRow, SessionListRow,
                    SessionRow)
-from .sql.listing import SessionFilter
-from .token_writer import TokenWriter
+from hermes_data.sessions.core.listing_sql import SessionFilter
+from hermes_data.sessions.agent.token_writer import TokenWriter
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from .search import SearchResult
+    from hermes_data.sessions.search.messages import SearchResult
 
 __all__ = ["DEFAULT_MAX_EXPORT_MESSAGES", "DEFAULT_MAX_RESUME_MESSAGES", "OPEN_PATIENCE_S",
            "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionStore",
@@ -526,12 +537,12 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                         fields: Sequence[str] | None = None,
                         include_reasoning: bool = False) -> list["SearchResult"]:
         """Full-text search over messages; never raises for any query text (see
-        :func:`hermes_data.sessions.search.search_messages`); ``include_reasoning`` searches
+        :func:`hermes_data.sessions.search.messages.search_messages`); ``include_reasoning`` searches
         assistant reasoning too (the LIKE route, ui §4.9)."""
-        from .search import search_messages
+        from hermes_data.sessions.search.messages import search_messages
 
         if include_reasoning:
-            from .reasoning_search import search_with_reasoning as search_messages
+            from hermes_data.sessions.search.reasoning import search_with_reasoning as search_messages
         return self._backend.read(lambda c: search_messages(
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,

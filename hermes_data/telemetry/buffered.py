@@ -52,9 +52,9 @@ from itertools import groupby, islice
 from operator import itemgetter
 from typing import Any, Iterable
 
-from ..errors import HermesDataError
-from .store import Compiled, TelemetryStore, pg_dialect
-from .writes import (
+from hermes_data.errors import HermesDataError
+from hermes_data.telemetry.store import Compiled, TelemetryStore, pg_dialect
+from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
 )

@@ -1,4 +1,4 @@
-"""Fresh telemetry store at the head (used by :mod:`hermes_data.fresh`).
+"""Fresh telemetry store at the head (used by :mod:`hermes_data.migrate.fresh`).
 
 After the head metadata's DDL, a fresh file gets what the revisions v01..v18 would leave
 beside the tables: one upstream ``schema_version`` ledger row per level (an upstream plugin
@@ -14,9 +14,9 @@ from typing import Any
 from sqlalchemy import bindparam
 from sqlalchemy.engine import Connection
 
-from ..clock import utcnow_iso
-from .migration import LEVELS, revision_for_level
-from .schema import schema_version
+from hermes_data.clock import utcnow_iso
+from hermes_data.telemetry.migration import LEVELS, revision_for_level
+from hermes_data.telemetry.schema import schema_version
 
 #: The revisions a fresh file stands for, in order (a test keeps them equal to the scripts).
 REVISIONS = tuple(revision_for_level(level) for level in sorted(LEVELS))

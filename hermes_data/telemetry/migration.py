@@ -27,13 +27,13 @@ import sqlite3
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from ..errors import AdoptionError, NotAHermesDatabaseError
-from ..migration_spec import StoreSpec, UpgradeReport
-from ..clock import utcnow_iso
-from ..engine import TELEMETRY_BUSY_TIMEOUT_MS
-from ..shape import Shape, diff_shapes, live_shape
-from . import sql as sql_fragments
-from .schema import metadata
+from hermes_data.errors import AdoptionError, NotAHermesDatabaseError
+from hermes_data.migrate.spec import StoreSpec, UpgradeReport
+from hermes_data.clock import utcnow_iso
+from hermes_data.engine import TELEMETRY_BUSY_TIMEOUT_MS
+from hermes_data.migrate.shape import Shape, diff_shapes, live_shape
+from hermes_data.telemetry import sql as sql_fragments
+from hermes_data.telemetry.schema import metadata
 
 log = logging.getLogger("hermes_data.telemetry.migration")
 
@@ -169,12 +169,12 @@ def identify(conn: sqlite3.Connection | Connection) -> str:
     if isinstance(conn, Connection) and conn.dialect.name != "sqlite":
         # On a server both stores may share one database (the session store keeps its own
         # version table there); its tables are not foreign to us.
-        from ..sessions.schema import metadata as sessions_metadata
+        from hermes_data.sessions.schema import metadata as sessions_metadata
 
         user_tables -= set(sessions_metadata.tables) | {"alembic_version_sessions"}
         if "alembic_version_sessions" in names and not names & set(IDENTITY_TABLES):
             # Only a session store lives here, with whatever upstream tables its copy
-            # carried (hermes_data.copy): nothing of ours yet, so nothing foreign to us.
+            # carried (hermes_data.copy.transfer): nothing of ours yet, so nothing foreign to us.
             return "empty"
     if not user_tables:
         return "empty"

@@ -30,16 +30,16 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func
 
-from ..errors import ConfigurationError
-from . import sql as fragments
-from .schema import (
+from hermes_data.errors import ConfigurationError
+from hermes_data.telemetry import sql as fragments
+from hermes_data.telemetry.schema import (
     endpoint_payload_cache, free_paid_transitions, known_free_models, llm_call_errors,
     llm_calls, model_efficiency_cache, model_unavailable_alerts, pricing_snapshots, runs,
     subagent_edges,
 )
-from .keys import efficiency_cache_key
-from .store import Prepared, Target, TelemetryStore, read_tx
-from .types import (
+from hermes_data.telemetry.keys import efficiency_cache_key
+from hermes_data.telemetry.store import Prepared, Target, TelemetryStore, read_tx
+from hermes_data.telemetry.types import (
     CachedPayload, DailySpend, DelegationJoin, DelegationLink, EfficiencyRun,
     FreePaidTransition, JobCost, LlmCallError, ModelStats, ModelUnavailable, PricingSnapshot,
     ProviderStats, RunRow, ScopeSpend, StatsSummary, SubagentEdge, ToolUsage, TurnAggregate,

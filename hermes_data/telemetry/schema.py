@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from ..types import INTEGER, REAL, TEXT
+from hermes_data.types import INTEGER, REAL, TEXT
 
 metadata = sa.MetaData()
 

@@ -46,10 +46,10 @@ from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql.elements import ClauseElement
 
-from ..config import resolve_url, sqlite_path
-from ..engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
-from ..errors import ConfigurationError
-from ..isolation import ensure_test_isolation
+from hermes_data.config import resolve_url, sqlite_path
+from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
+from hermes_data.errors import ConfigurationError
+from hermes_data.isolation import ensure_test_isolation
 
 log = logging.getLogger("hermes_data.telemetry.store")
 
@@ -297,7 +297,7 @@ def migrate_if_missing(path: Path, settings: SqliteSettings | None = None) -> bo
             return False  # the common case: no migration module is even imported
     except FileNotFoundError:
         pass
-    from .. import migrate
+    from hermes_data.migrate import runner as migrate
 
     migrate.upgrade("telemetry", path, settings=settings)  # refuses a dangling link first
     return True

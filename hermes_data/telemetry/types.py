@@ -14,7 +14,7 @@ from typing import Literal, TypedDict
 #: Budget / attribution scopes understood by the spend reads.
 Scope = Literal["global", "cron_job", "sender", "profile", "session"]
 
-from .values import TERMINAL_STATUSES  # noqa: F401  (public here; defined on the write path)
+from hermes_data.telemetry.values import TERMINAL_STATUSES  # noqa: F401  (public here; defined on the write path)
 
 
 @dataclass(frozen=True, slots=True)

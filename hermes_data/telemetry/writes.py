@@ -30,17 +30,17 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 import sqlalchemy as sa
 from sqlalchemy import bindparam as bp, func, literal_column
 
-from .schema import (
+from hermes_data.telemetry.schema import (
     budget_alerts, endpoint_payload_cache, free_paid_transitions, known_free_models,
     llm_call_errors, llm_calls, model_efficiency_cache, model_unavailable_alerts,
     pricing_snapshots, runs, subagent_edges, tool_calls,
 )
-from .keys import efficiency_cache_key
-from .store import (PgTelemetryStore, Prepared, Target, TelemetryStore, upsert_statement,
+from hermes_data.telemetry.keys import efficiency_cache_key
+from hermes_data.telemetry.store import (PgTelemetryStore, Prepared, Target, TelemetryStore, upsert_statement,
                     write_tx)
 if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
-    from .types import ApiErrorOutcome, ModelUnavailable, PricingEntry
-from .values import (TERMINAL_STATUSES, clean_text, duration_ms_from_seconds, opt_int,
+    from hermes_data.telemetry.types import ApiErrorOutcome, ModelUnavailable, PricingEntry
+from hermes_data.telemetry.values import (TERMINAL_STATUSES, clean_text, duration_ms_from_seconds, opt_int,
                      opt_text, retryable_flag, to_iso)
 
 log = logging.getLogger("hermes_data.telemetry.writes")
@@ -57,7 +57,7 @@ _both = upsert_statement
 
 
 def _ms_between(end: Any, start: Any) -> Any:
-    from .sql import ms_between  # the read API's fragments: not loaded to record calls
+    from hermes_data.telemetry.sql import ms_between  # the read API's fragments: not loaded to record calls
 
     return ms_between(end, start)
 
@@ -477,7 +477,7 @@ def record_free_paid_transition(target: Target, model: str, provider: str,
 
 # --------------------------------------------------------------------------- model unavailable
 def _mua_row(row) -> ModelUnavailable:
-    from .types import ModelUnavailable
+    from hermes_data.telemetry.types import ModelUnavailable
 
     return ModelUnavailable(*row)
 
@@ -590,14 +590,14 @@ def record_api_request_error(target: Target, payload: Mapping[str, object]) -> A
     if status_code == 404 and retryable is False and model_text:
         try:
             if error_id is None and not provider and session_id:
-                from .reads import get_run  # fallback provider when the ledger write failed
+                from hermes_data.telemetry.reads import get_run  # fallback provider when the ledger write failed
                 run = get_run(target, clean_text(session_id))
                 provider = (run.provider if run and run.provider else "")
             alert = record_model_unavailable(target, model_text, provider, 404,
                                              message_text or None)
         except Exception:
             log.exception("model_unavailable_alerts: could not record %r/%r", model_text, provider)
-    from .types import ApiErrorOutcome
+    from hermes_data.telemetry.types import ApiErrorOutcome
 
     return ApiErrorOutcome(error_id=error_id, alert=alert, model=model_text, provider=provider,
                            status_code=status_code,

@@ -1,5 +1,5 @@
-"""Alembic environment of the telemetry store: everything lives in hermes_data.migrate."""
+"""Alembic environment of the telemetry store: everything lives in hermes_data.migrate.runner."""
 
-from hermes_data.migrate import run_env
+from hermes_data.migrate.runner import run_env
 
 run_env("telemetry")

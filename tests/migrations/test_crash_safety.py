@@ -48,7 +48,7 @@ from statistics import median
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 
 from ..conftest import REPO, copy_fixture
 from .manifest import assert_adopted_losslessly, fixture_entries, table_digest

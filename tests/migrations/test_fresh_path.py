@@ -1,7 +1,7 @@
 """The fast creation of a missing store (issue 13) is the revision path, only faster.
 
 Each test builds one file through every Alembic revision (``fast_create=False``) and one
-through :mod:`hermes_data.fresh`, then compares everything SQLite can say about them: every
+through :mod:`hermes_data.migrate.fresh`, then compares everything SQLite can say about them: every
 ``sqlite_master`` object with its SQL text, ordered ``table_info`` of every table and view,
 every index (columns, uniqueness, partial/expression shape), the ledger rows, the Alembic
 stamp, the ``state_meta`` keys and the header pragmas. Both journal modes run it (CI runs
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from hermes_data import migrate
-from hermes_data.sessions import opening
+from hermes_data.migrate import runner as migrate
+from hermes_data.sessions.storage import opening
 
 from ..conftest import REPO
 
@@ -111,7 +111,7 @@ def test_fresh_sessions_equals_the_revision_path(tmp_path, caps):
 def test_fresh_revisions_are_the_scripts_history(store):
     from alembic.script import ScriptDirectory
 
-    from hermes_data.fresh import FRESH_MODULES
+    from hermes_data.migrate.fresh import FRESH_MODULES
     import importlib
 
     script = ScriptDirectory(str(migrate.script_location(migrate.store_spec(store))))

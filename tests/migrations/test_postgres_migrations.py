@@ -11,7 +11,7 @@ from alembic import command
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 from hermes_data.errors import ForwardOnlyError
 
 from ..conftest import REPO, run_cli
@@ -78,7 +78,7 @@ def test_downgrade_refused_on_postgres(pg_url):
 
 
 def test_concurrent_upgrades_serialize_on_the_advisory_lock(pg_url):
-    procs = [subprocess.Popen([sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
+    procs = [subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store", "telemetry",
                                "--url", pg_url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(8)]
     results = [p.communicate(timeout=180) + (p.returncode,) for p in procs]
@@ -101,7 +101,7 @@ def test_non_byte_order_collation_is_warned_about(pg_url):
     is upgraded, but the report (and doctor) say so with the fix."""
     import uuid
 
-    from hermes_data.diagnostics import doctor
+    from hermes_data.cli.doctor import doctor
 
     from ..conftest import PG_ADMIN_URL
 

@@ -30,7 +30,7 @@ from pytest_alembic.tests import (  # noqa: F401  (collected as tests of this mo
     test_upgrade,
 )
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 from hermes_data.engine import create_sqlite_engine
 
 pytestmark = [

@@ -10,9 +10,9 @@ import sqlite3
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 from hermes_data.errors import AdoptionError, NotAHermesDatabaseError
-from hermes_data.shape import diff_shapes, live_shape
+from hermes_data.migrate.shape import diff_shapes, live_shape
 from hermes_data.engine import create_sqlite_engine
 from hermes_data.telemetry.migration import SPEC, complete_level
 

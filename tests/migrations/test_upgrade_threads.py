@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 
 
 @pytest.mark.parametrize("store", ["telemetry", "sessions"])

@@ -71,7 +71,7 @@ def test_a_stale_package_directory_is_reported_not_used(tmp_path, monkeypatch):
     namespace package it would shadow <repo>/migrations. Locating the scripts says so."""
     import importlib.resources
 
-    from hermes_data import migrate
+    from hermes_data.migrate import runner as migrate
     from hermes_data.errors import ConfigurationError
 
     (tmp_path / "telemetry" / "__pycache__").mkdir(parents=True)

@@ -14,7 +14,7 @@ import pytest
 from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata
 from hermes_data.sessions.store import SessionStore
 
-from ..conftest import FIXTURES, scratch_store_database, truncate_tables
+from tests.conftest import FIXTURES, scratch_store_database, truncate_tables
 
 LEGACY = FIXTURES / "legacy-sessions"
 LEGACY_DB = LEGACY / "state_fork_v21.db"

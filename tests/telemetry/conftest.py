@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 from hermes_data.telemetry.schema import metadata
 from hermes_data.telemetry.store import TelemetryStore
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 
 MAX_PENDING = 3000
 MAX_BATCH = 1000

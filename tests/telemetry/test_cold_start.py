@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from hermes_data import migrate
+from hermes_data.migrate import runner as migrate
 
 from ..conftest import REPO
 

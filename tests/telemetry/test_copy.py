@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from hermes_data import migrate
-from hermes_data.copy import CopyTargetNotEmptyError, copy_store, table_checksum
+from hermes_data.migrate import runner as migrate
+from hermes_data.copy.transfer import CopyTargetNotEmptyError, copy_store, table_checksum
 from hermes_data.telemetry import reads as R
 from hermes_data.telemetry import writes as W
 from hermes_data.telemetry.schema import metadata

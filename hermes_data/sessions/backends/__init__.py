@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import URL
 
-from ...errors import ConfigurationError
-from .base import OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, SessionBackend
+from hermes_data.errors import ConfigurationError
+from hermes_data.sessions.backends.base import OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, SessionBackend
 
 __all__ = ["OPEN_PATIENCE_S", "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionBackend",
            "open_backend", "register"]

@@ -16,8 +16,8 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from sqlalchemy.engine import Connection, Engine, URL
 
-from ...errors import ConfigurationError
-from ..sql import Fragments
+from hermes_data.errors import ConfigurationError
+from hermes_data.sessions.sql import Fragments
 
 T = TypeVar("T")
 

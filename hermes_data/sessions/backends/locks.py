@@ -14,8 +14,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import Connection, Engine
 
-from ...errors import DatabaseBusyError
-from ..sql import backend as q
+from hermes_data.errors import DatabaseBusyError
+from hermes_data.sessions.backends import sql as q
 
 
 class Patience:

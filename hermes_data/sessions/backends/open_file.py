@@ -13,7 +13,7 @@ them through the lease — same answers, fewer system calls, no descriptor opene
 the database:
 
 * :func:`zero_probe` — the zero probe of a writable open (sessions-ext-storage §3.4), the
-  answers of :func:`~hermes_data.sessions.quarantine.is_zeroed_state_db`: a regular file of
+  answers of :func:`~hermes_data.sessions.storage.quarantine.is_zeroed_state_db`: a regular file of
   size 0 or whose first 100 bytes are all NUL is zeroed; anything else or a non-regular file
   is not; while this process has a connection to the file or another thread examines it
   offline, that function answers itself. A zeroed verdict gives the lease back first: the
@@ -44,12 +44,12 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ...config import hermes_home
-from ...errors import StoreLinkError
-from ...files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id
-from ..filesafety import unclaimed
-from ..quarantine import is_zeroed_state_db, zeroed_head
-from ..writability import settled_facts, writability_preflight
+from hermes_data.config import hermes_home
+from hermes_data.errors import StoreLinkError
+from hermes_data.files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id
+from hermes_data.sessions.storage.filesafety import unclaimed
+from hermes_data.sessions.storage.quarantine import is_zeroed_state_db, zeroed_head
+from hermes_data.sessions.storage.writability import settled_facts, writability_preflight
 
 #: Header offsets (https://www.sqlite.org/fileformat.html#the_database_header).
 _WRITE_VERSION, _READ_VERSION = 18, 19
@@ -107,7 +107,7 @@ def prepare_file(backend: Any) -> bool:
 
 
 def zero_probe(backend: Any, path: Path) -> bool:
-    """Is ``path`` zeroed? (:func:`~hermes_data.sessions.quarantine.is_zeroed_state_db`'s
+    """Is ``path`` zeroed? (:func:`~hermes_data.sessions.storage.quarantine.is_zeroed_state_db`'s
     answer, read through a header lease that ``backend`` keeps as its ``_header`` for the
     open that follows; the caller has already checked test isolation for ``path``.)"""
     try:

@@ -28,15 +28,15 @@ import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.engine import Connection, Engine, URL
 
-from ... import migrate
-from ...engine import create_engine_for
-from ...errors import ConfigurationError, DatabaseBusyError
-from ..sql import backend as q
-from ..display_schema import ensure_pg_display_objects
-from ..search_caps import forget_capabilities
-from ..sql import for_dialect
-from .locks import AdvisoryLock
-from .base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
+from hermes_data.migrate import runner as migrate
+from hermes_data.engine import create_engine_for
+from hermes_data.errors import ConfigurationError, DatabaseBusyError
+from hermes_data.sessions.backends import sql as q
+from hermes_data.sessions.storage.display_schema import ensure_pg_display_objects
+from hermes_data.sessions.search.capabilities import forget_capabilities
+from hermes_data.sessions.sql import for_dialect
+from hermes_data.sessions.backends.locks import AdvisoryLock
+from hermes_data.sessions.backends.base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
 
 log = logging.getLogger("hermes_data.sessions.backends.postgresql")
 
@@ -201,7 +201,7 @@ class PostgresBackend(SessionBackend):
 
     @staticmethod
     def _tables() -> list[str]:
-        from ..schema import metadata
+        from hermes_data.sessions.schema import metadata
 
         return [t.name for t in metadata.sorted_tables]
 

@@ -29,19 +29,24 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, URL
 
-from ... import migrate
-from ...engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
-from ...errors import ConfigurationError
-from ...files import FileHeader, make_owner_only
-from .. import filesafety, guards, opening, repair, upstream_cjk
-from ..errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
+from hermes_data.migrate import runner as migrate
+from hermes_data.engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
+from hermes_data.errors import ConfigurationError
+from hermes_data.files import FileHeader, make_owner_only
+from hermes_data.sessions.storage import filesafety
+from hermes_data.sessions.storage import handle_guards as guards
+from hermes_data.sessions.storage import opening
+from hermes_data.sessions.storage.repair import procedure as repair
+from hermes_data.sessions.storage.fts import upstream_cjk
+from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
                       StateDbReplacedError)
-from ..migration import BUSY_TIMEOUT_MS, missing_core
-from ..sql import backend as q, for_dialect
-from . import open_file, sqlite_open, sqlite_reads
-from .sqlite_reads import is_busy
-from .locks import FileLock, Patience
-from .base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
+from hermes_data.sessions.storage.adoption import BUSY_TIMEOUT_MS, missing_core
+from hermes_data.sessions.sql import for_dialect
+from hermes_data.sessions.backends import sql as q
+from hermes_data.sessions.backends import open_file, sqlite_open, sqlite_reads
+from hermes_data.sessions.backends.sqlite_reads import is_busy
+from hermes_data.sessions.backends.locks import FileLock, Patience
+from hermes_data.sessions.backends.base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    SessionBackend)
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")

@@ -19,7 +19,7 @@ which FTS tables this build can load). A later open of the same file compares th
 the open's lease, in either journal mode; two header-reading statements when those differ
 (:func:`.open_file.header_stamp` says why a WAL file's bytes may answer) — and, when they match,
 skips the identity rule's and the other catalogue reads: one read transaction re-reads, in one
-statement (:data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE`), the catalogue text and
+statement (:data:`~hermes_data.sessions.storage.opening_sql.SETTLED_PROBE`), the catalogue text and
 the data the gates depend on (revision, generation token, ``fts_storage_version``,
 ``fts_stale``, NULL ``active``, the CJK-bigram index's stale flag), then the cookie and
 ``application_id`` (in rollback-journal mode the header bytes under the transaction's read
@@ -40,15 +40,17 @@ from typing import Any, Callable
 
 from sqlalchemy.engine import Connection
 
-from ... import migrate
-from ...engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
-from ...files import FileHeader
-from .. import cjk, display_schema, opening
-from ..filesafety import tracked_connect
-from ..sql import FTS_TRIGGERS
-from ..sql import backend as q
-from ..sql import opening as open_sql
-from .open_file import header_stamp, rollback_header_stamp
+from hermes_data.migrate import runner as migrate
+from hermes_data.engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
+from hermes_data.files import FileHeader
+from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.storage import display_schema
+from hermes_data.sessions.storage import opening
+from hermes_data.sessions.storage.filesafety import tracked_connect
+from hermes_data.sessions.sql import FTS_TRIGGERS
+from hermes_data.sessions.backends import sql as q
+from hermes_data.sessions.storage import opening_sql as open_sql
+from hermes_data.sessions.backends.open_file import header_stamp, rollback_header_stamp
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -69,7 +71,7 @@ class SettledStamp:
     #: The FTS layout is the current one: settled means ``fts_storage_version`` = '3'.
     layout_current: bool
     fts: tuple[tuple[str, bool], ...]
-    #: The whole catalogue (:data:`~hermes_data.sessions.sql.opening.SCHEMA_TEXT`).
+    #: The whole catalogue (:data:`~hermes_data.sessions.storage.opening_sql.SCHEMA_TEXT`).
     schema: str = ""
     #: The FTS capabilities tests forced when the stamp was taken (None: the build's own)
     #: and the ``sessions.cjk_index`` setting of that open (:func:`open_settings`).
@@ -193,7 +195,7 @@ class Identification:
 def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None,
                  header: FileHeader | None = None) -> Plan | None:
     """The plan of a file ``stamp`` describes, from one read transaction (the catalogue text
-    and :data:`~hermes_data.sessions.sql.opening.SETTLED_PROBE` in one statement, then the
+    and :data:`~hermes_data.sessions.storage.opening_sql.SETTLED_PROBE` in one statement, then the
     cookie and ``application_id``), when every gate reads as settled; None (the caller makes
     the full reads) otherwise. In rollback-journal mode the transaction's read lock keeps
     every writer out of the file, so the header bytes (``header``, the open's lease) are the

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 import sqlalchemy as sa
-from ..guards import NoReadPermit, ReadPool
-from ..sql import backend as q
-from .base import driver_connection
-from .locks import Patience
+from hermes_data.sessions.storage.handle_guards import NoReadPermit, ReadPool
+from hermes_data.sessions.backends import sql as q
+from hermes_data.sessions.backends.base import driver_connection
+from hermes_data.sessions.backends.locks import Patience
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 

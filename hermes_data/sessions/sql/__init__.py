@@ -22,8 +22,8 @@ fixed allow-lists.
 
 from __future__ import annotations
 
-from .core import CoreStatements
-from .fts import (BASE_TRIGGERS, FTS_BASE_OBJECTS, FTS_DELETE_TRIGGER_DDL,
+from hermes_data.sessions.core.sql import CoreStatements
+from hermes_data.sessions.storage.fts.ddl import (BASE_TRIGGERS, FTS_BASE_OBJECTS, FTS_DELETE_TRIGGER_DDL,
                   FTS_INSERT_TRIGGER_DDL, FTS_OBJECTS_V3, FTS_REBUILD, FTS_SHADOW_SUFFIXES,
                   FTS_SRC_VIEW_DDL, FTS_TABLE_DDL, FTS_TRIGGERS, FTS_TRIGRAM_DELETE_TRIGGER_DDL,
                   FTS_TRIGRAM_INSERT_TRIGGER_DDL, FTS_TRIGRAM_OBJECTS, FTS_TRIGRAM_REBUILD,
@@ -31,9 +31,9 @@ from .fts import (BASE_TRIGGERS, FTS_BASE_OBJECTS, FTS_DELETE_TRIGGER_DDL,
                   FTS_UPDATE_TRIGGER_DDL, FTS_VIEWS, FTS_VIRTUAL_TABLES, PG_FTS_COLUMN,
                   PG_FTS_DOCUMENT, PG_FTS_GENERATED, PG_FTS_INDEX_COLUMNS, PG_FTS_SOURCE,
                   PG_FTS_SPLIT, TRIGRAM_TRIGGERS, legacy_repopulate, legacy_trigger_ddl)
-from .lineage import (ANCESTORS_OF, CHAIN_FROM, LINEAGE_OF, RESUME_LINEAGE_COUNT,
+from hermes_data.sessions.sql.lineage import (ANCESTORS_OF, CHAIN_FROM, LINEAGE_OF, RESUME_LINEAGE_COUNT,
                       RESUME_LINEAGE_OF, RESUME_TARGET_OF, ROOT_OF, TIP_OF, LineageStatements)
-from .predicates import (AUTOMATIC_END_REASONS, EPOCH_MAX, EPOCH_MIN, MAX_LINEAGE_DEPTH,
+from hermes_data.sessions.sql.predicates import (AUTOMATIC_END_REASONS, EPOCH_MAX, EPOCH_MIN, MAX_LINEAGE_DEPTH,
                          RESET_END_REASONS, RESUME_MAX_HOPS, TOOL_INDEX_PREFIX, J,
                          branch_child, edge, fork, last_active, legacy_reset_child, listable,
                          preview_sql, reset_child)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from .predicates import (MAX_LINEAGE_DEPTH, RESUME_MAX_HOPS, edge, fork, last_active,
+from hermes_data.sessions.sql.predicates import (MAX_LINEAGE_DEPTH, RESUME_MAX_HOPS, edge, fork, last_active,
                          reset_child)
 
 # ---------------------------------------------------------------------------------------

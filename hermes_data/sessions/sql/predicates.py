@@ -7,7 +7,7 @@ bind no values. ``d`` selects the dialect spelling (``sqlite`` / ``postgresql``)
 
 from __future__ import annotations
 
-from .previews import preview_sql as _ui_preview
+from hermes_data.sessions.sql.previews import preview_sql as _ui_preview
 
 RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
                      "resume_pending_expired")

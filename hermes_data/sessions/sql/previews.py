@@ -1,13 +1,13 @@
 """The listing preview's SQL (spec sessions-ext-ui.md §3.3): ``RAW(m)`` of the first eligible
 user row. A pure compaction summary never previews; a carrier previews only the user text it
 carries (cut to 800 characters in SQL); a skill scaffold keeps head and tail (400 + U+001E +
-400) so :func:`hermes_data.sessions.markers.shape_preview` can describe it; anything else is
+400) so :func:`hermes_data.sessions.sql.markers.shape_preview` can describe it; anything else is
 its first 63 characters, line breaks flattened. The marker literals are the constants of
-:mod:`hermes_data.sessions.markers`, quoted here (never user input)."""
+:mod:`hermes_data.sessions.sql.markers`, quoted here (never user input)."""
 
 from __future__ import annotations
 
-from .. import markers as mk
+from hermes_data.sessions.sql import markers as mk
 
 
 def _lit(text: str) -> str:

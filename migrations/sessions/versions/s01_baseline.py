@@ -317,7 +317,7 @@ def upgrade() -> None:
     if "messages_fts" not in existing:
         # No FTS yet (fresh file, or an upstream file from before full-text search). An
         # existing layout — current or legacy inline — is never replaced here.
-        from hermes_data.sessions.opening import capabilities
+        from hermes_data.sessions.storage.opening import capabilities
         caps = capabilities(bind)
         if caps.fts5:
             objects = _FTS_BASE + (_FTS_TRIGRAM if caps.trigram else ())

@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.ops import add_missing_columns
+from hermes_data.migrate.ops import add_missing_columns
 from hermes_data.types import INTEGER, REAL, TEXT
 
 revision = "s04_coordination"

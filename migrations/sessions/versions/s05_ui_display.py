@@ -5,7 +5,7 @@ display triggers; on PostgreSQL their PL/pgSQL twins and ``hermes_jsonb``.
 One transaction, add-only and read-gated:
 
 1. the two columns when absent (nullable, no default: no table rewrite; the core reconcile
-   rule of :func:`hermes_data.ops.add_missing_columns`); a present column is never touched;
+   rule of :func:`hermes_data.migrate.ops.add_missing_columns`); a present column is never touched;
 2. each index only when a read shows it missing (a same-named index of another definition is
    kept and reported — WARNING);
 3. SQLite: each trigger missing ⇒ created; present ⇒ its stored SQL, normalised (stripped,
@@ -31,7 +31,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.ops import add_missing_columns
+from hermes_data.migrate.ops import add_missing_columns
 from hermes_data.types import BLOB, INTEGER
 
 revision = "s05_ui_display"

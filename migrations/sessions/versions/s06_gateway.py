@@ -6,7 +6,7 @@ DM-topic tables.
 One transaction, add-only and read-gated (a store that has everything sees only reads):
 
 1. the §2.2 ``sessions`` columns when absent (the core reconcile rule of
-   :func:`hermes_data.ops.add_missing_columns`); ``api_call_count`` is ``s03``'s, re-checked;
+   :func:`hermes_data.migrate.ops.add_missing_columns`); ``api_call_count`` is ``s03``'s, re-checked;
 2. each §2.1 table when absent (``conversation_generations`` is ``s03``'s, re-checked with
    the same definition); missing columns of a present one appended — a tool-created
    ``async_delegations`` without ``origin_session_id`` gets ``TEXT NOT NULL DEFAULT ''`` and
@@ -33,7 +33,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.ops import add_missing_columns
+from hermes_data.migrate.ops import add_missing_columns
 from hermes_data.types import INTEGER, REAL, TEXT
 
 revision = "s06_gateway"

@@ -33,7 +33,7 @@ import logging
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.sessions.opening import capabilities
+from hermes_data.sessions.storage.opening import capabilities
 
 revision = "s07_storage"
 down_revision = "s06_gateway"

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.ops import add_column_if_missing, record_ledger_version
+from hermes_data.migrate.ops import add_column_if_missing, record_ledger_version
 from hermes_data.types import INTEGER, REAL, TEXT
 
 revision = "v16"

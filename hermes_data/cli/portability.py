@@ -1,0 +1,128 @@
+"""``hermes-data export --format/--lineage/--all`` and ``hermes-data import``: session
+portability from the command line (sessions-ext-ui §4.11–§4.13).
+
+Documents go to stdout or ``-o FILE`` (owner-only); progress and results to stderr.
+``import`` is all-or-nothing per 500 sessions (the store's per-call cap); ``--dry-run``
+validates the payload without opening a write transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, TextIO
+
+from hermes_data.cli.output import emit, emit_json, progress, progress_enabled
+from hermes_data.sessions.ui.portability.imports import MAX_SESSIONS, load_import_payload, validate
+from hermes_data.sessions.ui.portability.render import render_session_for_save
+from hermes_data.sessions.store import SessionStore
+
+
+@contextmanager
+def _output(path: str | None) -> Iterator[TextIO]:
+    if not path:
+        yield sys.stdout
+        return
+    # Owner-only, like the stores: an export is as private as the database.
+    out = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
+                    encoding="utf-8")
+    os.chmod(path, 0o600)
+    try:
+        yield out
+    finally:
+        out.close()
+
+
+def cmd_export_documents(args) -> int:
+    """``export --all`` (JSON Lines, one session document a line), ``--lineage`` and/or
+    ``--format json|md|html`` (one rendered document)."""
+    fmt = args.format or "json"
+    with SessionStore(args.url, read_only=True) as store:
+        if args.all:
+            if fmt != "json":
+                emit("hermes-data: error: --all writes JSON Lines; --format md/html renders one "
+                     "session", file=sys.stderr)
+                return 2
+            show = progress("exported", progress_enabled(False))
+            n = 0
+            with _output(args.output) as out:
+                for doc in store.iter_export_all():
+                    out.write(json.dumps(doc.to_json(), ensure_ascii=False, default=str) + "\n")
+                    n += 1
+                    if show:
+                        show(n, 0)
+            emit(f"exported {n:,} session(s)" + (f" to {args.output}" if args.output else ""),
+                 file=sys.stderr)
+            return 0
+        if not args.session:
+            emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
+            return 2
+        one: Any = (store.export_session_lineage(args.session) if args.lineage
+                    else store.export_session(args.session))
+        if one is None:
+            emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
+            return 2
+        with _output(args.output) as out:
+            out.write(render_session_for_save(one, fmt))
+            if fmt == "json":
+                out.write("\n")
+    emit(f"exported {args.session} as {fmt}" + (f" to {args.output}" if args.output else ""),
+         file=sys.stderr)
+    return 0
+
+
+def cmd_import(args) -> int:
+    with open(args.file, encoding="utf-8") as fh:
+        try:
+            payload = load_import_payload(fh.read())
+        except ValueError as exc:
+            emit(f"hermes-data: error: {args.file}: {exc}", file=sys.stderr)
+            return 2
+    chunks = [payload[i:i + MAX_SESSIONS] for i in range(0, len(payload), MAX_SESSIONS)]
+    issues = [(n * MAX_SESSIONS + i.index, i.error) for n, c in enumerate(chunks)
+              for i in validate(c)]
+    if args.dry_run or issues:
+        if args.json:
+            emit_json({"sessions": {"entries": len(payload), "ok": not issues,
+                                    "issues": [{"index": i, "error": e} for i, e in issues]}})
+        else:
+            for index, error in issues:
+                emit(f"entry {index}: {error}")
+            emit(f"{len(payload)} session(s) checked: "
+                 + ("valid (dry run; nothing written)" if not issues else
+                    f"{len(issues)} issue(s), nothing imported"))
+        return 0 if not issues else 1
+    show = progress("imported", progress_enabled(args.json))
+    imported = skipped = detached = 0
+    warnings: list[str] = []
+    with SessionStore(args.url) as store:
+        for n, chunk in enumerate(chunks):
+            r = store.import_sessions(chunk)
+            imported, skipped, detached = (imported + r.imported, skipped + r.skipped,
+                                           detached + r.detached)
+            warnings += r.warnings
+            if show:
+                show(min((n + 1) * MAX_SESSIONS, len(payload)), len(payload))
+    if args.json:
+        emit_json({"sessions": {"imported": imported, "skipped": skipped,
+                                "detached": detached, "warnings": warnings}})
+    else:
+        for w in warnings:
+            emit(f"warning: {w}", file=sys.stderr)
+        emit(f"imported {imported} session(s), skipped {skipped} existing, "
+             f"{detached} lineage link(s) detached")
+    return 0
+
+
+def register(subparsers) -> None:
+    """Add ``import`` to the ``hermes-data`` parser (``export``'s document options are added
+    by :mod:`hermes_data.cli.maintenance`, which owns that command)."""
+    p = subparsers.add_parser("import", help="import sessions exported as JSON or JSON Lines")
+    p.add_argument("file", help="JSON array, object or JSON Lines of exported sessions")
+    p.add_argument("--url", help="session store URL or SQLite path (default: $HERMES_HOME/state.db)")
+    p.add_argument("--dry-run", action="store_true", help="validate only; write nothing")
+    p.add_argument("--json", action="store_true",
+                   help="machine-readable output: {\"sessions\": {…}}")
+    p.set_defaults(func=cmd_import, store="sessions")

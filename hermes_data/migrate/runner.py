@@ -1,0 +1,697 @@
+"""Upgrade, adopt and check the stores.
+
+One path serves the CLI (``hermes-data upgrade``), ``alembic upgrade head`` (each store's
+``env.py`` calls :func:`run_env`) and the tests:
+
+1. **Fast path, read-only.** When the database is already at the requested revision (and
+   is not a legacy file awaiting adoption) nothing is locked and nothing is written.
+2. **Lock before Alembic reads its version table.** On SQLite one ``BEGIN IMMEDIATE``
+   transaction wraps everything (a concurrent upgrader waits in ``busy_timeout`` and then
+   finds the head); on PostgreSQL a session-level ``pg_advisory_lock`` on the very
+   connection handed to Alembic; in-process a ``threading.Lock`` (Alembic's context is
+   module-global).
+3. **Adopt** (store hook): a legacy file is inspected and stamped at the revision its real
+   shape proves.
+4. **Run the revisions** inside that one transaction (``transactional_ddl=True``,
+   ``transaction_per_migration=False``): a failing step rolls back everything, including
+   the ledger rows and the Alembic version.
+5. **Reconcile** (store hook): add-only repair towards the head metadata, then verify.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import logging
+import logging.config
+import os
+import random
+import sqlite3
+import sys
+import threading
+import time
+import warnings
+import zlib
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import sqlalchemy as sa
+from sqlalchemy.engine import URL, Connection
+
+from hermes_data.migrate.collation import server_collation_warning
+from hermes_data.config import check_store, resolve_url, sqlite_path
+from hermes_data.engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
+from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
+                     StoreNotCreatedError)
+from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
+from hermes_data.sessions.storage.filesafety import tracked_connect
+from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
+from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
+from hermes_data.migrate.shape import Difference, diff_shapes, live_shape
+
+if TYPE_CHECKING:  # Alembic is imported lazily: a settled database never needs it
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+log = logging.getLogger("hermes_data.migrate.runner")
+
+
+def _migrations_dir() -> Path:
+    """The Alembic environments: <repo>/migrations in a checkout or an editable install, the
+    package hermes_data.migrations inside an installed wheel (see pyproject.toml)."""
+    found = importlib.resources.files("hermes_data.migrations")
+    if not isinstance(found, Path) or not (found / "telemetry" / "env.py").is_file():
+        # E.g. a hermes_data/migrations/ holding only __pycache__, left in a checkout from
+        # before the scripts moved to the top level, is a namespace package that wins.
+        raise ConfigurationError(
+            f"hermes_data.migrations resolves to {found}, which holds no telemetry/env.py "
+            "(a stale hermes_data/migrations/ directory shadows the top-level migrations/? "
+            "delete it)")
+    return found
+
+
+MIGRATIONS_DIR = _migrations_dir()
+
+#: Alembic's migration context is module-global: one Alembic command per process at a time.
+#: Held around the whole command (loading env.py included) and again, re-entrantly, where
+#: env.py runs the migration (the ``alembic`` CLI enters there).
+_process_lock = threading.RLock()
+
+
+def script_location(spec: StoreSpec) -> Path:
+    """The Alembic scripts of ``spec``'s store."""
+    return MIGRATIONS_DIR / spec.name
+
+
+#: Store migration modules define ``SPEC`` and import :mod:`.migration_spec`, never this module.
+_SPEC_MODULES = {
+    "telemetry": "hermes_data.telemetry.migration",
+    "sessions": "hermes_data.sessions.storage.adoption",
+}
+
+
+def store_spec(store: str) -> StoreSpec:
+    """The :class:`StoreSpec` of ``store`` (each store module defines ``SPEC``)."""
+    check_store(store)
+    module = sys.modules.get(_SPEC_MODULES[store])  # every open asks: import when needed
+    if module is None or getattr(module.__spec__, "_initializing", False):  # (or importing)
+        module = importlib.import_module(_SPEC_MODULES[store])
+    return module.SPEC
+
+
+def alembic_config(store: str, url: str | os.PathLike | URL | None = None) -> Config:
+    """An Alembic :class:`Config` for ``store`` that works from an installed wheel."""
+    from alembic.config import Config
+
+    spec = store_spec(store)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(script_location(spec)))
+    cfg.attributes["hermes_store"] = store
+    if url is not None:
+        cfg.attributes["hermes_url"] = url
+    return cfg
+
+
+def head_revision(store: str) -> str:
+    """The head revision id of ``store``'s history."""
+    from alembic.script import ScriptDirectory
+
+    script = ScriptDirectory(str(script_location(store_spec(store))))
+    head = script.get_current_head()
+    if head is None:
+        raise ConfigurationError(f"the {store} store's migration history has no head revision")
+    return head
+
+
+def _settings_for(spec: StoreSpec) -> SqliteSettings:
+    return SqliteSettings(busy_timeout_ms=spec.busy_timeout_ms)
+
+
+#: How long :func:`upgrade` waits out a lock another connection holds (then its error).
+UPGRADE_PATIENCE_S = 30.0
+
+
+def upgrade(store: str, url: str | os.PathLike | URL | None = None,
+            revision: str = "head", *, probed: bool = False,
+            settings: SqliteSettings | None = None, fast_create: bool = True,
+            patience_s: float = UPGRADE_PATIENCE_S) -> UpgradeReport:
+    """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
+
+    Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
+    leaving the database as it was. A foreign file raises :class:`NotAHermesDatabaseError`,
+    a damaged one :class:`CorruptDatabaseError`, both before anything touches it.
+    ``probed=True``: the caller has just run :func:`probe_file` (with its check) on this file.
+    ``settings``: the SQLite engine settings of the caller's store handle (journal mode,
+    busy timeout …), so the file is created the way the handle will use it; default: the
+    store's own.
+    ``fast_create``: a missing or zero-byte SQLite file is created at the head in one
+    transaction without Alembic (:mod:`hermes_data.migrate.fresh`, proven identical to the revision
+    path); ``False`` runs every revision (the tests that compare the two paths).
+    ``patience_s``: a lock held elsewhere past the busy timeout (a sibling creating or
+    upgrading the file under load) is waited out this long — every attempt is one
+    transaction, rolled back whole — then raised; 0 leaves retrying to the caller.
+    """
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return _upgrade_once(store, url, revision, probed, settings, fast_create)
+        except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
+            if not _is_lock_conflict(exc) or time.monotonic() >= deadline:
+                raise
+            log.info("upgrade of %s waits for a lock held elsewhere: %s", store, exc)
+            time.sleep(random.uniform(0.05, 0.2))
+
+
+def _upgrade_once(store: str, url: str | os.PathLike | URL | None, revision: str,
+                  probed: bool, settings: SqliteSettings | None,
+                  fast_create: bool) -> UpgradeReport:
+    resolved = resolve_url(store, url)
+    refuse_dangling_link(sqlite_path(resolved))
+    if revision == "head" and fast_create and is_new_file(resolved):
+        report = UpgradeReport(store=store, url=display_url(resolved))
+        with _process_lock:
+            if create_fresh(store_spec(store), resolved, settings, report):
+                return report
+        # A sibling created the file meanwhile: the ordinary path finds it (at the head).
+    if revision == "head" and not probed:
+        settled = _settled_report(store, url, settings)
+        if settled is not None:
+            return settled
+    from alembic import command
+
+    cfg = alembic_config(store, url)
+    report = UpgradeReport(store=store, url=display_url(resolve_url(store, url)))
+    cfg.attributes["hermes_report"] = report
+    cfg.attributes["hermes_probed"] = probed
+    cfg.attributes["hermes_settings"] = settings
+    with _process_lock:
+        command.upgrade(cfg, revision)
+    return report
+
+
+def _settled_report(store: str, url, settings: SqliteSettings | None = None
+                    ) -> UpgradeReport | None:
+    """Read-only check, without Alembic, that the store is already at its head with nothing
+    to adopt; returns the up-to-date report, or ``None`` when the full path must run."""
+    spec = store_spec(store)
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    if spec.head is None or (path is not None and (not path.exists() or path.stat().st_size == 0)):
+        return None
+    started = time.perf_counter()
+    # A foreign file is refused before any policy touches it; a file that is not at the
+    # head goes to the full path, whose preflight runs the corruption check.
+    if path is not None and spec.identify is not None:
+        if probe_file(spec, path, checked=False).revision != spec.head:
+            return None
+    engine = create_engine_for(store, resolved, settings or _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            if current_revision(conn, spec.version_table_for(conn)) != spec.head:
+                return None
+            if spec.needs_adoption and spec.needs_adoption(conn):
+                return None
+        mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
+    finally:
+        engine.dispose()
+    report = UpgradeReport(store=store, url=display_url(resolved), before_revision=spec.head,
+                           after_revision=spec.head, up_to_date=True, journal_mode=mode)
+    if path is not None:
+        changed = make_owner_only(path)
+        if changed:
+            report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
+    report.seconds = time.perf_counter() - started
+    log.info("%s store already at %s; nothing to do", store, spec.head)
+    return report
+
+
+def display_url(url: URL) -> str:
+    """``url`` as text with any password hidden."""
+    return url.render_as_string(hide_password=True)
+
+
+def _pg_lock_key(store: str) -> int:
+    # A stable signed 63-bit key per store for pg_advisory_lock.
+    return zlib.crc32(f"hermes-data:{store}".encode()) & 0x7FFFFFFF
+
+
+def run_env(store: str) -> None:
+    """Body of each store's Alembic ``env.py``.
+
+    The URL comes from the caller (``Config.attributes``), ``-x url=…`` or the store's
+    environment variable / default location (see :mod:`hermes_data.config`).
+    """
+    from alembic import context
+
+    spec = store_spec(store)
+    cfg = context.config
+    if context.is_offline_mode():
+        raise ConfigurationError(
+            "offline (--sql) mode is not supported: adoption inspects the live database"
+        )
+    if cfg.config_file_name and not cfg.attributes.get("hermes_report") and not logging.getLogger().handlers:
+        # Invoked by the alembic command line: use alembic.ini's logging section.
+        logging.config.fileConfig(cfg.config_file_name, disable_existing_loggers=False)
+    external = cfg.attributes.get("connection")
+    if isinstance(external, Connection):
+        # A caller owns the connection, its transaction and its locking.
+        _run_on(external, spec, context, on_apply=None)
+        return
+    if not _is_migration_command(context):
+        # Not an upgrade/downgrade (e.g. autogenerate or `alembic check`): compare only,
+        # no adoption, no reconciliation, no write lock.
+        engine = external if isinstance(external, sa.engine.Engine) else create_engine_for(
+            store, cfg.attributes.get("hermes_url")
+            or context.get_x_argument(as_dictionary=True).get("url"), _settings_for(spec))
+        with engine.connect() as conn, conn.begin(), warnings.catch_warnings():
+            # SQLAlchemy cannot reflect expression indexes (idx_sessions_effective_activity)
+            # on SQLite, so autogenerate skips them and warns twice; the store's own shape
+            # comparison (`hermes-data check`, PRAGMA index_info) checks them instead.
+            warnings.filterwarnings("ignore", category=sa.exc.SAWarning,
+                                    message="Skipped unsupported reflection of expression-based index")
+            warnings.filterwarnings("ignore", message="autogenerate skipping metadata-specified "
+                                                      "expression-based index")
+            _run_on(conn, spec, context, on_apply=None)
+        return
+    if isinstance(external, sa.engine.Engine):
+        # A caller (e.g. pytest-alembic) hands an Engine: same locked path as ours.
+        report = UpgradeReport(store=store, url=display_url(external.url))
+        with external.connect() as conn:
+            _run_locked(conn, spec, context, context.script, context.get_revision_argument(), report)
+        return
+    url = cfg.attributes.get("hermes_url") or context.get_x_argument(as_dictionary=True).get("url")
+    resolved = resolve_url(store, url)
+    report = cfg.attributes.get("hermes_report") or UpgradeReport(
+        store=store, url=display_url(resolved)
+    )
+    started = time.perf_counter()
+    if not cfg.attributes.get("hermes_probed"):
+        _preflight(spec, resolved)
+    new_file = sqlite_path(resolved)
+    created = new_file is not None and (not new_file.exists() or new_file.stat().st_size == 0)
+    settings = cfg.attributes.get("hermes_settings") or _settings_for(spec)
+    kept = None if created or new_file is None else keeping_journal_mode(new_file, settings)
+    engine = create_engine_for(store, resolved, kept or settings)
+    script = context.script
+    destination = context.get_revision_argument()
+    try:
+        with engine.connect() as conn:
+            _run_locked(conn, spec, context, script, destination, report)
+        if kept is not None:  # the journal policy once committed (keeping_journal_mode)
+            engine.dispose()
+            engine = create_engine_for(store, resolved, settings)
+            engine.connect().close()
+        if new_file is not None and new_file.exists():
+            # Owner-only, by path: never open+fchmod+close (closing any descriptor of the
+            # file drops every POSIX lock this process holds on it).
+            changed = make_owner_only(new_file) + owner_only_journal(new_file)
+            if changed and not created:  # a file created just now is not a repair
+                report.repairs.append(f"permissions set to 0600: {', '.join(changed)}")
+        report.journal_mode = journal_state(engine).mode if engine.dialect.name == "sqlite" else "n/a"
+    finally:
+        engine.dispose()
+        report.seconds = time.perf_counter() - started
+
+
+def _is_migration_command(context) -> bool:
+    """True for upgrade/downgrade/stamp; False for autogenerate and ``alembic check``."""
+    try:
+        context.get_revision_argument()
+    except KeyError:
+        return False
+    return True
+
+
+#: Which SQLite check guards which path (README "Corrupt files", measured there):
+#: adopting an unversioned legacy file runs the full ``integrity_check`` (it also compares
+#: every index with its table, which ``quick_check`` skips — a legacy file is about to be
+#: rewritten, and a missing index entry would be carried into the adopted store); upgrading
+#: one of our own versioned files that is behind runs ``quick_check`` (pages, records,
+#: freelist); a settled open runs neither (it reads the version and nothing else — damage
+#: found later quarantines the handle); ``doctor`` runs ``integrity_check``.
+CHECK_FOR_KIND = {"legacy": "integrity_check", "upstream": "integrity_check",
+                  "alembic": "quick_check", "ours": "quick_check"}
+#: At most this many lines of a failing check are kept (the message names the first).
+CHECK_LINES = 10
+#: Read-only probe: is there an Alembic version table, and what does it hold?
+_SQL_HAS_ALEMBIC = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
+_SQL_ALEMBIC_REVISION = "SELECT version_num FROM alembic_version"
+
+
+def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
+    """Run ``PRAGMA quick_check`` or ``integrity_check`` (read-only); ``[]`` when ``ok``,
+    else SQLite's first :data:`CHECK_LINES` lines naming the damage."""
+    if pragma not in ("quick_check", "integrity_check"):
+        raise ValueError(pragma)
+    try:
+        rows = [str(r[0]) for r in con.execute(f"PRAGMA {pragma}({CHECK_LINES})").fetchall()]
+    except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
+        if _is_lock_conflict(exc):
+            raise  # contention, not damage: the caller's retry policy decides
+        return [str(exc)]
+    if rows == ["ok"]:
+        return []
+    lines = [line.strip() for row in rows for line in row.splitlines()]
+    return [line for line in lines if line and not line.startswith("*** in database")]
+
+
+def _is_lock_conflict(exc: BaseException) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> CorruptDatabaseError:
+    """The one-line refusal of a damaged file."""
+    shown = "; ".join(problems[:3]) + (" …" if len(problems) > 3 else "")
+    return CorruptDatabaseError(
+        f"{path}: corrupt (PRAGMA {pragma}: {shown}); refused, the file was left unchanged "
+        f"(details: hermes-data doctor --store {store} --url {path})")
+
+
+def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
+    """A ``mode=ro`` connection to an existing file, for probes that must not write."""
+    if path.is_dir():
+        raise NotAHermesDatabaseError(f"{path}: is a directory, not a database file; "
+                                      "nothing was changed")
+    try:
+        return tracked_connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+    except sqlite3.Error as exc:
+        raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
+                                      "the file was left unchanged") from exc
+
+
+@dataclass
+class Probe:
+    """What the read-only preflight found in an existing SQLite file."""
+
+    kind: str
+    revision: str | None = None
+
+
+def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
+               con: sqlite3.Connection | None = None) -> Probe:
+    """Identify an existing, non-empty SQLite file of ``spec``'s store read-only, before any
+    connection policy touches it, so a foreign or corrupt file is refused byte-for-byte
+    unchanged. With ``checked``, files that are about to be written (anything but a settled
+    store at its head) get the check :data:`CHECK_FOR_KIND` names."""
+    own = con is None
+    # (identify_file below is the same identification on an existing connection.)
+    # The store's own busy timeout (1 s for the session store, whose open retries with
+    # jitter within its patience budget; 30 s for telemetry).
+    con = read_only_connect(path, spec.busy_timeout_ms / 1000) if con is None else con
+    try:
+        try:
+            try:
+                kind = str(spec.identify(con)) if spec.identify is not None else "unknown"
+            except NotAHermesDatabaseError as exc:
+                if str(path) in str(exc):
+                    raise
+                raise type(exc)(f"{path}: {exc}") from exc
+            revision = None
+            if con.execute(_SQL_HAS_ALEMBIC).fetchone():
+                rows = con.execute(_SQL_ALEMBIC_REVISION).fetchall()
+                revision = str(rows[0][0]) if len(rows) == 1 else None
+        except sqlite3.DatabaseError as exc:
+            message = str(exc)
+            if _is_lock_conflict(exc):
+                raise  # contention, not damage (the session store's open retries it)
+            if "not a database" in message:
+                raise NotAHermesDatabaseError(
+                    f"{path}: not an SQLite database ({message}); refused, the file was left "
+                    "unchanged") from exc
+            raise corrupt_error(path, "schema read", [message], spec.name) from exc
+        pragma = CHECK_FOR_KIND.get(kind)
+        if checked and pragma is not None and revision != spec.head:
+            problems = sqlite_check(con, pragma)
+            if problems:
+                raise corrupt_error(path, pragma, problems, spec.name)
+        return Probe(kind, revision)
+    finally:
+        if own:
+            con.close()
+
+
+def identify_file(spec: StoreSpec, path: Path, conn: Connection | sqlite3.Connection) -> str:
+    """:attr:`StoreSpec.identify` on a connection the caller already holds (the session
+    store's writer, when its connection policy provably wrote nothing): the same refusals as
+    :func:`probe_file`, naming ``path``; no corruption check."""
+    try:
+        # Both stores' identify() take a plain sqlite3 or an SQLAlchemy connection.
+        return str(spec.identify(cast(Any, conn))) if spec.identify is not None else "unknown"
+    except NotAHermesDatabaseError as exc:
+        if str(path) in str(exc):
+            raise
+        raise type(exc)(f"{path}: {exc}") from exc
+    except (sa.exc.DatabaseError, sqlite3.DatabaseError) as exc:
+        raise refusal_for(spec, path, exc) from exc
+
+
+def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseException:
+    """The refusal an SQLite error on an unidentified file means; a lock conflict is
+    returned as it is (contention, not damage)."""
+    message = str(getattr(exc, "orig", None) or exc)
+    if _is_lock_conflict(exc):
+        return exc
+    if "not a database" in message:
+        return NotAHermesDatabaseError(
+            f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
+    return corrupt_error(path, "schema read", [message], spec.name)
+
+
+def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:
+    """:func:`probe_file` on an existing, non-empty SQLite file (else nothing)."""
+    path = sqlite_path(url)
+    if path is None or spec.identify is None or not path.exists() or path.stat().st_size == 0:
+        return
+    probe_file(spec, path, checked=checked)
+
+
+def _resolve_destination(script: ScriptDirectory, destination) -> str | None:
+    if isinstance(destination, (tuple, list)):
+        destination = destination[0] if len(destination) == 1 else None
+    if destination in (None, "base"):
+        return None
+    if destination == "heads":
+        destination = "head"
+    try:
+        rev = script.get_revision(destination)
+    except Exception:
+        return None
+    return rev.revision if rev is not None else None
+
+
+def _check_own_history(conn: Connection, spec: StoreSpec, script: ScriptDirectory) -> None:
+    """Refuse a database whose Alembic version belongs to another history (the other store,
+    or another application sharing the database) before anything is locked or written."""
+    with conn.begin():
+        rev = current_revision(conn, spec.version_table_for(conn))
+    if rev is None:
+        return
+    try:
+        known = script.get_revision(rev) is not None
+    except Exception:
+        known = False
+    if not known:
+        raise NotAHermesDatabaseError(
+            f"this database's alembic_version is {rev!r}, which is not a revision of the "
+            f"{spec.name} store (is the URL pointing at the other store or another application's "
+            "database?); nothing was changed"
+        )
+
+
+def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
+    """Read-only: is the database already at ``target`` with nothing to adopt?"""
+    with conn.begin():
+        if target is None:
+            return False
+        rev = current_revision(conn, spec.version_table_for(conn))
+        if rev is None:
+            return False
+        return rev == target and not (spec.needs_adoption and spec.needs_adoption(conn))
+
+
+def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirectory,
+                destination, report: UpgradeReport) -> None:
+    target = _resolve_destination(script, destination)
+    _check_own_history(conn, spec, script)
+    if _is_current(conn, spec, target):
+        report.before_revision = report.after_revision = target
+        report.up_to_date = True
+        log.info("%s store already at %s; nothing to do", spec.name, target)
+        return
+    pg = conn.dialect.name == "postgresql"
+    if pg:
+        with conn.begin():
+            warning = server_collation_warning(conn)
+        if warning:
+            log.warning("%s", warning)
+            report.warnings.append(warning)
+    with _process_lock:
+        if pg:
+            conn.exec_driver_sql(f"SELECT pg_advisory_lock({_pg_lock_key(spec.name)})")
+            conn.commit()
+        try:
+            conn.execution_options(hermes_begin="IMMEDIATE")
+            with conn.begin():
+                version_table = spec.version_table_for(conn)
+                report.before_revision = current_revision(conn, version_table)
+                if (target is not None and report.before_revision == target
+                        and not (spec.needs_adoption and spec.needs_adoption(conn))):
+                    # Another process finished the upgrade while we waited for the lock.
+                    report.after_revision, report.up_to_date = target, True
+                    return
+                if spec.before_upgrade:
+                    t0 = time.perf_counter()
+                    spec.before_upgrade(conn, report)
+                    report.step_seconds["adopt"] = time.perf_counter() - t0
+                marks = [time.perf_counter()]
+
+                def _on_apply(*, ctx, step, heads, run_args) -> None:
+                    now = time.perf_counter()
+                    rev = step.up_revision_id if step.is_upgrade else step.down_revision_ids
+                    report.applied.append(str(rev))
+                    report.step_seconds[str(rev)] = now - marks[-1]
+                    marks.append(now)
+
+                _run_on(conn, spec, context, on_apply=_on_apply)
+                # Reconcile towards the head metadata only when the head was the target.
+                if (spec.after_upgrade
+                        and current_revision(conn, version_table) == script.get_current_head()):
+                    t0 = time.perf_counter()
+                    spec.after_upgrade(conn, report)
+                    report.step_seconds["reconcile"] = time.perf_counter() - t0
+                report.after_revision = current_revision(conn, version_table)
+        finally:
+            conn.execution_options(hermes_begin="DEFERRED")
+            if pg:
+                if conn.in_transaction():
+                    conn.rollback()
+                conn.exec_driver_sql(f"SELECT pg_advisory_unlock({_pg_lock_key(spec.name)})")
+                conn.commit()
+    log.info("%s store upgraded %s -> %s (%s)", spec.name, report.before_revision,
+             report.after_revision, ", ".join(report.applied) or "no revisions")
+
+
+def _run_on(conn: Connection, spec: StoreSpec, context, on_apply) -> None:
+    context.configure(
+        connection=conn,
+        target_metadata=spec.metadata,
+        transactional_ddl=True,
+        transaction_per_migration=False,
+        include_name=spec.include_name,
+        on_version_apply=on_apply,
+        compare_type=True,
+        compare_server_default=False,
+        version_table=spec.version_table_for(conn),
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def not_created(store: str, url: str | os.PathLike | URL | None = None) -> Path | None:
+    """The SQLite file of ``store`` when it does not exist yet (missing or zero bytes), else
+    ``None``. Looks at the path only: creates nothing."""
+    path = sqlite_path(resolve_url(store, url))
+    if path is None:
+        return None
+    try:
+        return path if path.stat().st_size == 0 else None
+    except FileNotFoundError:
+        return path
+
+
+def require_created(store: str, url: str | os.PathLike | URL | None = None) -> None:
+    """For commands that only look: raise :class:`StoreNotCreatedError` (naming the command
+    that creates the store) instead of letting a connection create an empty file."""
+    path = not_created(store, url)
+    if path is not None:
+        where = "" if url is None else f" --url {path}"
+        raise StoreNotCreatedError(
+            f"{path}: the {store.rstrip('s')} store is not created yet; nothing was created "
+            f"(run: hermes-data upgrade --store {store}{where})")
+
+
+def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Difference]:
+    """Compare the live schema of ``store`` with its head; read-only.
+
+    Returns every :class:`~hermes_data.migrate.shape.Difference`; ``extra_*`` entries are
+    informational (foreign objects are left alone), the others are drift. A store that does
+    not exist yet raises :class:`StoreNotCreatedError` (nothing is created).
+    """
+    spec = store_spec(store)
+    require_created(store, url)
+    engine = create_engine_for(store, url, _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            return store_differences(conn, spec)
+    finally:
+        engine.dispose()
+
+
+def store_differences(conn: Connection, spec: StoreSpec) -> list[Difference]:
+    """Differences between the live database behind ``conn`` and ``spec``'s head shape."""
+    actual = live_shape(conn)
+    # On PostgreSQL both stores may share one database: the other store's tables are not
+    # foreign objects of this one.
+    others: set[str] = set()
+    if conn.dialect.name != "sqlite":
+        for other in (store_spec(n) for n in _SPEC_MODULES if n != spec.name):
+            others.update(other.server_tables(), {other.version_table_for(conn)})
+    for name in [t for t in actual.tables if spec.ignore_table(t) or t in others]:
+        del actual.tables[name]
+    for name in [i for i, ix in actual.indexes.items() if ix.table not in actual.tables]:
+        del actual.indexes[name]
+    return diff_shapes(spec.head_shape_for(conn), actual)
+
+
+@dataclass
+class StoreStatus:
+    """Where a store lives and what state it is in (``hermes-data status``)."""
+
+    store: str
+    url: str
+    exists: bool
+    revision: str | None = None
+    head: str | None = None
+    journal_mode: str | None = None
+    journal_reason: str | None = None
+    size_bytes: int | None = None
+    legacy: bool = False
+    #: The resolved target when the store's path is a symbolic link (we operate on it).
+    link_target: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatus:
+    """Read-only status of ``store``; never creates the database."""
+    spec = store_spec(store)
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    # The written-down head (a test keeps it equal to the scripts): status loads no Alembic.
+    st = StoreStatus(store=store, url=display_url(resolved), exists=True,
+                     head=spec.head or head_revision(store))
+    if path is not None:
+        st.exists = path.exists() and path.stat().st_size > 0
+        target = link_target(path)
+        st.link_target = None if target is None else str(target)
+        if not st.exists:
+            return st
+        st.size_bytes = sum(
+            p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists()
+        )
+        # A foreign file is named, never opened with the store's connection policy.
+        probe_file(spec, path, checked=False)
+    engine = create_engine_for(store, resolved, _settings_for(spec))
+    try:
+        with engine.connect() as conn, conn.begin():
+            st.revision = current_revision(conn, spec.version_table_for(conn))
+            st.legacy = bool(spec.needs_adoption and spec.needs_adoption(conn))
+        if engine.dialect.name == "sqlite":
+            js = journal_state(engine)
+            st.journal_mode, st.journal_reason = js.mode, js.reason
+    finally:
+        engine.dispose()
+    return st

@@ -1,0 +1,113 @@
+"""What a store's migration is made of, apart from the machinery that runs it.
+
+:class:`StoreSpec` (metadata, hooks, head), the :class:`UpgradeReport` the hooks fill in and
+:func:`current_revision`. Each store's ``migration`` module builds its ``SPEC`` from these and
+:mod:`hermes_data.migrate.runner` imports those modules by name: the store modules import this one,
+never ``migrate``, so the dependency points one way.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from hermes_data.errors import HermesDataError
+from hermes_data.migrate.shape import INTERNAL_TABLES, Shape, metadata_shape, metadata_shape_on
+
+
+@dataclass
+class UpgradeReport:
+    """What an upgrade found and did; printed by the CLI (``--json`` gives :meth:`to_dict`)."""
+
+    store: str
+    url: str
+    before_revision: str | None = None
+    after_revision: str | None = None
+    adopted_from: str | None = None
+    applied: list[str] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)
+    extra_objects: list[str] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    journal_mode: str = "unknown"
+    up_to_date: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """How one store migrates: its metadata, its Alembic scripts and its hooks."""
+
+    name: str
+    metadata: sa.MetaData
+    busy_timeout_ms: int
+    #: Runs under the upgrade lock before Alembic reads its version (adoption).
+    before_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
+    #: Runs under the same lock after the revisions (add-only reconciliation).
+    after_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
+    #: Read-only: True when a file without ``alembic_version`` still needs adoption.
+    needs_adoption: Callable[[Connection], bool] | None = None
+    #: Names of live tables that belong to the store but not to the metadata (e.g. FTS shadows).
+    ignore_table: Callable[[str], bool] = lambda name: False
+    #: The head shape (defaults to what ``metadata.create_all()`` produces).
+    expected_shape: Callable[[], Shape] | None = None
+    #: Read-only identification on a plain ``mode=ro`` sqlite3 connection, run before the
+    #: engine touches an existing file; raises for a file that is not this store's.
+    identify: Callable[[sqlite3.Connection], object] | None = None
+    #: Alembic's version table on PostgreSQL, where both stores may share one database
+    #: (SQLite files keep ``alembic_version``).
+    pg_version_table: str = "alembic_version"
+    #: The head revision id, written down so a settled database is recognised without
+    #: loading Alembic and the revision scripts (a test keeps it equal to the scripts' head).
+    head: str | None = None
+    #: The head shape on a non-SQLite backend (defaults to the reflected metadata).
+    expected_shape_on: Callable[[Connection], Shape] | None = None
+    #: Tables the store's head has on a server backend only (not in ``metadata``, which is
+    #: the SQLite authority): the session store's PostgreSQL Telegram tables (gateway §2.4).
+    server_only_tables: tuple[str, ...] = ()
+
+    def server_tables(self) -> set[str]:
+        """Every table of this store's head on a server backend (shared-database filters)."""
+        return set(self.metadata.tables) | set(self.server_only_tables)
+
+    def version_table_for(self, conn: Connection) -> str:
+        """Name of this store's Alembic version table on ``conn``'s backend."""
+        return "alembic_version" if conn.dialect.name == "sqlite" else self.pg_version_table
+
+    def head_shape(self) -> Shape:
+        """The head shape on SQLite."""
+        return self.expected_shape() if self.expected_shape else metadata_shape(self.metadata)
+
+    def head_shape_for(self, conn: Connection) -> Shape:
+        """The head shape on ``conn``'s backend (see :func:`~hermes_data.migrate.shape.metadata_shape_on`)."""
+        if conn.dialect.name == "sqlite":
+            return self.head_shape()
+        if self.expected_shape_on is not None:
+            return self.expected_shape_on(conn)
+        return metadata_shape_on(conn, self.metadata)
+
+    def include_name(self, name, type_, parent_names) -> bool:
+        """Alembic autogenerate filter: compare everything but internal and ignored tables."""
+        if type_ == "table":
+            return name not in INTERNAL_TABLES and not self.ignore_table(name)
+        return True
+
+
+def current_revision(conn: Connection, version_table: str = "alembic_version") -> str | None:
+    """The Alembic revision recorded in ``version_table`` (``None`` when unversioned).
+
+    ``version_table`` comes from :meth:`StoreSpec.version_table_for` (a fixed name, never input).
+    """
+    if not sa.inspect(conn).has_table(version_table):
+        return None
+    rows = conn.exec_driver_sql(f"SELECT version_num FROM {version_table}").fetchall()
+    if len(rows) > 1:
+        raise HermesDataError(f"{version_table} holds several heads: {[r[0] for r in rows]}")
+    return rows[0][0] if rows else None

@@ -1,0 +1,1 @@
+"""hermes_data.sessions.agent."""

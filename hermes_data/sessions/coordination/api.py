@@ -1,0 +1,93 @@
+"""Transcript editing and coordination's public ``SessionStore`` methods, as one declarative
+delegation table (spec sessions-ext-coordination.md §1.1), built like :mod:`.agent_api`.
+
+Each method is an operation function in a module by concern (:mod:`.compression_locks`,
+:mod:`.turn_leases`, …) taking the store first. The store's clocks and liveness probe are
+class attributes here so tests (and callers) can inject them per handle (§3.1):
+``store.wall`` (wall time, persisted values), ``store.mono`` (in-process budgets) and
+``store.pid_exists`` (the ``DEAD`` probe of §3.2).
+"""
+
+from __future__ import annotations
+
+import time
+
+import psutil
+
+from hermes_data.sessions.coordination import cleanup
+from hermes_data.sessions.coordination import compression_locks
+from hermes_data.sessions.coordination import cooldowns
+from hermes_data.sessions.coordination import lock_rows as guard_rows
+from hermes_data.sessions.core import persistence_errors
+from hermes_data.sessions.coordination import recovery
+from hermes_data.sessions.coordination import rewind
+from hermes_data.sessions.coordination import rewrites
+from hermes_data.sessions.coordination import sweeps
+from hermes_data.sessions.coordination import turn_leases
+from hermes_data.sessions.agent.api import _Op, _static
+
+
+class CoordinationAPI:
+    """The delegation table (see the module docstring)."""
+
+    # -- clocks and liveness probe (§3.1, §3.2), injectable per handle
+    wall = staticmethod(time.time)
+    mono = staticmethod(time.monotonic)
+    pid_exists = staticmethod(psutil.pid_exists)
+    make_holder = _static(guard_rows.make_holder)
+    classify_persistence_error = _static(persistence_errors.classify_persistence_error)
+
+    # -- compression locks, lease-required publish (§3.10)
+    try_acquire_compression_lock = _Op(compression_locks.try_acquire_compression_lock)
+    refresh_compression_lock = _Op(compression_locks.refresh_compression_lock)
+    release_compression_lock = _Op(compression_locks.release_compression_lock)
+    get_compression_lock_holder = _Op(compression_locks.get_compression_lock_holder)
+    publish_compression_child = _Op(compression_locks.publish_compression_child)
+
+    # -- turn leases and fenced appends (§3.14, amends core §6.2/§6.3)
+    try_acquire_session_turn_lease = _Op(turn_leases.try_acquire_session_turn_lease)
+    acquire_session_turn_lease = _Op(turn_leases.acquire_session_turn_lease)
+    refresh_session_turn_lease = _Op(turn_leases.refresh_session_turn_lease)
+    release_session_turn_lease = _Op(turn_leases.release_session_turn_lease)
+    append_message = _Op(turn_leases.append_message)
+    append_messages_batch = _Op(turn_leases.append_messages_batch)
+
+    # -- transcript rewrites (§3.15) and rewind (§3.16)
+    replace_messages = _Op(rewrites.replace_messages)
+    clear_messages = _Op(rewrites.clear_messages)
+    archive_and_compact = _Op(rewrites.archive_and_compact)
+    rewind_to_message = _Op(rewind.rewind_to_message)
+    restore_rewound = _Op(rewind.restore_rewound)
+
+    # -- lineage recovery (§3.11)
+    find_live_compression_child = _Op(recovery.find_live_compression_child)
+    reopen_orphaned_compression_session = _Op(recovery.reopen_orphaned_compression_session)
+    finalize_orphaned_compression_sessions = _Op(recovery.finalize_orphaned_compression_sessions)
+
+    # -- failure cooldowns (§3.12), streaks and the recovery deadline (§3.13)
+    record_compression_failure_cooldown = _Op(cooldowns.record_compression_failure_cooldown)
+    get_compression_failure_cooldown = _Op(cooldowns.get_compression_failure_cooldown)
+    get_compression_failure_cooldown_row = _Op(cooldowns.get_compression_failure_cooldown_row)
+    restore_compression_failure_cooldown_row = _Op(
+        cooldowns.restore_compression_failure_cooldown_row)
+    clear_compression_failure_cooldown = _Op(cooldowns.clear_compression_failure_cooldown)
+    get_compression_fallback_streak = _Op(cooldowns.get_compression_fallback_streak)
+    set_compression_fallback_streak = _Op(cooldowns.set_compression_fallback_streak)
+    get_compression_ineffective_count = _Op(cooldowns.get_compression_ineffective_count)
+    set_compression_ineffective_count = _Op(cooldowns.set_compression_ineffective_count)
+    get_compression_overload_streak = _Op(cooldowns.get_compression_overload_streak)
+    set_compression_overload_streak = _Op(cooldowns.set_compression_overload_streak)
+    get_compression_recovery_deadline = _Op(cooldowns.get_compression_recovery_deadline)
+    set_compression_recovery_deadline = _Op(cooldowns.set_compression_recovery_deadline)
+
+    # -- sweeps and archive (§3.18)
+    sweep_orphaned_sessions = _Op(sweeps.sweep_orphaned_sessions)
+    unarchive_recoverable_session = _Op(sweeps.unarchive_recoverable_session)
+    archive_stale_sessions = _Op(sweeps.archive_stale_sessions)
+    maybe_auto_archive = _Op(sweeps.maybe_auto_archive)
+
+    # -- empty and ghost sessions (§3.19)
+    count_empty_sessions = _Op(cleanup.count_empty_sessions)
+    delete_empty_sessions = _Op(cleanup.delete_empty_sessions)
+    delete_session_if_empty = _Op(cleanup.delete_session_if_empty)
+    prune_empty_ghost_sessions = _Op(cleanup.prune_empty_ghost_sessions)

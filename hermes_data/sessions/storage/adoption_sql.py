@@ -1,0 +1,40 @@
+"""Statements the session store's migration hooks send while inspecting, adopting and
+reconciling a file (SQLite catalogue reads, add-only DDL) and probing PostgreSQL.
+Identifiers are the file's own catalogue names or the metadata's, always quoted.
+"""
+
+from __future__ import annotations
+
+from hermes_data.sessions.core.sql import quote_ident
+
+#: Every table of a SQLite file.
+SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+#: Every index of a SQLite file.
+SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
+#: The newest upstream schema_version row.
+UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+#: The file header's application id.
+APPLICATION_ID = "PRAGMA application_id"
+#: Is the pg_trgm extension installed?
+PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
+
+
+def core_catalog(tables: int) -> str:
+    """In one statement: ``('column', table, column)`` for each column of the ``tables``
+    named by parameters (only those: loading an FTS table may need a tokenizer this build
+    lacks) and ``('index', name, NULL)`` for every index."""
+    marks = ", ".join("?" * tables)
+    return ("SELECT 'column', m.name, p.name FROM sqlite_master AS m "
+            "JOIN pragma_table_info(m.name) AS p "
+            f"WHERE m.type = 'table' AND m.name IN ({marks}) "
+            "UNION ALL SELECT 'index', name, NULL FROM sqlite_master WHERE type = 'index'")
+
+
+def table_info(table: str) -> str:
+    """The columns of a SQLite table, in order."""
+    return f"PRAGMA table_info({quote_ident(table)})"
+
+
+def add_column(table: str, column_ddl: str) -> str:
+    """Add one column in its canonical form (DDL compiled from the metadata)."""
+    return f"ALTER TABLE {quote_ident(table)} ADD COLUMN {column_ddl}"

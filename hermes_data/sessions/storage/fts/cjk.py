@@ -1,0 +1,590 @@
+"""The CJK-bigram index (spec sessions-ext-storage.md §3.9.2–§3.9.3; issue 16 item 4).
+
+A 1–2-letter CJK query has no trigram, so before this index it was answered by a LIKE scan
+(p95 ~200 ms at 200,000 messages). Upstream loads a native bigram tokenizer; here the letter
+pairs are computed in Python and indexed by SQLite's built-in ``ascii`` tokenizer (the
+objects: :mod:`hermes_data.sessions.storage.fts.cjk_sql`):
+
+* :func:`cjk_document` — a message's document: for every maximal run of CJK letters
+  (:data:`CJK_LETTER`) in ``content``, ``tool_name`` and ``tool_calls``, a one-letter run
+  gives itself, a longer run every adjacent pair and its last letter; distinct, in
+  code-point order, space-joined.
+* :func:`cjk_index_tokens` / :func:`cjk_match_expression` — a query term's tokens (a
+  one-letter run ⇒ the prefix ``"c"*``, a longer one ⇒ its pairs) and the FTS5 expression
+  of OR-groups of terms. Every occurrence of a letter starts a pair or is a run's last
+  letter, and every occurrence of a longer run contains all its pairs, so the candidates are
+  a superset of the rows holding the text; the search verifies them with the core ``LIKE``
+  predicate, so results equal the LIKE route exactly.
+* :func:`index_step` — one write transaction: a backfill chunk (window markers) or a queue
+  drain. Documents are written only here, after the transcript write committed (an index
+  failure never fails a canonical write): :func:`after_append` runs one bounded drain
+  after an append that may have queued ids (known in Python, no query), while earlier work
+  remains, and every :data:`DRAIN_EVERY` writes (a foreign writer's queued rows).
+* :func:`bigram_search` — the search route (windowed pre-scan, then the candidates).
+
+PostgreSQL (revision ``s07_storage``): ``hermes_cjk_grams(role, content, tool_name,
+tool_calls)`` returns a row's distinct letters and adjacent letter pairs, indexed by the partial
+GIN index ``messages_cjk_grams``; :func:`pg_bigram_search` takes the candidates from it
+(:func:`pg_gram_groups`) and verifies them with the core ILIKE predicate.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import weakref
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from hermes_data.config import config_section
+from hermes_data.sessions.storage import handle_guards as guards
+from hermes_data.sessions.rows import FtsRebuildStatus
+from hermes_data.sessions.storage.scoped import Scoped
+from hermes_data.sessions.search.stats import CJK_GRAMS, element_rows
+from hermes_data.sessions.search.plan import LikeTerm
+from hermes_data.sessions.storage.fts import cjk_sql as q
+from hermes_data.sessions.search.sql import ILIKE_COLS, LIKE_COLS, pattern_where
+
+log = logging.getLogger("hermes_data.sessions.storage.fts.cjk")
+
+#: The CJK letters of upstream's bigram tokenizer (Hangul Jamo, kana, CJK ideographs and
+#: their extensions, Hangul syllables, compatibility ideographs).
+CJK_LETTER = ("\u1100-\u11ff\u3040-\u309f\u30a0-\u30ff\u3130-\u318f\u31f0-\u31ff"
+              "\u3400-\u4dbf\u4e00-\u9fff\ua960-\ua97f\uac00-\ud7a3\ud7b0-\ud7ff"
+              "\uf900-\ufaff\U00020000-\U0002fa1f")
+_RUN_RE = re.compile(f"[{CJK_LETTER}]+")
+
+#: Ids a post-commit drain indexes at most; its patience (it never raises).
+DRAIN_ROWS = 200
+DRAIN_PATIENCE_S = 0.5
+#: A drain every this many appends even without a known reason (foreign writers).
+DRAIN_EVERY = 50
+#: Newest ids the search pre-scans before using the candidates (a very common letter is
+#: cheapest by an early-exit scan, a rare one by candidates).
+PRESCAN_ROWS = 4096
+
+
+def cjk_runs(text: str) -> list[str]:
+    """The maximal runs of :data:`CJK_LETTER` letters in ``text``."""
+    return _RUN_RE.findall(text)
+
+
+def _text(value: Any) -> str | None:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bytes):  # LIKE reads a BLOB as UTF-8 text
+        return value.decode("utf-8", "replace")
+    return None
+
+
+def cjk_document(content: Any, tool_name: Any, tool_calls: Any) -> str:
+    """The index document of a message (see the module docstring); ``""`` without CJK."""
+    tokens: set[str] = set()
+    for value in (content, tool_name, tool_calls):
+        text = _text(value)
+        if not text or text.isascii():
+            continue
+        for run in _RUN_RE.findall(text):
+            if len(run) > 1:
+                tokens.update(run[i:i + 2] for i in range(len(run) - 1))
+            tokens.add(run[-1])
+    return " ".join(sorted(tokens))
+
+
+def cjk_index_tokens(term: str) -> list[tuple[str, bool]]:
+    """``(token, prefix)`` of a query term: per CJK run, one letter ⇒ ``(c, True)``, a longer
+    run ⇒ its pairs ``(pq, False)``; de-duplicated in order."""
+    out: list[tuple[str, bool]] = []
+    for run in _RUN_RE.findall(term):
+        toks = [(run, True)] if len(run) == 1 else [(run[i:i + 2], False)
+                                                    for i in range(len(run) - 1)]
+        out += [t for t in toks if t not in out]
+    return out
+
+
+def cjk_match_expression(groups: Sequence[Sequence[LikeTerm]]) -> str | None:
+    """The FTS5 expression over OR-groups of ``(term, negated)`` (the core LIKE
+    compilation): each group's positive-term tokens AND-ed, groups OR-ed; ``None`` when a
+    group with a positive term has no CJK token (its rows need not hold CJK). Negated terms
+    only verify."""
+    ors = []
+    for group in groups:
+        positive = [t.text for t in group if not t.negated]
+        if not positive:
+            continue
+        toks: list[tuple[str, bool]] = []
+        for term in positive:
+            toks += [t for t in cjk_index_tokens(term) if t not in toks]
+        if not toks:
+            return None
+        ors.append("(" + " AND ".join(f'"{tok}"' + ("*" if prefix else "")
+                                      for tok, prefix in toks) + ")")
+    return " OR ".join(ors) if ors else None
+
+
+# ---------------------------------------------------------------------------------------
+# Objects (the writable open, a fresh store)
+# ---------------------------------------------------------------------------------------
+
+
+def _present(conn: Connection) -> set[str]:
+    return {r[0] for r in conn.exec_driver_sql(q.PRESENT_OBJECTS)}
+
+
+#: ``sessions.cjk_index`` of the store being opened (spec §3.9.2): the backend sets it for
+#: the duration of its open; a fresh store and the open checks read it.
+_INDEX_ENABLED: ContextVar[bool] = ContextVar("hermes_data_cjk_index", default=True)
+
+
+def index_enabled() -> bool:
+    """``sessions.cjk_index`` of the open in progress (True outside an open)."""
+    return _INDEX_ENABLED.get()
+
+
+def index_setting(enabled: bool) -> Scoped[bool]:
+    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block."""
+    return Scoped(_INDEX_ENABLED, bool(enabled))
+
+
+def configured_index(config: Any) -> bool:
+    """``sessions.cjk_index`` of a store's config (mapping or callable; default true). A
+    value other than a bool is logged and read as the default; reading never raises."""
+    try:
+        value = config_section(config, "sessions").get("cjk_index", True)
+    except Exception as exc:  # noqa: BLE001 - a broken config callable never fails the open
+        log.warning("reading sessions.cjk_index failed (%s); the CJK index stays on", exc)
+        return True
+    if not isinstance(value, bool):
+        log.warning("sessions.cjk_index = %r is not a boolean; the CJK index stays on", value)
+        return True
+    return value
+
+
+def needs_work(conn: Connection) -> bool:
+    """Read probe of the writable open: with the index on, an object is missing or the
+    index is marked stale; with ``sessions.cjk_index`` off, an object or a key is left."""
+    if not index_enabled():
+        return bool(_present(conn)) or conn.exec_driver_sql(q.READ_META).first() is not None
+    if len(_present(conn)) < len(q.CJK_OBJECTS):
+        return True
+    return any(k == q.STALE_KEY for k, _v in conn.exec_driver_sql(q.READ_META))
+
+
+def drop_objects(conn: Connection, done: list[str]) -> None:
+    """``sessions.cjk_index`` off: drop every object and ``cjk_bigram_*`` key, inside the
+    open's write transaction (triggers first, so no write can queue in between)."""
+    present = _present(conn)
+    dropped = [name for name, _ddl in reversed(q.CJK_OBJECTS) if name in present]
+    for name in dropped:
+        conn.exec_driver_sql(q.drop_object(name))
+    conn.exec_driver_sql(q.CLEAR_ALL_META)
+    done.append("sessions.cjk_index is off: dropped the CJK-bigram objects"
+                + (f" ({', '.join(dropped)})" if dropped else "") + " and their markers")
+
+
+def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
+    """Create the missing objects inside the open's write transaction (storage §2.5 rules):
+    over existing rows a new document table or a missing queue trigger seeds the backfill
+    window ``(0, MAX(id)]`` (the queue covers the ids above it); a new FTS table or document
+    trigger beside existing documents, or a ``cjk_bigram_stale`` flag, rebuilds the index
+    from the documents (then the flag is cleared). ``sessions.cjk_index`` off: drops them."""
+    if not index_enabled():
+        drop_objects(conn, done)
+        return
+    present = _present(conn)
+    created = []
+    for name, ddl in q.CJK_OBJECTS:
+        if name not in present:
+            conn.exec_driver_sql(ddl)
+            created.append(name)
+    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+    if created:
+        done.append(f"created CJK-bigram objects: {', '.join(created)}")
+    if nonempty and any(n == q.CJK_DOC or n.startswith("messages_cjk_enqueue") for n in created):
+        high = conn.exec_driver_sql(q.MAX_MESSAGE_ID).scalar()
+        if high is not None and q.HIGH_WATER_KEY not in meta:
+            conn.exec_driver_sql(q.SET_META, (q.HIGH_WATER_KEY, str(high)))
+            conn.exec_driver_sql(q.SET_META, (q.PROGRESS_KEY, "0"))
+            done.append(f"CJK-bigram backfill of messages up to id {high} pending")
+    rebuild = q.CJK_DOC not in created and any(
+        n == q.CJK_FTS or n.startswith("messages_cjk_doc_") for n in created)
+    if rebuild or q.STALE_KEY in meta:
+        _rebuild(conn, reset=q.STALE_KEY in meta, done=done)
+
+
+def _rebuild(conn: Connection, *, reset: bool, done: list[str]) -> None:
+    """Rebuild the index from the documents (authoritative: unchanged while draining was
+    paused), verified by ``'integrity-check'``, in a savepoint of the open's transaction; a
+    failure leaves ``cjk_bigram_stale`` (search stays exact through LIKE) and never fails
+    the open."""
+    try:
+        with conn.begin_nested():
+            for stmt in q.FTS_RESET if reset else ():
+                conn.exec_driver_sql(stmt)
+            conn.exec_driver_sql(q.FTS_REBUILD)
+            conn.exec_driver_sql(q.FTS_INTEGRITY_CHECK)
+            conn.exec_driver_sql(q.CLEAR_STALE)
+    except sa.exc.DatabaseError as exc:
+        if not (guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc)):
+            raise
+        log.error("CJK-bigram index rebuild failed (%s); it stays stale, short CJK search "
+                  "answers through LIKE", exc.orig)
+        return
+    done.append("CJK-bigram index rebuilt from its documents")
+
+
+def create_fresh(cursor: Any) -> None:
+    """Every object on a fresh, empty store (``fresh.create_head``; FTS5 present), unless
+    ``sessions.cjk_index`` is off for the open creating it."""
+    if not index_enabled():
+        return
+    for _name, ddl in q.CJK_OBJECTS:
+        cursor.execute(ddl)
+
+
+# ---------------------------------------------------------------------------------------
+# Indexing (one write transaction per step)
+# ---------------------------------------------------------------------------------------
+
+
+class _IndexCorrupt(Exception):
+    """An FTS-scoped error on ``messages_cjk_fts``, kept out of the backend's FTS fail-open
+    (which concerns the message indexes). ``corrupt`` False: the index cannot be loaded."""
+
+    def __init__(self, message: str, corrupt: bool) -> None:
+        super().__init__(message)
+        self.corrupt = corrupt
+
+
+def _index_rows(tx: Connection, rows: Sequence[Sequence[Any]]) -> None:
+    for mid, content, tool_name, tool_calls in rows:
+        doc = cjk_document(content, tool_name, tool_calls)
+        try:
+            if doc:
+                tx.exec_driver_sql(q.UPSERT_DOC, (mid, doc))
+            else:
+                tx.exec_driver_sql(q.DELETE_DOC, (mid,))
+        except sa.exc.DBAPIError as exc:
+            if guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc):
+                raise _IndexCorrupt(str(exc.orig), guards.is_fts_corruption(exc)) from exc
+            raise
+
+
+def index_step(tx: Connection, max_rows: int) -> bool:
+    """One step inside ``BEGIN IMMEDIATE``: with backfill markers, the next chunk
+    ``(progress, min(progress + max_rows, high_water)]`` (markers re-read under the lock,
+    advanced or deleted); else up to ``max_rows`` queued ids, ascending (a message gone or
+    out of scope, or without CJK, loses its document). Returns True when work remains."""
+    x = tx.exec_driver_sql
+    meta: dict[str, str] = dict(x(q.READ_META).fetchall())
+    if q.STALE_KEY in meta:
+        return False  # draining stops; the queue and the LIKE check keep search exact
+    if q.HIGH_WATER_KEY in meta:
+        try:
+            high, progress = int(meta[q.HIGH_WATER_KEY]), int(meta.get(q.PROGRESS_KEY) or 0)
+        except ValueError:
+            high, progress = 0, 0
+        end = min(progress + max_rows, high)
+        if end > progress:
+            _index_rows(tx, x(q.BACKFILL_ROWS, (progress, end)).fetchall())
+        if end >= high:
+            x(q.CLEAR_MARKERS)
+        else:
+            x(q.SET_META, (q.PROGRESS_KEY, str(end)))
+        return True
+    for (mid,) in x(q.QUEUE_HEAD, (max_rows,)).fetchall():
+        _index_rows(tx, x(q.SCOPED_ROW, (mid,)).fetchall() or [(mid, None, None, None)])
+        x(q.DEQUEUE, (mid,))
+    return x(q.QUEUE_NONEMPTY).first() is not None
+
+
+def _usable(backend: Any) -> bool:
+    return (backend.dialect == "sqlite" and not backend.read_only
+            and not getattr(backend, "quarantined", False))
+
+
+def _run_step(backend: Any, max_rows: int, patience: float) -> bool:
+    """One :func:`index_step` through the backend; corruption sets ``cjk_bigram_stale``."""
+    try:
+        return bool(backend.write(lambda tx: index_step(tx, max_rows), patience=patience))
+    except _IndexCorrupt as exc:
+        _mark_stale(backend, exc, patience)
+        return False
+
+
+def _mark_stale(backend: Any, exc: _IndexCorrupt, patience: float) -> None:
+    """Corruption ⇒ ``cjk_bigram_stale`` (draining stops; the next writable open rebuilds
+    the index from the documents); an unloadable index is only logged."""
+    if not exc.corrupt:
+        log.info("CJK-bigram index not loadable here (%s); not drained", exc)
+        return
+    log.error("CJK-bigram index unusable (%s): cjk_bigram_stale set, draining stops; "
+              "short CJK search stays exact through LIKE", exc)
+    backend.write(lambda tx: tx.exec_driver_sql(q.SET_META, (q.STALE_KEY, "1")),
+                  patience=patience)
+
+
+@dataclass
+class _Drain:
+    """Per-handle drain bookkeeping (no query needed to know there is nothing to do)."""
+
+    writes: int = 0
+    pending: bool = False  # work remains after the last drain
+    available: bool = True
+
+
+_drains: "weakref.WeakKeyDictionary[Any, _Drain]" = weakref.WeakKeyDictionary()
+
+
+def _maybe_cjk(m: Any) -> bool:
+    """Could this new message have queued an id (a non-tool row with a non-ASCII field)? A
+    hint only: queued ids are search candidates whether or not a drain ran. Parts lists and
+    tool calls are judged by their ``repr`` (printable non-ASCII text appears in it as is)."""
+    if (type(m) is not dict and not isinstance(m, Mapping)) or m.get("role") == "tool":
+        return False
+    return any(v is not None and not (v if isinstance(v, str) else str(v)).isascii()
+               for v in (m.get("content"), m.get("tool_name"), m.get("tool_calls")))
+
+
+def after_append(backend: Any, messages: Sequence[Any]) -> None:
+    """The post-commit drain of an append (never raises): when the new rows may have queued
+    ids, while earlier work remains, or every :data:`DRAIN_EVERY` writes (foreign writers, a
+    backfill), one read of the queue and markers, then — only with work — one bounded step."""
+    if not _usable(backend):
+        return
+    st = _drains.get(backend)
+    if st is None:
+        st = _drains[backend] = _Drain()
+    st.writes += 1
+    periodic = st.writes % DRAIN_EVERY == 0
+    maybe = not isinstance(messages, Sequence) or any(map(_maybe_cjk, messages))
+    if not (periodic or (st.available and (st.pending or maybe))):
+        return
+    try:
+        with backend.reading_on_writer() as conn:  # read first: a write only with work
+            st.available = _loadable(conn)
+            work = st.available and _has_work(conn)
+        st.pending = work and _run_step(backend, DRAIN_ROWS, DRAIN_PATIENCE_S)
+    except _IndexCorrupt as exc:
+        st.pending = False
+        _mark_stale(backend, exc, DRAIN_PATIENCE_S)
+    except Exception as exc:  # noqa: BLE001 - the transcript write already committed
+        st.pending = True
+        log.info("CJK-bigram drain deferred: %s", exc)
+
+
+def _loadable(conn: Connection) -> bool:
+    """Every object exists and this SQLite build can load the index (FTS5); a damaged index
+    raises :class:`_IndexCorrupt`."""
+    if len(_present(conn)) < len(q.CJK_OBJECTS):
+        return False
+    try:
+        conn.exec_driver_sql(q.FTS_PROBE).fetchall()
+        return True
+    except sa.exc.DBAPIError as exc:
+        if guards.is_fts_unavailable(exc):
+            return False
+        if guards.is_fts_corruption(exc):
+            raise _IndexCorrupt(str(exc.orig), True) from exc
+        raise
+
+
+def _has_work(conn: Connection) -> bool:
+    """Queued ids or a backfill window, and not stale."""
+    meta = {k for k, _v in conn.exec_driver_sql(q.READ_META)}
+    return q.STALE_KEY not in meta and (
+        q.HIGH_WATER_KEY in meta or conn.exec_driver_sql(q.QUEUE_NONEMPTY).first() is not None)
+
+
+def backend_has_index(backend: Any) -> bool:
+    """The objects exist and this SQLite build can use them (a read on the writer)."""
+    with backend.reading_on_writer() as conn:
+        return _loadable(conn)
+
+
+@dataclass(frozen=True)
+class CjkIndexStatus:
+    """:func:`cjk_index_status`: objects present, stale flag, backfill window, queued ids."""
+
+    available: bool
+    stale: bool
+    backfill: FtsRebuildStatus | None  # the backfill window while one is pending
+    queued: int
+
+
+def cjk_index_status(store: Any) -> CjkIndexStatus:
+    """The CJK-bigram index's state (PostgreSQL: not available)."""
+    backend = store.backend
+    if backend.dialect != "sqlite":
+        return CjkIndexStatus(False, False, None, 0)
+
+    def read(conn: Connection) -> CjkIndexStatus:
+        present = len(_present(conn)) == len(q.CJK_OBJECTS)
+        if not present:
+            return CjkIndexStatus(False, False, None, 0)
+        meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+        window = None
+        high = int(meta.get(q.HIGH_WATER_KEY) or 0)
+        if high > 0:
+            window = FtsRebuildStatus.window(int(meta.get(q.PROGRESS_KEY) or 0), high)
+        try:
+            available, stale = _loadable(conn), q.STALE_KEY in meta
+        except _IndexCorrupt:
+            available, stale = True, True  # damaged; the flag follows at the next drain
+        return CjkIndexStatus(available, stale, window,
+                              int(conn.exec_driver_sql(q.QUEUE_COUNT).scalar() or 0))
+
+    return backend.read(read)
+
+
+def cjk_index_step(store: Any, max_rows: int = 500) -> bool:
+    """Index one chunk: the next backfill window or up to ``max_rows`` queued ids (one
+    transaction). Returns True when work remains; False when done, unavailable (no
+    objects, no FTS5, read-only, PostgreSQL) or stale; a quarantined or replaced handle
+    raises its sticky error. ``max_rows`` must be a positive int."""
+    if isinstance(max_rows, bool) or not isinstance(max_rows, int):
+        raise TypeError(f"max_rows must be an int, not {max_rows!r}")
+    if max_rows <= 0:
+        raise ValueError(f"max_rows must be positive, not {max_rows}")
+    backend = store.backend
+    if backend.dialect == "sqlite" and not backend.read_only:
+        backend.guard()  # quarantined / replaced / split WAL: the sticky error (storage §3.5)
+    if not _usable(backend):
+        return False
+    try:
+        if not backend_has_index(backend):
+            return False
+    except _IndexCorrupt as exc:
+        _mark_stale(backend, exc, 20.0)
+        return False
+    return _run_step(backend, max_rows, 20.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Search (spec §3.9.3)
+# ---------------------------------------------------------------------------------------
+
+
+def _prescan(conn: Connection, page: Callable[[str, str, str, str | None], str], matches: str,
+             where: str, sort: str | None, params: dict[str, Any]) -> list[Any] | None:
+    """The windowed pre-scan (storage §3.9.3): the page among the newest
+    :data:`PRESCAN_ROWS` ids when it fills the page or covers every id (older rows have
+    smaller ids), else None (the candidates answer). Not for ``oldest``."""
+    if sort == "oldest":
+        return None
+    top = conn.exec_driver_sql(q.MAX_MESSAGE_ID).scalar()
+    params["floor"] = (top or 0) - PRESCAN_ROWS
+    rows = conn.execute(sa.text(page(q.PRESCAN_RANGE, matches, where, sort)), params).fetchall()
+    return list(rows) if len(rows) >= params["limit"] or params["floor"] <= 0 else None
+
+
+def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
+                  filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
+                  sort: str | None) -> list[Any] | None:
+    """Hit rows (the search's nine columns) of the bigram route, or ``None`` when it is not
+    eligible here (objects absent, stale, a group without CJK; the caller checks FTS5) or the index fails
+    (logged; the caller answers through LIKE). The rows equal the core LIKE route over
+    ``groups`` restricted to the index's scope (no tool rows, trigram-eligible sessions), by
+    id. ``filters(params)`` binds the shared filters and returns their SQL."""
+    match = cjk_match_expression(groups)
+    if match is None or len(_present(conn)) < len(q.CJK_OBJECTS):
+        return None
+    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_META).fetchall())
+    if q.STALE_KEY in meta:
+        return None
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = pattern_where(groups, LIKE_COLS, params)
+    where = filters(params)
+    try:
+        rows = _prescan(conn, q.bigram_page, matches, where, sort, params)
+        if rows is not None:
+            return rows
+        gap = q.HIGH_WATER_KEY in meta
+        if gap:
+            params["high_water"] = int(meta[q.HIGH_WATER_KEY])
+            params["progress"] = int(meta.get(q.PROGRESS_KEY) or 0)
+        params["match"] = match
+        return list(conn.execute(sa.text(q.bigram_page(q.candidates(gap), matches, where,
+                                                       sort)), params).fetchall())
+    except sa.exc.DatabaseError as exc:
+        msg = str(exc.orig).lower()
+        if "locked" in msg or "busy" in msg:
+            raise
+        log.warning("CJK-bigram index unusable (%s); answering through LIKE", exc.orig)
+        return None
+
+
+def pg_gram_groups(groups: Sequence[Sequence[LikeTerm]]) -> list[list[str]] | None:
+    """PostgreSQL: per OR-group with a positive term, the grams a row must contain (a
+    one-letter run ⇒ the letter, a longer one ⇒ its pairs; the function indexes every
+    letter, so no prefix is needed); ``None`` when such a group has no CJK token."""
+    out = []
+    for group in groups:
+        positive = [t.text for t in group if not t.negated]
+        if not positive:
+            continue
+        grams: list[str] = []
+        for term in positive:
+            grams += [tok for tok, _prefix in cjk_index_tokens(term) if tok not in grams]
+        if not grams:
+            return None
+        out.append(grams)
+    return out or None
+
+
+#: PostgreSQL: the windowed pre-scan runs only when the gram statistics allow more than this
+#: many candidates (summed over the OR-groups): below, the candidates are cheaper than
+#: ``ILIKE`` over the newest :data:`PRESCAN_ROWS` rows (~12 ms, wasted when it does not fill
+#: the page — most 1–2-letter queries).
+PG_PRESCAN_MIN_ROWS = 2000
+
+
+def _pg_common(conn: Connection, grams: list[list[str]],
+               groups: Sequence[Sequence[LikeTerm]]) -> bool:
+    """Could the groups' matches be many (:data:`PG_PRESCAN_MIN_ROWS`)? True without
+    statistics (the pre-scan then decides, as before). A group whose term holds more than
+    CJK letters (``100%服务``, ``西ZfWe7``) counts for none: its grams bound its candidates,
+    not its matches, which the rest of the term makes rare — its pre-scan read 4,096 rows
+    (~7–11 ms) and did not fill the page."""
+    total = 0.0
+    positive = [[t.text for t in g if not t.negated] for g in groups]
+    for group, terms in zip(grams, [t for t in positive if t]):
+        if not all(_cjk_only(t) for t in terms):
+            continue
+        rows = element_rows(conn, CJK_GRAMS, group)
+        if rows is None:
+            return True
+        total += rows
+    return total > PG_PRESCAN_MIN_ROWS
+
+
+def _cjk_only(term: str) -> bool:
+    """True when ``term`` is CJK letters only (whitespace aside)."""
+    return "".join(_RUN_RE.findall(term)) == "".join(term.split())
+
+
+def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
+                     filters: Callable[[dict[str, Any]], str], limit: int, offset: int,
+                     sort: str | None) -> list[Any] | None:
+    """PostgreSQL twin of :func:`bigram_search` (the caller checked that the GIN index
+    exists): the windowed pre-scan, then the candidate ids of ``messages_cjk_grams`` verified
+    by the page in the same statement; ``None``
+    when a group has no CJK token (the caller answers through ILIKE). Same guarantee: the
+    rows equal the scoped ILIKE route by id."""
+    grams = pg_gram_groups(groups)
+    if grams is None:
+        return None
+    params: dict[str, Any] = {"limit": limit, "offset": offset}
+    matches = pattern_where(groups, ILIKE_COLS, params)
+    where = filters(params)
+    if _pg_common(conn, grams, groups):  # rare letters: 4,096 rows read for naught
+        rows = _prescan(conn, q.pg_bigram_page, matches, where, sort, params)
+        if rows is not None:
+            return rows
+    params.update({f"g{i}": g for i, g in enumerate(grams)})
+    return list(conn.execute(sa.text(q.pg_candidate_page(len(grams), matches, where, sort)),
+                             params).fetchall())

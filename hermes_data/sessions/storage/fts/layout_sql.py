@@ -1,0 +1,235 @@
+"""Statements of the legacy FTS layout migration, ``optimize-storage`` (spec
+sessions-ext-storage.md §3.6), and of search's gap supplement (§3.6, amending core §7.2).
+
+SQLite only; sent with ``exec_driver_sql`` (``?`` placeholders) except the gap page, which is
+a ``text()`` statement with named parameters like the other search pages. Every value is
+bound. Identifiers come only from the fixed names below, from the explicit shadow-table
+names of :data:`DEMOTE_SHADOW_TABLES`, or — for the teardown of ``fts_v22_trash_*`` tables
+— from names and key columns read from the catalogue and checked against
+:data:`TRASH_NAME` / :data:`IDENTIFIER` before they are quoted into a statement.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, _tri_row
+from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
+
+# ---------------------------------------------------------------------------------------
+# state_meta keys (§2.1)
+# ---------------------------------------------------------------------------------------
+
+HIGH_WATER_KEY = "fts_rebuild_high_water"
+PROGRESS_KEY = "fts_rebuild_progress"
+STORAGE_VERSION_KEY = "fts_storage_version"
+#: Upstream's advert flag: never written here, deleted at settle.
+ADVERT_KEY = "fts_optimize_available"
+#: CJK-bigram keys that make the migration worth running (its backfill, its stale flag).
+CJK_WORK_KEYS = ("cjk_bigram_high_water", "cjk_bigram_stale")
+TEARDOWN_PREFIX = "fts_teardown_"
+TEARDOWN_SUFFIX = "_progress"
+#: Prefix of the demoted shadow tables (upstream's name, so mixed hosts drain each other's).
+TRASH_PREFIX = "fts_v22_trash_"
+
+#: The backfill markers as stored (key, value).
+READ_MARKERS = ("SELECT key, value FROM state_meta WHERE key IN "
+                f"('{HIGH_WATER_KEY}', '{PROGRESS_KEY}')")
+#: Every key the availability check and the settle read (key, value).
+READ_STORAGE_META = ("SELECT key, value FROM state_meta WHERE key IN "
+                     f"('{HIGH_WATER_KEY}', '{PROGRESS_KEY}', '{STORAGE_VERSION_KEY}', "
+                     f"'{ADVERT_KEY}', 'fts_stale', '{CJK_WORK_KEYS[0]}', '{CJK_WORK_KEYS[1]}')")
+#: Set one state_meta key (key, value).
+SET_META = ("INSERT INTO state_meta(key, value) VALUES (?, ?) "
+            "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+#: One state_meta value (key).
+READ_META_VALUE = "SELECT value FROM state_meta WHERE key = ?"
+#: Delete one state_meta key (key).
+DELETE_META = "DELETE FROM state_meta WHERE key = ?"
+#: Delete both backfill markers.
+DELETE_MARKERS = f"DELETE FROM state_meta WHERE key IN ('{HIGH_WATER_KEY}', '{PROGRESS_KEY}')"
+#: The teardown markers (key).
+TEARDOWN_KEYS = (f"SELECT key FROM state_meta WHERE key GLOB '{TEARDOWN_PREFIX}*"
+                 f"{TEARDOWN_SUFFIX}'")
+
+# ---------------------------------------------------------------------------------------
+# Reading the layout
+# ---------------------------------------------------------------------------------------
+
+#: The largest message id (NULL on an empty table).
+MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
+#: Probe: does ``messages`` hold a row?
+MESSAGES_NONEMPTY = "SELECT 1 FROM messages LIMIT 1"
+#: Probe: does the unicode61 index hold a document (external content: one docsize row each)?
+BASE_DOCSIZE_NONEMPTY = "SELECT 1 FROM messages_fts_docsize LIMIT 1"
+#: The trash tables in drain order (name, sql).
+TRASH_TABLES = (f"SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name GLOB "
+                f"'{TRASH_PREFIX}*' ORDER BY name")
+#: Probe: is any trash table left?
+TRASH_EXISTS = (f"SELECT 1 FROM sqlite_master WHERE type = 'table' AND name GLOB "
+                f"'{TRASH_PREFIX}*' LIMIT 1")
+#: Every table name of the file (the demote's collision check).
+TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+#: Every schema object name of the file.
+SCHEMA_NAMES = "SELECT name FROM sqlite_master"
+
+# ---------------------------------------------------------------------------------------
+# Bookkeeping and the demote (§3.6 steps 2–3)
+# ---------------------------------------------------------------------------------------
+
+#: Empty the external-content indexes (a high water without progress: restart the backfill).
+DELETE_ALL = {
+    "messages_fts": "INSERT INTO messages_fts(messages_fts) VALUES ('delete-all')",
+    "messages_fts_trigram": "INSERT INTO messages_fts_trigram(messages_fts_trigram) "
+                            "VALUES ('delete-all')",
+}
+#: The shadow tables of the two FTS tables, by explicit name (a pattern once swept
+#: upstream's ``messages_fts_cjk*`` into the trash and broke it, #103647).
+DEMOTE_SHADOW_TABLES = tuple(t + s for t in FTS_VIRTUAL_TABLES for s in FTS_SHADOW_SUFFIXES)
+#: Drop one FTS trigger / source view (fixed names).
+DROP_TRIGGERS = tuple(f"DROP TRIGGER IF EXISTS {name}" for name in FTS_TRIGGERS)
+DROP_VIEWS = tuple(f"DROP VIEW IF EXISTS {name}" for name in FTS_VIEWS)
+#: ``writable_schema`` around the catalogue edit; RESET makes the connection re-read it.
+WRITABLE_SCHEMA_ON = "PRAGMA writable_schema = ON"
+WRITABLE_SCHEMA_RESET = "PRAGMA writable_schema = RESET"
+WRITABLE_SCHEMA_OFF = "PRAGMA writable_schema = OFF"
+#: The schema cookie (read before the catalogue edit of the two-step shape).
+SCHEMA_COOKIE = "PRAGMA schema_version"
+
+
+def set_schema_cookie(value: int) -> str:
+    """Move the schema cookie (masked to 31 bits) so every connection re-reads the catalogue
+    after a ``writable_schema`` edit without RESET."""
+    return f"PRAGMA schema_version = {int(value) & 0x7FFFFFFF}"
+
+
+#: Forget the two virtual tables without touching their (large) shadow tables.
+DELETE_VTAB_ROWS = ("DELETE FROM sqlite_master WHERE type = 'table' AND name IN "
+                    "('messages_fts', 'messages_fts_trigram')")
+
+
+def rename_to_trash(name: str, target: str) -> str:
+    """``ALTER TABLE <shadow> RENAME TO <trash>`` for an explicit shadow-table name."""
+    if name not in DEMOTE_SHADOW_TABLES or not TRASH_NAME.match(target):
+        raise ValueError(f"refusing to rename {name!r} to {target!r}")
+    return f'ALTER TABLE "{name}" RENAME TO "{target}"'
+
+
+# ---------------------------------------------------------------------------------------
+# The backfill (fts_rebuild_step) and its finish
+# ---------------------------------------------------------------------------------------
+
+#: Index the rows of one id window (low, high] in ``messages_fts`` from its source view.
+BACKFILL_BASE = ("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
+                 "SELECT id, content, tool_name, tool_calls FROM messages_fts_src "
+                 "WHERE id > ? AND id <= ? ORDER BY id")
+#: The same for ``messages_fts_trigram`` (its view holds the eligible rows only).
+BACKFILL_TRIGRAM = ("INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
+                    "SELECT id, content, tool_name FROM messages_fts_trigram_src "
+                    "WHERE id > ? AND id <= ? ORDER BY id")
+#: Finish: index the rows of (low, high] that have no document yet (anti-join on docsize).
+FINISH_BASE = ("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) "
+               "SELECT s.id, s.content, s.tool_name, s.tool_calls FROM messages_fts_src s "
+               "WHERE s.id > ? AND s.id <= ? AND NOT EXISTS "
+               "(SELECT 1 FROM messages_fts_docsize d WHERE d.id = s.id) ORDER BY s.id")
+#: The same for the trigram index, eligible rows only (TRI_ROW).
+FINISH_TRIGRAM = ("INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
+                  "SELECT m.id, m.content, m.tool_name FROM messages m "
+                  f"WHERE m.id > ? AND m.id <= ? AND {_tri_row('m')} AND NOT EXISTS "
+                  "(SELECT 1 FROM messages_fts_trigram_docsize d WHERE d.id = m.id) "
+                  "ORDER BY m.id")
+#: Probe: is a table present (name)?
+TABLE_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?"
+
+# ---------------------------------------------------------------------------------------
+# The teardown of fts_v22_trash_* (O(n): key-ordered chunks after a persisted marker)
+# ---------------------------------------------------------------------------------------
+
+#: A trash table name (anything else is never formatted into a statement).
+TRASH_NAME = re.compile(r"^fts_v22_trash_[A-Za-z0-9_]+$")
+#: A plain column name of a trash table's key.
+IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _trash(name: str) -> str:
+    if not TRASH_NAME.match(name):
+        raise ValueError(f"not a trash table name: {name!r}")
+    return f'"{name}"'
+
+
+def _cols(keys: Sequence[str]) -> list[str]:
+    for k in keys:
+        if k != "rowid" and not IDENTIFIER.match(k):
+            raise ValueError(f"not a plain key column: {k!r}")
+    return ["rowid" if k == "rowid" else f'"{k}"' for k in keys]
+
+
+def table_info(name: str) -> str:
+    """``PRAGMA table_info`` of a trash table (its key columns: ``pk`` > 0)."""
+    return f"PRAGMA table_info({_trash(name)})"
+
+
+def _after(cols: list[str], marked: bool) -> str:
+    if not marked:
+        return ""
+    if len(cols) == 1:
+        return f"WHERE {cols[0]} > ?"
+    return f"WHERE ({', '.join(cols)}) > ({', '.join('?' * len(cols))})"
+
+
+def trash_chunk_keys(name: str, keys: Sequence[str], marked: bool) -> str:
+    """The keys of the next chunk of a trash table in key order (bound: the marker's key
+    values when ``marked``, then the chunk size)."""
+    cols = _cols(keys)
+    return (f"SELECT {', '.join(cols)} FROM {_trash(name)} {_after(cols, marked)} "
+            f"ORDER BY {', '.join(cols)} LIMIT ?")
+
+
+def trash_delete_range(name: str, keys: Sequence[str], marked: bool) -> str:
+    """Delete one chunk: keys after the marker (bound first when ``marked``) up to and
+    including the chunk's last key (bound last)."""
+    cols = _cols(keys)
+    after = _after(cols, marked)
+    upto = (f"{cols[0]} <= ?" if len(cols) == 1
+            else f"({', '.join(cols)}) <= ({', '.join('?' * len(cols))})")
+    where = f"{after} AND {upto}" if after else f"WHERE {upto}"
+    return f"DELETE FROM {_trash(name)} {where}"
+
+
+def drop_trash(name: str) -> str:
+    """Drop an emptied trash table."""
+    return f"DROP TABLE IF EXISTS {_trash(name)}"
+
+
+# ---------------------------------------------------------------------------------------
+# Gap supplement of search (rows of the backfill window are not in the index yet)
+# ---------------------------------------------------------------------------------------
+
+
+def gap_page(matches: str, where: str, sort: str | None, *, scoped: bool = False) -> str:
+    """LIKE hits of the unindexed window ``(:gap_lo, :gap_hi]`` (``matches`` from
+    ``pattern_where``, ``where`` from ``filter_where``), newest first (oldest first for
+    ``sort='oldest'``), with the LIKE snippet as a ninth column; ``m.content`` is never
+    selected whole. ``scoped``: only the rows the trigram index holds (the trigram route)."""
+    d = "ASC" if sort == "oldest" else "DESC"
+    scope = f"m.role <> 'tool' AND {TRI_SESSION_S} AND " if scoped else ""
+    return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {scope}m.id > :gap_lo AND m.id <= :gap_hi AND ({matches}) AND {where} "
+            f"ORDER BY m.timestamp {d}, m.id {d} LIMIT :limit OFFSET :offset")
+
+
+def fts_match_count(table: str, where: str) -> str:
+    """How many rows ``table MATCH :q`` finds under the filters, counted up to ``:bound``
+    only (the offset a gap page must skip)."""
+    if table not in FTS_VIRTUAL_TABLES:
+        raise ValueError(f"unknown FTS table {table!r}")
+    return (f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} JOIN messages m ON m.id = "
+            f"{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q "
+            f"AND {where} LIMIT :bound)")
+
+
+def trash_count(name: str) -> str:
+    """Rows left in a trash table (the teardown's percentage; read once)."""
+    return f"SELECT COUNT(*) FROM {_trash(name)}"

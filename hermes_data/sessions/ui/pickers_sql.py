@@ -1,0 +1,69 @@
+"""Statements of the session pickers (spec sessions-ext-ui.md §3.6, §4.7): the MRU list for
+``hermes -c`` / ``--resume`` with its workspace match. Every value is bound."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from sqlalchemy import text
+from sqlalchemy.sql.elements import TextClause
+
+from hermes_data.sessions.core.sql import SESSION_ROW_COLS, quote_ident
+from hermes_data.sessions.sql.predicates import J, last_active
+
+#: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
+_REPO = ("CASE WHEN rtrim(trim(s.git_repo_root), '/\\') = '' THEN trim(s.git_repo_root) "
+         "ELSE rtrim(trim(s.git_repo_root), '/\\') END")
+#: WS_MATCH(s, :ws): the repository root, or (no root) the escaped cwd prefix (core §7.5).
+WS_MATCH = (f"({_REPO} = :ws OR (trim(COALESCE(s.git_repo_root, '')) = '' AND "
+            "(s.cwd = :ws OR s.cwd LIKE :ws_slash ESCAPE '\\' "
+            "OR s.cwd LIKE :ws_bslash ESCAPE '\\')))")
+
+
+@lru_cache(maxsize=None)
+def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
+                    include_archived: bool, include_delegates: bool) -> TextClause:
+    """Sessions by ``LAST_ACTIVE`` (NULL last), then start and id, newest first; the
+    session-row columns, the resolved prompt and the activity (:limit, :offset)."""
+    conds = []
+    if with_source:
+        conds.append("s.source = :source")
+    if with_workspace:
+        conds.append(WS_MATCH)
+    if not include_archived:
+        conds.append("COALESCE(s.archived, 0) = 0")
+    if not include_delegates:
+        conds.append(f"{J('s.model_config', '_delegate_from', dialect)} IS NULL")
+    where = " AND ".join(conds) or "1 = 1"
+    nulls = " NULLS LAST" if dialect == "postgresql" else ""
+    cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
+    return text(f"SELECT {cols}, COALESCE(sp.prompt, s.system_prompt), a.la FROM "
+                f"(SELECT s.id AS sid, {last_active('s')} AS la FROM sessions s WHERE {where}) a "
+                "JOIN sessions s ON s.id = a.sid "
+                "LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash "
+                f"ORDER BY a.la DESC{nulls}, s.started_at DESC, s.id DESC "
+                "LIMIT :limit OFFSET :offset")
+
+
+@lru_cache(maxsize=None)
+def id_candidates(tier: str, include_archived: bool) -> TextClause:
+    """Session ids matching :needle (lower-cased) exactly, as a prefix (:pattern) or as a
+    substring (:pattern), freshest first (:n); hidden sessions never match."""
+    cond = {"exact": "lower(s.id) = :needle",
+            "prefix": "lower(s.id) LIKE :pattern ESCAPE '\\'",
+            "substring": "lower(s.id) LIKE :pattern ESCAPE '\\'"}[tier]
+    archived = "" if include_archived else " AND s.archived = 0"
+    return text(f"SELECT s.id FROM sessions s WHERE {cond} AND s.hidden = 0{archived} "
+                "ORDER BY COALESCE(s.last_activity_at, s.started_at) DESC, s.id DESC LIMIT :n")
+
+
+def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> TextClause:
+    """Session-row columns of :i0 … (``count`` ids), the resolved prompt unless ``compact``
+    (then neither the prompt column nor ``system_prompts`` is read), then ``extras`` (catalogue
+    names, quoted)."""
+    cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
+    prompt = "" if compact else ", COALESCE(sp.prompt, s.system_prompt)"
+    join = "" if compact else " LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash"
+    extra = "".join(f", s.{quote_ident(c)}" for c in extras)
+    ids = ", ".join(f":i{i}" for i in range(count))
+    return text(f"SELECT {cols}{prompt}{extra} FROM sessions s{join} WHERE s.id IN ({ids})")

@@ -1,0 +1,250 @@
+"""Delete, prune, archive, auto-maintenance and VACUUM (spec sessions.md §7.4–§7.6, §10 #44–#47)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from hermes_data.sessions.core import maintenance as mt
+from hermes_data.sessions.backends.sql import PG_MAINTENANCE_LOCK_KEY
+
+OLD = time.time() - 200 * 86400
+
+
+def _session(store, sid, *, ended=True, started=OLD, **cols):
+    store.create_session(sid, cols.pop("source", "cli"), cwd=cols.pop("cwd", None))
+    sets = {"started_at": started, **cols}
+    if ended:
+        sets.update(ended_at=started + 10, end_reason=sets.get("end_reason", "user_exit"))
+    with store.engine.begin() as c:
+        c.exec_driver_sql(f"UPDATE sessions SET {', '.join(f'{k} = ?' for k in sets)} WHERE id = ?",
+                          (*sets.values(), sid))
+
+
+def test_cwd_prefix_is_escaped_sibling_directories_are_spared(store):
+    for sid, cwd in [("target", "/home/me/my_project"), ("child", "/home/me/my_project/src"),
+                     ("sibling", "/home/me/myXproject/src"), ("longer", "/home/me/my_project2"),
+                     ("win", "C:\\w\\my_proj\\x"), ("winsib", "C:\\w\\myXproj\\x")]:
+        _session(store, sid, cwd=cwd)
+    got = {c.id for c in mt.list_prune_candidates(store, cwd_prefix="/home/me/my_project/")}
+    assert got == {"target", "child"}
+    assert {c.id for c in mt.list_prune_candidates(store, cwd_prefix="C:\\w\\my_proj")} == {"win"}
+    assert mt.prune_sessions(store, cwd_prefix="/home/me/my_project") == 2
+    assert store.get_session("sibling") is not None and store.get_session("longer") is not None
+
+
+def test_prune_spares_open_pinned_and_guarded_sessions_and_orphans_children(store):
+    _session(store, "old")
+    _session(store, "open", ended=False)
+    _session(store, "pinned", pinned=1)
+    _session(store, "locked")
+    _session(store, "recent", started=time.time())
+    store.create_session("kid", "cli", parent_session_id="old", system_prompt="p1")
+    store.append_message("old", "user", "bye")
+    with store.engine.begin() as c:
+        c.exec_driver_sql("UPDATE sessions SET started_at = ?, ended_at = ? WHERE id = 'old'",
+                          (OLD, OLD))
+        c.exec_driver_sql("UPDATE messages SET timestamp = ? WHERE session_id = 'old'", (OLD,))
+        c.exec_driver_sql("INSERT INTO compression_locks VALUES ('locked', 'x', ?, ?)",
+                          (time.time(), time.time() + 600))
+    assert mt.count_prune_matches(store) == 2  # old, locked (pinned and open excluded)
+    assert mt.count_open_prune_matches(store) == 1
+    assert [c.id for c in mt.list_prune_candidates(store, include_pinned=True)] \
+        and mt.count_prune_matches(store, include_pinned=True) == 3
+    assert mt.prune_sessions(store, exclude_active_write_guards=True) == 1
+    with store.engine.connect() as conn:  # closed: a leaked read would block the next TRUNCATE
+        ids = {r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")}
+    assert ids == {"open", "pinned", "locked", "recent", "kid"}
+    assert store.get_session("kid").parent_session_id is None  # orphaned, not deleted
+    assert store.get_messages("old") == []
+
+
+def test_prune_of_more_than_900_ids_and_linear_steps(store):
+    def steps_to_prune(n: int, tag: str) -> int:
+        with store.engine.begin() as c:
+            c.exec_driver_sql(
+                "INSERT INTO sessions (id, source, started_at, ended_at, end_reason) "
+                "VALUES (?, 'cli', ?, ?, 'x')", [(f"{tag}{i:06d}", OLD, OLD) for i in range(n)])
+        if store.engine.dialect.name == "postgresql":  # no VM-step counter: count rows only
+            assert mt.prune_sessions(store, source="cli") == n
+            return 0
+        count = [0]
+        store.backend._raw.set_progress_handler(lambda: count.__setitem__(0, count[0] + 1), 100)
+        try:
+            assert mt.prune_sessions(store, source="cli") == n
+        finally:
+            store.backend._raw.set_progress_handler(None, 0)
+        return count[0]
+
+    small, large = steps_to_prune(2000, "a"), steps_to_prune(8000, "b")
+    with store.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT COUNT(*) FROM sessions").scalar() == 0
+    if store.engine.dialect.name == "sqlite":
+        assert large < 4 * small * 1.5, (small, large)  # O(n): 4x rows, ~4x steps (not 16x)
+
+
+def test_delete_session_takes_delegates_and_honours_the_fence(store, tmp_path):
+    store.create_session("p", "cli")
+    store.create_child_session("p", "d1", "delegate")
+    store.create_child_session("d1", "d2", "delegate")
+    store.create_child_session("p", "b", "branch")
+    (tmp_path / "p.jsonl").write_text("x")
+    (tmp_path / "request_dump_p_1.json").write_text("x")
+    assert not mt.delete_session(store, "p", expected_delete_ids={"p", "d1"})
+    assert mt.delete_session(store, "p", sessions_dir=tmp_path, expected_delete_ids={"p", "d1", "d2"})
+    assert store.get_session("d2") is None and store.get_session("b").parent_session_id is None
+    assert not list(tmp_path.glob("*p*.json*"))
+
+
+def test_archive_archives_whole_lineages_idempotently(store):
+    _session(store, "a1")
+    _session(store, "a2", source="telegram")
+    assert mt.archive_sessions(store, source="cli") == 1
+    assert store.get_session("a1").archived and not store.get_session("a2").archived
+    assert mt.archive_sessions(store, source="cli") == 0
+
+
+def _hold_maintenance_lock(store):
+    """Another process holding the auto-maintenance lock: the lock file's flock on SQLite,
+    the advisory lock on PostgreSQL. Returns the Popen; write a line to its stdin to end it."""
+    if store.engine.dialect.name == "postgresql":
+        code = textwrap.dedent(f"""
+            import sys, sqlalchemy as sa
+            e = sa.create_engine(sys.argv[1])
+            with e.connect() as c:
+                c.exec_driver_sql("SELECT pg_advisory_lock({PG_MAINTENANCE_LOCK_KEY})")
+                c.commit()
+                print("locked", flush=True)
+                sys.stdin.readline()
+            """)
+        arg = store.url.render_as_string(hide_password=False)
+    else:
+        code = textwrap.dedent("""
+            import fcntl, os, sys
+            fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            print("locked", flush=True)
+            sys.stdin.readline()
+            """)
+        arg = f"{store.path}.auto-maintenance.lock"
+    holder = subprocess.Popen([sys.executable, "-c", code, arg], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    return holder
+
+
+def _last_vacuum_of_messages(store):
+    with store.engine.connect() as c:
+        c.exec_driver_sql("SELECT pg_stat_clear_snapshot()")
+        return c.exec_driver_sql("SELECT last_vacuum FROM pg_stat_user_tables "
+                                 "WHERE relname = 'messages'").scalar()
+
+
+def test_auto_maintenance_interval_lock_vacuum_gate_and_errors(store):
+    pg = store.engine.dialect.name == "postgresql"
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert r == {"skipped": False, "pruned": 0, "closed": 0, "vacuumed": False}
+    assert store.get_meta("last_auto_prune") is not None  # recorded with nothing pruned
+    assert mt.maybe_auto_prune_and_vacuum(store)["skipped"]  # within 24 h
+    store.set_meta("last_auto_prune", str(time.time() - 2 * 86400))
+    holder = _hold_maintenance_lock(store)
+    assert mt.maybe_auto_prune_and_vacuum(store)["skipped"]
+    holder.stdin.write("\n")
+    holder.stdin.flush()
+    holder.wait(timeout=10)
+    # Many pruned rows with big messages: freelist ratio well above 0.25 ⇒ VACUUM.
+    store.create_session("big", "cli")
+    store.append_messages_batch("big", [{"role": "user", "content": "x" * 4000}] * 300)
+    with store.engine.begin() as c:
+        c.exec_driver_sql("UPDATE sessions SET started_at = ?, ended_at = ?, end_reason = 'x' "
+                          "WHERE id = 'big'", (OLD, OLD))
+        c.exec_driver_sql("UPDATE messages SET timestamp = ?", (OLD,))
+    before = mt.logical_size_bytes(store)
+    assert before > 0
+    vacuumed_before = _last_vacuum_of_messages(store) if pg else None
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert r["pruned"] == 1 and r["vacuumed"] and store.get_meta("last_vacuum")
+    if pg:
+        # No freelist on PostgreSQL; VACUUM (ANALYZE) really ran (autocommit) on the tables.
+        assert r["freelist_ratio"] is None
+        assert _last_vacuum_of_messages(store) not in (None, vacuumed_before)
+    else:
+        assert r["freelist_ratio"] > 0.25 and mt.logical_size_bytes(store) < before
+    store.set_meta("last_auto_prune", "not a number")
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert "error" in r and "ValueError" in r["error"]
+
+
+def test_vacuum_skipped_at_exactly_the_ratio_and_within_the_interval(store):
+    if store.engine.dialect.name == "sqlite":  # the freelist gate is SQLite's
+        _session(store, "gone")
+        store.set_meta("last_auto_prune", "0")
+        r = mt.maybe_auto_prune_and_vacuum(store, min_vacuum_freelist_ratio=1.0)
+        assert r["pruned"] == 1 and not r["vacuumed"] and r["freelist_ratio"] <= 1.0
+    _session(store, "gone2")
+    store.set_meta("last_auto_prune", "0")
+    store.set_meta("last_vacuum", str(time.time()))
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert r["pruned"] == 1 and not r["vacuumed"] and "freelist_ratio" not in r
+
+
+def test_vacuum_directly_reports_sizes(store):
+    store.create_session("s", "cli")
+    store.append_messages_batch("s", [{"role": "user", "content": "y" * 2000}] * 50)
+    out = mt.vacuum(store)
+    assert out["before_bytes"] > 0 and out["after_bytes"] > 0
+    assert out["reclaimed_bytes"] == out["before_bytes"] - out["after_bytes"]
+    assert [m.content for m in store.get_messages("s")][:1] == ["y" * 2000]
+
+
+def test_stale_open_cron_session_is_closed_then_deleted_a_window_later(store):
+    _session(store, "cron1", ended=False, source="cron")
+    _session(store, "tg", ended=False, source="telegram")
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert r["closed"] == 1 and r["pruned"] == 0
+    assert store.get_session("cron1").end_reason == "startup_orphan_reap"
+    assert store.get_session("tg").ended_at is None
+    store.set_meta("last_auto_prune", "0")
+    assert mt.maybe_auto_prune_and_vacuum(store)["pruned"] == 0  # swept rows age from the close
+    with store.engine.begin() as c:
+        c.exec_driver_sql("UPDATE sessions SET ended_at = ? WHERE id = 'cron1'", (OLD,))
+    store.set_meta("last_auto_prune", "0")
+    assert mt.maybe_auto_prune_and_vacuum(store)["pruned"] == 1
+    assert store.get_session("tg") is not None
+
+
+def test_unknown_filter_is_rejected(store):
+    with pytest.raises(ValueError, match="bogus"):
+        mt.count_prune_matches(store, bogus=1)
+
+
+def test_cli_prune_dry_run_then_apply_and_export_jsonl(tmp_path, capsys):
+    import json
+
+    from hermes_data.cli import main
+    from hermes_data.sessions.store import SessionStore
+
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        _session(s, "old")
+        s.create_session("keep", "cli")
+        s.append_messages_batch("keep", [{"role": "user", "content": f"m{i}"} for i in range(7)])
+    assert main(["prune", "--url", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "old" in out and "1 session(s) would be deleted" in out
+    with SessionStore(path) as s:
+        assert s.get_session("old") is not None  # dry run deleted nothing
+    assert main(["prune", "--url", str(path), "--apply"]) == 0
+    assert "deleted 1 session(s)" in capsys.readouterr().out
+    dest = tmp_path / "keep.jsonl"
+    assert main(["export", "keep", "--url", str(path), "-o", str(dest), "--page-size", "3"]) == 0
+    lines = [json.loads(x) for x in dest.read_text().splitlines()]
+    assert [m["content"] for m in lines] == [f"m{i}" for i in range(7)]
+    assert "exported 7" in capsys.readouterr().err
+    assert main(["vacuum", "--url", str(path)]) == 0
