@@ -176,7 +176,7 @@ def bench_up_to_date(workdir: Path, runs: int) -> None:
             raise SystemExit(f"{argv} failed: {proc.stderr}")
         return elapsed
 
-    cli = [sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store", "telemetry",
+    cli = [sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
            "--url", str(db)]
     baseline = [sys.executable, "-c",
                 "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "

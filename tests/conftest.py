@@ -174,7 +174,7 @@ def copy_fixture(relpath: str, dest_dir: Path) -> Path:
 def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run ``hermes-data`` in a fresh interpreter (real process, real imports)."""
     return subprocess.run(
-        [sys.executable, "-m", "hermes_data.cli.app", *args],
+        [sys.executable, "-m", "hermes_data.cli", *args],
         capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})},
         cwd=str(REPO),
     )

@@ -139,7 +139,7 @@ def _assert_one_line(proc: subprocess.CompletedProcess, names: str) -> str:
 @pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
 def test_bad_input_is_one_line_exit_2(case, tmp_path):
     args, names = CASES[case](tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli.app", *args], cwd=tmp_path,
+    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli", *args], cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
     line = _assert_one_line(proc, names)
     # The line says what is wrong, not only where.
@@ -179,7 +179,7 @@ def test_full_disk_via_a_file_size_limit(tmp_path):
     """A write limit of 64 KiB (RLIMIT_FSIZE, in the child process only) stops the upgrade of a
     fresh telemetry store midway: one line naming the file, exit 2, nothing half-applied."""
     db = tmp_path / "telemetry.db"
-    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store",
+    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli", "upgrade", "--store",
                            "telemetry", "--url", str(db)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120, preexec_fn=_limit_file_size(64 * 1024))
     line = _assert_one_line(proc, str(db))
@@ -265,7 +265,7 @@ def test_alembic_sessions_check_reads_clean(tmp_path):
 def test_closed_pipe_is_quiet(tmp_path):
     """``hermes-data status --json | head``: the reader is gone before the command writes;
     the command stops without a traceback or a BrokenPipeError message."""
-    proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", "status", "--json"],
+    proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli", "status", "--json"],
                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             env={**os.environ, "HERMES_HOME": str(tmp_path)})
     proc.stdout.close()  # the reader goes away at once

@@ -45,7 +45,7 @@ def test_optimize_storage_settles_a_legacy_file(tmp_path):
 def _run_on_a_terminal(*args: str, timeout: float = 120) -> tuple[int, str, str]:
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", *args], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli", *args], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
     finally:
         os.close(slave)

@@ -26,7 +26,7 @@ def _run_on_a_terminal(*args: str, timeout: float = 300) -> tuple[int, str, str]
     """Run ``hermes-data ARGS`` with stderr on a pty; return (exit code, stdout, terminal text)."""
     master, slave = pty.openpty()
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", *args], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, "-m", "hermes_data.cli", *args], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
     finally:
         os.close(slave)
@@ -86,7 +86,7 @@ def test_no_progress_with_json_even_on_a_terminal(tmp_path):
 
 def test_no_progress_when_stderr_is_not_a_terminal(tmp_path):
     db = _large_legacy(tmp_path, rows=1000)
-    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store",
+    proc = subprocess.run([sys.executable, "-m", "hermes_data.cli", "upgrade", "--store",
                            "telemetry", "--url", str(db)], cwd=REPO, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

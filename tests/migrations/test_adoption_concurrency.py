@@ -197,7 +197,7 @@ def test_adoption_beside_a_live_inserter_loses_no_row(tmp_path, name):
         with reader.cond:
             before = len(reader.ids)
         upgrade = subprocess.run(
-            [sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store", "telemetry",
+            [sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
              "--url", str(db), "--json"],
             cwd=REPO, capture_output=True, text=True, timeout=240)
         with reader.cond:

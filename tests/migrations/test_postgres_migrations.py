@@ -78,7 +78,7 @@ def test_downgrade_refused_on_postgres(pg_url):
 
 
 def test_concurrent_upgrades_serialize_on_the_advisory_lock(pg_url):
-    procs = [subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store", "telemetry",
+    procs = [subprocess.Popen([sys.executable, "-m", "hermes_data.cli", "upgrade", "--store", "telemetry",
                                "--url", pg_url], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for _ in range(8)]
     results = [p.communicate(timeout=180) + (p.returncode,) for p in procs]

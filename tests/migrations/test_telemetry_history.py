@@ -227,7 +227,7 @@ CONCURRENT_UPGRADERS = 8
 def test_eight_processes_upgrade_one_missing_file(tmp_path):
     db = tmp_path / "sub" / "telemetry.db"
     procs = [
-        subprocess.Popen([sys.executable, "-m", "hermes_data.cli.app", "upgrade", "--store",
+        subprocess.Popen([sys.executable, "-m", "hermes_data.cli", "upgrade", "--store",
                           "telemetry", "--url", str(db)], cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(CONCURRENT_UPGRADERS)

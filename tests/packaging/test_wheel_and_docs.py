@@ -149,7 +149,7 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     assert len(blocks) >= 3
     assert "~/.hermes" not in "".join(blocks), "an example hard-codes the default location"
-    upgrade = subprocess.run([sys.executable, "-m", "hermes_data.cli.app", "upgrade"], cwd=cwd,
+    upgrade = subprocess.run([sys.executable, "-m", "hermes_data.cli", "upgrade"], cwd=cwd,
                              capture_output=True, text=True, timeout=300)
     assert upgrade.returncode == 0, upgrade.stderr
     printed: list[str] = []
