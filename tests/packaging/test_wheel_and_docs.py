@@ -82,10 +82,11 @@ def test_every_cli_command_is_documented_in_readme():
         assert re.search(rf"hermes-data {name}\b", readme), f"README does not document `hermes-data {name}`"
 
 
-def _readme_synopsis() -> dict[str, str]:
-    """``hermes-data`` command → its synopsis text (continuation lines included)."""
-    readme = (REPO / "README.md").read_text()
-    section = readme[readme.index("## Command line"):readme.index("## Alembic")]
+def _cli_synopsis() -> dict[str, str]:
+    """``hermes-data`` command → its synopsis text in docs/cli.md (continuation lines included)."""
+    page = (REPO / "docs" / "cli.md").read_text()
+    start = page.index("## Synopsis")
+    section = page[start:page.index("\n## ", start + 1)]
     block = re.search(r"```\n(.*?)```", section, re.S).group(1)
     out: dict[str, str] = {}
     current = None
@@ -99,15 +100,16 @@ def _readme_synopsis() -> dict[str, str]:
     return out
 
 
-def test_every_cli_option_is_in_the_readme_synopsis_and_has_help():
-    """The README's synopsis line of each command names every option of that command (and every
-    choice), and ``--help`` explains each one — an option without help text is undocumented."""
-    synopsis = _readme_synopsis()
+def test_every_cli_option_is_in_the_docs_synopsis_and_has_help():
+    """The synopsis line of each command in docs/cli.md names every option of that command (and
+    every choice), and ``--help`` explains each one — an option without help text is
+    undocumented."""
+    synopsis = _cli_synopsis()
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     for name, command in sub.choices.items():
         text = synopsis.get(name)
-        assert text, f"README synopsis lacks `hermes-data {name}`"
+        assert text, f"docs/cli.md synopsis lacks `hermes-data {name}`"
         for action in command._actions:
             if action.dest in ("help", "verbose"):
                 continue
@@ -115,9 +117,9 @@ def test_every_cli_option_is_in_the_readme_synopsis_and_has_help():
             assert action.help, f"{where} has no help text"
             if action.option_strings:
                 assert any(re.search(rf"{re.escape(o)}\b", text) for o in action.option_strings), \
-                    f"README synopsis lacks {where}"
+                    f"docs/cli.md synopsis lacks {where}"
                 for choice in action.choices or ():
-                    assert choice in text, f"README synopsis lacks {where} {choice}"
+                    assert choice in text, f"docs/cli.md synopsis lacks {where} {choice}"
 
 
 def test_top_level_help_is_plain_text():
@@ -135,9 +137,14 @@ def test_readme_test_command_is_what_ci_runs():
         "hermes-data upgrade && hermes-data status" in ci
 
 
+#: Guide pages whose ```python blocks run as written, like the README's (the examples moved there
+#: from the README).
+DOC_EXAMPLE_PAGES = ("docs/configuration.md", "docs/telemetry-api.md", "docs/sessions-guide.md")
+
+
 def test_readme_python_examples_run(tmp_path, monkeypatch):
-    """Every ```python block of the README runs as written, against the stores at the configured
-    default location: with HERMES_HOME at a scratch directory (and HOME and the working directory
+    """Every ```python block of the README and of the guide pages in DOC_EXAMPLE_PAGES runs as
+    written, against the stores at the configured default location: with HERMES_HOME at a scratch directory (and HOME and the working directory
     elsewhere), after the documented `hermes-data upgrade`, nothing is created outside HERMES_HOME."""
     home, user_home, cwd = tmp_path / "hermes-home", tmp_path / "home", tmp_path / "cwd"
     for d in (home, user_home, cwd):
@@ -146,15 +153,19 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(user_home))
     monkeypatch.chdir(cwd)
     readme = (REPO / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    blocks = [("README.md", b) for b in re.findall(r"```python\n(.*?)```", readme, re.S)]
     assert len(blocks) >= 3
-    assert "~/.hermes" not in "".join(blocks), "an example hard-codes the default location"
+    for page in DOC_EXAMPLE_PAGES:
+        found = re.findall(r"```python\n(.*?)```", (REPO / page).read_text(), re.S)
+        assert found, f"{page} has no Python example"
+        blocks += [(page, b) for b in found]
+    assert "~/.hermes" not in "".join(b for _, b in blocks), "an example hard-codes the default location"
     upgrade = subprocess.run([sys.executable, "-m", "hermes_data.cli", "upgrade"], cwd=cwd,
                              capture_output=True, text=True, timeout=300)
     assert upgrade.returncode == 0, upgrade.stderr
     printed: list[str] = []
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"),
+    for source, block in blocks:
+        exec(compile(block, source, "exec"),
              {"print": lambda *a, **k: printed.append(" ".join(map(str, a)))})
     assert any(str(home / "state.db") in line for line in printed)
     assert list(user_home.iterdir()) == [] and list(cwd.iterdir()) == []
