@@ -428,33 +428,61 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
                 literal: str | None = None) -> SearchPlan:
     """Choose the route for an already sanitized query (pure; spec §7.2 steps 2–6, amended
     by issue 16). ``literal`` is :func:`literal_text` of the query as typed: the LIKE routes
-    compile it (:func:`literal_groups`), the standard route adds its literal tier."""
+    compile it (:func:`literal_groups`), the standard route adds its literal tier.
+
+    The steps, in order, each a function below: a query the FTS index cannot serve takes the
+    LIKE route; one with no indexable word takes its literal alone; CJK text takes the
+    trigram or the CJK route; everything else the standard FTS route."""
     wants_tool = bool(role_filter) and "tool" in role_filter  # type: ignore[operator]
     if wants_tool or caps.stale or not caps.fts5:
-        reason = ("tool rows are indexed only to 8192 characters" if wants_tool
-                  else "FTS index stale" if caps.stale else "FTS5 unavailable")
-        groups = (literal_groups(literal) if literal is not None
-                  else like_groups(sanitized) if sanitized else ())
-        return SearchPlan("like", groups=groups, reason=reason)
+        return _like_plan(sanitized, literal, wants_tool=wants_tool, stale=caps.stale)
     excluded_src = bool(source_filter) and any(
         s in ("cron", "subagent") for s in source_filter)  # type: ignore[union-attr]
     if sanitized is None:
-        # Nothing the word index can see ('?!', '->', '⨁'): the literal alone.
-        if literal is None or excluded_src:
-            return SearchPlan("none", reason="nothing searchable")
-        return SearchPlan("fts", literal=literal, literal_first=True, reason="literal only",
-                          literal_indexed=caps.trigram and len(literal) >= LITERAL_TRIGRAM_MIN,
-                          symbols=caps.symbols)
+        return _literal_only_plan(literal, caps, excluded_src=excluded_src)
     terms = [bare_token(t) for t in query_tokens(sanitized) if t not in OPERATORS]
     if has_cjk(sanitized):
-        cjk_ok = (cjk_count(sanitized) >= 3 and terms
-                  and all(len(t) >= 3 for t in terms)
-                  and all(cjk_count(t) >= 3 for t in terms if has_cjk(t)))
-        if caps.trigram and cjk_ok and not excluded_src:
-            return SearchPlan("trigram", match=trigram_match(sanitized), reason="CJK ≥ 3")
-        return SearchPlan("cjk_like", groups=cjk_like_groups(sanitized),
-                          reason="short CJK or no trigram index",
-                          bigram=caps.fts5 and caps.bigram and not excluded_src)
+        return _cjk_plan(sanitized, terms, caps, excluded_src=excluded_src)
+    return _standard_plan(sanitized, terms, literal, caps, excluded_src=excluded_src)
+
+
+def _like_plan(sanitized: str | None, literal: str | None, *, wants_tool: bool,
+               stale: bool) -> SearchPlan:
+    """The LIKE route: tool rows asked for (indexed only in part), a stale index, no FTS5."""
+    reason = ("tool rows are indexed only to 8192 characters" if wants_tool
+              else "FTS index stale" if stale else "FTS5 unavailable")
+    groups = (literal_groups(literal) if literal is not None
+              else like_groups(sanitized) if sanitized else ())
+    return SearchPlan("like", groups=groups, reason=reason)
+
+
+def _literal_only_plan(literal: str | None, caps: SearchCapabilities, *,
+                       excluded_src: bool) -> SearchPlan:
+    """Nothing the word index can see (``'?!'``, ``'->'``, ``'⨁'``): the literal alone."""
+    if literal is None or excluded_src:
+        return SearchPlan("none", reason="nothing searchable")
+    return SearchPlan("fts", literal=literal, literal_first=True, reason="literal only",
+                      literal_indexed=caps.trigram and len(literal) >= LITERAL_TRIGRAM_MIN,
+                      symbols=caps.symbols)
+
+
+def _cjk_plan(sanitized: str, terms: list[str], caps: SearchCapabilities, *,
+              excluded_src: bool) -> SearchPlan:
+    """CJK text: the trigram index when every term is long enough for it, else the CJK route
+    (the bigram index when there is one)."""
+    cjk_ok = (cjk_count(sanitized) >= 3 and terms
+              and all(len(t) >= 3 for t in terms)
+              and all(cjk_count(t) >= 3 for t in terms if has_cjk(t)))
+    if caps.trigram and cjk_ok and not excluded_src:
+        return SearchPlan("trigram", match=trigram_match(sanitized), reason="CJK ≥ 3")
+    return SearchPlan("cjk_like", groups=cjk_like_groups(sanitized),
+                      reason="short CJK or no trigram index",
+                      bigram=caps.fts5 and caps.bigram and not excluded_src)
+
+
+def _standard_plan(sanitized: str, terms: list[str], literal: str | None,
+                   caps: SearchCapabilities, *, excluded_src: bool) -> SearchPlan:
+    """The standard FTS route, with its trigram fallback, phrase and literal tiers."""
     fallback = None
     if caps.trigram and terms and all(len(t) >= 3 for t in terms):
         fallback = trigram_match(sanitized)
