@@ -222,20 +222,6 @@ def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int
     return [(pid, p) for pid in sorted(pids) for p in deleted_descriptors(pid) if p in targets]
 
 
-def foreign_holders(db_path: Path | None) -> int | None:
-    """Number of *other* processes holding the database or its sidecars (psutil; lower bound).
-
-    ``None`` when it cannot be determined.
-    """
-    if db_path is None:
-        return None
-    holders = file_holders(db_path, deleted=False)
-    if holders is None:
-        return None
-    me = os.getpid()
-    return len({h.pid for h in holders if h.pid != me})
-
-
 # ---------------------------------------------------------------------------------------
 # Permissions and sizes, by path
 # ---------------------------------------------------------------------------------------

@@ -528,11 +528,6 @@ def read_tx(target: Target, snapshot: bool = False) -> Iterator[_DbapiTx | _PgTx
         raise TypeError(f"expected TelemetryStore, Connection or Engine, got {type(target).__name__}")
 
 
-def compiled_sql(stmt: Any) -> str:
-    """The SQLite SQL a Core construct compiles to (for tests, docs and ``EXPLAIN``)."""
-    return str(stmt.compile(dialect=_DIALECT))
-
-
 class _PgHeld:
     """This thread's checked-out psycopg connection, in autocommit mode while held."""
 

@@ -50,12 +50,6 @@ def fts_probe(table: str) -> str:
     return f"SELECT * FROM {_fts_table(table)} LIMIT 0"
 
 
-def fts_optimize(table: str) -> str:
-    """Merge an FTS index's segments into one."""
-    t = _fts_table(table)
-    return f"INSERT INTO {t}({t}) VALUES ('optimize')"
-
-
 # -- PostgreSQL --------------------------------------------------------------------------
 #: Advisory-lock key of the PostgreSQL auto-maintenance lock (any fixed bigint).
 PG_MAINTENANCE_LOCK_KEY = 0x6865726D6573_01

@@ -190,20 +190,9 @@ def sweep_predicate() -> str:
             "AND l.expires_at > :now)")
 
 
-def sweep_candidates() -> TextClause:
-    """Ids the sweep may close."""
-    return text(f"SELECT s.id FROM sessions s WHERE {sweep_predicate()}")
-
-
 #: Conversations holding a live turn lease (:now).
 LIVE_LEASE_CONVERSATIONS = text("SELECT conversation_id FROM session_turn_leases "
                                 "WHERE expires_at > :now")
-
-
-def sweep_close() -> TextClause:
-    """Close one swept session, predicates re-applied (:id, :now, :cutoff)."""
-    return text(f"UPDATE sessions AS s SET ended_at = :now, end_reason = '{SWEEP_END_REASON}' "
-                f"WHERE s.id = :id AND {sweep_predicate()}")
 
 
 #: Copy the whole database into a new file (a consistent backup; SQLite).

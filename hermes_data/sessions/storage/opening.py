@@ -404,11 +404,6 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
     return done
 
 
-def stale_recovery_pending(state: FtsState) -> bool:
-    """True when an open should attempt stale recovery (it writes only if it can recover)."""
-    return state.stale
-
-
 # ---------------------------------------------------------------------------------------
 # Other gated heals (§8.4)
 # ---------------------------------------------------------------------------------------

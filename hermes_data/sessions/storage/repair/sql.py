@@ -94,8 +94,3 @@ def fts_rebuild(table: str) -> str:
     """``'rebuild'`` of one FTS5 table from its content."""
     q = quote_ident(table)
     return f"INSERT INTO {q}({q}) VALUES ('rebuild')"
-
-
-def all_rows(table: str) -> str:
-    """Every row of ``table`` in rowid order (checksums in tests and doctor)."""
-    return f"SELECT * FROM {quote_ident(table)} ORDER BY 1"

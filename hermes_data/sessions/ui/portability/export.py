@@ -177,9 +177,3 @@ def iter_export_all(store: Any, source: str | None = None, include_archived: boo
 def export_all(store: Any, source: str | None = None) -> list[SessionExport]:
     """:func:`iter_export_all` as a list (every session; archived included)."""
     return list(iter_export_all(store, source))
-
-
-def to_json_text(doc: Any) -> str:
-    """A document (or list of them) as JSON text: indent 2, non-ASCII kept, non-JSON values
-    (bytes, …) via ``str``."""
-    return json.dumps(doc, ensure_ascii=False, indent=2, default=str)
