@@ -1,5 +1,5 @@
 """Crash safety of the transcript rewrites (issue 18 acceptance 4), the long run of
-``tests/sessions/test_coord_crash.py``:
+``tests/sessions/coordination/test_coord_crash.py``:
 
     python benchmarks/coordination_crash.py [--trials 50] [--rows 3000] [--seed N]
 

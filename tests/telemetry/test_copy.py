@@ -205,7 +205,7 @@ def test_cli_copy_prints_progress_and_json(tmp_path, pg_url):
     res = run_cli("copy", "--from", str(src), "--to", pg_url, "--batch", "100")
     assert res.returncode == 0, res.stderr
     assert "llm_calls: 225 rows" in res.stdout and "checksum ok" in res.stdout
-    assert "/ 225 rows" not in res.stderr  # progress is drawn on a terminal only (tests/test_cli_progress.py)
+    assert "/ 225 rows" not in res.stderr  # progress is drawn on a terminal only (tests/cli/test_cli_progress.py)
     res = run_cli("copy", "--from", str(src), "--to", pg_url, "--json")
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)["telemetry"]

@@ -38,7 +38,7 @@ the rows an earlier one returned, so a row appears once:
 
 So every hit holds the typed text, or holds — as words, case and diacritics folded — every
 positive term of one OR-group of the sanitized query (CJK route: one of its tokens); this is
-what ``tests/sessions/test_search_literal.py`` checks on both backends. With ``sort`` newest /
+what ``tests/sessions/search/test_search_literal.py`` checks on both backends. With ``sort`` newest /
 oldest the tiers are merged by timestamp (tier 4 joins only when the words do not fill the
 page). Operators: ``AND``/``OR``/``NOT`` are operators only alone between two terms; alone,
 or at an edge, they are words (``NOT`` finds "not"). The LIKE routes (``--role tool``, stale
@@ -99,7 +99,7 @@ the symbol characters of ``lower(content)`` and every adjacent pair holding one)
 rarest gram is rare by the index's statistics: the candidate ids come from the index alone,
 ``ILIKE`` verifies them; a literal of symbols only whose grams are common (``...``) walks
 the newest rows without ``pg_trgm`` (which has no trigram for it and would read its whole
-index). Each way returns the ``ILIKE`` rows (``tests/sessions/test_symbol_grams_pg.py``).
+index). Each way returns the ``ILIKE`` rows (``tests/sessions/search/test_symbol_grams_pg.py``).
 A database not yet upgraded to s09 (read-only handles do not upgrade) has no folded tier.
 
 Execution (:mod:`~hermes_data.sessions.search.postgres`): the search's statements run under one

@@ -14,7 +14,7 @@ The same table with ``remove_diacritics 0`` separates case folding from diacriti
 the characters whose token differs between the two are the ones SQLite *un-accents*, each to
 one ASCII letter. That is :data:`hermes_data.sessions.storage.fts.fold_sql.FOLD_LETTERS` and
 :data:`~hermes_data.sessions.storage.fts.fold_sql.FOLD_MARKS`, the fixed mapping of PostgreSQL's
-``hermes_fold`` (revision ``s09_accent_fold``); ``tests/sessions/test_accent_fold.py``
+``hermes_fold`` (revision ``s09_accent_fold``); ``tests/sessions/search/test_accent_fold.py``
 re-derives it and compares. Beyond the BMP SQLite removes no diacritic (its fold table stops
 at U+FFFF; checked over every plane with ``--all`` when the constant was generated).
 

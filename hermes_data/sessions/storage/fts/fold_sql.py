@@ -11,9 +11,9 @@ letters with two diacritics (``ǖ``, ``ấ``) keep them, no other script is touc
 the fixed mapping below (:data:`FOLD_LETTERS` to their ASCII letter, :data:`FOLD_MARKS`
 removed). The mapping is a constant, never computed at run time (an index depends on the
 function's result): it was read off SQLite 3.40.1's tokenizer by
-``tests/sessions/fold_support.py`` (per code point, the token of ``a<c>b`` with and without
+``tests/sessions/search/fold_support.py`` (per code point, the token of ``a<c>b`` with and without
 ``remove_diacritics``; identical over every plane), and
-``tests/sessions/test_accent_fold.py`` re-derives it from the running SQLite and compares, so
+``tests/sessions/search/test_accent_fold.py`` re-derives it from the running SQLite and compares, so
 a drift is caught. Case folding is not part of it: the 'simple' configuration lower-cases.
 
 The function (:data:`PG_FOLD_FUNCTION_DDL`):
