@@ -17,7 +17,7 @@ AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume"
                          # sessions-ext-coordination §3.4: written only by the automatic
                          # finalize sweep; a live publisher may clear it (#88197).
                          "orphaned_compression")
-#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §11.8).
+#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §5.6; the window is our choice, §11 item 8).
 EPOCH_MIN = 946684800
 EPOCH_MAX = 4102444800
 #: Defensive bound on lineage walks; cycle detection stops a walk long before it.
