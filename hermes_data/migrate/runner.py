@@ -21,7 +21,6 @@ One path serves the CLI (``hermes-data upgrade``), ``alembic upgrade head`` (eac
 from __future__ import annotations
 
 import importlib
-import importlib.resources
 import logging
 import logging.config
 import os
@@ -57,18 +56,30 @@ if TYPE_CHECKING:  # Alembic is imported lazily: a settled database never needs 
 log = logging.getLogger("hermes_data.migrate.runner")
 
 
-def _migrations_dir() -> Path:
-    """The Alembic environments: <repo>/migrations in a checkout or an editable install, the
-    package hermes_data.migrations inside an installed wheel (see pyproject.toml)."""
-    found = importlib.resources.files("hermes_data.migrations")
-    if not isinstance(found, Path) or not (found / "telemetry" / "env.py").is_file():
-        # E.g. a hermes_data/migrations/ holding only __pycache__, left in a checkout from
-        # before the scripts moved to the top level, is a namespace package that wins.
+def _migrations_dir(package: Path | None = None) -> Path:
+    """The Alembic environments: the package hermes_data.migrations inside an installed wheel
+    (setup.py copies the top-level migrations/ there), else <repo>/migrations beside the
+    hermes_data package of a checkout or an editable install.
+
+    Located by path, not imported: in a checkout hermes_data.migrations does not exist (any
+    other hermes-data install's import hook could otherwise answer for it)."""
+    if package is None:
+        package = Path(__file__).resolve().parent.parent  # hermes_data/
+    shipped = package / "migrations"
+    if shipped.is_dir():
+        if not (shipped / "telemetry" / "env.py").is_file():
+            # E.g. a hermes_data/migrations/ holding only __pycache__, left in a checkout from
+            # before the scripts moved to the top level.
+            raise ConfigurationError(
+                f"{shipped} holds no telemetry/env.py (a stale hermes_data/migrations/ "
+                "directory shadows the top-level migrations/? delete it)")
+        return shipped
+    checkout = package.parent / "migrations"
+    if not (checkout / "telemetry" / "env.py").is_file():
         raise ConfigurationError(
-            f"hermes_data.migrations resolves to {found}, which holds no telemetry/env.py "
-            "(a stale hermes_data/migrations/ directory shadows the top-level migrations/? "
-            "delete it)")
-    return found
+            f"no Alembic scripts: neither {shipped} (installed wheel) nor {checkout} (checkout) "
+            "holds telemetry/env.py")
+    return checkout
 
 
 MIGRATIONS_DIR = _migrations_dir()

@@ -51,16 +51,19 @@ def installed_wheel(tmp_path_factory) -> InstalledWheel:
     venv = root / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES", "PYTHON", "MYPY"))}
+    env["HOME"] = str(elsewhere)
+    # Installed with that environment too: with PYTHONPATH at the checkout, pip would take the
+    # hermes_data.egg-info the in-tree build leaves there for an installed hermes-data and
+    # skip the wheel ("Requirement already satisfied").
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=300)
+                    "--no-index", str(wheel)], check=True, capture_output=True, env=env, timeout=300)
     site = Path(subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         check=True, capture_output=True, text=True).stdout.strip())
     deps = {str(_site_packages_of(m)) for m in (sqlalchemy, alembic, mako, markupsafe, psutil,
                                                      typing_extensions)}
     (site / "zz_borrowed_deps.pth").write_text("\n".join(sorted(deps)) + "\n")
-    elsewhere = root / "elsewhere"
-    elsewhere.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HERMES", "PYTHON", "MYPY"))}
-    env["HOME"] = str(elsewhere)
     return InstalledWheel(wheel, venv, python, site, elsewhere, env)

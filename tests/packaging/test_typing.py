@@ -7,6 +7,7 @@ the other makes deliberate type errors that must each be flagged.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -46,15 +47,18 @@ def use(store: SessionStore, telemetry: TelemetryStore) -> None:
 EXPECTED = {(5, "arg-type"), (6, "assignment"), (7, "call-arg")}
 
 
-def _run_mypy(tmp_path: Path, *options: str, env: dict[str, str] | None = None) -> str:
+def _run_mypy(tmp_path: Path, *options: str, env: dict[str, str] | None = None,
+              python: Path | str = sys.executable) -> str:
+    """mypy's report on the probes (exit 1: the deliberate errors in bad.py must be found)."""
     (tmp_path / "good.py").write_text(GOOD)
     (tmp_path / "bad.py").write_text(BAD)
     (tmp_path / "mypy.ini").write_text("[mypy]\n")  # the probe's own config, not the project's
-    cmd = [sys.executable, "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
+    cmd = [str(python), "-m", "mypy", "--config-file", str(tmp_path / "mypy.ini"),
            "--cache-dir", str(tmp_path / ".mypy_cache"), "--show-error-codes", "--no-pretty",
            *options, "good.py", "bad.py"]
     proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 1, proc.stdout + proc.stderr
     return proc.stdout
 
 
@@ -84,6 +88,42 @@ def test_mypy_sees_the_real_store_classes_from_the_installed_wheel(installed_whe
     output = _run_mypy(probe, "--python-executable", str(installed_wheel.python), env=installed_wheel.env)
     assert (installed_wheel.site / "hermes_data" / "py.typed").is_file()
     _check(output)
+
+
+@pytest.mark.slow
+def test_mypy_sees_the_real_store_classes_through_the_readme_editable_install(tmp_path):
+    """A service in its own fresh venv that installs hermes-data the README's way
+    (``pip install -e '.[test,postgres]'``) gets the real types, i.e. mypy finds hermes_data
+    and its py.typed through the editable install. setuptools makes that install either a .pth
+    path entry (mypy follows it) or, when pyproject.toml maps a package directory, an import
+    hook (mypy cannot: "Cannot find implementation or library stub" / "missing library stubs
+    or py.typed marker"). Needs the package index (it installs the dependencies)."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=300)
+    python = venv / "bin" / "python"
+    # Nothing of this run's environment leads to the checkout: only the editable install does.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "MYPY", "VIRTUAL_ENV", "HERMES"))}
+    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    service = tmp_path / "service"
+    service.mkdir()
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", f"{REPO}[test,postgres]"],
+                             cwd=service, env=env, capture_output=True, text=True, timeout=1200)
+    assert install.returncode == 0, install.stdout[-4000:] + install.stderr[-4000:]
+
+    output = _run_mypy(service, "--python-executable", str(python), env=env, python=python)
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               env=env, check=True, capture_output=True, text=True).stdout.strip())
+    editable = sorted(p.name for p in site.glob("__editable__*"))
+    assert "import-not-found" not in output and "import-untyped" not in output, \
+        f"mypy does not see hermes_data through the editable install ({editable}):\n{output}"
+    _check(output)
+    assert re.search(r'^bad\.py:6: error: Incompatible types in assignment \(expression has type "int", '
+                     r'variable has type "str"\)', output, re.M), output
+    # What makes it work: a path entry naming the checkout, no import hook.
+    assert not [name for name in editable if name.endswith("_finder.py")], editable
+    [pth] = site.glob("__editable__*hermes_data*.pth")
+    assert Path(pth.read_text().strip()).resolve() == REPO, pth.read_text()
 
 
 def test_the_package_and_its_migrations_type_check():
