@@ -17,6 +17,10 @@ import importlib.machinery
 import sys
 import warnings
 from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import importlib.abc
 
 #: old path -> new path, both below ``hermes_data.``
 MOVED: dict[str, str] = {
@@ -159,7 +163,7 @@ class MovedModuleFinder:
         """A spec for ``fullname`` when it is an old path; None (not ours) otherwise."""
         if not fullname.startswith("hermes_data.") or fullname[12:] not in MOVED:
             return None
-        return importlib.machinery.ModuleSpec(fullname, self)
+        return importlib.machinery.ModuleSpec(fullname, cast("importlib.abc.Loader", self))
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
         """The module at the new path (imported now), standing for the old name."""
