@@ -108,7 +108,7 @@ def bench_handoff(tmp: Path, journal: str, procs: int, handoffs: int) -> None:
     store.create_session("s", "cli")
     start = time.time() + 3.0
     env = {**os.environ, "HERMES_DATA_JOURNAL_MODE": journal}
-    workers = [subprocess.Popen([sys.executable, "-m", "tests.sessions.coord_worker", "contend",
+    workers = [subprocess.Popen([sys.executable, "-m", "tests.sessions.coordination.coord_worker", "contend",
                                  str(path), "s", str(handoffs), str(i), str(start)],
                                 cwd=str(ROOT), stdout=subprocess.PIPE, text=True, env=env)
                for i in range(procs)]

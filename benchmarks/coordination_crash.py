@@ -83,7 +83,7 @@ def main() -> int:
                 db = tmp / f"{op}{trial}.db"
                 shutil.copyfile(seed_db, db)
                 proc = subprocess.Popen(
-                    [sys.executable, "-m", "tests.sessions.coord_worker", "crash-op", str(db),
+                    [sys.executable, "-m", "tests.sessions.coordination.coord_worker", "crash-op", str(db),
                      "s", op], cwd=str(ROOT), stdout=subprocess.PIPE, text=True,
                     env={**os.environ})
                 assert proc.stdout is not None

@@ -18,8 +18,8 @@ def where(store) -> str:
 
 
 def worker(*args: str) -> subprocess.Popen:
-    """Start ``tests.sessions.coord_worker`` with ``args`` (stdout piped, line-buffered)."""
-    return subprocess.Popen([sys.executable, "-m", "tests.sessions.coord_worker", *args],
+    """Start ``tests.sessions.coordination.coord_worker`` with ``args`` (stdout piped, line-buffered)."""
+    return subprocess.Popen([sys.executable, "-m", "tests.sessions.coordination.coord_worker", *args],
                             cwd=str(REPO), stdout=subprocess.PIPE, text=True,
                             env={**os.environ})
 

@@ -1,4 +1,4 @@
-"""A separate process for the coordination tests: ``python -m tests.sessions.coord_worker
+"""A separate process for the coordination tests: ``python -m tests.sessions.coordination.coord_worker
 <command> <store> <session> [args…]``. Prints one line per result; never imports pytest."""
 
 from __future__ import annotations

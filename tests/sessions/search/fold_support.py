@@ -18,7 +18,7 @@ one ASCII letter. That is :data:`hermes_data.sessions.storage.fts.fold_sql.FOLD_
 re-derives it and compares. Beyond the BMP SQLite removes no diacritic (its fold table stops
 at U+FFFF; checked over every plane with ``--all`` when the constant was generated).
 
-Run as a script to print the constant (``python -m tests.sessions.fold_support [--all]``).
+Run as a script to print the constant (``python -m tests.sessions.search.fold_support [--all]``).
 """
 
 from __future__ import annotations
