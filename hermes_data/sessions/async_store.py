@@ -27,7 +27,7 @@ import types
 from typing import (Any, AsyncIterator, Callable, Concatenate, Coroutine, Generic, Iterator,
                     ParamSpec, TypeVar, cast, overload)
 
-from hermes_data.sessions.agent.api import _Op
+from hermes_data.sessions.handle import Op
 from hermes_data.sessions.store import SessionStore
 
 P = ParamSpec("P")
@@ -42,7 +42,7 @@ _S = SessionStore
 
 def _plain(sync: Any) -> Callable[..., Any]:
     """The function behind a store attribute (for the twin's name, docstring, signature)."""
-    fn = getattr(sync, "_fn", None) or getattr(sync, "__func__", None) or sync
+    fn = sync.fn if isinstance(sync, Op) else getattr(sync, "__func__", None) or sync
     return cast(Callable[..., Any], fn)
 
 
@@ -51,7 +51,7 @@ class _Twin(Generic[P, R]):
     same-named method through ``asyncio.to_thread``."""
 
     @overload
-    def __init__(self, sync: _Op[P, R]) -> None: ...
+    def __init__(self, sync: Op[P, R]) -> None: ...
 
     @overload
     def __init__(self, sync: Callable[Concatenate[Any, P], R]) -> None: ...
@@ -85,7 +85,7 @@ class _IterTwin(Generic[P, T]):
     """Class attribute of :class:`AsyncSessionStore` for a registered iterator method: an
     async iterator pulling each item in the executor."""
 
-    def __init__(self, sync: _Op[P, Iterator[T]]) -> None:
+    def __init__(self, sync: Op[P, Iterator[T]]) -> None:
         self.sync = sync
         self._call: Callable[..., Any] | None = None
 
@@ -370,7 +370,7 @@ def public_surface() -> dict[str, str]:
                 continue
             if isinstance(attr, property):
                 out[name] = "property"
-            elif isinstance(attr, (_Op, staticmethod, classmethod, types.FunctionType)):
+            elif isinstance(attr, (Op, staticmethod, classmethod, types.FunctionType)):
                 out[name] = "iterator" if name in ITERATOR_METHODS else "method"
     return out
 

@@ -1,10 +1,30 @@
-"""What the agent-turn operation modules need from a store handle (a structural type, so
-they never import the facade that delegates to them)."""
+"""The two halves of the ``SessionStore`` delegation pattern.
+
+:class:`StoreHandle` is what operation modules need from a store handle (a structural type,
+so they never import the facade that delegates to them). :class:`Op` and :func:`static` are
+how each concern's ``api.py`` (``agent``, ``coordination``, ``gateway``, ``ui``,
+``storage``) declares its public ``SessionStore`` methods, as a class body that the store
+inherits:
+
+    class GatewayAPI:
+        save_gateway_routing_entry = Op(routing.save_gateway_routing_entry)
+        workspace_key = static(pickers.workspace_key)
+
+Why a table, and why a class: the facade must stay thin (``SessionStore`` ≤ 450 lines, a
+test), and the extension areas add well over a hundred methods. Each is an operation
+function in a module by concern taking the store first; a table class is nothing but the
+mapping from a public name to that function — no state, no ``__init__``, no logic of its
+own — and ``SessionStore`` inherits it so the methods are the store's own to callers,
+``help()`` and type checkers (a class body is the one table form mypy reads; a ``setattr``
+loop would hide the methods from it).
+"""
 
 from __future__ import annotations
 
+import types
 from pathlib import Path
-from typing import Protocol
+from typing import (Any, Callable, Concatenate, Generic, ParamSpec, Protocol, TypeVar,
+                    overload)
 
 from hermes_data.sessions.backends.base import SessionBackend
 from hermes_data.sessions.agent.token_writer import TokenWriter
@@ -26,3 +46,38 @@ class StoreHandle(Protocol):
     def token_writer(self) -> TokenWriter: ...
 
     def owner_profile(self) -> str | None: ...
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Op(Generic[P, R]):
+    """A delegation-table entry: the method ``store.name(*args, **kwargs)`` runs
+    ``fn(store, *args, **kwargs)``.
+
+    On an instance it is ``fn`` bound to the store (so :func:`inspect.signature` shows
+    ``fn``'s parameters without the store, and type checkers see ``Callable[P, R]``); on the
+    class it is the ``Op`` itself, whose :attr:`fn` is the operation function. The docstring
+    is ``fn``'s.
+    """
+
+    def __init__(self, fn: Callable[Concatenate[Any, P], R]) -> None:
+        #: The operation function, taking the store first.
+        self.fn = fn
+        self.__doc__ = fn.__doc__
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> "Op[P, R]": ...
+
+    @overload
+    def __get__(self, obj: object, owner: type) -> Callable[P, R]: ...
+
+    def __get__(self, obj: object | None, owner: type) -> Any:
+        return self if obj is None else types.MethodType(self.fn, obj)
+
+
+def static(fn: Callable[P, R]) -> Callable[P, R]:
+    """A delegation-table entry for a function that needs no store: ``store.name(...)`` and
+    ``SessionStore.name(...)`` both call ``fn(...)`` (a ``staticmethod``, typed as ``fn``)."""
+    return staticmethod(fn)

@@ -326,14 +326,16 @@ def _project(rows: Sequence[Any], d: str, hooks: ConversationHooks, *, summary: 
     out = []
     for r, m in zip(rows, msgs):
         role = r[2]
-        key = (role, _display_content(m, hooks, r[3]) if role == "user" else r[3], r[4],
+        key = (role, display_content(m, hooks, r[3]) if role == "user" else r[3], r[4],
                r[_TOOL_CALL_ID], r[_TOOL_CALLS], r[_TOOL_NAME]) if keyed else ()
         out.append(_Row(r[0], r[1], bool(r[5]), m, key))
     return out
 
 
-def _display_content(m: ConversationMessage, hooks: ConversationHooks, stored: Any) -> Any:
-    # A composite user row (handoff + live ask) is keyed by its encoded live content.
+def display_content(m: ConversationMessage, hooks: ConversationHooks, stored: Any) -> Any:
+    """The content a user row's display key uses: ``stored``, or for a composite row
+    (handoff + live ask, split by ``hooks.split_user_turn``) the canonical JSON of its live
+    content. Shared by the projections' de-duplication and the display order's keys."""
     handoff, live = hooks.split_user_turn(m)
     if handoff is None or live is None:
         return stored

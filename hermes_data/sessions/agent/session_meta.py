@@ -26,7 +26,7 @@ from hermes_data.sessions.agent.session_meta_sql import BACKFILL_PAIRS, MetaStat
 
 #: Lineage markers (core §2.6): nothing here adds, changes or removes them.
 LINEAGE_MARKERS = frozenset(CHILD_MARKERS.values())
-#: ``_merge_model_config_json``'s "row missing" sentinel.
+#: ``merge_model_config_json``'s "row missing" sentinel.
 ROW_MISSING = object()
 _PROFILE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
 
@@ -42,8 +42,8 @@ def _refuse_markers(patch: Mapping[str, Any]) -> None:
                          "(core §2.6: they define the trigram boundary)")
 
 
-def _merge_model_config_json(conn: Connection, q: Fragments, session_id: str,
-                             patch: Mapping[str, Any]) -> Any:
+def merge_model_config_json(conn: Connection, q: Fragments, session_id: str,
+                            patch: Mapping[str, Any]) -> Any:
     """Merge ``patch`` into the stored model_config (read inside the transaction, locked on
     PostgreSQL) and write it: ``None`` deletes a key, other values set it, ``{}`` stores NULL;
     a non-JSON or non-object stored value merges as ``{}``. Returns the merged dict, or
@@ -123,7 +123,7 @@ def update_session_model(store: StoreHandle, session_id: str, model: str,
 
     def work(conn: Connection) -> None:
         exists, old = _old_hash(conn, m, session_id)
-        if not exists or _merge_model_config_json(conn, store.backend.sql, session_id,
+        if not exists or merge_model_config_json(conn, store.backend.sql, session_id,
                                                   patch) is ROW_MISSING:
             return
         conn.exec_driver_sql(m.SET_MODEL, (model, session_id))
@@ -170,7 +170,7 @@ def patch_session_model_config(store: StoreHandle, session_id: str,
     if not session_id or not patch:
         return False
     _refuse_markers(patch)
-    return store.backend.write(lambda c: _merge_model_config_json(
+    return store.backend.write(lambda c: merge_model_config_json(
         c, store.backend.sql, session_id, patch) is not ROW_MISSING)
 
 
@@ -203,7 +203,7 @@ def update_session_runtime_lock(store: StoreHandle, session_id: str, *, model: s
 
     def work(conn: Connection) -> bool:
         exists, old = _old_hash(conn, m, session_id)
-        if not exists or _merge_model_config_json(
+        if not exists or merge_model_config_json(
                 conn, store.backend.sql, session_id, {"browser_model_lock": lock}) is ROW_MISSING:
             return False
         conn.exec_driver_sql(m.SET_MODEL_IF_GIVEN, (model, session_id))
@@ -217,7 +217,7 @@ def set_session_yolo(store: StoreHandle, session_id: str, enabled: bool) -> bool
     """Set ``yolo_mode`` in model_config; False for a missing row."""
     if not session_id:
         return False
-    return store.backend.write(lambda c: _merge_model_config_json(
+    return store.backend.write(lambda c: merge_model_config_json(
         c, store.backend.sql, session_id, {"yolo_mode": bool(enabled)}) is not ROW_MISSING)
 
 

@@ -26,7 +26,7 @@ from hermes_data.sessions.errors import (CompressionSessionBusyError, Compressio
                      SessionCompressionInProgressError, SessionNotFoundError,
                      SessionTurnLeaseLostError)
 from hermes_data.sessions.coordination.lock_rows import Clock, clear_stale, conversation_key
-from hermes_data.sessions.agent.session_meta import LINEAGE_MARKERS, _merge_model_config_json
+from hermes_data.sessions.agent.session_meta import LINEAGE_MARKERS, merge_model_config_json
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
 
 T = TypeVar("T")
@@ -238,7 +238,7 @@ def archive_and_compact(store: Any, session_id: str, compacted_messages: Sequenc
                     f"(held by {None if row is None else row[0]!r}); nothing was compacted")
         check_session(conn, cs, session_id)
         if model_config_patch:
-            _merge_model_config_json(conn, q, session_id, model_config_patch)
+            merge_model_config_json(conn, q, session_id, model_config_patch)
         wm = math.inf if watermark is None else watermark
         above = [] if watermark is None else \
             [int(r[0]) for r in ex(cs.ACTIVE_ABOVE, (session_id, watermark))]

@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping, Sequence
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.core import encoding as enc
-from hermes_data.sessions.agent.projections import ConversationHooks, _display_content
+from hermes_data.sessions.agent.projections import ConversationHooks, display_content
 from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.storage import display_sql as q
 
@@ -75,7 +75,7 @@ def key_content(m: Mapping[str, Any], role: str, stored: Any, split: Split) -> A
     reduces to a live view, the encoding of that live content."""
     if split is None or role != "user":
         return stored
-    return _display_content(dict(m), ConversationHooks(split_user_turn=split), stored)
+    return display_content(dict(m), ConversationHooks(split_user_turn=split), stored)
 
 
 def pending(m: Mapping[str, Any], row: tuple[Any, ...], split: Split) -> Any:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from hermes_data.sessions.core.sql import SESSION_ROW_COLS
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
-from hermes_data.sessions.sql.predicates import RESET_END_REASONS, _sql_list, edge, last_active, reset_child
+from hermes_data.sessions.sql.predicates import RESET_END_REASONS, sql_list, edge, last_active, reset_child
 
 _TUPLE = ("user_id", "chat_id", "chat_type", "thread_id")
 
@@ -34,7 +34,7 @@ def has_msg(s: str) -> str:
 
 def recoverable(s: str) -> str:
     """RECOVERABLE(s): open, or ended with a recoverable reason."""
-    return f"({s}.ended_at IS NULL OR {s}.end_reason IN ({_sql_list(RECOVERABLE_END_REASONS)}))"
+    return f"({s}.ended_at IS NULL OR {s}.end_reason IN ({sql_list(RECOVERABLE_END_REASONS)}))"
 
 
 def _unindexed(d: str) -> str:
@@ -57,7 +57,7 @@ def fenced(s: str, peer: str, d: str) -> str:
     """FENCED(s, PEER) for ``peer`` in ``key`` / ``tuple``."""
     match = _keypeer("fb", s, d) if peer == "key" else _tuplepeer("fb", s)
     return (f"EXISTS (SELECT 1 FROM sessions fb WHERE {match} AND fb.ended_at IS NOT NULL "
-            f"AND fb.end_reason IN ({_sql_list(RESET_END_REASONS)}) AND fb.ended_at > {act(s)} "
+            f"AND fb.end_reason IN ({sql_list(RESET_END_REASONS)}) AND fb.ended_at > {act(s)} "
             f"AND NOT (COALESCE({s}.parent_session_id, '') = fb.id AND {reset_child(s, d=d)}))")
 
 
@@ -145,7 +145,7 @@ def _by_tuple(d: str, select: str, present: tuple[bool, ...], owned: bool) -> st
         raise ValueError(f"present must flag {len(_TUPLE)} tuple columns, got {present!r}")
     owner = " AND COALESCE(s.profile_name, ?) = ?" if owned else ""
     fence = (f"EXISTS (SELECT 1 FROM sessions fb WHERE {_tuple_match('fb', present)} AND "
-             f"fb.ended_at IS NOT NULL AND fb.end_reason IN ({_sql_list(RESET_END_REASONS)}) "
+             f"fb.ended_at IS NOT NULL AND fb.end_reason IN ({sql_list(RESET_END_REASONS)}) "
              f"AND fb.ended_at > {act('s')} AND NOT (COALESCE(s.parent_session_id, '') = "
              f"fb.id AND {reset_child('s', d=d)}))")
     return _render(d, f"{select} WHERE {_tuple_match('s', present)} AND {has_msg('s')} = 1 "

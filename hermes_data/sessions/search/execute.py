@@ -1,5 +1,5 @@
 """Execution parts both backends share (message search, spec sessions.md §7.2, issue 16):
-the row filters, the tier machinery (:func:`_combine`, :func:`_tier_list`), the zero-result
+the row filters, the tier machinery (:func:`combine_tiers`, :func:`tier_list`), the zero-result
 trigram fallback, the LIKE / ILIKE substring routes and the result rows.
 
 :mod:`hermes_data.sessions.search.messages` runs SQLite plans and dispatches;
@@ -24,7 +24,10 @@ from hermes_data.sessions.search import sql as q
 
 
 @dataclass(frozen=True)
-class _Filters:
+class Filters:
+    """The row filters of one search (sources, excluded sources, roles, inactive rows, ids
+    already returned); :meth:`sql` binds them into a ``WHERE`` fragment."""
+
     sources: list[str]
     excluded: list[str]
     roles: list[str]
@@ -33,17 +36,18 @@ class _Filters:
     exclude_ids: tuple[int, ...] = ()
 
     def sql(self, params: dict[str, Any]) -> str:
+        """The filters as a SQL condition, their values added to ``params``."""
         return q.filter_where(params, sources=self.sources, excluded=self.excluded,
                               roles=self.roles, include_inactive=self.include_inactive,
                               exclude_ids=self.exclude_ids)
 
 
 #: One tier of a search: ``(filters, limit, offset) -> hits``.
-_Tier = Callable[[_Filters, int, int], list[SearchResult]]
+Tier = Callable[[Filters, int, int], list[SearchResult]]
 
 
-def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int, offset: int,
-             sort: str | None) -> list[SearchResult]:
+def combine_tiers(tiers: Sequence[tuple[Tier, bool]], filters: Filters, limit: int,
+                  offset: int, sort: str | None) -> list[SearchResult]:
     """The hits of several tiers as one list (issue 16): each tier is ``(run, always)``.
 
     Relevance order (``sort`` None/"rank"): tier after tier, each excluding what the earlier
@@ -65,14 +69,14 @@ def _combine(tiers: Sequence[tuple[_Tier, bool]], filters: _Filters, limit: int,
     return out[offset:offset + limit]
 
 
-def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
-               literal: _Tier | None, sort: str | None,
-               folded: _Tier | None = None) -> list[tuple[_Tier, bool]]:
+def tier_list(plan: SearchPlan, words: Tier | None, phrase: Tier | None,
+              literal: Tier | None, sort: str | None,
+              folded: Tier | None = None) -> list[tuple[Tier, bool]]:
     """Tier order of the standard route: the literal first when the typed text has characters
     the word index cannot see, then the exact phrase (relevance order only: its hits are word
     hits too), then the words, then — when the words do not fill the page — the literal as a
     substring (``ell`` finds ``hello``)."""
-    tiers: list[tuple[_Tier, bool]] = []
+    tiers: list[tuple[Tier, bool]] = []
     if literal is not None and plan.literal_first:
         tiers.append((literal, True))
     if phrase is not None and sort in (None, "rank") and not plan.literal_first:
@@ -86,9 +90,9 @@ def _tier_list(plan: SearchPlan, words: _Tier | None, phrase: _Tier | None,
     return tiers
 
 
-def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
-                probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]],
-                narrowed: bool = False) -> list[SearchResult]:
+def or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offset: int,
+               probe: Callable[[str], object], retry: Callable[[str], list[SearchResult]],
+               narrowed: bool = False) -> list[SearchResult]:
     """The standard route's ``hits`` for ``match``, or — when it found nothing and the plan
     has a trigram ``fallback`` — ``retry(fallback)`` on the trigram index. On a later page,
     or when an earlier tier's rows were excluded (``narrowed``), ``probe(match)`` (the
@@ -104,9 +108,9 @@ def _or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offs
     return retry(fallback)
 
 
-def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm]],
-                templates: Sequence[str], page: Callable[[str, str], str], filters: _Filters,
-                limit: int, offset: int) -> list[SearchResult]:
+def substring_search(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm]],
+                     templates: Sequence[str], page: Callable[[str, str], str],
+                     filters: Filters, limit: int, offset: int) -> list[SearchResult]:
     """A route matching terms as substrings (LIKE / ILIKE, both backends): terms and filters
     bound, ``page(matches, where)`` run; its ninth column is the snippet."""
     if not groups:
@@ -115,23 +119,27 @@ def _substrings(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm
     matches = q.pattern_where(groups, templates, params)
     where = filters.sql(params)
     rows = conn.execute(sa.text(page(matches, where)), params).fetchall()
-    return [_result(r, r[8], route) for r in rows]
+    return [result_row(r, r[8], route) for r in rows]
 
 
-def _like(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
-          sort: str | None, *, postgresql: bool = False) -> list[SearchResult]:
+def like_search(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
+                offset: int, sort: str | None, *,
+                postgresql: bool = False) -> list[SearchResult]:
+    """The plan's LIKE route (PostgreSQL: ILIKE) over its term groups."""
     # Short CJK (``plan.bigram``) searches the CJK-bigram index's scope whichever way it is
     # answered: the index, LIKE when it cannot serve (absent, stale, a group without CJK),
     # PostgreSQL's ILIKE until the storage revision gives it its own index.
     scoped = plan.bigram
-    return _substrings(conn, plan.route, plan.groups,
+    return substring_search(conn, plan.route, plan.groups,
                        q.ILIKE_COLS if postgresql else q.LIKE_COLS,
                        lambda matches, where: q.like_page(matches, where, sort,
                                                           postgresql=postgresql, scoped=scoped),
                        filters, limit, offset)
 
 
-def _result(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
+def result_row(r: Sequence[Any], snippet: Any, route: str) -> SearchResult:
+    """A :class:`SearchResult` from a result row (``id, session_id, role, timestamp,
+    tool_name, source, model, session_started``) and its snippet, found by ``route``."""
     snip = snippet if isinstance(snippet, str) else (None if snippet is None else str(snippet))
     return SearchResult(id=r[0], session_id=r[1], role=r[2], snippet=snip, timestamp=r[3],
                         tool_name=r[4], source=r[5], model=r[6], session_started=r[7],

@@ -135,9 +135,9 @@ from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.search import gap as fts_gap
 from hermes_data.sessions.search.capabilities import forget_capabilities, read_capabilities
-from hermes_data.sessions.search.execute import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
-                          _Tier, _tier_list)
-from hermes_data.sessions.search.postgres import PG_HEADLINE_CHARS, PG_RANK_CANDIDATES, _pg_search
+from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
+                          result_row, substring_search, tier_list)
+from hermes_data.sessions.search.postgres import PG_HEADLINE_CHARS, PG_RANK_CANDIDATES, pg_search
 from hermes_data.sessions.search.plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
@@ -188,7 +188,7 @@ def search_messages(conn: Connection, query: str | None, *,
         return []
     roles = name_list(role_filter)
     sources = name_list(source_filter)
-    filters = _Filters(sources, name_list(exclude_sources), roles, include_inactive)
+    filters = Filters(sources, name_list(exclude_sources), roles, include_inactive)
     caps = read_capabilities(conn)
     plan = plan_search(sanitized, caps, role_filter=roles, source_filter=sources,
                        literal=literal)
@@ -196,36 +196,36 @@ def search_messages(conn: Connection, query: str | None, *,
     if plan.route == "none" or (plan.route == "like" and not plan.groups):
         return []
     if conn.dialect.name == "postgresql":
-        hits = _pg_search(conn, plan, filters, limit, offset, sort)
+        hits = pg_search(conn, plan, filters, limit, offset, sort)
     else:
         hits = _run_plan(conn, plan, filters, limit, offset, sort)
     if not hits:
         return []
     if "context" in names:
-        hits = _attach_context(conn, hits, include_inactive)
+        hits = attach_context(conn, hits, include_inactive)
     if fields is not None:
         blank: dict[str, Any] = {n: None for n in RESULT_FIELDS if n not in names}
         hits = [replace(h, **blank) for h in hits]
     return hits
 
 
-def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
+def _run_plan(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, offset: int,
               sort: str | None) -> list[SearchResult]:
     if plan.bigram:  # short CJK through the CJK-bigram index when it can serve (else LIKE)
         rows = cjk.bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
         if rows is not None:
-            return [_result(r, r[8], "bigram") for r in rows]
+            return [result_row(r, r[8], "bigram") for r in rows]
     if plan.route in ("like", "cjk_like"):
-        return _like(conn, plan, filters, limit, offset, sort)
+        return like_search(conn, plan, filters, limit, offset, sort)
     if plan.route == "trigram":
         assert plan.match is not None
         return _sqlite_words(conn, plan, plan.match, filters, limit, offset, sort)
     match, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
-    words: _Tier | None = None if match is None else (
+    words: Tier | None = None if match is None else (
         lambda f, n, o: _sqlite_words(conn, plan, match, f, n, o, sort))
-    phrase: _Tier | None = None if phrase_text is None else (
+    phrase: Tier | None = None if phrase_text is None else (
         lambda f, n, o: _fts_safe(conn, q.FTS_TABLE, phrase_text, f, n, o, sort))
-    literal: _Tier | None = None
+    literal: Tier | None = None
     words_phrase = plan.literal_words
     if lit_text is not None and words_phrase is not None:
         literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
@@ -234,14 +234,14 @@ def _run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
         literal = lambda f, n, o: _sqlite_literal(  # noqa: E731
             conn, q.FTS_TRIGRAM_TABLE, q.literal_match(lit_text), lit_text, f, n, o, sort)
     elif lit_text is not None:
-        literal = lambda f, n, o: _substrings(  # noqa: E731
+        literal = lambda f, n, o: substring_search(  # noqa: E731
             conn, "literal", ((LikeTerm(lit_text),),), q.LITERAL_COLS,
             lambda matches, where: q.literal_scan_page(matches, where, sort), f, n, o)
-    return _combine(_tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
+    return combine_tiers(tier_list(plan, words, phrase, literal, sort), filters, limit, offset, sort)
 
 
 def _sqlite_literal(conn: Connection, table: str, match: str, literal: str,
-                    filters: _Filters, limit: int, offset: int,
+                    filters: Filters, limit: int, offset: int,
                     sort: str | None) -> list[SearchResult]:
     """The literal tier on SQLite: candidates ``table MATCH match`` (trigram phrase, or the
     word phrase of a long literal), ``LIKE``-checked on the content."""
@@ -256,10 +256,10 @@ def _sqlite_literal(conn: Connection, table: str, match: str, literal: str,
             raise  # busy, never "no results"
         log.debug("literal candidates %r on %s failed: %s", match, table, exc.orig)
         return []
-    return [_result(r, r[8], "literal") for r in rows]
+    return [result_row(r, r[8], "literal") for r in rows]
 
 
-def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
+def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: Filters,
                   limit: int, offset: int, sort: str | None) -> list[SearchResult]:
     """The word tier on SQLite: ``match`` on the plan's index (unicode61, or trigram for
     CJK), the zero-result trigram fallback, the LIKE route when the index is corrupt."""
@@ -276,10 +276,10 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
         like = SearchPlan("cjk_like" if plan.route == "trigram" else "like",
                           groups=(cjk_like_groups(match) if plan.route == "trigram"
                                   else like_groups(match)))
-        return _like(conn, like, filters, limit, offset, sort)
+        return like_search(conn, like, filters, limit, offset, sort)
 
     def page(n: int, o: int, first: list[SearchResult] | None = None) -> list[SearchResult]:
-        return _or_trigram(
+        return or_trigram(
             _fts_safe(conn, table, match, filters, n, o, sort) if first is None else first,
             match, plan.trigram_fallback, o,
             probe=lambda m: _fts_safe(conn, table, m, replace(filters, exclude_ids=()), 1, 0,
@@ -293,11 +293,11 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filt
                               lambda: fts_gap.match_count(conn, table, match, filters.sql, offset)
                               or (fts_gap.match_count(conn, q.FTS_TRIGRAM_TABLE, fallback,
                                                       filters.sql, offset) if fallback else 0),
-                              lambda r: _result(r, r[8], "gap"), scoped=plan.route == "trigram",
+                              lambda r: result_row(r, r[8], "gap"), scoped=plan.route == "trigram",
                               refetch=lambda n: page(n, 0))
 
 
-def _fts_safe(conn: Connection, table: str, match: str, filters: _Filters, limit: int,
+def _fts_safe(conn: Connection, table: str, match: str, filters: Filters, limit: int,
               offset: int, sort: str | None) -> list[SearchResult]:
     try:
         return _fts(conn, table, match, filters, limit, offset, sort)
@@ -313,7 +313,7 @@ def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int, offset: int,
+def _fts(conn: Connection, table: str, match: str, filters: Filters, limit: int, offset: int,
          sort: str | None) -> list[SearchResult]:
     """A page of ``MATCH match`` on ``table``, snippets made by FTS5 for the page only."""
     params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
@@ -327,7 +327,7 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
     sp.update({f"i{k}": v for k, v in enumerate(ids)})
     snippets: dict[Any, Any] = dict(conn.execute(sa.text(q.fts_snippets(table, len(ids))), sp).fetchall())
     route = "trigram" if table == q.FTS_TRIGRAM_TABLE else "fts"
-    return [_result(r, snippets.get(r[0]), route) for r in rows]
+    return [result_row(r, snippets.get(r[0]), route) for r in rows]
 
 
 # -------------------------------------------------------------------------------------
@@ -335,8 +335,10 @@ def _fts(conn: Connection, table: str, match: str, filters: _Filters, limit: int
 # -------------------------------------------------------------------------------------
 
 
-def _attach_context(conn: Connection, hits: list[SearchResult],
-                    include_inactive: bool) -> list[SearchResult]:
+def attach_context(conn: Connection, hits: list[SearchResult],
+                   include_inactive: bool) -> list[SearchResult]:
+    """``hits`` with their surrounding messages (:func:`fetch_context`); a database error
+    while reading them is logged and leaves the context empty, never failing the search."""
     try:
         ctx = fetch_context(conn, [(h.id, h.session_id, h.timestamp) for h in hits
                                    if h.id is not None and h.session_id is not None

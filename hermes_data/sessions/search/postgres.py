@@ -18,8 +18,8 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows
-from hermes_data.sessions.search.execute import (_combine, _Filters, _like, _or_trigram, _result, _substrings,
-                          _Tier, _tier_list)
+from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
+                          result_row, substring_search, tier_list)
 from hermes_data.sessions.search.plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
                           bare_token, like_groups, literal_word_phrase, operands, query_tokens)
 from hermes_data.sessions.search.capabilities import read_capabilities
@@ -83,12 +83,12 @@ def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
     return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
 
 
-#: False while :func:`_pg_search` runs its tiers under one savepoint (the fast path).
+#: False while :func:`pg_search` runs its tiers under one savepoint (the fast path).
 _PG_CAREFUL: ContextVar[bool] = ContextVar("hermes_data_pg_search_careful", default=True)
 
 
-def _pg_search(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
-               offset: int, sort: str | None) -> list[SearchResult]:
+def pg_search(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
+              offset: int, sort: str | None) -> list[SearchResult]:
     """Run a plan on PostgreSQL: every statement under one savepoint (two round trips per
     search, not two per tier); when a statement is rejected, back to the savepoint and run
     the plan again with a savepoint per route (:func:`_pg_attempt`), so a rejected route
@@ -110,7 +110,7 @@ def _pg_search(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int
 def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
     """Run one route in a savepoint: a rejected statement leaves the read transaction usable
     and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
-    raised, never turned into "no results". Inside :func:`_pg_search`'s fast path the route
+    raised, never turned into "no results". Inside :func:`pg_search`'s fast path the route
     runs directly (a rejection rolls back to that savepoint and reruns the plan here)."""
     if not _PG_CAREFUL.get():
         return fn()
@@ -124,12 +124,12 @@ def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
         return None
 
 
-def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
+def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
                  offset: int, sort: str | None) -> list[SearchResult]:
     if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
         def grams() -> list[SearchResult] | None:
             rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
-            return None if rows is None else [_result(r, r[8], "bigram") for r in rows]
+            return None if rows is None else [result_row(r, r[8], "bigram") for r in rows]
         hits = _pg_attempt(conn, "bigram", grams)
         if hits is not None:
             return hits
@@ -139,29 +139,29 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: _Filters, limit: i
             return hits
     if plan.route in ("like", "cjk_like"):
         return _pg_attempt(conn, plan.route,
-                           lambda: _like(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
+                           lambda: like_search(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
     if plan.route == "trigram":
         assert plan.match is not None
         match = plan.match
         return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
             conn, match, filters, limit, offset, sort)) or []
     match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
-    words: _Tier | None = None if match_text is None else (
+    words: Tier | None = None if match_text is None else (
         lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
-    phrase: _Tier | None = None if phrase_text is None else (
+    phrase: Tier | None = None if phrase_text is None else (
         lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
             conn, phrase_text, f, n, o, sort)) or [])
-    folded: _Tier | None = None if match_text is None or not plan.folded else (
+    folded: Tier | None = None if match_text is None or not plan.folded else (
         lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
             conn, match_text, f, n, o, sort, folded=True)) or [])
-    literal: _Tier | None = None if lit_text is None else (
+    literal: Tier | None = None if lit_text is None else (
         lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
             conn, lit_text, f, n, o, sort, plan.symbols)) or [])
-    return _combine(_tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
+    return combine_tiers(tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
                     offset, sort)
 
 
-def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int, offset: int,
+def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, offset: int,
               sort: str | None) -> list[SearchResult] | None:
     """Short CJK mixed with Latin tokens (``qRm 西AK3R2G``; issue 16 item 5) through indexes:
     the candidates of :func:`q.pg_mixed_candidates` verified by the scoped ILIKE page. A
@@ -200,7 +200,7 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
         rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
                             params).fetchall()
         if len(rows) >= limit or params["floor"] <= 0:
-            return [_result(r, r[8], "bigram") for r in rows]
+            return [result_row(r, r[8], "bigram") for r in rows]
         return None
 
     if top is not None and (hits := prescan(PG_MIXED_PRESCAN_ROWS)) is not None:
@@ -213,10 +213,10 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: _Filters, limit: int,
     rows_sql = q.pg_mixed_candidates(*names)
     rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
                         params).fetchall()
-    return [_result(r, r[8], "bigram") for r in rows]
+    return [result_row(r, r[8], "bigram") for r in rows]
 
 
-def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, offset: int,
+def _pg_literal(conn: Connection, literal: str, filters: Filters, limit: int, offset: int,
                 sort: str | None, symbols: bool = False) -> list[SearchResult]:
     """The literal tier on PostgreSQL: ``ILIKE`` on the content (``pg_trgm``), narrowed by the
     literal's words on the stored document (:func:`literal_word_phrase`) and — ``symbols``,
@@ -239,7 +239,7 @@ def _pg_literal(conn: Connection, literal: str, filters: _Filters, limit: int, o
     where = filters.sql(params)
     rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams)),
                         params).fetchall()
-    return [_result(r, r[8], "literal") for r in rows]
+    return [result_row(r, r[8], "literal") for r in rows]
 
 
 def has_symbol(literal: str) -> bool:
@@ -249,14 +249,14 @@ def has_symbol(literal: str) -> bool:
     return any(not (ch.isalnum() or ch.isspace()) for ch in literal)
 
 
-def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters, limit: int,
+def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: Filters, limit: int,
               offset: int, sort: str | None) -> list[SearchResult]:
     """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
     fallback."""
     hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
-    return _or_trigram(
+    return or_trigram(
         hits, match, plan.trigram_fallback, offset,
         probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(
             conn, m, replace(filters, exclude_ids=()), 1, 0, sort)),
@@ -265,7 +265,7 @@ def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: _Filters,
         narrowed=bool(filters.exclude_ids))
 
 
-def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+def _pg_fts(conn: Connection, match: str, filters: Filters, limit: int, offset: int,
             sort: str | None, folded: bool = False) -> list[SearchResult]:
     params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
                               "hl": PG_HEADLINE_CHARS}
@@ -282,7 +282,7 @@ def _pg_fts(conn: Connection, match: str, filters: _Filters, limit: int, offset:
     page = (q.pg_fts_page(match_q, where, sort, folded=True, rank_tsq=tsq, bitmap=bitmap)
             if match_q else q.pg_fts_page(tsq, where, sort, bitmap=bitmap))
     rows = conn.execute(sa.text(page), params).fetchall()
-    return [_result(r, _pg_join_marks(r[8]), "fts") for r in rows]
+    return [result_row(r, _pg_join_marks(r[8]), "fts") for r in rows]
 
 
 def _pg_few_matches(conn: Connection, match: str) -> bool:
@@ -328,9 +328,9 @@ def _pg_join_marks(snippet: Any) -> Any:
     return _PG_SPLIT_MARKS_RE.sub(r"\1", snippet.replace(_PG_FENCE, ""))
 
 
-def _pg_trigram(conn: Connection, match: str, filters: _Filters, limit: int, offset: int,
+def _pg_trigram(conn: Connection, match: str, filters: Filters, limit: int, offset: int,
                 sort: str | None) -> list[SearchResult]:
-    return _substrings(conn, "trigram", like_groups(match), q.PG_TRIGRAM_COLS,
+    return substring_search(conn, "trigram", like_groups(match), q.PG_TRIGRAM_COLS,
                        lambda matches, where: q.pg_trigram_page(matches, where, sort),
                        filters, limit, offset)
 

@@ -12,7 +12,8 @@ from typing import Any, Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hermes_data.sessions.search.messages import (RESULT_FIELDS, SORTS, SearchResult, _attach_context, _Filters, _result,
+from hermes_data.sessions.search.execute import Filters, result_row
+from hermes_data.sessions.search.messages import (RESULT_FIELDS, SORTS, SearchResult, attach_context,
                      check_fields, literal_groups, literal_text, name_list, sanitize_fts_query)
 from hermes_data.sessions.search import reasoning_sql as rq
 from hermes_data.sessions.search import sql as q
@@ -37,15 +38,15 @@ def search_with_reasoning(conn: Connection, query: str | None, *,
     if not groups:
         return []
     d = conn.dialect.name
-    filters = _Filters(name_list(source_filter), name_list(exclude_sources),
+    filters = Filters(name_list(source_filter), name_list(exclude_sources),
                        name_list(role_filter), include_inactive)
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = q.pattern_where(groups, rq.templates(d), params)
     where = filters.sql(params)
     rows = conn.execute(sa.text(rq.page(matches, where, sort, d)), params).fetchall()
-    hits = [_result(r, r[8], "like") for r in rows]
+    hits = [result_row(r, r[8], "like") for r in rows]
     if hits and "context" in names:
-        hits = _attach_context(conn, hits, include_inactive)
+        hits = attach_context(conn, hits, include_inactive)
     if fields is not None:
         blank: dict[str, Any] = {n: None for n in RESULT_FIELDS if n not in names}
         hits = [replace(h, **blank) for h in hits]

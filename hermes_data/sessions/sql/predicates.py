@@ -28,8 +28,9 @@ RESUME_MAX_HOPS = 32
 TOOL_INDEX_PREFIX = 8192
 
 
-def _sql_list(values: tuple[str, ...]) -> str:
-    # Constants of this module only (never user input).
+def sql_list(values: tuple[str, ...]) -> str:
+    """``'a', 'b'``: ``values`` as quoted SQL string literals for an ``IN (...)`` list.
+    For the package's own constants only (never user input)."""
     return ", ".join("'" + v.replace("'", "''") + "'" for v in values)
 
 
@@ -80,7 +81,7 @@ def branch_child(c: str, alias: str = "bp", d: str = "sqlite") -> str:
 def legacy_reset_child(c: str, alias: str = "rp") -> str:
     """The legacy (marker-less) reset-child heuristic: same non-empty key, reset-ended parent."""
     return (f"EXISTS (SELECT 1 FROM sessions {alias} WHERE {alias}.id = {c}.parent_session_id "
-            f"AND {alias}.end_reason IN ({_sql_list(RESET_END_REASONS)}) "
+            f"AND {alias}.end_reason IN ({sql_list(RESET_END_REASONS)}) "
             f"AND COALESCE({c}.session_key, '') <> '' AND {c}.session_key = {alias}.session_key)")
 
 

@@ -1,5 +1,5 @@
 """The user-interface API's public ``SessionStore`` methods (spec sessions-ext-ui.md §4), as
-one declarative delegation table — the pattern of :mod:`.agent_api`: each entry maps a public
+one declarative delegation table (:mod:`hermes_data.sessions.handle`): each entry maps a public
 name to an operation function (store first) in a module by concern (:mod:`.display`, …);
 the class holds no state and no logic, and ``SessionStore`` inherits it.
 """
@@ -15,44 +15,44 @@ from hermes_data.sessions.ui import reactions
 from hermes_data.sessions.ui.portability import render
 from hermes_data.sessions.ui import rich
 from hermes_data.sessions.ui import views
-from hermes_data.sessions.agent.api import _Op, _static
+from hermes_data.sessions.handle import Op, static
 
 
 class UiAPI:
     """The delegation table (see the module docstring)."""
 
     # -- display ordering (§3.4, §4.14)
-    ensure_display_order = _Op(display.ensure_display_order)
-    backfill_display_order = _Op(display.backfill_display_order)
-    _split = _Op(display.store_split)
+    ensure_display_order = Op(display.ensure_display_order)
+    backfill_display_order = Op(display.backfill_display_order)
+    _split = Op(display.store_split)
 
     # -- transcript windows (§4.1–§4.4)
-    get_messages_around = _Op(views.get_messages_around)
-    get_anchored_view = _Op(views.get_anchored_view)
-    list_recent_user_messages = _Op(views.list_recent_user_messages)
-    find_pr_url_messages = _Op(views.find_pr_url_messages)
+    get_messages_around = Op(views.get_messages_around)
+    get_anchored_view = Op(views.get_anchored_view)
+    list_recent_user_messages = Op(views.list_recent_user_messages)
+    find_pr_url_messages = Op(views.find_pr_url_messages)
 
     # -- reactions (§4.10; the targets are the agent API's row helpers)
-    set_message_reaction = _Op(reactions.set_message_reaction)
-    get_message_reactions = _Op(reactions.get_message_reactions)
-    take_unseen_reactions = _Op(reactions.take_unseen_reactions)
+    set_message_reaction = Op(reactions.set_message_reaction)
+    get_message_reactions = Op(reactions.get_message_reactions)
+    take_unseen_reactions = Op(reactions.take_unseen_reactions)
 
     # -- portability (§4.11–§4.12)
-    export_session = _Op(export.export_session)
-    export_session_lineage = _Op(export.export_session_lineage)
-    iter_export_all = _Op(export.iter_export_all)
-    export_all = _Op(export.export_all)
-    import_sessions = _Op(imports.import_sessions)
-    load_import_payload = _static(imports.load_import_payload)
-    normalize_save_format = _static(render.normalize_save_format)
-    render_session_for_save = _static(render.render_session_for_save)
-    default_save_filename = _static(render.default_save_filename)
-    describe_skill_invocation = _static(markers.describe_skill_invocation)
-    shape_preview = _static(markers.shape_preview)
+    export_session = Op(export.export_session)
+    export_session_lineage = Op(export.export_session_lineage)
+    iter_export_all = Op(export.iter_export_all)
+    export_all = Op(export.export_all)
+    import_sessions = Op(imports.import_sessions)
+    load_import_payload = static(imports.load_import_payload)
+    normalize_save_format = static(render.normalize_save_format)
+    render_session_for_save = static(render.render_session_for_save)
+    default_save_filename = static(render.default_save_filename)
+    describe_skill_invocation = static(markers.describe_skill_invocation)
+    shape_preview = static(markers.shape_preview)
 
     # -- pickers (§3.5, §4.7)
-    search_sessions = _Op(pickers.search_sessions)
-    search_sessions_by_id = _Op(pickers.search_sessions_by_id)
-    list_sessions_rich = _Op(rich.list_sessions_rich)
-    get_session_rich_row = _Op(rich.get_session_rich_row)
-    workspace_key = _static(pickers.workspace_key)
+    search_sessions = Op(pickers.search_sessions)
+    search_sessions_by_id = Op(pickers.search_sessions_by_id)
+    list_sessions_rich = Op(rich.list_sessions_rich)
+    get_session_rich_row = Op(rich.get_session_rich_row)
+    workspace_key = static(pickers.workspace_key)

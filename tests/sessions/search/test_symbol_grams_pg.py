@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.sessions.search import postgres as search_pg
-from hermes_data.sessions.search.execute import _Filters
+from hermes_data.sessions.search.execute import Filters
 from hermes_data.sessions.search.capabilities import forget_capabilities, read_capabilities
 from hermes_data.sessions.store import SessionStore
 
@@ -120,7 +120,7 @@ def test_every_way_of_the_literal_tier_pages_like_ilike(corpus, monkeypatch, dat
     monkeypatch.setattr(search_pg, "PG_GRAM_CANDIDATES", high if way == "grams" else low)
     monkeypatch.setattr(search_pg, "PG_GRAM_CANDIDATES_WORDS", high if way == "grams" else low)
     with store.engine.connect() as conn:
-        hits = search_pg._pg_literal(conn, literal, _Filters([], [], [], False), limit, offset,
+        hits = search_pg._pg_literal(conn, literal, Filters([], [], [], False), limit, offset,
                                      None, symbols=True)
     assert [h.id for h in hits] == _reference(store, literal, limit, offset), (literal, way)
 

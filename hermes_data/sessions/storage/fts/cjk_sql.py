@@ -27,7 +27,7 @@ and demotes of that family never touch them. Every value is bound; identifiers a
 from __future__ import annotations
 
 from hermes_data.sessions.sql.ddl import checked_drop
-from hermes_data.sessions.storage.fts.ddl import _tri_session
+from hermes_data.sessions.storage.fts.ddl import tri_session
 from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION, TRI_SESSION_S
 
 #: Object names (fixed), and the FTS5 shadow tables of the index.
@@ -54,7 +54,7 @@ def _q(r: str) -> str:
     # Q(r): a row in the index's scope that may hold CJK letters.
     return (f"{r}.role <> 'tool' AND ({_na(r + '.content')} OR {_na(r + '.tool_name')} "
             f"OR {_na(r + '.tool_calls')}) AND EXISTS (SELECT 1 FROM sessions WHERE id = "
-            f"{r}.session_id AND {_tri_session('sessions')})")
+            f"{r}.session_id AND {tri_session('sessions')})")
 
 
 _ENQUEUE = "INSERT OR IGNORE INTO messages_cjk_queue(id) VALUES"

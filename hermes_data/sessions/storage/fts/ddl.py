@@ -32,15 +32,17 @@ def _gate(r: str) -> str:
             f"CAST(value AS INTEGER) FROM state_meta WHERE key = 'fts_rebuild_progress'), -1))")
 
 
-def _tri_session(s: str) -> str:
-    # TRI_SESSION(s): cron, subagent and delegate transcripts stay out of the trigram index.
+def tri_session(s: str) -> str:
+    """TRI_SESSION(s), a condition on the sessions row ``s``: cron, subagent and delegate
+    transcripts stay out of the trigram index."""
     return f"{s}.source NOT IN ('cron', 'subagent') AND {J(f'{s}.model_config', '_delegate_from')} IS NULL"
 
 
-def _tri_row(r: str) -> str:
-    # TRI_ROW(r): non-tool rows of trigram-eligible sessions.
+def tri_row(r: str) -> str:
+    """TRI_ROW(r), a condition on the messages row ``r``: non-tool rows of trigram-eligible
+    sessions (:func:`tri_session`)."""
     return (f"{r}.role <> 'tool' AND EXISTS (SELECT 1 FROM sessions WHERE id = {r}.session_id "
-            f"AND {_tri_session('sessions')})")
+            f"AND {tri_session('sessions')})")
 
 
 #: View feeding the unicode61 index: tool rows truncated, tool_calls JSON searchable.
@@ -57,7 +59,7 @@ FTS_TABLE_DDL = (
 FTS_TRIGRAM_SRC_VIEW_DDL = (
     "CREATE VIEW IF NOT EXISTS messages_fts_trigram_src AS "
     "SELECT m.id, m.role, m.content, m.tool_name FROM messages m "
-    f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' AND {_tri_session('s')}"
+    f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' AND {tri_session('s')}"
 )
 #: External-content trigram index (no tool_calls column: storage layout 2).
 FTS_TRIGRAM_TABLE_DDL = (
@@ -95,14 +97,14 @@ FTS_UPDATE_TRIGGER_DDL = (
 #: Index a new row in the trigram index when the row and its session are eligible.
 FTS_TRIGRAM_INSERT_TRIGGER_DDL = (
     "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_insert AFTER INSERT ON messages "
-    f"WHEN {_tri_row('new')} AND {_gate('new')} BEGIN "
+    f"WHEN {tri_row('new')} AND {_gate('new')} BEGIN "
     "INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
     "VALUES (new.id, new.content, new.tool_name); END"
 )
 #: Remove a deleted eligible row from the trigram index.
 FTS_TRIGRAM_DELETE_TRIGGER_DDL = (
     "CREATE TRIGGER IF NOT EXISTS messages_fts_trigram_delete AFTER DELETE ON messages "
-    f"WHEN {_tri_row('old')} AND {_gate('old')} BEGIN "
+    f"WHEN {tri_row('old')} AND {_gate('old')} BEGIN "
     "INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) "
     "VALUES ('delete', old.id, old.content, old.tool_name); END"
 )
@@ -113,9 +115,9 @@ FTS_TRIGRAM_UPDATE_TRIGGER_DDL = (
     "WHEN (old.content IS NOT new.content OR old.tool_name IS NOT new.tool_name "
     f"OR old.role IS NOT new.role) AND {_gate('old')} BEGIN "
     "INSERT INTO messages_fts_trigram(messages_fts_trigram, rowid, content, tool_name) "
-    f"SELECT 'delete', old.id, old.content, old.tool_name WHERE {_tri_row('old')}; "
+    f"SELECT 'delete', old.id, old.content, old.tool_name WHERE {tri_row('old')}; "
     "INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
-    f"SELECT new.id, new.content, new.tool_name WHERE {_tri_row('new')}; END"
+    f"SELECT new.id, new.content, new.tool_name WHERE {tri_row('new')}; END"
 )
 
 #: Base half of the current layout, in creation order.
@@ -187,7 +189,7 @@ BULK_FTS_FILL = (
 BULK_FTS_TRIGRAM_FILL = (
     "INSERT INTO messages_fts_trigram(rowid, content, tool_name) SELECT messages.id, "
     "messages.content, messages.tool_name FROM messages WHERE messages.id > ? "
-    f"AND {_tri_row('messages')} AND {_gate('messages')} ORDER BY messages.id")
+    f"AND {tri_row('messages')} AND {_gate('messages')} ORDER BY messages.id")
 
 
 def stored_trigger_sql(ddl: str) -> str:

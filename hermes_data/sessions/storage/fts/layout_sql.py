@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, _tri_row
+from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
 from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
 
 # ---------------------------------------------------------------------------------------
@@ -136,7 +136,7 @@ FINISH_BASE = ("INSERT INTO messages_fts(rowid, content, tool_name, tool_calls) 
 #: The same for the trigram index, eligible rows only (TRI_ROW).
 FINISH_TRIGRAM = ("INSERT INTO messages_fts_trigram(rowid, content, tool_name) "
                   "SELECT m.id, m.content, m.tool_name FROM messages m "
-                  f"WHERE m.id > ? AND m.id <= ? AND {_tri_row('m')} AND NOT EXISTS "
+                  f"WHERE m.id > ? AND m.id <= ? AND {tri_row('m')} AND NOT EXISTS "
                   "(SELECT 1 FROM messages_fts_trigram_docsize d WHERE d.id = m.id) "
                   "ORDER BY m.id")
 #: Probe: is a table present (name)?
