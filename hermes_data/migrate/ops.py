@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from hermes_data.clock import utcnow_iso  # noqa: F401  (re-exported for revisions)
+from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 
 log = logging.getLogger("hermes_data.migrate.ops")
 
@@ -69,8 +70,8 @@ def add_missing_columns(bind, table: str, columns, logger: logging.Logger = log)
             msg = str(exc).lower()
             if "duplicate column" in msg:
                 logger.debug("column %s.%s added by a sibling", table, col.name)
-            elif "locked" in msg or "busy" in msg:
-                raise
+            elif is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS):
+                raise  # SQLite kinds: into the upgrade's patience, which waits out only those
             else:
                 logger.warning("could not add column %s.%s (%s); the store stays behind",
                                table, col.name, exc)

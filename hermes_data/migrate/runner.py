@@ -44,6 +44,7 @@ from hermes_data.engine import SqliteSettings, create_engine_for, journal_state,
 from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreNotCreatedError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
+from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.sessions.storage.filesafety import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
@@ -368,8 +369,10 @@ def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
 
 
 def _is_lock_conflict(exc: BaseException) -> bool:
-    message = str(exc).lower()
-    return "locked" in message or "busy" in message
+    # SQLite kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
+    # creating or upgrading it); a PostgreSQL deadlock or lock timeout in an upgrade has
+    # always been raised at once, and still is.
+    return is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS)
 
 
 def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> CorruptDatabaseError:

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import create_engine_for
 from hermes_data.errors import ConfigurationError, DatabaseBusyError
+from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.storage.display_schema import ensure_pg_display_objects
 from hermes_data.sessions.search.capabilities import forget_capabilities
@@ -41,11 +42,6 @@ from hermes_data.sessions.backends.base import ROUTINE_PATIENCE_S, TRANSCRIPT_PA
 log = logging.getLogger("hermes_data.sessions.backends.postgresql")
 
 T = TypeVar("T")
-
-#: SQLSTATEs retried like a busy SQLite file: serialization_failure, deadlock_detected,
-#: lock_not_available.
-_RETRY_SQLSTATES = {"40001", "40P01", "55P03"}
-
 
 def sqlstate(exc: BaseException) -> str | None:
     """The SQLSTATE of a psycopg error wrapped by SQLAlchemy, if any."""
@@ -144,7 +140,9 @@ class PostgresBackend(SessionBackend):
                     with self._writer.begin():
                         return fn(self._writer)
                 except sa.exc.DBAPIError as exc:
-                    if sqlstate(exc) not in _RETRY_SQLSTATES:
+                    # Retried like a busy SQLite file: serialization_failure,
+                    # deadlock_detected, lock_not_available.
+                    if not is_lock_conflict(exc, kinds=PG_LOCK_KINDS):
                         raise
                     err = exc
             now = time.monotonic()

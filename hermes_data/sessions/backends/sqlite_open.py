@@ -43,6 +43,7 @@ from sqlalchemy.engine import Connection
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
 from hermes_data.files import FileHeader
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage import display_schema
 from hermes_data.sessions.storage import opening
@@ -127,14 +128,6 @@ def configured_connector(path: Path, settings: SqliteSettings, pragmas: list[str
     return make
 
 
-def _lock_conflict(exc: BaseException) -> bool:
-    code = getattr(exc, "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in (5, 6):  # SQLITE_BUSY, SQLITE_LOCKED
-        return True
-    msg = str(exc).lower()
-    return "locked" in msg or "busy" in msg
-
-
 def open_settings() -> tuple[opening.FtsCapabilities | None, bool]:
     """What a stamp is valid for besides the file: forced FTS capabilities (tests) and the
     ``sessions.cjk_index`` setting of the open in progress."""
@@ -212,7 +205,7 @@ def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None,
     except BaseException as exc:
         if con.in_transaction:
             con.execute(q.ROLLBACK)
-        if isinstance(exc, sqlite3.DatabaseError) and not _lock_conflict(exc):
+        if isinstance(exc, sqlite3.DatabaseError) and not is_lock_conflict(exc):
             return None  # not the file the stamp describes: the full reads say what it is
         raise  # busy (the open's patience) and interrupts
     con.execute(q.COMMIT)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Protocol, TypeVar
 
 import sqlalchemy as sa
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage.handle_guards import NoReadPermit, ReadPool
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.backends.base import driver_connection
@@ -32,9 +33,10 @@ log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
 T = TypeVar("T")
 
-#: Errors a read retries: lock conflicts, and the schema changing under it (VACUUM rewrote the
-#: file; an FTS table's constructor failed while its shadow tables were being rewritten).
-READ_RETRY = ("locked", "busy", "schema has changed", "vtable constructor failed")
+#: Errors a read retries besides lock conflicts (:func:`is_busy`): the schema changing under
+#: it (VACUUM rewrote the file; an FTS table's constructor failed while its shadow tables
+#: were being rewritten).
+READ_RETRY = ("schema has changed", "vtable constructor failed")
 
 
 class ReadingBackend(Protocol):
@@ -53,12 +55,11 @@ class ReadingBackend(Protocol):
 def is_busy(exc: BaseException) -> bool:
     """A lock conflict, worth a retry: ``SQLITE_BUSY`` / ``SQLITE_LOCKED`` by result code
     (an FTS5 table whose constructor could not read its config under a sibling's lock says
-    "vtable constructor failed" with ``SQLITE_BUSY``), or a ``locked`` / ``busy`` message."""
-    code = getattr(getattr(exc, "orig", exc), "sqlite_errorcode", None)
-    if code is not None and code & 0xFF in (5, 6):
-        return True
-    msg = str(getattr(exc, "orig", exc)).lower()
-    return "locked" in msg or "busy" in msg or "no more rows available" in msg
+    "vtable constructor failed" with ``SQLITE_BUSY``), or SQLite's lock message
+    (:func:`hermes_data.locking.is_lock_conflict`). The retry loops have always also taken
+    "no more rows available" (``SQLITE_DONE``'s text on a step that lost its lock) as busy:
+    kept as ``sqlite_done_means_busy``."""
+    return is_lock_conflict(exc, sqlite_done_means_busy=True)
 
 
 def read_retryable(exc: BaseException) -> bool:

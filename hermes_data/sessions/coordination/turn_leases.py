@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import sqlalchemy as sa
 
 from hermes_data.errors import DatabaseBusyError
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import maintenance as fts_maintenance
 from hermes_data.sessions.core import encoding as enc
@@ -44,12 +45,9 @@ def _cs(store: StoreHandle) -> CoordinationStatements:
 
 
 def _locked(exc: BaseException) -> bool:
-    # A failed attempt of the wait loop: busy budget spent, or a lock-class driver error.
-    if isinstance(exc, DatabaseBusyError):
-        return True
-    text = str(getattr(exc, "orig", exc)).lower()
-    return any(m in text for m in ("locked", "busy", "deadlock", "could not serialize",
-                                   "lock not available"))
+    # A failed attempt of the wait loop: busy budget spent, or a lock-class driver error
+    # (every kind, SQLite and PostgreSQL: the loop waits any of them out).
+    return isinstance(exc, DatabaseBusyError) or is_lock_conflict(exc)
 
 
 def try_acquire_session_turn_lease(store: StoreHandle, session_id: str, holder: str, *,

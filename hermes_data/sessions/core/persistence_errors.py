@@ -6,12 +6,13 @@ Buckets: ``turn_lease``, ``compression_closed``, ``compression``, ``corrupt``, `
 ``locked``, ``disk``, ``unknown``. Typed errors decide first; messages are matched by the
 phrases the store's own errors use, the coordination ones before the corruption markers,
 and those before the lock and disk buckets (``database disk image is malformed`` contains
-"disk").
+"disk"). The lock bucket is :func:`hermes_data.locking.is_lock_conflict` (every kind).
 """
 
 from __future__ import annotations
 
 from hermes_data.errors import DatabaseBusyError
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.errors import (CompressionSessionBusyError, CompressionSessionClosedError,
                      SessionTurnLeaseLostError, StateDbCorruptError, StateDbReplacedError)
 
@@ -28,11 +29,10 @@ _PHRASES = (("turn lease", "turn_lease"),
             ("malformed", "corrupt"), ("file is not a database", "corrupt"),
             ("not a database", "corrupt"), ("database corruption", "corrupt"),
             ("structurally corrupt", "corrupt"),
-            ("replaced under a live handle", "replaced"), ("split wal", "replaced"),
-            ("database is locked", "locked"), ("database table is locked", "locked"),
-            ("busy", "locked"), ("locked", "locked"),
-            ("disk i/o error", "disk"), ("disk is full", "disk"), ("no space left", "disk"),
-            ("disk", "disk"))
+            ("replaced under a live handle", "replaced"), ("split wal", "replaced"))
+#: After the lock bucket.
+_DISK_PHRASES = (("disk i/o error", "disk"), ("disk is full", "disk"), ("no space left", "disk"),
+                 ("disk", "disk"))
 
 
 def classify_persistence_error(exc: BaseException | str) -> str:
@@ -47,6 +47,11 @@ def classify_persistence_error(exc: BaseException | str) -> str:
         text = str(exc)
     text = text.lower()
     for phrase, bucket in _PHRASES:
+        if phrase in text:
+            return bucket
+    if is_lock_conflict(exc):
+        return "locked"
+    for phrase, bucket in _DISK_PHRASES:
         if phrase in text:
             return bucket
     return "unknown"

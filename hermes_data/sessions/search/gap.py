@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.search.plan import LikeTerm
 from hermes_data.sessions.storage.fts import layout_sql as q
 from hermes_data.sessions.search.sql import LIKE_COLS, pattern_where
@@ -85,8 +86,7 @@ def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[Like
         rows = conn.execute(sa.text(q.gap_page(matches, where, sort, scoped=scoped)),
                             params).fetchall()
     except sa.exc.OperationalError as exc:
-        msg = str(exc.orig).lower()
-        if "locked" in msg or "busy" in msg:
+        if is_lock_conflict(exc):
             raise
         log.debug("gap supplement skipped: %s", exc.orig)
         return page

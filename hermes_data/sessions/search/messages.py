@@ -131,6 +131,7 @@ from typing import Any, Iterable, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.search import gap as fts_gap
@@ -252,7 +253,7 @@ def _sqlite_literal(conn: Connection, table: str, match: str, literal: str,
         rows = conn.execute(sa.text(q.literal_candidates_page(table, matches, where, sort)),
                             params).fetchall()
     except sa.exc.DatabaseError as exc:
-        if _is_lock_error(exc):
+        if is_lock_conflict(exc):
             raise  # busy, never "no results"
         log.debug("literal candidates %r on %s failed: %s", match, table, exc.orig)
         return []
@@ -267,7 +268,7 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: Filte
     try:
         hits = _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.OperationalError as exc:
-        if _is_lock_error(exc):
+        if is_lock_conflict(exc):
             raise  # the database is busy, not the query wrong: never a silent "no results"
         log.debug("FTS5 rejected %r on %s: %s", match, table, exc.orig)
         return []
@@ -302,15 +303,10 @@ def _fts_safe(conn: Connection, table: str, match: str, filters: Filters, limit:
     try:
         return _fts(conn, table, match, filters, limit, offset, sort)
     except sa.exc.DatabaseError as exc:
-        if _is_lock_error(exc):
+        if is_lock_conflict(exc):
             raise
         log.debug("FTS5 query %r on %s failed: %s", match, table, exc.orig)
         return []
-
-
-def _is_lock_error(exc: sa.exc.DBAPIError) -> bool:
-    msg = str(exc.orig).lower()
-    return "locked" in msg or "busy" in msg
 
 
 def _fts(conn: Connection, table: str, match: str, filters: Filters, limit: int, offset: int,

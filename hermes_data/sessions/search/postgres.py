@@ -16,6 +16,7 @@ from typing import Any, Callable, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict, sqlstate
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
@@ -70,9 +71,11 @@ _PG_WORD_RE = re.compile(r"[^\W_]+")
 _PG_TRIGRAM_RUN_RE = re.compile(r"[A-Za-z0-9]{3}")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
-#: SQLSTATEs that mean "busy", never "bad query": lock_not_available, deadlock_detected,
-#: serialization_failure, query_canceled (statement_timeout), admin/crash shutdown.
-_PG_BUSY_SQLSTATES = {"55P03", "40P01", "40001", "57014", "57P01", "57P02", "57P03"}
+#: SQLSTATEs that mean "the server did not answer", never "bad query", besides the lock
+#: conflicts (:data:`hermes_data.locking.PG_LOCK_KINDS`): query_canceled (statement_timeout),
+#: admin/crash shutdown, cannot connect now. Not lock conflicts, so kept here: only search
+#: must never turn them into "no results"; a write does not retry them.
+_PG_UNANSWERED_SQLSTATES = {"57014", "57P01", "57P02", "57P03"}
 #: Parser boundary fenced around punctuation in the headline text (never a word character).
 _PG_FENCE = "\x01"
 _PG_SPLIT_MARKS_RE = re.compile(
@@ -80,7 +83,8 @@ _PG_SPLIT_MARKS_RE = re.compile(
 
 
 def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) in _PG_BUSY_SQLSTATES
+    # PostgreSQL kinds only: a message-only driver error saying "busy" was never raised here.
+    return is_lock_conflict(exc, kinds=PG_LOCK_KINDS) or sqlstate(exc) in _PG_UNANSWERED_SQLSTATES
 
 
 #: False while :func:`pg_search` runs its tiers under one savepoint (the fast path).

@@ -21,6 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.errors import AdoptionError, NotAHermesDatabaseError
+from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from hermes_data.sessions import sql
@@ -209,8 +210,8 @@ def reconcile(conn: Connection, report: UpgradeReport) -> None:
                 msg = str(exc).lower()
                 if "duplicate column" in msg:
                     log.debug("column %s.%s added by a sibling", table.name, col.name)
-                elif "locked" in msg or "busy" in msg:
-                    raise
+                elif is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS):
+                    raise  # SQLite kinds: into the upgrade's patience, which waits out only those
                 else:
                     log.warning("could not add column %s.%s: %s", table.name, col.name, exc)
     indexes = _index_names(conn)

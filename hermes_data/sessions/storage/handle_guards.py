@@ -42,6 +42,8 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
+from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
+
 # Re-exported: the store and the tests reach these through this module.
 from hermes_data.files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
 from hermes_data.files import APPLICATION_ID_OFFSET, SQLITE_MAGIC, FileHeader, application_id
@@ -76,9 +78,11 @@ def is_transient_sqlite_error(exc: BaseException) -> bool:
     orig = getattr(exc, "orig", exc)
     if not isinstance(orig, sqlite3.OperationalError) and not isinstance(exc, sa.exc.OperationalError):
         return False
-    msg = _message(exc)
-    return any(m in msg for m in ("disk i/o error", "database is locked",
-                                  "database table is locked", "busy"))
+    # SQLite kinds only: the name promises SQLite, and a PostgreSQL lock error reaching a
+    # caller here has never been "transient" (its backend retries it, then DatabaseBusyError).
+    # A disk I/O error is transient too, though no lock conflict (matched by message, as ever).
+    return (is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS)
+            or "disk i/o error" in _message(exc))
 
 
 def is_disk_io_error(exc: BaseException) -> bool:

@@ -41,6 +41,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.config import config_section
+from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage import handle_guards as guards
 from hermes_data.sessions.rows import FtsRebuildStatus
 from hermes_data.sessions.storage.scoped import Scoped
@@ -511,8 +512,7 @@ def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
         return list(conn.execute(sa.text(q.bigram_page(q.candidates(gap), matches, where,
                                                        sort)), params).fetchall())
     except sa.exc.DatabaseError as exc:
-        msg = str(exc.orig).lower()
-        if "locked" in msg or "busy" in msg:
+        if is_lock_conflict(exc):
             raise
         log.warning("CJK-bigram index unusable (%s); answering through LIKE", exc.orig)
         return None
