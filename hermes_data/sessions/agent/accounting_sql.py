@@ -8,7 +8,8 @@ value that may be NULL and is tested with ``IS NULL`` is cast, so PostgreSQL can
 
 from __future__ import annotations
 
-from functools import lru_cache
+from hermes_data.sessions.sql.dialect import Statements, marks
+
 
 #: The counters of one token delta (``update_token_counts`` keywords), summed by coalescing.
 COUNTERS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens",
@@ -22,18 +23,15 @@ USAGE_COLS = (*USAGE_KEY, *COUNTERS[5:], *COUNTERS[:5], "estimated_cost_usd",
               "actual_cost_usd", "cost_status", "cost_source", "first_seen", "last_seen")
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
-class AccountingStatements:
+class AccountingStatements(Statements):
     """The accounting statements of one dialect."""
 
     def __init__(self, d: str) -> None:
+        super().__init__(d)
         pg = d == "postgresql"
         real = "DOUBLE PRECISION" if pg else "REAL"
         lock = " FOR UPDATE" if pg else ""
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = self.render
         #: The route columns of one session (read-modify-write: locked on PostgreSQL).
         self.ROUTE_FOR_UPDATE = r(
             "SELECT model, billing_provider, billing_base_url, billing_mode, api_call_count "
@@ -67,7 +65,7 @@ class AccountingStatements:
         #: Add one delta to its (session, route, task) usage row.
         self.USAGE_UPSERT = r(
             f"INSERT INTO session_model_usage ({', '.join(USAGE_COLS)}) "
-            f"VALUES ({', '.join('?' * len(USAGE_COLS))}) "
+            f"VALUES ({marks(len(USAGE_COLS))}) "
             f"ON CONFLICT ({', '.join(USAGE_KEY)}) DO UPDATE SET {adds}, "
             "cost_status = COALESCE(excluded.cost_status, session_model_usage.cost_status), "
             "cost_source = COALESCE(excluded.cost_source, session_model_usage.cost_source), "
@@ -98,7 +96,5 @@ class AccountingStatements:
                           "billing_base_url, billing_mode")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> AccountingStatements:
-    """The accounting statements of ``d`` (built once per process)."""
-    return AccountingStatements(d)
+#: The AccountingStatements of a dialect (built once per process).
+for_dialect = AccountingStatements.for_dialect

@@ -3,20 +3,15 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.dialect import Statements, marks, value_rows
 from hermes_data.sessions.sql.predicates import last_active, preview_sql
 
 #: Ids per lifecycle-status statement.
 STATUS_CHUNK = 900
-
-
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
 
 
 def count_by_source(where: str) -> TextClause:
@@ -26,18 +21,18 @@ def count_by_source(where: str) -> TextClause:
                 f"GROUP BY {src} ORDER BY n DESC, src")
 
 
-class BulkStatements:
+class BulkStatements(Statements):
     """The listing/bulk statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
         cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
         ident = 's.id COLLATE "C"' if pg else "s.id"
         suffix = "substr(s.id, ?) ~ '^[0-9_]+$'" if pg else \
             "substr(s.id, ?) <> '' AND substr(s.id, ?) NOT GLOB '*[^0-9_]*'"
         #: Runs of one cron job (binary id range, digits-and-underscores suffix), newest first.
-        self.CRON_RUNS = _render(d, (
+        self.CRON_RUNS = self.render((
             f"SELECT {cols}, COALESCE(sp.prompt, s.system_prompt), {preview_sql('s', d)}, "
             f"{last_active('s')} FROM sessions s LEFT JOIN system_prompts sp "
             f"ON sp.hash = s.system_prompt_hash WHERE s.source = 'cron' AND {ident} >= ? "
@@ -47,7 +42,7 @@ class BulkStatements:
         self.CRON_SUFFIX_BINDS = 1 if pg else 2
         if pg:
             #: Newest active row of each id (role, tool_calls, finish_reason).
-            self.LAST_ACTIVE_ROWS = _render(d, (
+            self.LAST_ACTIVE_ROWS = self.render((
                 "SELECT i.sid, m.role, m.tool_calls, m.finish_reason FROM "
                 "unnest(CAST(? AS text[])) AS i(sid) JOIN LATERAL (SELECT role, tool_calls, "
                 "finish_reason FROM messages WHERE session_id = i.sid AND active = 1 "
@@ -55,19 +50,16 @@ class BulkStatements:
 
     def existing_ids(self, n: int) -> str:
         """Which of ``n`` bound ids are sessions."""
-        return _render(self.dialect,
-                       f"SELECT id FROM sessions WHERE id IN ({', '.join('?' * n)})")
+        return self.render(f"SELECT id FROM sessions WHERE id IN ({marks(n)})")
 
     def last_active_rows(self, n: int) -> str:
         """SQLite: newest active row of each of ``n`` bound ids (a bounded seek per id)."""
-        values = ", ".join(["(?)"] * n)
+        values = value_rows(n, 1)
         return (f"WITH ids(sid) AS (VALUES {values}), last AS (SELECT sid, (SELECT m.id FROM "
                 "messages m WHERE m.session_id = ids.sid AND m.active = 1 ORDER BY m.id DESC "
                 "LIMIT 1) AS mid FROM ids) SELECT last.sid, m.role, m.tool_calls, "
                 "m.finish_reason FROM last JOIN messages m ON m.id = last.mid")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> BulkStatements:
-    """The listing/bulk statements of ``d`` (built once per process)."""
-    return BulkStatements(d)
+#: The BulkStatements of a dialect (built once per process).
+for_dialect = BulkStatements.for_dialect

@@ -4,8 +4,7 @@ per-peer conversation generation."""
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from hermes_data.sessions.sql.dialect import Statements
 from hermes_data.sessions.sql.predicates import RESET_END_REASONS
 
 #: End reasons gateway recovery reopens (a subset of the core's automatic ones).
@@ -13,20 +12,17 @@ RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resum
                            "startup_orphan_reap")
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
 def _list(values: tuple[str, ...]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-class IdentityStatements:
+class IdentityStatements(Statements):
     """The identity statements of one dialect."""
 
     def __init__(self, d: str) -> None:
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = self.render
         #: Exact id.
         self.EXACT_ID = r("SELECT id FROM sessions WHERE id = ?")
         prefix = "left(id, ?)" if pg else "substr(id, 1, ?)"
@@ -55,7 +51,5 @@ class IdentityStatements:
 RESET_REASONS = frozenset(RESET_END_REASONS)
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> IdentityStatements:
-    """The identity statements of ``d`` (built once per process)."""
-    return IdentityStatements(d)
+#: The IdentityStatements of a dialect (built once per process).
+for_dialect = IdentityStatements.for_dialect

@@ -3,25 +3,23 @@ and identity reads (§3.8)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from hermes_data.sessions.sql.dialect import Statements, marks
+
 
 #: Characters ``require_text`` trims (space, TAB, LF, CR).
 BLANK_CHARS = " \t\n\r"
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
-class RowHelperStatements:
+class RowHelperStatements(Statements):
     """The row-helper statements of one dialect."""
 
     def __init__(self, d: str) -> None:
+        super().__init__(d)
         pg = d == "postgresql"
         lock = " FOR UPDATE" if pg else ""
         is_ = "IS NOT DISTINCT FROM" if pg else "IS"
         trim = "btrim" if pg else "TRIM"
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = self.render
         #: Stamp api_content on the newest active user row when its content still matches.
         self.SET_LATEST_USER_API_CONTENT = r(
             "UPDATE messages SET api_content = ? WHERE id = (SELECT MAX(id) FROM messages "
@@ -70,15 +68,11 @@ class RowHelperStatements:
             "SELECT id, session_id, content FROM messages WHERE role = 'assistant' "
             "AND tool_calls IS NOT NULL AND tool_calls <> '' AND content IS NOT NULL "
             f"AND length(content) <= 256 AND {head} = '[' AND {tail} = ']' ORDER BY id")
-        self._d = d
 
     def clear_content(self, n: int) -> str:
         """Blank the content of ``n`` bound message ids."""
-        return _render(self._d, f"UPDATE messages SET content = '' WHERE id IN "
-                                f"({', '.join('?' * n)})")
+        return self.render(f"UPDATE messages SET content = '' WHERE id IN ({marks(n)})")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> RowHelperStatements:
-    """The row-helper statements of ``d`` (built once per process)."""
-    return RowHelperStatements(d)
+#: The RowHelperStatements of a dialect (built once per process).
+for_dialect = RowHelperStatements.for_dialect

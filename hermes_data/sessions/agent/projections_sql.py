@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from hermes_data.sessions.sql.dialect import Statements, marks
+
 
 #: Columns a projection reads (no replayed message carries ``token_count`` or ``compacted``):
 #: six every row uses, then the optional ones — first those any role can carry, then those
@@ -30,34 +32,26 @@ IN_CHUNK = 900
 FILTERS = {"all": "", "active": " AND active = 1", "compacted": " AND (active = 1 OR compacted = 1)"}
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
-class ProjectionStatements:
+class ProjectionStatements(Statements):
     """The projection statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         #: One parent link (the conversation-root walk).
-        self.PARENT = _render(d, "SELECT parent_session_id FROM sessions WHERE id = ?")
+        self.PARENT = self.render("SELECT parent_session_id FROM sessions WHERE id = ?")
 
     @lru_cache(maxsize=256)
     def rows(self, n: int, which: str) -> str:
         """``PROJECTION_COLS`` of the rows of ``n`` bound session ids under filter ``which``."""
-        marks = ", ".join("?" * n)
-        return _render(self.dialect, f"SELECT {', '.join(PROJECTION_COLS)} FROM messages "
-                                     f"WHERE session_id IN ({marks}){FILTERS[which]} ORDER BY id")
+        return self.render(f"SELECT {', '.join(PROJECTION_COLS)} FROM messages "
+                           f"WHERE session_id IN ({marks(n)}){FILTERS[which]} ORDER BY id")
 
     @lru_cache(maxsize=256)
     def count(self, n: int, which: str) -> str:
         """How many rows ``rows(n, which)`` returns."""
-        marks = ", ".join("?" * n)
-        return _render(self.dialect, "SELECT COUNT(*) FROM messages "
-                                     f"WHERE session_id IN ({marks}){FILTERS[which]}")
+        return self.render("SELECT COUNT(*) FROM messages "
+                           f"WHERE session_id IN ({marks(n)}){FILTERS[which]}")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> ProjectionStatements:
-    """The projection statements of ``d`` (built once per process)."""
-    return ProjectionStatements(d)
+#: The ProjectionStatements of a dialect (built once per process).
+for_dialect = ProjectionStatements.for_dialect

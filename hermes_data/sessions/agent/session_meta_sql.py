@@ -4,25 +4,22 @@ and Git metadata, profiles, and the activity columns (§3.7)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from hermes_data.sessions.sql.dialect import Statements, value_rows
+
 
 #: Pairs per ``backfill_repo_roots`` statement (2 variables each: ≤ 900 per statement).
 BACKFILL_PAIRS = 450
 _NULL_PROMPT = "system_prompt = NULL, system_prompt_hash = NULL"
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
-class MetaStatements:
+class MetaStatements(Statements):
     """The metadata statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
         lock = " FOR UPDATE" if pg else ""
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = self.render
         #: model_config of one session, locked for a read-modify-write on PostgreSQL.
         self.CONFIG_FOR_UPDATE = r(f"SELECT model_config FROM sessions WHERE id = ?{lock}")
         #: model_config of one session (plain read).
@@ -105,15 +102,13 @@ class MetaStatements:
     def backfill_roots(self, pairs: int) -> str:
         """Fill empty ``git_repo_root`` of sessions whose cwd is one of ``pairs`` (cwd, root)
         bound pairs, in one statement."""
-        values = ", ".join(["(?, ?)"] * pairs)
-        return _render(self.dialect,
-                       f"WITH pairs(cwd, root) AS (VALUES {values}) UPDATE sessions SET "
-                       "git_repo_root = (SELECT root FROM pairs WHERE pairs.cwd = sessions.cwd) "
-                       "WHERE COALESCE(git_repo_root, '') = '' "
-                       "AND cwd IN (SELECT cwd FROM pairs)")
+        values = value_rows(pairs, 2)
+        return self.render(
+            f"WITH pairs(cwd, root) AS (VALUES {values}) UPDATE sessions SET "
+            "git_repo_root = (SELECT root FROM pairs WHERE pairs.cwd = sessions.cwd) "
+            "WHERE COALESCE(git_repo_root, '') = '' "
+            "AND cwd IN (SELECT cwd FROM pairs)")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> MetaStatements:
-    """The metadata statements of ``d`` (built once per process)."""
-    return MetaStatements(d)
+#: The MetaStatements of a dialect (built once per process).
+for_dialect = MetaStatements.for_dialect

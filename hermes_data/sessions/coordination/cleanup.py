@@ -17,15 +17,11 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.core.doomed import delete_claimed, fill_doomed, remove_transcripts
 from hermes_data.sessions.coordination.lock_rows import conversation_key
-from hermes_data.sessions.sql import for_dialect as fragments_for
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
 from hermes_data.sessions.core.maintenance_sql import MaintenanceStatements
 
 #: A ghost TUI row is older than this (one day).
 GHOST_AGE_S = 86400.0
-
-_MAINTENANCE = {d: MaintenanceStatements(d, fragments_for(d).render)
-                for d in ("sqlite", "postgresql")}
 
 
 def _cs(store: Any) -> CoordinationStatements:
@@ -45,7 +41,7 @@ def count_empty_sessions(store: Any) -> int:
 
 def _delete_selected(store: Any, stmt: str, params: tuple[Any, ...],
                      sessions_dir: str | os.PathLike[str] | None) -> int:
-    ms = _MAINTENANCE[store.backend.dialect]
+    ms = MaintenanceStatements.for_dialect(store.backend.dialect)
     deleted: list[str] = []
 
     def work(conn: Connection) -> int:

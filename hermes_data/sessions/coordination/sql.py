@@ -9,9 +9,10 @@ every value is bound.
 
 from __future__ import annotations
 
-from functools import lru_cache
+import functools
 
 from hermes_data.sessions.core.sql import MESSAGE_COLS, quote_ident
+from hermes_data.sessions.sql.dialect import Statements, marks, render
 from hermes_data.sessions.sql.predicates import edge, fork, last_active
 
 #: Guard tables and their key column (§3.2): compression locks are keyed by the session being
@@ -29,17 +30,14 @@ COOLDOWN_COLUMNS = {"until": "compression_failure_cooldown_until",
 KEY_DEPTH_CAP = 100
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
 class GuardStatements:
-    """Read / claim / refresh / release statements of one guard table in one dialect."""
+    """Read / claim / refresh / release statements of one guard table in one dialect (built
+    by :class:`CoordinationStatements`, one per guard kind)."""
 
     def __init__(self, d: str, kind: str) -> None:
         table, key = GUARD_TABLES[kind]
         lock = " FOR UPDATE" if d == "postgresql" else ""
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = functools.partial(render, d)
         #: The row of one key (locked on PostgreSQL, W4b).
         self.READ = r(f"SELECT holder, expires_at FROM {table} WHERE {key} = ?{lock}")
         #: The row of one key, unlocked (read-pool getters).
@@ -59,13 +57,13 @@ class GuardStatements:
         self.RELEASE = r(f"DELETE FROM {table} WHERE {key} = ? AND holder = ?")
 
 
-class CoordinationStatements:
+class CoordinationStatements(Statements):
     """The coordination statements of one dialect."""
 
     def __init__(self, d: str) -> None:
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda s: _render(d, s)  # noqa: E731
-        self.dialect = d
+        r = self.render
         self.lock = GuardStatements(d, "lock")
         self.lease = GuardStatements(d, "lease")
         seed = "CAST(? AS TEXT)" if pg else "?"
@@ -235,7 +233,7 @@ class CoordinationStatements:
 
     def orphan_where(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
         """ORPHAN(s) of §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
-        where = (f"s.ended_at IS NULL AND s.source IN ({', '.join('?' * n_sources)}) "
+        where = (f"s.ended_at IS NULL AND s.source IN ({marks(n_sources)}) "
                  f"{'AND s.pinned = 0 ' if pinned else ''}AND s.started_at < ? "
                  f"AND {last_active('s')} < ?")
         if heartbeat:
@@ -246,27 +244,24 @@ class CoordinationStatements:
     def orphan_ids(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
         """Ids matching ORPHAN(s)."""
         where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return _render(self.dialect, f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.id")
+        return self.render(f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.id")
 
     def orphan_close(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
         """Close one orphan, ORPHAN re-applied (binds: now, id, then ORPHAN's)."""
         where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return _render(self.dialect,
-                       "UPDATE sessions SET ended_at = ?, end_reason = 'startup_orphan_reap' "
-                       f"WHERE id = ? AND id IN (SELECT s.id FROM sessions s WHERE {where})")
+        return self.render(
+            "UPDATE sessions SET ended_at = ?, end_reason = 'startup_orphan_reap' "
+            f"WHERE id = ? AND id IN (SELECT s.id FROM sessions s WHERE {where})")
 
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
         exact; ``cols`` come from the live table's catalogue (quoted)."""
         col_sql = ", ".join(quote_ident(c) for c in cols)
-        marks = ", ".join("?" * n)
-        return _render(self.dialect,
-                       f"INSERT INTO messages (session_id, active, compacted, {col_sql}) "
-                       f"SELECT session_id, 1, 0, {col_sql} FROM messages "
-                       f"WHERE id IN ({marks}) ORDER BY id")
+        return self.render(
+            f"INSERT INTO messages (session_id, active, compacted, {col_sql}) "
+            f"SELECT session_id, 1, 0, {col_sql} FROM messages "
+            f"WHERE id IN ({marks(n)}) ORDER BY id")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> CoordinationStatements:
-    """The coordination statements of ``d`` (built once per process)."""
-    return CoordinationStatements(d)
+#: The CoordinationStatements of a dialect (built once per process).
+for_dialect = CoordinationStatements.for_dialect

@@ -45,7 +45,6 @@ from hermes_data.sessions.core.doomed import delete_claimed as _delete_claimed
 from hermes_data.sessions.core.doomed import fill_doomed as _fill_doomed
 from hermes_data.sessions.core.doomed import remove_transcripts as _remove_transcripts
 from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead
-from hermes_data.sessions.sql import for_dialect
 from hermes_data.sessions.core import maintenance_sql as mq
 from hermes_data.sessions.core.maintenance_sql import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
@@ -70,12 +69,9 @@ DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
 
 Progress = Callable[[int, int], None]
 
-_STATEMENTS = {d: MaintenanceStatements(d, for_dialect(d).render)
-               for d in ("sqlite", "postgresql")}
-
 
 def _ms(store: SessionStore) -> MaintenanceStatements:
-    return _STATEMENTS[store.backend.dialect]
+    return MaintenanceStatements.for_dialect(store.backend.dialect)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """Statements of session-store maintenance (spec sessions.md §7.4–§7.6): the prune/archive
 filter, candidate lists and counts, the chunked delete over a temp table of doomed ids,
-guard-row fences and the stale-open sweep. Driver statements take ``render`` (the
-dialect's :meth:`~hermes_data.sessions.core.sql.CoreStatements.render`) for their
-placeholders; identifiers come only from the fixed names here.
+guard-row fences and the stale-open sweep. Driver statements are rendered per dialect
+(:class:`~hermes_data.sessions.sql.dialect.Statements`); identifiers come only from the
+fixed names here.
 """
 
 from __future__ import annotations
@@ -13,9 +13,8 @@ from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.core.encoding import escape_like
+from hermes_data.sessions.sql.dialect import Statements, marks
 from hermes_data.sessions.sql.predicates import last_active
-
-Render = Callable[[str], str]
 
 #: The first clause of every prune filter: only ended sessions are ever deleted.
 ENDED_GUARD = "s.ended_at IS NOT NULL"
@@ -129,12 +128,13 @@ def doomed_table(dialect: str) -> str:
     return "pg_temp.doomed" if dialect == "postgresql" else "temp.doomed"
 
 
-class MaintenanceStatements:
+class MaintenanceStatements(Statements):
     """The maintenance driver statements of one dialect."""
 
-    def __init__(self, dialect: str, render: Render) -> None:
+    def __init__(self, dialect: str) -> None:
+        super().__init__(dialect)
         doomed = doomed_table(dialect)
-        self.render = render
+        render = self.render
         #: The temp table of doomed ids (per connection; kept between runs, emptied first).
         self.CREATE_DOOMED = "CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)"
         #: Empty it.
@@ -154,31 +154,30 @@ class MaintenanceStatements:
                                  "WHERE expires_at > ?")
         self.LIVE_LEASES = render("SELECT conversation_id, holder FROM session_turn_leases "
                                   "WHERE expires_at > ?")
-        self._dialect = dialect
 
     def delete_chunk(self, n: int) -> tuple[str, str, str, str]:
         """Orphan children, delete messages, detach and delete ``n`` sessions (ids bound
         positionally; the first statement binds them twice)."""
-        marks = ", ".join("?" * n)
+        ids = marks(n)
         r = self.render
         return (r(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id "
-                  f"IN ({marks}) AND id NOT IN ({marks})"),
-                r(f"DELETE FROM messages WHERE session_id IN ({marks})"),
-                r(f"UPDATE sessions SET parent_session_id = NULL WHERE id IN ({marks})"),
-                r(f"DELETE FROM sessions WHERE id IN ({marks})"))
+                  f"IN ({ids}) AND id NOT IN ({ids})"),
+                r(f"DELETE FROM messages WHERE session_id IN ({ids})"),
+                r(f"UPDATE sessions SET parent_session_id = NULL WHERE id IN ({ids})"),
+                r(f"DELETE FROM sessions WHERE id IN ({ids})"))
 
     def fence_guards(self, n: int) -> tuple[str, str]:
         """Delete the compression locks and turn leases of ``n`` doomed sessions."""
-        marks = ", ".join("?" * n)
-        return (self.render(f"DELETE FROM compression_locks WHERE session_id IN ({marks})"),
-                self.render(f"DELETE FROM session_turn_leases WHERE conversation_id IN ({marks})"))
+        ids = marks(n)
+        return (self.render(f"DELETE FROM compression_locks WHERE session_id IN ({ids})"),
+                self.render(f"DELETE FROM session_turn_leases WHERE conversation_id IN ({ids})"))
 
     def delegates_of(self, n: int, j: Callable[[str, str], str]) -> str:
         """Delegate children of ``n`` sessions (by marker, or by parent with any marker)."""
-        marks = ", ".join("?" * n)
+        ids = marks(n)
         mark = j("model_config", "_delegate_from")
-        return self.render(f"SELECT id FROM sessions WHERE {mark} IN ({marks}) "
-                           f"OR (parent_session_id IN ({marks}) AND {mark} IS NOT NULL)")
+        return self.render(f"SELECT id FROM sessions WHERE {mark} IN ({ids}) "
+                           f"OR (parent_session_id IN ({ids}) AND {mark} IS NOT NULL)")
 
 
 def sweep_predicate() -> str:

@@ -2,9 +2,9 @@
 titles and single-session reads (spec sessions.md §4–§6).
 
 Driver statements (sent with ``exec_driver_sql`` or on a DB-API connection, positional
-values) are written once with ``?`` placeholders and rendered for each dialect when
-:class:`CoreStatements` is built: psycopg takes ``%s`` and a literal ``%%``. Column names
-come only from the fixed tuples below; every value is bound.
+values) are written once with ``?`` placeholders and rendered for each dialect by
+:func:`hermes_data.sessions.sql.dialect.render` when :class:`CoreStatements` is built. Column
+names come only from the fixed tuples below; every value is bound.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
+from hermes_data.sessions.sql.dialect import Statements, marks
 from hermes_data.sessions.sql.predicates import J, legacy_reset_child
 
 #: Core ``sessions`` columns a :class:`~hermes_data.sessions.rows.SessionRow` carries.
@@ -71,21 +72,17 @@ PUBLISH_CHILD_COLS = ("id", "source", "started_at", "parent_session_id", "model"
                       *ROUTING, "archived", "pinned", "hidden", "last_read_at")
 
 
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
 def quote_ident(name: str) -> str:
     """Double-quote an identifier read from the database's own catalogue."""
     return '"' + name.replace('"', '""') + '"'
 
 
-class CoreStatements:
+class CoreStatements(Statements):
     """The core statements for one dialect (``sqlite`` / ``postgresql``)."""
 
     def __init__(self, d: str) -> None:
+        super().__init__(d)
         pg = d == "postgresql"
-        self.paramstyle = "format" if pg else "qmark"
         r = self.render
         #: Null-safe equality.
         self.IS = "IS NOT DISTINCT FROM" if pg else "IS"
@@ -167,15 +164,15 @@ class CoreStatements:
         # -- transcript (§6)
         #: Append one message row (all of INSERT_COLS, positional).
         self.INSERT_MESSAGE = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
-                                f"VALUES ({_marks(len(INSERT_COLS))})")
+                                f"VALUES ({marks(len(INSERT_COLS))})")
         #: The same, returning the new row id.
         self.INSERT_MESSAGE_RETURNING = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
-                                          f"VALUES ({_marks(len(INSERT_COLS))}) RETURNING id")
+                                          f"VALUES ({marks(len(INSERT_COLS))}) RETURNING id")
         #: The batch append's form (SQLite): the id and ``display_order`` given, as the insert
         #: trigger would have set them (``display.BatchOrder``), so its ``WHEN`` skips the row.
         self.INSERT_MESSAGE_ORDERED = r(
             f"INSERT INTO messages (id, {', '.join(INSERT_COLS)}, display_order) "
-            f"VALUES ({_marks(len(INSERT_COLS) + 2)})")
+            f"VALUES ({marks(len(INSERT_COLS) + 2)})")
         #: Admission + counters in one statement; the row tells missing / compression-closed,
         #: and (SQLite) the file's application_id, re-read inside the write transaction so a
         #: file replaced under the handle is caught without a separate PRAGMA.
@@ -233,18 +230,12 @@ class CoreStatements:
         self.SESSION_COUNT_CAPPED = r("SELECT COUNT(*) FROM (SELECT 1 FROM sessions LIMIT ?) "
                                       "AS capped")
 
-    def render(self, statement: str) -> str:
-        """A ``?``-placeholder driver statement in this dialect's paramstyle."""
-        if self.paramstyle == "format":
-            return statement.replace("%", "%%").replace("?", "%s")
-        return statement
-
     def insert_session(self, cols: tuple[str, ...]) -> str:
         """``INSERT INTO sessions`` binding ``cols`` (names from the core allow-list only)."""
         unknown = [c for c in cols if c not in INSERTABLE_SESSION_COLS]
         if unknown:
             raise ValueError(f"not a session column: {', '.join(unknown)}")
-        return self.render(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({_marks(len(cols))})")
+        return self.render(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({marks(len(cols))})")
 
     def select_messages(self, *, include_inactive: bool, after_id: bool, latest: bool,
                         paged: bool) -> str:

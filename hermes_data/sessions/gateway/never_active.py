@@ -22,7 +22,6 @@ from sqlalchemy.engine import Connection
 from hermes_data.sessions.gateway.common import db_now, finite, wall
 from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead
 from hermes_data.sessions.handle import StoreHandle
-from hermes_data.sessions.sql import for_dialect as core_sql
 from hermes_data.sessions.core import maintenance_sql
 from hermes_data.sessions.gateway.peers_sql import for_dialect as peer_sql
 from hermes_data.sessions.gateway.repair_sql import RepairStatements, for_dialect
@@ -131,7 +130,7 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
     pg = d == "postgresql"
     candidates = store.backend.read(lambda c: _list(c, r, cutoff))
     _after_listing(candidates)
-    ms = maintenance_sql.MaintenanceStatements(d, core_sql(d).render)
+    ms = maintenance_sql.MaintenanceStatements.for_dialect(d)
     sessions = entries = 0
     for cand in candidates:
         def run(conn: Connection) -> int | None:

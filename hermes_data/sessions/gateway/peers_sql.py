@@ -12,13 +12,10 @@ from functools import lru_cache
 
 from hermes_data.sessions.core.sql import SESSION_ROW_COLS
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
+from hermes_data.sessions.sql.dialect import Statements, render
 from hermes_data.sessions.sql.predicates import RESET_END_REASONS, sql_list, edge, last_active, reset_child
 
 _TUPLE = ("user_id", "chat_id", "chat_type", "thread_id")
-
-
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
 
 
 def act(s: str) -> str:
@@ -61,13 +58,13 @@ def fenced(s: str, peer: str, d: str) -> str:
             f"AND NOT (COALESCE({s}.parent_session_id, '') = fb.id AND {reset_child(s, d=d)}))")
 
 
-class PeerStatements:
+class PeerStatements(Statements):
     """The peer-recovery statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda st: _render(d, st)  # noqa: E731
+        r = self.render
         select = (f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
                   "COALESCE(sp.prompt, s.system_prompt) FROM sessions s LEFT JOIN "
                   "system_prompts sp ON sp.hash = s.system_prompt_hash")
@@ -130,7 +127,7 @@ class PeerStatements:
         """One live mapping per ``(source, session_key)``: its newest row."""
         f = (" AND LOWER(s.source) = LOWER(?)" if platform else "") + (
             " AND s.ended_at IS NULL" if active_only else "")
-        return _render(self.dialect, self._gateway.format(f=f))
+        return self.render(self._gateway.format(f=f))
 
 
 def _tuple_match(alias: str, present: tuple[bool, ...]) -> str:
@@ -148,9 +145,9 @@ def _by_tuple(d: str, select: str, present: tuple[bool, ...], owned: bool) -> st
              f"fb.ended_at IS NOT NULL AND fb.end_reason IN ({sql_list(RESET_END_REASONS)}) "
              f"AND fb.ended_at > {act('s')} AND NOT (COALESCE(s.parent_session_id, '') = "
              f"fb.id AND {reset_child('s', d=d)}))")
-    return _render(d, f"{select} WHERE {_tuple_match('s', present)} AND {has_msg('s')} = 1 "
-                      f"AND {recoverable('s')}{owner} AND NOT {fence} ORDER BY {act('s')} "
-                      "DESC, s.started_at DESC, s.id DESC LIMIT 1")
+    return render(d, f"{select} WHERE {_tuple_match('s', present)} AND {has_msg('s')} = 1 "
+                     f"AND {recoverable('s')}{owner} AND NOT {fence} ORDER BY {act('s')} "
+                     "DESC, s.started_at DESC, s.id DESC LIMIT 1")
 
 
 def tuple_params(source: str, values: tuple[str, ...],
@@ -163,7 +160,5 @@ def tuple_params(source: str, values: tuple[str, ...],
     return present, (source, *given, *mid, source, *given)
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> PeerStatements:
-    """The peer statements of ``d`` (built once per process)."""
-    return PeerStatements(d)
+#: The PeerStatements of a dialect (built once per process).
+for_dialect = PeerStatements.for_dialect

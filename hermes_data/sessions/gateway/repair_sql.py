@@ -3,16 +3,11 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
-
+from hermes_data.sessions.sql.dialect import Statements
 from hermes_data.sessions.sql.predicates import J, last_active
 
 _ZERO_COLS = ("message_count", "tool_call_count", "api_call_count", "input_tokens",
               "output_tokens", "pinned", "archived")
-
-
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
 
 
 def never_active(s: str, bindings: bool) -> str:
@@ -30,13 +25,13 @@ def never_active(s: str, bindings: bool) -> str:
     return out
 
 
-class RepairStatements:
+class RepairStatements(Statements):
     """The repair statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda st: _render(d, st)  # noqa: E731
+        r = self.render
         lock = " FOR UPDATE" if pg else ""
         #: Does a table exist (the opt-in Telegram tables on SQLite)?
         self.TABLE_EXISTS = r(
@@ -101,7 +96,5 @@ class RepairStatements:
             f"{prefix} IN (?, ?))")
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> RepairStatements:
-    """The repair statements of ``d`` (built once per process)."""
-    return RepairStatements(d)
+#: The RepairStatements of a dialect (built once per process).
+for_dialect = RepairStatements.for_dialect

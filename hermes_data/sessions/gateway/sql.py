@@ -7,9 +7,8 @@ No SQLite statement here uses ``RETURNING`` (absent below SQLite 3.35); PostgreS
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.dialect import Statements, marks
 
 #: Ids or keys per ``IN (…)`` list (SQLite's old 999-variable ceiling; spec behaviour 42).
 CHUNK = 900
@@ -19,21 +18,13 @@ _HANDOFF_COLS = ("handoff_state, handoff_platform, handoff_error, handoff_reques
                  "handoff_claimed_by, handoff_claimed_at")
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
-def _marks(n: int) -> str:
-    return ", ".join("?" * n)
-
-
-class GatewayStatements:
+class GatewayStatements(Statements):
     """The gateway statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda s: _render(d, s)  # noqa: E731
+        r = self.render
         greatest = "GREATEST" if pg else "MAX"
         #: The server clock (PostgreSQL ``db_now``, §3.0 Clocks): once per transaction.
         self.DB_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())" if pg else None
@@ -127,32 +118,30 @@ class GatewayStatements:
 
     def handoff_fail_from(self, states: tuple[str, ...]) -> str:
         """Fail a handoff in one of ``states`` (fixed names, never input)."""
-        return _render(self.dialect, (
+        return self.render((
             "UPDATE sessions SET handoff_state = 'failed', handoff_error = ? WHERE id = ? AND "
             f"handoff_state IN ({', '.join(repr(s) for s in states)})"))
 
     def handoff_reclaim(self, n: int) -> str:
         """Fail ``n`` running handoffs by id."""
-        return _render(self.dialect, (
+        return self.render((
             "UPDATE sessions SET handoff_state = 'failed', handoff_error = ? WHERE "
-            f"handoff_state = 'running' AND id IN ({_marks(n)})"))
+            f"handoff_state = 'running' AND id IN ({marks(n)})"))
 
     def pending_handoffs(self, n_platforms: int | None) -> str:
         """Pending handoff rows, FIFO by request (optionally of ``n_platforms`` platforms)."""
         where = "s.handoff_state = 'pending'"
         if n_platforms is not None:
-            where += f" AND LOWER(s.handoff_platform) IN ({_marks(n_platforms)})"
-        return _render(self.dialect, (
+            where += f" AND LOWER(s.handoff_platform) IN ({marks(n_platforms)})"
+        return self.render((
             f"{self._session_select} WHERE {where} "
             "ORDER BY COALESCE(s.handoff_requested_at, s.started_at), s.id"))
 
     def routing_delete(self, n: int) -> str:
         """Delete ``n`` keys of one scope."""
-        return _render(self.dialect, (
-            f"DELETE FROM gateway_routing WHERE scope = ? AND session_key IN ({_marks(n)})"))
+        return self.render((
+            f"DELETE FROM gateway_routing WHERE scope = ? AND session_key IN ({marks(n)})"))
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> GatewayStatements:
-    """The gateway statements of ``d`` (built once per process)."""
-    return GatewayStatements(d)
+#: The GatewayStatements of a dialect (built once per process).
+for_dialect = GatewayStatements.for_dialect

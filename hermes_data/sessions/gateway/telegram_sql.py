@@ -7,10 +7,9 @@ a new upgrade step). On PostgreSQL revision ``s06_gateway`` created them.
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 from hermes_data.sessions.core.sql import SESSION_ROW_COLS
 from hermes_data.sessions.sql.ddl import checked_drop
+from hermes_data.sessions.sql.dialect import Statements
 from hermes_data.sessions.sql.predicates import last_active, preview_sql
 
 MODE = "telegram_dm_topic_mode"
@@ -78,20 +77,16 @@ def copy_into_new(table: str, columns: list[str]) -> str:
             f"{', '.join('o.' + c for c in columns)} FROM {table} o{where}")
 
 
-def _render(d: str, statement: str) -> str:
-    return statement.replace("%", "%%").replace("?", "%s") if d == "postgresql" else statement
-
-
 _BINDING_COLS = ", ".join(V3_COLUMNS[BINDINGS])
 
 
-class TelegramStatements:
+class TelegramStatements(Statements):
     """The Telegram statements of one dialect."""
 
     def __init__(self, d: str) -> None:
-        self.dialect = d
+        super().__init__(d)
         pg = d == "postgresql"
-        r = lambda st: _render(d, st)  # noqa: E731
+        r = self.render
         self.ADVISORY_LOCK = (r("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))")
                               if pg else None)
         self.DEDUPE_COUNT = (f"SELECT COUNT(*) FROM {BINDINGS} b WHERE EXISTS (SELECT 1 FROM "
@@ -153,7 +148,5 @@ class TelegramStatements:
             False: r(unlinked.format(b=""))}
 
 
-@lru_cache(maxsize=None)
-def for_dialect(d: str) -> TelegramStatements:
-    """The Telegram statements of ``d`` (built once per process)."""
-    return TelegramStatements(d)
+#: The TelegramStatements of a dialect (built once per process).
+for_dialect = TelegramStatements.for_dialect

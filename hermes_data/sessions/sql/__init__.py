@@ -15,6 +15,10 @@ write SQL themselves.
   sweeps and empty/ghost cleanup (sessions-ext-coordination.md), built per dialect by its
   own ``for_dialect``.
 
+* :mod:`.dialect` — placeholders per dialect: :func:`~.dialect.render`, the one rewrite of a
+  ``?`` driver statement for psycopg, and :class:`~.dialect.Statements`, the base of every
+  concern's statements-of-one-dialect class.
+
 :func:`for_dialect` returns a :class:`Fragments`: the statements of one dialect side by
 side, built once per process. Every fragment binds its values; identifiers come only from
 fixed allow-lists.
@@ -59,9 +63,8 @@ class Fragments(LineageStatements, CoreStatements):
     """The statements and predicate builders of one dialect, side by side."""
 
     def __init__(self, dialect: str) -> None:
-        self.dialect = dialect
+        CoreStatements.__init__(self, dialect)  # checks the dialect first
         LineageStatements.__init__(self, dialect)
-        CoreStatements.__init__(self, dialect)
 
     def J(self, expr: str, key: str) -> str:
         """Non-throwing JSON marker lookup."""
@@ -88,13 +91,6 @@ class Fragments(LineageStatements, CoreStatements):
         return preview_sql(s, self.dialect)
 
 
-_FRAGMENTS = {d: Fragments(d) for d in ("sqlite", "postgresql")}
-
-
-def for_dialect(dialect: str) -> Fragments:
-    """The :class:`Fragments` of ``dialect`` (``sqlite`` or ``postgresql``)."""
-    try:
-        return _FRAGMENTS[dialect]
-    except KeyError:
-        raise ValueError(f"the session store supports sqlite and postgresql, not {dialect!r}") \
-            from None
+#: The :class:`Fragments` of ``dialect`` (``sqlite`` or ``postgresql``), built once per
+#: process; another dialect raises ``ValueError``.
+for_dialect = Fragments.for_dialect

@@ -6,6 +6,7 @@ Identifiers are the file's own catalogue names or the metadata's, always quoted.
 from __future__ import annotations
 
 from hermes_data.sessions.core.sql import quote_ident
+from hermes_data.sessions.sql.dialect import marks
 
 #: Every table of a SQLite file.
 SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
@@ -23,10 +24,9 @@ def core_catalog(tables: int) -> str:
     """In one statement: ``('column', table, column)`` for each column of the ``tables``
     named by parameters (only those: loading an FTS table may need a tokenizer this build
     lacks) and ``('index', name, NULL)`` for every index."""
-    marks = ", ".join("?" * tables)
     return ("SELECT 'column', m.name, p.name FROM sqlite_master AS m "
             "JOIN pragma_table_info(m.name) AS p "
-            f"WHERE m.type = 'table' AND m.name IN ({marks}) "
+            f"WHERE m.type = 'table' AND m.name IN ({marks(tables)}) "
             "UNION ALL SELECT 'index', name, NULL FROM sqlite_master WHERE type = 'index'")
 
 

@@ -21,6 +21,7 @@ import re
 from sqlalchemy import text
 
 from hermes_data.sessions.sql.ddl import checked_drop
+from hermes_data.sessions.sql.dialect import marks
 
 #: The visibility predicate of §2.2, as the partial indexes and the triggers spell it.
 VIS = "(active = 1 OR compacted = 1)"
@@ -267,6 +268,5 @@ def peer_orders(n: int) -> str:
     SQLite range-scan the session's identities instead)."""
     if n < 1:
         raise ValueError(f"peer_orders needs at least one identity, got {n!r}")
-    marks = ", ".join("?" * n)
     return ("SELECT display_identity, MIN(display_order) FROM messages WHERE session_id = ? "
-            f"AND display_identity IN ({marks}) AND {VIS} GROUP BY display_identity")
+            f"AND display_identity IN ({marks(n)}) AND {VIS} GROUP BY display_identity")

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
 from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
+from hermes_data.sessions.sql.dialect import marks
 
 # ---------------------------------------------------------------------------------------
 # state_meta keys (§2.1)
@@ -175,7 +176,7 @@ def _after(cols: list[str], marked: bool) -> str:
         return ""
     if len(cols) == 1:
         return f"WHERE {cols[0]} > ?"
-    return f"WHERE ({', '.join(cols)}) > ({', '.join('?' * len(cols))})"
+    return f"WHERE ({', '.join(cols)}) > ({marks(len(cols))})"
 
 
 def trash_chunk_keys(name: str, keys: Sequence[str], marked: bool) -> str:
@@ -192,7 +193,7 @@ def trash_delete_range(name: str, keys: Sequence[str], marked: bool) -> str:
     cols = _cols(keys)
     after = _after(cols, marked)
     upto = (f"{cols[0]} <= ?" if len(cols) == 1
-            else f"({', '.join(cols)}) <= ({', '.join('?' * len(cols))})")
+            else f"({', '.join(cols)}) <= ({marks(len(cols))})")
     where = f"{after} AND {upto}" if after else f"WHERE {upto}"
     return f"DELETE FROM {_trash(name)} {where}"
 
