@@ -60,7 +60,7 @@ from sqlalchemy.util import LRUCache
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError, WalUnsupportedError
 from hermes_data.files import FileHeader
-from hermes_data.sessions.storage.filesafety import TrackedConnection
+from hermes_data.tracked import TrackedConnection
 
 log = logging.getLogger("hermes_data.engine")
 

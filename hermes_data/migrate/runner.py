@@ -45,7 +45,7 @@ from hermes_data.engine import SqliteSettings, create_engine_for, journal_state,
 from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreNotCreatedError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
-from hermes_data.sessions.storage.filesafety import tracked_connect
+from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import Difference, diff_shapes, live_shape
