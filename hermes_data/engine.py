@@ -60,7 +60,7 @@ from sqlalchemy.util import LRUCache
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError, WalUnsupportedError
 from hermes_data.files import FileHeader
-from hermes_data.sessions.storage.filesafety import TrackedConnection
+from hermes_data.tracked import TrackedConnection
 
 log = logging.getLogger("hermes_data.engine")
 
@@ -211,7 +211,10 @@ class JournalState:
 
 
 #: Keyed weakly by engine: an engine's state goes with it (an ``id()`` key grew per engine and
-#: could hand a recycled id a dead engine's settled mode).
+#: could hand a recycled id a dead engine's settled mode). A registry, not a handle field: it
+#: serves the plain engines of the generic layer (``create_engine_for``: migrations, the
+#: telemetry store, the CLI), which have no store handle; a session-store handle's engine
+#: (:class:`HandleEngine`) carries its own ``journal`` field instead.
 _journal_states: "weakref.WeakKeyDictionary[Engine, JournalState]" = weakref.WeakKeyDictionary()
 _states_lock = threading.Lock()
 _warned: set[tuple[str, str]] = set()

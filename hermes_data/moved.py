@@ -101,7 +101,6 @@ MOVED: dict[str, str] = {
     "sessions.rewrites": "sessions.coordination.rewrites",
     "sessions.rich": "sessions.ui.rich",
     "sessions.row_helpers": "sessions.agent.message_rows",
-    "sessions.scoped": "sessions.storage.scoped",
     "sessions.search_caps": "sessions.search.capabilities",
     "sessions.search_exec": "sessions.search.execute",
     "sessions.search_pg": "sessions.search.postgres",

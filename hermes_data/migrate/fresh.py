@@ -30,7 +30,7 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection
@@ -45,8 +45,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("hermes_data.migrate.fresh")
 
 #: Each store's fast-creation module: ``REVISIONS`` (the history it stands for, in order)
-#: and ``create_head(conn, cursor)`` (its fragments and bookkeeping after the metadata DDL;
-#: ``cursor`` is the DB-API cursor of ``conn``, inside the same transaction).
+#: and ``create_head(conn, cursor, options)`` (its fragments and bookkeeping after the
+#: metadata DDL; ``cursor`` is the DB-API cursor of ``conn``, inside the same transaction;
+#: ``options`` the runner's opaque ``hook_options``, None without an opening handle).
 FRESH_MODULES = {
     "telemetry": "hermes_data.telemetry.fresh",
     "sessions": "hermes_data.sessions.storage.fresh",
@@ -128,12 +129,13 @@ def is_new_file(url: URL) -> bool:
 
 
 def create_fresh(spec: StoreSpec, url: URL, settings: SqliteSettings | None,
-                 report: UpgradeReport) -> bool:
+                 report: UpgradeReport, hook_options: Any = None) -> bool:
     """Create ``spec``'s store at the head in the missing/empty SQLite file ``url``.
 
     Returns ``False`` (nothing written) when the file is not empty by the time the write lock
     is held — a sibling created it — or when ``url`` is not an SQLite file; the caller then
-    takes the ordinary path. The caller holds the in-process upgrade lock.
+    takes the ordinary path. The caller holds the in-process upgrade lock. ``hook_options``
+    goes to the store's ``create_head`` unread.
     """
     if sqlite_path(url) is None:
         return False
@@ -157,7 +159,7 @@ def create_fresh(spec: StoreSpec, url: URL, settings: SqliteSettings | None,
                     return False
                 for statement in head_ddl(spec.metadata, conn, spec.name):
                     cursor.execute(statement)
-                module.create_head(conn, cursor)
+                module.create_head(conn, cursor, hook_options)
                 cursor.execute(stamp_sql, (spec.head,))
                 cursor.close()
             report.journal_mode = journal_state(engine).mode

@@ -45,7 +45,7 @@ from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHe
                      StoreNotCreatedError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
-from hermes_data.sessions.storage.filesafety import tracked_connect
+from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import Difference, diff_shapes, live_shape
@@ -147,7 +147,7 @@ UPGRADE_PATIENCE_S = 30.0
 def upgrade(store: str, url: str | os.PathLike | URL | None = None,
             revision: str = "head", *, probed: bool = False,
             settings: SqliteSettings | None = None, fast_create: bool = True,
-            patience_s: float = UPGRADE_PATIENCE_S) -> UpgradeReport:
+            patience_s: float = UPGRADE_PATIENCE_S, hook_options: Any = None) -> UpgradeReport:
     """Create or upgrade ``store`` at ``url`` (default location when ``None``) to ``revision``.
 
     Adopts legacy files in place. Returns an :class:`UpgradeReport`; raises on failure,
@@ -163,11 +163,14 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     ``patience_s``: a lock held elsewhere past the busy timeout (a sibling creating or
     upgrading the file under load) is waited out this long — every attempt is one
     transaction, rolled back whole — then raised; 0 leaves retrying to the caller.
+    ``hook_options``: opaque to the runner — the opening handle's options, handed to the
+    store's ``create_head`` and ``after_upgrade`` hooks (None: the store's defaults).
     """
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return _upgrade_once(store, url, revision, probed, settings, fast_create)
+            return _upgrade_once(store, url, revision, probed, settings, fast_create,
+                                 hook_options)
         except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
             if not _is_lock_conflict(exc) or time.monotonic() >= deadline:
                 raise
@@ -177,13 +180,13 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
 
 def _upgrade_once(store: str, url: str | os.PathLike | URL | None, revision: str,
                   probed: bool, settings: SqliteSettings | None,
-                  fast_create: bool) -> UpgradeReport:
+                  fast_create: bool, hook_options: Any = None) -> UpgradeReport:
     resolved = resolve_url(store, url)
     refuse_dangling_link(sqlite_path(resolved))
     if revision == "head" and fast_create and is_new_file(resolved):
         report = UpgradeReport(store=store, url=display_url(resolved))
         with _process_lock:
-            if create_fresh(store_spec(store), resolved, settings, report):
+            if create_fresh(store_spec(store), resolved, settings, report, hook_options):
                 return report
         # A sibling created the file meanwhile: the ordinary path finds it (at the head).
     if revision == "head" and not probed:
@@ -197,6 +200,7 @@ def _upgrade_once(store: str, url: str | os.PathLike | URL | None, revision: str
     cfg.attributes["hermes_report"] = report
     cfg.attributes["hermes_probed"] = probed
     cfg.attributes["hermes_settings"] = settings
+    cfg.attributes["hermes_hook_options"] = hook_options
     with _process_lock:
         command.upgrade(cfg, revision)
     return report
@@ -309,7 +313,8 @@ def run_env(store: str) -> None:
     destination = context.get_revision_argument()
     try:
         with engine.connect() as conn:
-            _run_locked(conn, spec, context, script, destination, report)
+            _run_locked(conn, spec, context, script, destination, report,
+                        cfg.attributes.get("hermes_hook_options"))
         if kept is not None:  # the journal policy once committed (keeping_journal_mode)
             engine.dispose()
             engine = create_engine_for(store, resolved, settings)
@@ -526,7 +531,7 @@ def _is_current(conn: Connection, spec: StoreSpec, target: str | None) -> bool:
 
 
 def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirectory,
-                destination, report: UpgradeReport) -> None:
+                destination, report: UpgradeReport, hook_options: Any = None) -> None:
     target = _resolve_destination(script, destination)
     _check_own_history(conn, spec, script)
     if _is_current(conn, spec, target):
@@ -573,7 +578,7 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
                 if (spec.after_upgrade
                         and current_revision(conn, version_table) == script.get_current_head()):
                     t0 = time.perf_counter()
-                    spec.after_upgrade(conn, report)
+                    spec.after_upgrade(conn, report, hook_options)
                     report.step_seconds["reconcile"] = time.perf_counter() - t0
                 report.after_revision = current_revision(conn, version_table)
         finally:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -50,8 +50,9 @@ class StoreSpec:
     busy_timeout_ms: int
     #: Runs under the upgrade lock before Alembic reads its version (adoption).
     before_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
-    #: Runs under the same lock after the revisions (add-only reconciliation).
-    after_upgrade: Callable[[Connection, UpgradeReport], None] | None = None
+    #: Runs under the same lock after the revisions (add-only reconciliation); the third
+    #: argument is the runner's opaque ``hook_options`` (None without an opening handle).
+    after_upgrade: Callable[[Connection, UpgradeReport, Any], None] | None = None
     #: Read-only: True when a file without ``alembic_version`` still needs adoption.
     needs_adoption: Callable[[Connection], bool] | None = None
     #: Names of live tables that belong to the store but not to the metadata (e.g. FTS shadows).

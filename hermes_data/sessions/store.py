@@ -39,7 +39,7 @@ from hermes_data.sessions.gateway.api import GatewayAPI
 from hermes_data.sessions.storage.api import StorageAPI
 from hermes_data.sessions.ui.api import UiAPI
 from hermes_data.sessions.backends import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
-                       SessionBackend, open_backend)
+                       OpenOptions, SessionBackend, open_backend)
 from hermes_data.sessions.errors import (SessionExportTooLargeError, SessionNotFoundError,
                      SessionResumeTooLargeError)
 from hermes_data.sessions.core.lifecycle import namespaces_agree
@@ -121,6 +121,15 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
+def open_options(config: Any) -> OpenOptions:
+    """The open-time settings of a store ``config`` (mapping, callable or None), read once by
+    the constructor: ``sessions.cjk_index`` (storage §3.9.2) and
+    ``sessions.reap_orphan_desktop_backends`` (§3.8, the stale escalation). Reading never
+    raises (an unreadable value keeps its default)."""
+    return OpenOptions(cjk_index=cjk.configured_index(config),
+                       reap_orphans=reaping.enabled(config))
+
+
 class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
@@ -159,9 +168,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                                      "profile name ([a-z0-9][a-z0-9_-]{0,63})")
         self._owner: str | None = owner_profile
         try:
-            with cjk.index_setting(cjk.configured_index(config)), \
-                    reaping.open_setting(config):  # storage §3.9.2, §3.8 (stale escalation)
-                self._backend: SessionBackend = open_backend(url, **options)
+            self._backend: SessionBackend = open_backend(
+                url, open_options=open_options(config), **options)
         except BaseException as exc:
             _record_init_error(where, exc)
             raise

@@ -25,8 +25,9 @@ REVISIONS = tuple(revision_for_level(level) for level in sorted(LEVELS))
 _LEDGER_INSERT = schema_version.insert().values(version=bindparam("v"), applied_at=bindparam("t"))
 
 
-def create_head(conn: Connection, cursor: Any) -> None:
-    """The ledger rows of every level, in the caller's transaction (tables already exist)."""
+def create_head(conn: Connection, cursor: Any, options: Any = None) -> None:
+    """The ledger rows of every level, in the caller's transaction (tables already exist).
+    ``options``: the opening handle's options (the runner's ``hook_options``; unused here)."""
     now = utcnow_iso()
     statement = _LEDGER_INSERT.compile(dialect=conn.dialect)
     cursor.executemany(str(statement),

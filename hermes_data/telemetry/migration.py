@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -269,8 +270,9 @@ def _ranges(values: set[int]) -> str:
     return ", ".join(out)
 
 
-def _reconcile(conn: Connection, report: UpgradeReport) -> None:
-    """Add-only repair towards the head metadata, then verification."""
+def _reconcile(conn: Connection, report: UpgradeReport, options: Any = None) -> None:
+    """Add-only repair towards the head metadata, then verification (``options``: the
+    runner's ``hook_options``, unused here)."""
     head = SPEC.head_shape_for(conn)
     before_added = len(report.repairs)
     for diff in diff_shapes(head, live_shape(conn)):

@@ -15,10 +15,11 @@ from typing import Any, Callable
 from sqlalchemy.engine import URL
 
 from hermes_data.errors import ConfigurationError
-from hermes_data.sessions.backends.base import OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, SessionBackend
+from hermes_data.sessions.backends.base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S,
+                                               HandleState, OpenOptions, SessionBackend)
 
-__all__ = ["OPEN_PATIENCE_S", "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionBackend",
-           "open_backend", "register"]
+__all__ = ["OPEN_PATIENCE_S", "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "HandleState",
+           "OpenOptions", "SessionBackend", "open_backend", "register"]
 
 #: dialect name → (module, class name) of its backend.
 _REGISTRY: dict[str, tuple[str, str]] = {
@@ -48,6 +49,9 @@ def backend_class(url: URL) -> Callable[..., SessionBackend]:
     return backend
 
 
-def open_backend(url: URL, **options: Any) -> SessionBackend:
-    """Open the backend for ``url`` with backend-specific ``options``."""
-    return backend_class(url)(url, **options)
+def open_backend(url: URL, *, open_options: OpenOptions | None = None,
+                 **options: Any) -> SessionBackend:
+    """Open the backend for ``url`` with the store's ``open_options`` (kept on the handle's
+    :class:`HandleState`; default: :class:`OpenOptions`'s defaults) and backend-specific
+    ``options``."""
+    return backend_class(url)(url, open_options=open_options or OpenOptions(), **options)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
@@ -25,6 +26,71 @@ T = TypeVar("T")
 ROUTINE_PATIENCE_S = 20.0
 TRANSCRIPT_PATIENCE_S = 60.0
 OPEN_PATIENCE_S = 20.0
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """Open-time settings of one store handle, read from its configuration by the
+    :class:`~hermes_data.sessions.store.SessionStore` constructor and handed to
+    :func:`~hermes_data.sessions.backends.open_backend`, which keeps them on the handle's
+    :class:`HandleState` (the open, the migration hooks and later maintenance read them
+    there). The defaults are a store opened without configuration."""
+
+    #: ``sessions.cjk_index`` (storage §3.9.2): keep the CJK-bigram index (False drops it).
+    cjk_index: bool = True
+    #: ``sessions.reap_orphan_desktop_backends`` (storage §3.8): the stale-FTS escalation may
+    #: end orphaned desktop backends holding the file.
+    reap_orphans: bool = True
+
+
+#: A deferred stale-FTS recovery's first retry backoff, seconds (storage §3.8).
+FTS_RETRY_BACKOFF_START_S = 60.0
+
+
+@dataclass
+class FtsMergeState:
+    """:mod:`~hermes_data.sessions.storage.fts.maintenance`'s bookkeeping of one handle."""
+
+    #: Successful transcript writes (the merge cadence counts them).
+    writes: int = 0
+    #: Indexes whose ``usermerge`` was checked on this handle.
+    usermerge_checked: set[str] = field(default_factory=set)
+    #: Monotonic time before which a deferred-recovery retry is skipped.
+    retry_after: float | None = None
+    #: The current retry backoff (doubles per failure, reset on success).
+    backoff: float = FTS_RETRY_BACKOFF_START_S
+
+
+@dataclass
+class CjkDrainState:
+    """:mod:`~hermes_data.sessions.storage.fts.cjk`'s drain bookkeeping of one handle (no
+    query needed to know there is nothing to do)."""
+
+    #: Appends seen (a drain every ``DRAIN_EVERY`` of them).
+    writes: int = 0
+    #: Work remained after the last drain.
+    pending: bool = False
+    #: The index exists and this SQLite build can load it (as last read).
+    available: bool = True
+
+
+@dataclass
+class HandleState:
+    """Everything the concern modules keep per store handle, owned by the backend (made with
+    it, :attr:`SessionBackend.state`; collected with it). Each field names its owner."""
+
+    #: The store constructor's open-time settings (read by the open and by maintenance).
+    options: OpenOptions = field(default_factory=OpenOptions)
+    #: storage.fts.maintenance: merge cadence and deferred-recovery retry backoff.
+    fts_merge: FtsMergeState = field(default_factory=FtsMergeState)
+    #: storage.fts.cjk: the post-commit drain's counters.
+    cjk_drain: CjkDrainState = field(default_factory=CjkDrainState)
+    #: gateway.handoffs: this handle's claimant token (minted at the first claim).
+    handoff_claimant: str | None = None
+    #: gateway.telegram_topics: the topic tables were found (or made) present on this handle.
+    telegram_topics_settled: bool = False
+    #: ui.portability.export: the ``sessions`` columns of this database, read once.
+    export_columns: list[str] | None = None
 
 
 class Cursor(Protocol):
@@ -81,6 +147,9 @@ class SessionBackend(ABC):
     fts_available: dict[str, bool]
     #: Set when structural corruption was seen: the handle refuses further work.
     quarantined: bool = False
+    #: This handle's state: its open options and the concern modules' bookkeeping (made by
+    #: the backend's constructor).
+    state: HandleState
 
     # -- transactions -------------------------------------------------------------------
 

@@ -37,7 +37,8 @@ from hermes_data.sessions.storage.display_schema import ensure_pg_display_object
 from hermes_data.sessions.search.capabilities import forget_capabilities
 from hermes_data.sessions.sql import for_dialect
 from hermes_data.sessions.backends.locks import AdvisoryLock
-from hermes_data.sessions.backends.base import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, SessionBackend
+from hermes_data.sessions.backends.base import (ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver, HandleState,
+                                               OpenOptions, SessionBackend)
 
 log = logging.getLogger("hermes_data.sessions.backends.postgresql")
 
@@ -72,7 +73,9 @@ class PostgresBackend(SessionBackend):
     dialect = "postgresql"
     sql = for_dialect("postgresql")
 
-    def __init__(self, url: URL, *, read_only: bool = False, pool_size: int = 8) -> None:
+    def __init__(self, url: URL, *, read_only: bool = False, pool_size: int = 8,
+                 open_options: OpenOptions | None = None) -> None:
+        self.state = HandleState(open_options or OpenOptions())
         self.url = url
         self.path = Path(url.render_as_string(hide_password=True))
         self.read_only = read_only
@@ -90,7 +93,7 @@ class PostgresBackend(SessionBackend):
                 with self._engine.connect() as conn:
                     rev = migrate.current_revision(conn, spec.version_table_for(conn))
                 if rev != migrate.head_revision("sessions"):
-                    report = migrate.upgrade("sessions", url)
+                    report = migrate.upgrade("sessions", url, hook_options=self.state.options)
                     self.open_repairs.extend(report.repairs)
                     forget_capabilities(self._engine)  # the search indexes may be new
                 ensure_pg_display_objects(self._engine)  # ui §2.4: display twins

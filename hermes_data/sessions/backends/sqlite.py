@@ -47,7 +47,7 @@ from hermes_data.sessions.backends import open_file, sqlite_open, sqlite_reads
 from hermes_data.sessions.backends.sqlite_reads import is_busy
 from hermes_data.sessions.backends.locks import FileLock, Patience
 from hermes_data.sessions.backends.base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
-                   SessionBackend)
+                   HandleState, OpenOptions, SessionBackend)
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -78,7 +78,8 @@ class SqliteBackend(SessionBackend):
 
     def __init__(self, url: URL, path: Path, *, settings: SqliteSettings | None = None,
                  pragmas: list[str] | None = None, open_patience_s: float = OPEN_PATIENCE_S,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, open_options: OpenOptions | None = None) -> None:
+        self.state = HandleState(open_options or OpenOptions())
         self.url = url
         self.path = path
         self.read_only = read_only
@@ -136,11 +137,13 @@ class SqliteBackend(SessionBackend):
         # of the policy: a foreign file stays byte-identical. A file this process found settled
         # with the same schema cookie and application_id skips it (sqlite_open's stamps).
         spec = migrate.store_spec("sessions")
-        ident = sqlite_open.Identification(spec, self.path, self._header)
+        options = self.state.options
+        ident = sqlite_open.Identification(spec, self.path, self._header, options)
         existing = existing and os.stat(self.path).st_size > 0
         if not existing:  # at the head before the writer's WAL switch fills it (else: Alembic)
             self.open_repairs.extend(migrate.upgrade(  # the open's patience retries busy
-                "sessions", self.url, settings=self._settings, patience_s=0).repairs)
+                "sessions", self.url, settings=self._settings, patience_s=0,
+                hook_options=self.state.options).repairs)
         try:
             self._connect_writer(identify=ident if existing else None)
         except sqlite3.DatabaseError as exc:
@@ -156,12 +159,13 @@ class SqliteBackend(SessionBackend):
                 revision = migrate.current_revision(conn)
                 behind = revision != spec.head or bool(missing_core(self._raw))
                 if not behind:
-                    plan, facts = sqlite_open.plan_open_checks(conn, self._raw)
-                    sqlite_open.remember(key, plan, facts, spec.head)
+                    plan, facts = sqlite_open.plan_open_checks(conn, self._raw, options)
+                    sqlite_open.remember(key, plan, facts, spec.head, options)
         if behind:  # adopt/upgrade: the corruption check, read-only, before any write
             checked = existing and migrate.probe_file(spec, self.path).revision != spec.head
             report = migrate.upgrade("sessions", self.url, probed=checked,
-                                     settings=self._settings, patience_s=0)
+                                     settings=self._settings, patience_s=0,
+                                     hook_options=options)
             self.open_repairs.extend(report.repairs)
         self._open_checks(plan)
         wal = self._journal.mode == "wal"
@@ -217,13 +221,13 @@ class SqliteBackend(SessionBackend):
         if plan is None:
             assert self._raw is not None
             with self.reading_on_writer() as conn:
-                plan = sqlite_open.plan_open_checks(conn, self._raw)[0]
+                plan = sqlite_open.plan_open_checks(conn, self._raw, self.state.options)[0]
         fts, app_id, _present, *needs = plan
         if app_id and not any(needs):
             self.fts_available, self._app_id = fts, app_id  # settled: nothing written
             return
 
-        work = sqlite_open.open_heals(self.path, plan, self.open_repairs)
+        work = sqlite_open.open_heals(self.path, plan, self.open_repairs, self.state.options)
         # Inside the open's patience loop: busy propagates to it (no nested retry budget).
         self._attempt(work, raw=False, guarded=False)
         assert self._raw is not None

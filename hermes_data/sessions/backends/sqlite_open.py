@@ -44,7 +44,6 @@ from hermes_data.migrate import runner as migrate
 from hermes_data.engine import JournalState, SqliteSettings, configure_sqlite_connection, sqlite_dialect_kit
 from hermes_data.files import FileHeader
 from hermes_data.locking import is_lock_conflict
-from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage import display_schema
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage.filesafety import tracked_connect
@@ -52,6 +51,7 @@ from hermes_data.sessions.sql import FTS_TRIGGERS
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.storage import opening_sql as open_sql
 from hermes_data.sessions.backends.open_file import header_stamp, rollback_header_stamp
+from hermes_data.sessions.backends.base import OpenOptions
 
 log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
@@ -128,10 +128,10 @@ def configured_connector(path: Path, settings: SqliteSettings, pragmas: list[str
     return make
 
 
-def open_settings() -> tuple[opening.FtsCapabilities | None, bool]:
+def open_settings(options: OpenOptions) -> tuple[opening.FtsCapabilities | None, bool]:
     """What a stamp is valid for besides the file: forced FTS capabilities (tests) and the
-    ``sessions.cjk_index`` setting of the open in progress."""
-    return opening.forced_capabilities(), cjk.index_enabled()
+    ``sessions.cjk_index`` setting (``options``) of the open in progress."""
+    return opening.forced_capabilities(), options.cjk_index
 
 
 def file_key(header: FileHeader | None) -> tuple[int, int] | None:
@@ -140,7 +140,8 @@ def file_key(header: FileHeader | None) -> tuple[int, int] | None:
 
 
 def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
-                   header: FileHeader | None = None) -> SettledStamp | None:
+                   header: FileHeader | None = None,
+                   options: OpenOptions = OpenOptions()) -> SettledStamp | None:
     """The stamp of the file at ``key`` when it has the same schema cookie and
     ``application_id``; else None. The file's own header bytes (``header``, the open's lease)
     answer when they match, in either journal mode (:func:`.open_file.header_stamp`: no
@@ -150,7 +151,7 @@ def matching_stamp(con: sqlite3.Connection, key: tuple[int, int] | None,
         return None
     with _stamps_lock:
         stamp = _stamps.get(key)
-    if stamp is None or stamp.caps != open_settings():
+    if stamp is None or stamp.caps != open_settings(options):
         return None
     if header_stamp(header) == (stamp.cookie, stamp.app_id):
         return stamp
@@ -164,13 +165,14 @@ class Identification:
     "What is refused, and how"): skipped when the file matches this process's settled stamp
     (:attr:`stamp`), whose file it then is."""
 
-    def __init__(self, spec: Any, path: Path, header: FileHeader | None) -> None:
-        self.spec, self.path, self.header = spec, path, header
+    def __init__(self, spec: Any, path: Path, header: FileHeader | None,
+                 options: OpenOptions = OpenOptions()) -> None:
+        self.spec, self.path, self.header, self.options = spec, path, header, options
         self.key = file_key(header)
         self.stamp: SettledStamp | None = None
 
     def __call__(self, con: sqlite3.Connection) -> None:
-        self.stamp = matching_stamp(con, self.key, self.header)
+        self.stamp = matching_stamp(con, self.key, self.header, self.options)
         if self.stamp is None:
             migrate.identify_file(self.spec, self.path, con)
 
@@ -218,14 +220,16 @@ def settled_plan(con: sqlite3.Connection, stamp: SettledStamp, head: str | None,
     return dict(stamp.fts), app_id, [], False, False, False, False, False, []
 
 
-def plan_open_checks(conn: Connection, raw: sqlite3.Connection) -> tuple[Plan, tuple[Any, ...]]:
+def plan_open_checks(conn: Connection, raw: sqlite3.Connection,
+                     options: OpenOptions = OpenOptions()) -> tuple[Plan, tuple[Any, ...]]:
     """The full reads of the open checks, inside the caller's read transaction: the FTS
     tables this build can load, ``application_id`` and what needs writing; and the facts a
-    :class:`SettledStamp` needs (cookie, generation token, FTS layout)."""
+    :class:`SettledStamp` needs (cookie, generation token, FTS layout). ``options``: the
+    handle's open options (``sessions.cjk_index``)."""
     cookie = raw.execute(open_sql.SCHEMA_COOKIE).fetchone()[0]  # first: the snapshot's
     schema = raw.execute(open_sql.SCHEMA_TEXT).fetchone()[0]
     fts = opening.probe_fts_tables(raw)
-    state = opening.read_fts_state(conn)
+    state = opening.read_fts_state(conn, options)
     present = [t for t, ok in fts.items() if not ok and t in state.objects]
     generation = opening.read_generation(conn)
     plan = (fts, int(conn.exec_driver_sql(q.APPLICATION_ID).scalar() or 0), present,
@@ -237,7 +241,7 @@ def plan_open_checks(conn: Connection, raw: sqlite3.Connection) -> tuple[Plan, t
 
 
 def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
-             revision: str | None) -> None:
+             revision: str | None, options: OpenOptions = OpenOptions()) -> None:
     """Record a stamp for the file at ``key`` when ``plan`` (read with ``facts`` in one
     snapshot) has nothing to write."""
     fts, app_id, _present, *needs = plan
@@ -246,12 +250,13 @@ def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
         return
     stamp = SettledStamp(int(cookie), int(app_id), str(generation), revision,
                          bool(layout_current), tuple(sorted(fts.items())), str(schema),
-                         open_settings())
+                         open_settings(options))
     with _stamps_lock:
         _stamps[key] = stamp
 
 
-def open_heals(path: Path, plan: Plan, repairs: list[str]) -> Callable[[Connection], None]:
+def open_heals(path: Path, plan: Plan, repairs: list[str],
+               options: OpenOptions = OpenOptions()) -> Callable[[Connection], None]:
     """The writes ``plan`` asks for (§8.4), as one function for the caller's write
     transaction; what it repairs is appended to ``repairs``.
 
@@ -271,7 +276,7 @@ def open_heals(path: Path, plan: Plan, repairs: list[str]) -> Callable[[Connecti
             repairs.append(
                 f"dropped FTS triggers: {', '.join(present)} unusable on this SQLite build")
         if need_fts:
-            opening.apply_fts_checks(conn, repairs)
+            opening.apply_fts_checks(conn, repairs, options)
         if need_heal and opening.needs_null_active_heal(conn):
             n = opening.heal_null_active(conn)
             repairs.append(f"set active = 1 on {n} message(s)")

@@ -17,7 +17,6 @@ are stamped with ``db_now`` (the server clock on PostgreSQL, M2).
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -40,9 +39,6 @@ MAX_ERROR_CHARS = 500
 DEFAULT_ERROR = "handoff failed"
 _FAILABLE = ("pending", "running")
 
-_claimants: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-
-
 @dataclass(frozen=True)
 class HandoffState:
     """A session's handoff columns (all None for an untouched row)."""
@@ -62,10 +58,12 @@ class HandoffState:
 
 
 def default_claimant(store: StoreHandle) -> str:
-    """One ``make_holder('handoff')`` per store handle (stable, so replays match)."""
-    holder = _claimants.get(store)
+    """One ``make_holder('handoff')`` per store handle (stable, so replays match; kept in
+    the handle state's ``handoff_claimant``)."""
+    state = store.backend.state
+    holder = state.handoff_claimant
     if holder is None:
-        holder = _claimants[store] = make_holder("handoff")
+        holder = state.handoff_claimant = make_holder("handoff")
     return holder
 
 

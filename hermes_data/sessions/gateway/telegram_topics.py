@@ -11,7 +11,6 @@ advisory lock on ``(profile, chat)`` so "last binding of the chat" cannot race a
 from __future__ import annotations
 
 import logging
-import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,7 +32,6 @@ from hermes_data.sessions.gateway.telegram_sql import (BINDINGS, INDEXES, MODE, 
 log = logging.getLogger("hermes_data.sessions.gateway")
 
 _ALREADY_LINKED = "session is already linked to another Telegram topic"
-_settled: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 @dataclass(frozen=True)
@@ -137,18 +135,20 @@ def apply_telegram_topic_migration(store: StoreHandle) -> None:
     recognised by reads only (cached per handle); otherwise one write transaction: leftover
     ``<t>_new`` tables resolved, v1/v2 tables copied into profile ``'default'`` (bindings of
     missing sessions dropped and counted; v1 gains the cascade), older duplicate bindings of
-    one session removed, indexes and the schema key set. PostgreSQL: verified only."""
-    if store in _settled:
+    one session removed, indexes and the schema key set. PostgreSQL: verified only. The
+    handle state's ``telegram_topics_settled`` remembers a settled shape."""
+    state = store.backend.state
+    if state.telegram_topics_settled:
         return
     t, d = _t(store), store.backend.dialect
     if d != "sqlite":
         if not store.backend.read(lambda c: _present(c, d)):
             raise RuntimeError("the Telegram topic tables are missing on this PostgreSQL store; "
                                "run `hermes-data upgrade --store sessions`")
-        _settled.add(store)
+        state.telegram_topics_settled = True
         return
     if store.backend.read(lambda c: _settled_shape(c, t)):
-        _settled.add(store)
+        state.telegram_topics_settled = True
         return
 
     def run(conn: Connection) -> None:
@@ -156,7 +156,7 @@ def apply_telegram_topic_migration(store: StoreHandle) -> None:
             _migrate(conn, t)
 
     store.backend.write(run)
-    _settled.add(store)
+    state.telegram_topics_settled = True
 
 
 # -- mode ---------------------------------------------------------------------------------

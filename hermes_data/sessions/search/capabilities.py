@@ -14,40 +14,29 @@ drops the element statistics of :mod:`~hermes_data.sessions.search.stats`.
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 from sqlalchemy.engine import Connection, Engine
 
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.search.plan import SearchCapabilities
-from hermes_data.sessions.search.stats import forget_statistics
+from hermes_data.sessions.search import engine_cache
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["forget_capabilities", "read_capabilities"]
 
-#: PostgreSQL: the search index names present, per engine.
-_pg_indexes: "weakref.WeakKeyDictionary[Engine, frozenset[str]]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
-
-
 def forget_capabilities(engine: Engine | None) -> None:
-    """Drop the cached PostgreSQL index set of ``engine`` (the schema changed)."""
-    if engine is None:
-        return
-    with _lock:
-        _pg_indexes.pop(engine, None)
-    forget_statistics(engine)
+    """Drop the cached PostgreSQL index set of ``engine`` and its element statistics (the
+    schema changed)."""
+    engine_cache.forget(engine)
 
 
 def _pg_index_names(conn: Connection) -> frozenset[str]:
     engine = conn.engine
-    with _lock:
-        names = _pg_indexes.get(engine)
+    with engine_cache.lock:  # the engine's EngineSearchCache.pg_indexes
+        names = engine_cache.cache_of(engine).pg_indexes
     if names is None:
         names = frozenset(r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES))
-        with _lock:
-            _pg_indexes[engine] = names
+        with engine_cache.lock:
+            engine_cache.cache_of(engine).pg_indexes = names
     return names
 
 

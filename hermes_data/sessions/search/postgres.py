@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any, Callable, TypeVar
 
@@ -87,36 +86,31 @@ def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
     return is_lock_conflict(exc, kinds=PG_LOCK_KINDS) or sqlstate(exc) in _PG_UNANSWERED_SQLSTATES
 
 
-#: False while :func:`pg_search` runs its tiers under one savepoint (the fast path).
-_PG_CAREFUL: ContextVar[bool] = ContextVar("hermes_data_pg_search_careful", default=True)
-
-
 def pg_search(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
-              offset: int, sort: str | None) -> list[SearchResult]:
+               offset: int, sort: str | None) -> list[SearchResult]:
     """Run a plan on PostgreSQL: every statement under one savepoint (two round trips per
     search, not two per tier); when a statement is rejected, back to the savepoint and run
     the plan again with a savepoint per route (:func:`_pg_attempt`), so a rejected route
     yields no rows and the others still answer. A busy server is raised."""
     conn.exec_driver_sql(q.PG_CUSTOM_PLANS)  # transaction-scoped: this search's read
-    token = _PG_CAREFUL.set(False)
     try:
-        with conn.begin_nested():
-            return _pg_run_plan(conn, plan, filters, limit, offset, sort)
+        with conn.begin_nested():  # the fast path: routes run directly (careful=False)
+            return _pg_run_plan(conn, plan, filters, limit, offset, sort, careful=False)
     except sa.exc.DBAPIError as exc:
         if _pg_busy(exc):
             raise
         log.debug("PostgreSQL search statement rejected (%s); routes one by one", exc.orig)
-    finally:
-        _PG_CAREFUL.reset(token)
-    return _pg_run_plan(conn, plan, filters, limit, offset, sort)
+    return _pg_run_plan(conn, plan, filters, limit, offset, sort, careful=True)
 
 
-def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
+def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T], careful: bool = True
+                ) -> _T | None:
     """Run one route in a savepoint: a rejected statement leaves the read transaction usable
     and yields ``None`` (logged at DEBUG; the caller answers ``[]``); a busy server is
-    raised, never turned into "no results". Inside :func:`pg_search`'s fast path the route
-    runs directly (a rejection rolls back to that savepoint and reruns the plan here)."""
-    if not _PG_CAREFUL.get():
+    raised, never turned into "no results". ``careful`` False (:func:`pg_search`'s fast
+    path) runs the route directly (a rejection rolls back to that path's savepoint and
+    reruns the plan carefully)."""
+    if not careful:
         return fn()
     try:
         with conn.begin_nested():
@@ -129,37 +123,39 @@ def _pg_attempt(conn: Connection, what: str, fn: Callable[[], _T]) -> _T | None:
 
 
 def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
-                 offset: int, sort: str | None) -> list[SearchResult]:
+                 offset: int, sort: str | None, careful: bool = True) -> list[SearchResult]:
+    def attempt(what: str, fn: Callable[[], _T]) -> _T | None:
+        return _pg_attempt(conn, what, fn, careful)
+
     if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
         def grams() -> list[SearchResult] | None:
             rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
             return None if rows is None else [result_row(r, r[8], "bigram") for r in rows]
-        hits = _pg_attempt(conn, "bigram", grams)
+        hits = attempt("bigram", grams)
         if hits is not None:
             return hits
-        hits = _pg_attempt(conn, "bigram", lambda: _pg_mixed(conn, plan, filters, limit,
-                                                             offset, sort))
+        hits = attempt("bigram", lambda: _pg_mixed(conn, plan, filters, limit, offset, sort))
         if hits is not None:
             return hits
     if plan.route in ("like", "cjk_like"):
-        return _pg_attempt(conn, plan.route,
-                           lambda: like_search(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
+        return attempt(plan.route,
+                       lambda: like_search(conn, plan, filters, limit, offset, sort, postgresql=True)) or []
     if plan.route == "trigram":
         assert plan.match is not None
         match = plan.match
-        return _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+        return attempt("trigram", lambda: _pg_trigram(
             conn, match, filters, limit, offset, sort)) or []
     match_text, lit_text, phrase_text = plan.match, plan.literal, plan.phrase
     words: Tier | None = None if match_text is None else (
-        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort))
+        lambda f, n, o: _pg_words(conn, plan, match_text, f, n, o, sort, careful))
     phrase: Tier | None = None if phrase_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "phrase", lambda: _pg_fts(
+        lambda f, n, o: attempt("phrase", lambda: _pg_fts(
             conn, phrase_text, f, n, o, sort)) or [])
     folded: Tier | None = None if match_text is None or not plan.folded else (
-        lambda f, n, o: _pg_attempt(conn, "folded", lambda: _pg_fts(
+        lambda f, n, o: attempt("folded", lambda: _pg_fts(
             conn, match_text, f, n, o, sort, folded=True)) or [])
     literal: Tier | None = None if lit_text is None else (
-        lambda f, n, o: _pg_attempt(conn, "literal", lambda: _pg_literal(
+        lambda f, n, o: attempt("literal", lambda: _pg_literal(
             conn, lit_text, f, n, o, sort, plan.symbols)) or [])
     return combine_tiers(tier_list(plan, words, phrase, literal, sort, folded), filters, limit,
                     offset, sort)
@@ -254,17 +250,20 @@ def has_symbol(literal: str) -> bool:
 
 
 def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: Filters, limit: int,
-              offset: int, sort: str | None) -> list[SearchResult]:
+              offset: int, sort: str | None, careful: bool = True) -> list[SearchResult]:
     """The word tier on PostgreSQL: the stored tsvector, then the zero-result trigram
-    fallback."""
-    hits = _pg_attempt(conn, "fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
+    fallback (``careful``: as :func:`_pg_attempt`)."""
+    def attempt(what: str, fn: Callable[[], _T]) -> _T | None:
+        return _pg_attempt(conn, what, fn, careful)
+
+    hits = attempt("fts", lambda: _pg_fts(conn, match, filters, limit, offset, sort))
     if hits is None:
         return []  # rejected (as FTS5's OperationalError): no fallback, no error
     return or_trigram(
         hits, match, plan.trigram_fallback, offset,
-        probe=lambda m: _pg_attempt(conn, "fts", lambda: _pg_fts(
+        probe=lambda m: attempt("fts", lambda: _pg_fts(
             conn, m, replace(filters, exclude_ids=()), 1, 0, sort)),
-        retry=lambda m: _pg_attempt(conn, "trigram", lambda: _pg_trigram(
+        retry=lambda m: attempt("trigram", lambda: _pg_trigram(
             conn, m, filters, limit, offset, sort)) or [],
         narrowed=bool(filters.exclude_ids))
 

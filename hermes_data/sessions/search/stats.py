@@ -3,32 +3,29 @@ which rows): :func:`element_rows` bounds the rows holding a set of elements — 
 (s08), CJK grams (s07), document lexemes — from ``pg_stats`` (``ANALYZE``'s most common
 elements). Read once per engine and re-read every :data:`STATS_TTL_S` (autovacuum
 re-analyses a growing table; a store opened empty gets its first statistics later);
-:func:`forget_statistics` drops them (``search_caps.forget_capabilities`` calls it).
+:func:`forget_statistics` drops them (``forget_capabilities`` drops them with the rest of
+the engine's :class:`~.engine_cache.EngineSearchCache`).
 """
 
 from __future__ import annotations
 
-import threading
 import time
-import weakref
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from hermes_data.sessions.search import engine_cache
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["CJK_GRAMS", "DOCUMENT_WORDS", "SYMBOL_GRAMS", "element_rows", "forget_statistics",
            "joint_rows"]
 
-_lock = threading.Lock()
-
-
 def forget_statistics(engine: Engine | None) -> None:
     """Drop the cached element statistics of ``engine``."""
     if engine is None:
         return
-    with _lock:
-        _elem_stats.pop(engine, None)
+    with engine_cache.lock:
+        engine_cache.cache_of(engine).element_stats.clear()
 
 
 #: The element statistics read: symbol grams (s08's index expression), CJK grams (s07's),
@@ -37,9 +34,6 @@ SYMBOL_GRAMS = ("messages_symbol_grams", "hermes_symbol_grams")
 CJK_GRAMS = ("messages_cjk_grams", "hermes_cjk_grams")
 DOCUMENT_WORDS = ("messages", "fts_document")
 _Stats = tuple[dict[str, float], float, float]  # frequencies, unlisted bound, table rows
-#: Per engine and statistics: (read at, the parsed row or ``None`` — never analysed).
-_Cached = dict[tuple[str, str], tuple[float, "_Stats | None"]]
-_elem_stats: "weakref.WeakKeyDictionary[Engine, _Cached]" = weakref.WeakKeyDictionary()
 #: Element statistics are read again after this many seconds (autovacuum re-analyses a
 #: growing table; a store opened empty gets its first statistics later).
 STATS_TTL_S = 600.0
@@ -48,18 +42,18 @@ STATS_TTL_S = 600.0
 def _read_stats(conn: Connection, which: tuple[str, str]) -> _Stats | None:
     engine = conn.engine
     now = time.monotonic()
-    with _lock:
-        per = _elem_stats.setdefault(engine, {})
+    with engine_cache.lock:  # the engine's EngineSearchCache.element_stats
+        per = engine_cache.cache_of(engine).element_stats
         if which in per and now - per[which][0] < STATS_TTL_S:
-            return per[which][1]
+            return per[which][1]  # type: ignore[return-value]
     row = conn.execute(sa.text(q.PG_ELEMENT_STATS), {"t": which[0], "a": which[1]}).first()
     stats = None
     if row is not None and row[0] and row[1] and row[2] and row[2] > 0:
         elems = list(row[0])
         freqs = [float(f) for f in row[1][:len(elems)]]
         stats = (dict(zip(elems, freqs)), min(freqs), float(row[2]))
-    with _lock:
-        _elem_stats.setdefault(engine, {})[which] = (now, stats)
+    with engine_cache.lock:
+        engine_cache.cache_of(engine).element_stats[which] = (now, stats)
     return stats
 
 

@@ -25,6 +25,7 @@ from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
 from hermes_data.sessions import sql
+from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage import display_sql
 from hermes_data.sessions.storage import adoption_sql as mq
@@ -222,8 +223,11 @@ def reconcile(conn: Connection, report: UpgradeReport) -> None:
                 report.repairs.append(f"created index {ix.name}")
 
 
-def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
+def after_upgrade(conn: Connection, report: UpgradeReport,
+                  options: OpenOptions | None = None) -> None:
     """Reconcile, heal NULL ``active``, run the FTS checks and report foreign objects.
+    ``options``: the opening handle's :class:`OpenOptions` (the runner's ``hook_options``;
+    None: the defaults), which the FTS checks follow.
 
     PostgreSQL: the baseline created every object (there is no legacy layout to reconcile,
     and full-text search is index-maintained): nothing to do.
@@ -234,7 +238,7 @@ def after_upgrade(conn: Connection, report: UpgradeReport) -> None:
     if opening.needs_null_active_heal(conn):
         n = opening.heal_null_active(conn)
         report.repairs.append(f"set active = 1 on {n} message(s) with NULL active")
-    opening.apply_fts_checks(conn, report.repairs)
+    opening.apply_fts_checks(conn, report.repairs, options)
     core = {t.name for t in metadata.sorted_tables}
     for name in sorted(_tables(conn)):
         if name in core or name in INTERNAL_TABLES or name.startswith("sqlite_") \

@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions import sql
+from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage.adoption import settle
@@ -31,9 +32,10 @@ REVISIONS = ("s01_baseline", "s02_pg_stored_tsvector", "s03_agent_turn",
              "s08_symbol_grams", "s09_accent_fold", "s10_tool_trigrams")
 
 
-def create_head(conn: Connection, cursor: Any) -> None:
+def create_head(conn: Connection, cursor: Any, options: OpenOptions | None = None) -> None:
     """FTS objects and settled bookkeeping, in the caller's transaction (tables exist; the
-    file held nothing else, so every fragment is created)."""
+    file held nothing else, so every fragment is created). ``options``: the opening handle's
+    :class:`OpenOptions` (``sessions.cjk_index``), when a handle's open creates the file."""
     caps = opening.capabilities(conn)
     if caps.fts5:
         for _name, ddl in sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
@@ -45,5 +47,5 @@ def create_head(conn: Connection, cursor: Any) -> None:
     if caps.fts5:
         # The CJK-bigram index (sessions-ext-storage §2.2): last, as the writable open after
         # the revisions creates it.
-        cjk.create_fresh(cursor)
+        cjk.create_fresh(cursor, (options or OpenOptions()).cjk_index)
     settle(conn)

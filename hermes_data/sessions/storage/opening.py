@@ -42,6 +42,7 @@ from hermes_data.sessions.storage.fts import shadow as fts_shadow
 from hermes_data.sessions.storage.fts import upstream_cjk
 from hermes_data.sessions.storage.handle_guards import is_disk_io_error
 from hermes_data.sessions.backends import sql as backend_sql
+from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage import opening_sql as open_sql
 from hermes_data.sessions.sql.ddl import squash
 from hermes_data.sessions.storage import writability
@@ -172,8 +173,9 @@ class FtsState:
         return self.base_missing or self.trigram_missing or bool(self.broad_updates)
 
 
-def read_fts_state(conn: Connection) -> FtsState:
-    """Read-only snapshot of the FTS objects of the database behind ``conn``."""
+def read_fts_state(conn: Connection, options: OpenOptions | None = None) -> FtsState:
+    """Read-only snapshot of the FTS objects of the database behind ``conn``; ``options``
+    (default: :class:`OpenOptions`'s) says whether the CJK-bigram index is wanted."""
     rows = conn.exec_driver_sql(open_sql.FTS_OBJECTS).fetchall()
     objects = {r[0]: r[1] or "" for r in rows}
     base = objects.get("messages_fts")
@@ -184,7 +186,9 @@ def read_fts_state(conn: Connection) -> FtsState:
              and conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None)
     nonempty = conn.exec_driver_sql(open_sql.MESSAGES_NONEMPTY_PROBE).first() is not None
     caps = capabilities(conn)
-    return FtsState(layout, objects, stale, nonempty, caps, caps.fts5 and cjk.needs_work(conn))
+    cjk_index = (options or OpenOptions()).cjk_index
+    return FtsState(layout, objects, stale, nonempty, caps,
+                    caps.fts5 and cjk.needs_work(conn, cjk_index))
 
 
 # ---------------------------------------------------------------------------------------
@@ -274,24 +278,28 @@ def _rebuild_current(conn: Connection, trigram: bool) -> None:
     _clear_rebuild_markers(conn)
 
 
-def apply_fts_checks(conn: Connection, repairs: list[str] | None = None) -> list[str]:
+def apply_fts_checks(conn: Connection, repairs: list[str] | None = None,
+                     options: OpenOptions | None = None) -> list[str]:
     """Bring the FTS objects to the expected state for their layout, then the CJK-bigram
     index's (storage §3.9.2, created after them as on a fresh store); returns what it did.
 
     Runs inside the caller's write transaction; writes nothing when :func:`read_fts_state`
-    shows nothing to do.
+    shows nothing to do. ``options``: the handle's open options (``sessions.cjk_index``,
+    orphan reaping in a stale recovery's escalation); default :class:`OpenOptions`'s.
     """
     done: list[str] = [] if repairs is None else repairs
-    state = read_fts_state(conn)
+    options = options or OpenOptions()
+    state = read_fts_state(conn, options)
     if state.needs_work():
         upstream_cjk.heal_at_open(conn, state.objects, done)  # storage §3.9.1, first
-        _apply_fts_checks(conn, state, done)
+        _apply_fts_checks(conn, state, done, options)
         if state.cjk_work and not state.stale:
-            cjk.ensure_objects(conn, state.messages_nonempty, done)
+            cjk.ensure_objects(conn, state.messages_nonempty, done, options.cjk_index)
     return done
 
 
-def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str]) -> list[str]:
+def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str],
+                      options: OpenOptions) -> list[str]:
     db_path = database_path(conn)
     if not state.caps.fts5:
         dropped = drop_fts_triggers(conn, state)
@@ -299,7 +307,7 @@ def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str]) -> lis
             done.append(f"FTS5 unavailable: dropped triggers {', '.join(dropped)}; search uses LIKE")
         return done
     if state.stale:
-        return _handle_stale(conn, state, db_path, done)
+        return _handle_stale(conn, state, db_path, done, options)
 
     trigram_ok = state.caps.trigram
     if state.layout == "absent":
@@ -370,9 +378,10 @@ def _guarded_rebuild(conn, state: FtsState, db_path, done: list[str], work) -> N
     done.append("FTS rebuild deferred (admission lock busy): fts_stale set")
 
 
-def _handle_stale(conn, state: FtsState, db_path, done: list[str]) -> list[str]:
+def _handle_stale(conn, state: FtsState, db_path, done: list[str],
+                  options: OpenOptions) -> list[str]:
     # Holders (incl. deleted sidecars) defer it; the deferral record and its escalation (§3.8).
-    if fts_deferral.holders_cleared(conn, db_path, done):
+    if fts_deferral.holders_cleared(conn, db_path, done, reap=options.reap_orphans):
         with rebuild_admission(db_path, wait_s=0.0) as admitted:
             if admitted:
                 upstream_cjk.heal(conn)

@@ -23,7 +23,6 @@ signal a process they did not spawn.
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import sys
@@ -37,7 +36,6 @@ import psutil
 from hermes_data.config import config_section
 from hermes_data.files import SIDECARS, deleted_descriptors
 from hermes_data.sessions.storage import filesafety
-from hermes_data.sessions.storage.scoped import Scoped
 
 log = logging.getLogger("hermes_data.sessions.storage.reaping")
 
@@ -73,21 +71,6 @@ def enabled(config: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no", "off")
     return bool(value) if value is not None else DEFAULT_ENABLED
-
-
-_open_enabled: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "hermes_data_reap_on_open", default=DEFAULT_ENABLED)
-
-
-def open_setting(config: Any) -> Scoped[bool]:
-    """The store constructor's scope: the open's stale escalation reads the setting here
-    (the backend never sees the store's config)."""
-    return Scoped(_open_enabled, enabled(config))
-
-
-def enabled_for_open() -> bool:
-    """The setting of the store being opened on this thread (default true)."""
-    return _open_enabled.get()
 
 
 @dataclass
@@ -227,5 +210,5 @@ def reap_orphan_desktop_backends(db_path: Path, holders: Iterable[Holder], *,
 
 
 __all__ = ["DEFAULT_ENABLED", "Inspection", "MIN_AGE_SECONDS", "SETTING", "WAIT_SECONDS",
-           "enabled", "enabled_for_open", "open_setting", "reap_orphan_desktop_backends",
+           "enabled", "reap_orphan_desktop_backends",
            "scan_holders"]

@@ -160,7 +160,6 @@ def test_ab20_transient_ioerr_propagates(tmp_path, monkeypatch):
     classified transient."""
     import sqlite3
 
-    from hermes_data.sessions.ui.portability import export as export_mod
     from hermes_data.sessions.store import SessionStore, is_transient_sqlite_error
 
     with SessionStore(tmp_path / "s.db") as s:
@@ -169,7 +168,7 @@ def test_ab20_transient_ioerr_propagates(tmp_path, monkeypatch):
         def boom(store, conn):
             raise sqlite3.OperationalError("disk I/O error")
 
-        monkeypatch.setattr(export_mod, "_columns_cache", {})
+        s.backend.state.export_columns = None  # no columns cached on this handle
         import hermes_data.sessions.ui.rich as rich_mod
         monkeypatch.setattr(rich_mod, "session_columns", boom)
         with pytest.raises(sqlite3.OperationalError) as info:

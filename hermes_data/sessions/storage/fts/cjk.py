@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import logging
 import re
-import weakref
-from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
@@ -44,7 +42,6 @@ from hermes_data.config import config_section
 from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage import handle_guards as guards
 from hermes_data.sessions.rows import FtsRebuildStatus
-from hermes_data.sessions.storage.scoped import Scoped
 from hermes_data.sessions.search.stats import CJK_GRAMS, element_rows
 from hermes_data.sessions.search.plan import LikeTerm
 from hermes_data.sessions.storage.fts import cjk_sql as q
@@ -136,21 +133,6 @@ def _present(conn: Connection) -> set[str]:
     return {r[0] for r in conn.exec_driver_sql(q.PRESENT_OBJECTS)}
 
 
-#: ``sessions.cjk_index`` of the store being opened (spec §3.9.2): the backend sets it for
-#: the duration of its open; a fresh store and the open checks read it.
-_INDEX_ENABLED: ContextVar[bool] = ContextVar("hermes_data_cjk_index", default=True)
-
-
-def index_enabled() -> bool:
-    """``sessions.cjk_index`` of the open in progress (True outside an open)."""
-    return _INDEX_ENABLED.get()
-
-
-def index_setting(enabled: bool) -> Scoped[bool]:
-    """Apply ``sessions.cjk_index`` = ``enabled`` to the open running inside the block."""
-    return Scoped(_INDEX_ENABLED, bool(enabled))
-
-
 def configured_index(config: Any) -> bool:
     """``sessions.cjk_index`` of a store's config (mapping or callable; default true). A
     value other than a bool is logged and read as the default; reading never raises."""
@@ -165,10 +147,11 @@ def configured_index(config: Any) -> bool:
     return value
 
 
-def needs_work(conn: Connection) -> bool:
+def needs_work(conn: Connection, enabled: bool = True) -> bool:
     """Read probe of the writable open: with the index on, an object is missing or the
-    index is marked stale; with ``sessions.cjk_index`` off, an object or a key is left."""
-    if not index_enabled():
+    index is marked stale; with ``sessions.cjk_index`` off (``enabled`` False, the handle's
+    :class:`~hermes_data.sessions.backends.base.OpenOptions`), an object or a key is left."""
+    if not enabled:
         return bool(_present(conn)) or conn.exec_driver_sql(q.READ_META).first() is not None
     if len(_present(conn)) < len(q.CJK_OBJECTS):
         return True
@@ -187,13 +170,15 @@ def drop_objects(conn: Connection, done: list[str]) -> None:
                 + (f" ({', '.join(dropped)})" if dropped else "") + " and their markers")
 
 
-def ensure_objects(conn: Connection, nonempty: bool, done: list[str]) -> None:
+def ensure_objects(conn: Connection, nonempty: bool, done: list[str],
+                   enabled: bool = True) -> None:
     """Create the missing objects inside the open's write transaction (storage §2.5 rules):
     over existing rows a new document table or a missing queue trigger seeds the backfill
     window ``(0, MAX(id)]`` (the queue covers the ids above it); a new FTS table or document
     trigger beside existing documents, or a ``cjk_bigram_stale`` flag, rebuilds the index
-    from the documents (then the flag is cleared). ``sessions.cjk_index`` off: drops them."""
-    if not index_enabled():
+    from the documents (then the flag is cleared). ``sessions.cjk_index`` off (``enabled``
+    False): drops them."""
+    if not enabled:
         drop_objects(conn, done)
         return
     present = _present(conn)
@@ -238,10 +223,10 @@ def _rebuild(conn: Connection, *, reset: bool, done: list[str]) -> None:
     done.append("CJK-bigram index rebuilt from its documents")
 
 
-def create_fresh(cursor: Any) -> None:
+def create_fresh(cursor: Any, enabled: bool = True) -> None:
     """Every object on a fresh, empty store (``fresh.create_head``; FTS5 present), unless
-    ``sessions.cjk_index`` is off for the open creating it."""
-    if not index_enabled():
+    ``sessions.cjk_index`` is off for the open creating it (``enabled`` False)."""
+    if not enabled:
         return
     for _name, ddl in q.CJK_OBJECTS:
         cursor.execute(ddl)
@@ -329,18 +314,6 @@ def _mark_stale(backend: Any, exc: _IndexCorrupt, patience: float) -> None:
                   patience=patience)
 
 
-@dataclass
-class _Drain:
-    """Per-handle drain bookkeeping (no query needed to know there is nothing to do)."""
-
-    writes: int = 0
-    pending: bool = False  # work remains after the last drain
-    available: bool = True
-
-
-_drains: "weakref.WeakKeyDictionary[Any, _Drain]" = weakref.WeakKeyDictionary()
-
-
 def _maybe_cjk(m: Any) -> bool:
     """Could this new message have queued an id (a non-tool row with a non-ASCII field)? A
     hint only: queued ids are search candidates whether or not a drain ran. Parts lists and
@@ -357,9 +330,7 @@ def after_append(backend: Any, messages: Sequence[Any]) -> None:
     backfill), one read of the queue and markers, then — only with work — one bounded step."""
     if not _usable(backend):
         return
-    st = _drains.get(backend)
-    if st is None:
-        st = _drains[backend] = _Drain()
+    st = backend.state.cjk_drain  # the handle's CjkDrainState
     st.writes += 1
     periodic = st.writes % DRAIN_EVERY == 0
     maybe = not isinstance(messages, Sequence) or any(map(_maybe_cjk, messages))

@@ -103,9 +103,12 @@ def record(conn: Any, holders: Iterable[tuple[int, str]]) -> Deferral:
     return d
 
 
-def holders_cleared(conn: Any, db_path: Path | None, done: list[str]) -> bool:
+def holders_cleared(conn: Any, db_path: Path | None, done: list[str], *,
+                    reap: bool = reaping.DEFAULT_ENABLED) -> bool:
     """Core §4.7's "no other process holds the database", with the deferral bookkeeping and
-    the escalation: True when recovery may proceed (inside the caller's transaction)."""
+    the escalation: True when recovery may proceed (inside the caller's transaction).
+    ``reap``: the handle's ``sessions.reap_orphan_desktop_backends`` (the escalation may end
+    orphaned desktop backends)."""
     holders = holder_scan(db_path)
     if not holders:
         return True
@@ -114,7 +117,7 @@ def holders_cleared(conn: Any, db_path: Path | None, done: list[str]) -> bool:
                 f"(attempt {d.attempts})")
     if d.attempts < ESCALATE_ATTEMPTS or clock() - d.first_seen < ESCALATE_AFTER_S:
         return False
-    if reaping.enabled_for_open() and db_path is not None:
+    if reap and db_path is not None:
         reaped = reaper(db_path, holders)
         if reaped:
             done.append(f"reaped orphan desktop backends {', '.join(map(str, reaped))}")

@@ -549,7 +549,8 @@ def _postgresql(store: Any, progress_cb: Callable[[OptimizeProgress], None] | No
 def _recover(store: Any) -> bool:
     """One core recovery attempt of a stale FTS (and a stale CJK-bigram) index; True when
     ``fts_stale`` is gone afterwards."""
-    store.backend.write(lambda tx: opening.apply_fts_checks(tx))
+    options = store.backend.state.options  # the handle's sessions.cjk_index and reaping
+    store.backend.write(lambda tx: opening.apply_fts_checks(tx, None, options))
     return "fts_stale" not in store.backend.read(_meta)
 
 

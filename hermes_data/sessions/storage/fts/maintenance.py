@@ -40,8 +40,6 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable
 
@@ -51,7 +49,7 @@ from sqlalchemy.engine import Connection
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions import sql
 from hermes_data.sessions.storage import opening
-from hermes_data.sessions.storage import reaping
+from hermes_data.sessions.backends.base import FTS_RETRY_BACKOFF_START_S, FtsMergeState
 from hermes_data.sessions.backends.sqlite import is_busy
 from hermes_data.sessions.search.capabilities import forget_capabilities
 from hermes_data.sessions.storage.fts import sql as q
@@ -72,7 +70,7 @@ MERGE_EVERY = 1000
 #: ``rebuild_fts`` waits this long for the admission lock (then 0, no progress).
 REBUILD_ADMISSION_WAIT_S = 120.0
 #: Retry backoff of a deferred stale recovery (seconds).
-RETRY_BACKOFF_START_S = 60.0
+RETRY_BACKOFF_START_S = FTS_RETRY_BACKOFF_START_S
 RETRY_BACKOFF_MAX_S = 3600.0
 #: A retry waits at most this long for the write lock (a tick must stay short).
 RETRY_LOCK_PATIENCE_S = 1.0
@@ -80,24 +78,9 @@ RETRY_LOCK_PATIENCE_S = 1.0
 clock: Callable[[], float] = time.monotonic
 
 
-@dataclass
-class _HandleState:
-    """Per-handle bookkeeping (weakly keyed by the backend)."""
-
-    writes: int = 0
-    usermerge_checked: set[str] = field(default_factory=set)
-    retry_after: float | None = None  # monotonic time before which a retry is skipped
-    backoff: float = RETRY_BACKOFF_START_S
-
-
-_states: "weakref.WeakKeyDictionary[Any, _HandleState]" = weakref.WeakKeyDictionary()
-
-
-def _state(backend: Any) -> _HandleState:
-    st = _states.get(backend)
-    if st is None:
-        st = _states[backend] = _HandleState()
-    return st
+def _state(backend: Any) -> FtsMergeState:
+    """This module's bookkeeping of the handle (a field of the backend's handle state)."""
+    return backend.state.fts_merge
 
 
 def _guard(backend: Any) -> None:
@@ -279,7 +262,7 @@ def merge_fts(store: Any, max_pages: int = MERGE_PAGES, max_commands: int = MERG
     return ran
 
 
-def _merge_table(backend: Any, st: _HandleState, table: str, pages: int, commands: int) -> int:
+def _merge_table(backend: Any, st: FtsMergeState, table: str, pages: int, commands: int) -> int:
     if table not in st.usermerge_checked:
         if not _zero_patience(backend, _on_table(table, partial(_ensure_usermerge, table=table))):
             return 0  # busy: this index's pass ends here
@@ -381,11 +364,11 @@ def retry_deferred_fts_recovery(store: Any) -> bool:
         done: list[str] = []
 
         def work(conn: Connection) -> bool:
-            opening.apply_fts_checks(conn, done)  # the open's core recovery, deferral included
+            # The open's core recovery, deferral included, under the handle's open options.
+            opening.apply_fts_checks(conn, done, backend.state.options)
             return conn.exec_driver_sql(q.READ_FTS_STALE).first() is None
 
-        with reaping.open_setting(getattr(store, "_config", None)):
-            rebuilt = bool(backend.write(work, patience=RETRY_LOCK_PATIENCE_S))
+        rebuilt = bool(backend.write(work, patience=RETRY_LOCK_PATIENCE_S))
         if rebuilt:
             st.retry_after, st.backoff = None, RETRY_BACKOFF_START_S
             with backend._lock:

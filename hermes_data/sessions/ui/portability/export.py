@@ -16,7 +16,6 @@ cumulative, seed 003). Pending token counts are flushed first (agent §3.0 barri
 from __future__ import annotations
 
 import json
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
@@ -34,17 +33,15 @@ _SKIPPED = frozenset({"system_prompt_hash"})
 #: Keyset page size of :func:`iter_export_all`.
 _PAGE = 500
 
-_columns_cache: "weakref.WeakKeyDictionary[Any, list[str]]" = weakref.WeakKeyDictionary()
-
-
 def session_columns(store: StoreHandle, conn: Connection) -> list[str]:
-    """The live ``sessions`` columns, reflected once per handle (upstream extras included)."""
-    backend = store.backend
-    cols = _columns_cache.get(backend)
+    """The live ``sessions`` columns, reflected once per handle (upstream extras included;
+    kept in the handle state's ``export_columns``)."""
+    state = store.backend.state
+    cols = state.export_columns
     if cols is None:
-        cols = [str(c["name"]) for c in sa.inspect(conn).get_columns("sessions")
-                if not c.get("computed")]
-        _columns_cache[backend] = cols
+        cols = state.export_columns = [str(c["name"]) for c in
+                                       sa.inspect(conn).get_columns("sessions")
+                                       if not c.get("computed")]
     return cols
 
 
