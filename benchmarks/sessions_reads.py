@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
-from hermes_data.sessions.core.sql import MESSAGE_COLS  # noqa: E402
+from hermes_data.sessions.sql.core import MESSAGE_COLS  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
 SESSION = "bench"

@@ -112,7 +112,6 @@ MOVED: dict[str, str] = {
     "sessions.sql.bulk": "sessions.agent.bulk_sql",
     "sessions.sql.cjk": "sessions.storage.fts.cjk_sql",
     "sessions.sql.coordination": "sessions.coordination.sql",
-    "sessions.sql.core": "sessions.core.sql",
     "sessions.sql.display": "sessions.storage.display_sql",
     "sessions.sql.fold": "sessions.storage.fts.fold_sql",
     "sessions.sql.fts": "sessions.storage.fts.ddl",

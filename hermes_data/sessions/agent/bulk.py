@@ -12,7 +12,7 @@ from hermes_data.sessions.rows import SessionRichRow, SessionStatus
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.agent.bulk_sql import STATUS_CHUNK, BulkStatements, count_by_source, for_dialect
 from hermes_data.sessions.core.listing import session_fields
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.core.listing_sql import SessionFilter
 
 _ERROR_REASONS = frozenset({"error", "agent_error", "content_filter"})

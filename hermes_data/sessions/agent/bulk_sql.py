@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.dialect import Statements, marks, value_rows
 from hermes_data.sessions.sql.predicates import last_active, preview_sql
 

@@ -21,7 +21,7 @@ from hermes_data.sessions.core import lifecycle
 from hermes_data.sessions.rows import CwdUsage
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.sql import Fragments
-from hermes_data.sessions.core.sql import CHILD_MARKERS
+from hermes_data.sessions.sql.core import CHILD_MARKERS
 from hermes_data.sessions.agent.session_meta_sql import BACKFILL_PAIRS, MetaStatements, for_dialect
 
 #: Lineage markers (core §2.6): nothing here adds, changes or removes them.

@@ -47,7 +47,7 @@ from typing import Any
 from hermes_data.config import hermes_home
 from hermes_data.errors import StoreLinkError
 from hermes_data.files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id
-from hermes_data.sessions.storage.filesafety import unclaimed
+from hermes_data.tracked import unclaimed
 from hermes_data.sessions.storage.quarantine import is_zeroed_state_db, zeroed_head
 from hermes_data.sessions.storage.writability import settled_facts, writability_preflight
 

@@ -46,8 +46,8 @@ from hermes_data.files import FileHeader
 from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.storage import display_schema
 from hermes_data.sessions.storage import opening
-from hermes_data.sessions.storage.filesafety import tracked_connect
-from hermes_data.sessions.sql import FTS_TRIGGERS
+from hermes_data.tracked import tracked_connect
+from hermes_data.sessions.storage.fts.ddl import FTS_TRIGGERS
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.storage import opening_sql as open_sql
 from hermes_data.sessions.backends.open_file import header_stamp, rollback_header_stamp

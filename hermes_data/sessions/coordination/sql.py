@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 
-from hermes_data.sessions.core.sql import MESSAGE_COLS, quote_ident
+from hermes_data.sessions.sql.core import MESSAGE_COLS, quote_ident
 from hermes_data.sessions.sql.dialect import Statements, marks, render
 from hermes_data.sessions.sql.predicates import edge, fork, last_active
 

@@ -23,7 +23,7 @@ from hermes_data.sessions.sql import AUTOMATIC_END_REASONS, RESET_END_REASONS, F
 from hermes_data.sessions.coordination import sql as coordination_sql
 from hermes_data.sessions.agent import identity_sql
 from hermes_data.sessions.agent import accounting_sql
-from hermes_data.sessions.core.sql import CHILD_MARKERS, FILLABLE, PUBLISH_PARENT_COLS, ROUTING
+from hermes_data.sessions.sql.core import CHILD_MARKERS, FILLABLE, PUBLISH_PARENT_COLS, ROUTING
 
 log = logging.getLogger("hermes_data.sessions.core.lifecycle")
 

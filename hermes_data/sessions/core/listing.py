@@ -14,7 +14,7 @@ from hermes_data.sessions.rows import RecentSessionRow, SessionListRow, SessionR
 from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.core import listing_sql as ls
 from hermes_data.sessions.sql.markers import shape_preview
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 
 #: Preview length before the ellipsis.
 PREVIEW_CHARS = 60

@@ -287,7 +287,7 @@ def purge_stale_tool_call_markers(store: SessionStore, *, dry_run: bool = False,
 
 
 def _vacuum_into(db: Path, target: Path) -> None:
-    from hermes_data.sessions.storage.filesafety import tracked_connect
+    from hermes_data.tracked import tracked_connect
     from hermes_data.sessions.core.maintenance_sql import VACUUM_INTO
 
     con = tracked_connect(str(db), isolation_level=None)  # counted (storage §3.0)

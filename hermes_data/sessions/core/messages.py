@@ -21,7 +21,7 @@ from hermes_data.sessions.backends.base import driver_connection
 from hermes_data.sessions.rows import MessageRow
 from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.storage.fts import ddl as fts
-from hermes_data.sessions.core.sql import INSERT_COLS
+from hermes_data.sessions.sql.core import INSERT_COLS
 from hermes_data.sessions.sql.ddl import squash
 from hermes_data.sessions.gateway.sql import for_dialect as gateway_sql
 

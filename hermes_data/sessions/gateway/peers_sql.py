@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
 from hermes_data.sessions.sql.dialect import Statements, render
 from hermes_data.sessions.sql.predicates import RESET_END_REASONS, sql_list, edge, last_active, reset_child

@@ -7,7 +7,7 @@ No SQLite statement here uses ``RETURNING`` (absent below SQLite 3.35); PostgreS
 
 from __future__ import annotations
 
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.dialect import Statements, marks
 
 #: Ids or keys per ``IN (…)`` list (SQLite's old 999-variable ceiling; spec behaviour 42).

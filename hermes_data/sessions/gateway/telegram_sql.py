@@ -7,7 +7,7 @@ a new upgrade step). On PostgreSQL revision ``s06_gateway`` created them.
 
 from __future__ import annotations
 
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.sql.dialect import Statements
 from hermes_data.sessions.sql.predicates import last_active, preview_sql

@@ -23,7 +23,7 @@ from hermes_data.sessions.errors import SessionNotFoundError
 from hermes_data.sessions.gateway.common import wall
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.core.listing import session_fields
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.gateway.repair_sql import for_dialect as repair_sql
 from hermes_data.sessions.gateway.telegram_sql import (BINDINGS, INDEXES, MODE, SCHEMA_KEY, SCHEMA_VERSION, SQLITE_OBJECTS,
                            TABLES, V3_COLUMNS, V3_DDL, TelegramStatements, copy_into_new,

@@ -17,7 +17,8 @@ from typing import Any, Sequence
 
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.search.plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
-from hermes_data.sessions.sql import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT, J
+from hermes_data.sessions.sql import J
+from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT
 from hermes_data.sessions.storage.fts.fold_sql import pg_folded_document
 
 # -------------------------------------------------------------------------------------

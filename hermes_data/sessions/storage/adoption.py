@@ -24,7 +24,7 @@ from hermes_data.errors import AdoptionError, NotAHermesDatabaseError
 from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import INTERNAL_TABLES, ColumnShape, IndexShape, Shape, metadata_shape, metadata_shape_on
-from hermes_data.sessions import sql
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage import display_sql
@@ -41,10 +41,10 @@ BUSY_TIMEOUT_MS = 1000
 
 def is_fts_table(name: str) -> bool:
     """FTS5 virtual tables of the store and their shadow tables (not part of the metadata)."""
-    if name in sql.FTS_VIRTUAL_TABLES or name in CJK_TABLES:  # CJK-bigram fragments too
+    if name in fts_ddl.FTS_VIRTUAL_TABLES or name in CJK_TABLES:  # CJK-bigram fragments too
         return True
-    return any(name == base + sfx for base in sql.FTS_VIRTUAL_TABLES
-               for sfx in sql.FTS_SHADOW_SUFFIXES)
+    return any(name == base + sfx for base in fts_ddl.FTS_VIRTUAL_TABLES
+               for sfx in fts_ddl.FTS_SHADOW_SUFFIXES)
 
 
 #: PostgreSQL: the session store's own Alembic version table (both stores may share a database).
@@ -294,14 +294,14 @@ def expected_shape_on(conn: Connection) -> Shape:
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
     tables = dict(base.tables)
     tables["messages"] = tables["messages"] + (
-        ColumnShape(sql.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
+        ColumnShape(fts_ddl.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
     indexes = dict(base.indexes)
     names = ["messages_fts_document"]
     trigram = conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first() is not None
     if trigram:
         names.append("messages_fts_trgm")
     for name in names:
-        cols = sql.PG_FTS_INDEX_COLUMNS[name]
+        cols = fts_ddl.PG_FTS_INDEX_COLUMNS[name]
         indexes[name] = IndexShape(name, "messages", cols, False)
     for name, table, cols in (PG_ONLY_INDEX,) + ((PG_TOOL_TRGM_INDEX,) if trigram else ()):
         indexes[name] = IndexShape(name, table, cols, False)
@@ -317,8 +317,8 @@ def expected_shape() -> Shape:
     four display triggers (s05_ui_display)."""
     base = metadata_shape(metadata)
     others = dict(base.other_objects)
-    others.update({name: "view" for name in sql.FTS_VIEWS})
-    others.update({name: "trigger" for name in sql.FTS_TRIGGERS})
+    others.update({name: "view" for name in fts_ddl.FTS_VIEWS})
+    others.update({name: "trigger" for name in fts_ddl.FTS_TRIGGERS})
     others.update({name: "trigger" for name in display_sql.TRIGGER_NAMES})
     return replace(base, other_objects=others)
 

@@ -5,7 +5,7 @@ Identifiers are the file's own catalogue names or the metadata's, always quoted.
 
 from __future__ import annotations
 
-from hermes_data.sessions.core.sql import quote_ident
+from hermes_data.sessions.sql.core import quote_ident
 from hermes_data.sessions.sql.dialect import marks
 
 #: Every table of a SQLite file.

@@ -32,10 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hermes_data import files
-# The connection tracking lives in the generic layer (the engine and the migration runner
-# use it); re-exported here for the session store's modules.
-from hermes_data.tracked import (TrackedConnection, live_connections, offline_access, path_key,  # noqa: F401
-                                 tracked_connect, unclaimed)
+# The connection tracking (TrackedConnection, tracked_connect, live_connections) lives in
+# the generic layer, hermes_data/tracked.py: the engine and the migration runner use it too.
+from hermes_data.tracked import offline_access, path_key
 
 log = logging.getLogger("hermes_data.sessions.storage.filesafety")
 

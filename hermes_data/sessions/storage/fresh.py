@@ -17,7 +17,8 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
-from hermes_data.sessions import sql
+
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage import opening
@@ -38,7 +39,7 @@ def create_head(conn: Connection, cursor: Any, options: OpenOptions | None = Non
     :class:`OpenOptions` (``sessions.cjk_index``), when a handle's open creates the file."""
     caps = opening.capabilities(conn)
     if caps.fts5:
-        for _name, ddl in sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
+        for _name, ddl in fts_ddl.FTS_BASE_OBJECTS + (fts_ddl.FTS_TRIGRAM_OBJECTS if caps.trigram else ()):
             cursor.execute(ddl)
     else:
         log.warning("SQLite has no FTS5 module: full-text search disabled, search uses LIKE")

@@ -47,7 +47,7 @@ from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 # Re-exported: the store and the tests reach these through this module.
 from hermes_data.files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
 from hermes_data.files import APPLICATION_ID_OFFSET, SQLITE_MAGIC, FileHeader, application_id
-from hermes_data.sessions.storage.filesafety import TrackedConnection
+from hermes_data.tracked import TrackedConnection
 from hermes_data.sessions.storage import opening_sql as open_sql
 
 log = logging.getLogger("hermes_data.sessions.storage.handle_guards")

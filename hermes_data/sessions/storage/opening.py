@@ -35,7 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.config import config_section
-from hermes_data.sessions import sql
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import deferral as fts_deferral
 from hermes_data.sessions.storage.fts import shadow as fts_shadow
@@ -142,7 +142,7 @@ class FtsState:
 
     @property
     def base_missing(self) -> bool:
-        return bool(self.missing(sql.BASE_TRIGGERS))
+        return bool(self.missing(fts_ddl.BASE_TRIGGERS))
 
     @property
     def trigram_expected(self) -> bool:
@@ -153,7 +153,7 @@ class FtsState:
 
     @property
     def trigram_missing(self) -> bool:
-        return self.trigram_expected and bool(self.missing(sql.TRIGRAM_TRIGGERS)
+        return self.trigram_expected and bool(self.missing(fts_ddl.TRIGRAM_TRIGGERS)
                                               or "messages_fts_trigram" not in self.objects)
 
     @property
@@ -165,7 +165,7 @@ class FtsState:
         if any(n in self.objects for n in upstream_cjk.UPSTREAM_CJK_TRIGGERS):
             return True  # storage §3.9.1: they fail every message write here
         if not self.caps.fts5:
-            return any(t in self.objects for t in sql.FTS_TRIGGERS)
+            return any(t in self.objects for t in fts_ddl.FTS_TRIGGERS)
         if self.stale or self.cjk_work:
             return True  # recovery is attempted; it writes only when it can recover
         if self.layout == "absent":
@@ -242,7 +242,7 @@ def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S)
 def drop_fts_triggers(conn: Connection, state: FtsState) -> list[str]:
     """Drop the FTS triggers present in ``state``; returns their names."""
     dropped = []
-    for name in sql.FTS_TRIGGERS:
+    for name in fts_ddl.FTS_TRIGGERS:
         if name in state.objects:
             conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
             dropped.append(name)
@@ -262,7 +262,7 @@ def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None
 def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
     """Add the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
     created = []
-    objs = sql.FTS_BASE_OBJECTS + (sql.FTS_TRIGRAM_OBJECTS if trigram else ())
+    objs = fts_ddl.FTS_BASE_OBJECTS + (fts_ddl.FTS_TRIGRAM_OBJECTS if trigram else ())
     existing = fts_shadow.names_after_orphan_shadows(conn)  # storage §3.6: no name collision
     for name, ddl in objs:
         if name not in existing:
@@ -272,9 +272,9 @@ def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
 
 
 def _rebuild_current(conn: Connection, trigram: bool) -> None:
-    conn.execute(sql.FTS_REBUILD)
+    conn.execute(fts_ddl.FTS_REBUILD)
     if trigram:
-        conn.execute(sql.FTS_TRIGRAM_REBUILD)
+        conn.execute(fts_ddl.FTS_TRIGRAM_REBUILD)
     _clear_rebuild_markers(conn)
 
 
@@ -324,7 +324,7 @@ def _apply_fts_checks(conn: Connection, state: FtsState, done: list[str],
         if layout == "legacy":
             conn.exec_driver_sql(open_sql.legacy_update_trigger(table))
         else:
-            ddl = dict(sql.FTS_OBJECTS_V3)[name]
+            ddl = dict(fts_ddl.FTS_OBJECTS_V3)[name]
             conn.exec_driver_sql(ddl)
         state.objects[name] = "narrowed"
         done.append(f"narrowed broad update trigger {name} ({layout} layout)")
@@ -354,7 +354,7 @@ def _repair_legacy(conn: Connection, state: FtsState, db_path: Path | None, done
             for ddl in open_sql.legacy_triggers(table):
                 conn.exec_driver_sql(ddl)
             if state.messages_nonempty:
-                for stmt in sql.legacy_repopulate(table):
+                for stmt in fts_ddl.legacy_repopulate(table):
                     conn.execute(stmt)
             done.append(f"recreated legacy triggers of {table} and repopulated it")
 
@@ -385,24 +385,24 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str],
         with rebuild_admission(db_path, wait_s=0.0) as admitted:
             if admitted:
                 upstream_cjk.heal(conn)
-                for name in sql.FTS_TRIGGERS:
+                for name in fts_ddl.FTS_TRIGGERS:
                     conn.exec_driver_sql(open_sql.drop_fts_trigger(name))
                 if state.layout == "legacy":
-                    tables = [t for t in sql.FTS_VIRTUAL_TABLES if t in state.objects]
+                    tables = [t for t in fts_ddl.FTS_VIRTUAL_TABLES if t in state.objects]
                     for table in tables:
                         for ddl in open_sql.legacy_triggers(table):
                             conn.exec_driver_sql(ddl)
-                        for stmt in sql.legacy_repopulate(table):
+                        for stmt in fts_ddl.legacy_repopulate(table):
                             conn.execute(stmt)
                 else:
                     for name in ("messages_fts_trigram", "messages_fts"):
                         conn.exec_driver_sql(open_sql.drop_fts_table(name))
-                    for name in sql.FTS_VIEWS:
+                    for name in fts_ddl.FTS_VIEWS:
                         conn.exec_driver_sql(open_sql.drop_fts_view(name))
                     create_current_layout(conn, trigram=state.caps.trigram)
-                    conn.execute(sql.FTS_REBUILD)
+                    conn.execute(fts_ddl.FTS_REBUILD)
                     if state.caps.trigram:
-                        conn.execute(sql.FTS_TRIGRAM_REBUILD)
+                        conn.execute(fts_ddl.FTS_TRIGRAM_REBUILD)
                 _clear_rebuild_markers(conn, stale_too=True)
                 done.append("recovered stale FTS indexes (rebuilt, fts_stale cleared)")
                 return done
@@ -541,7 +541,7 @@ def probe_fts_tables(con: sqlite3.Connection) -> dict[str, bool]:
     """Which of the store's FTS tables this connection can load (a missing table, FTS5
     module or tokenizer answers False; any other error propagates)."""
     out = {}
-    for table in sql.FTS_VIRTUAL_TABLES:
+    for table in fts_ddl.FTS_VIRTUAL_TABLES:
         try:
             con.execute(backend_sql.fts_probe(table)).fetchall()
             out[table] = True

@@ -16,7 +16,7 @@ from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.core.listing import session_fields
 from hermes_data.sessions.rows import SessionRow
 from hermes_data.sessions.ui import pickers_sql as q
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 
 
 @dataclass(frozen=True)

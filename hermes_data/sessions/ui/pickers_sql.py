@@ -8,7 +8,7 @@ from functools import lru_cache
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS, quote_ident
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS, quote_ident
 from hermes_data.sessions.sql.predicates import J, last_active
 
 #: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).

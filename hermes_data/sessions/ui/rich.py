@@ -21,7 +21,7 @@ from hermes_data.sessions.ui.portability.export import session_columns
 from hermes_data.sessions.core.listing import session_fields
 from hermes_data.sessions.schema import sessions as sessions_table
 from hermes_data.sessions.ui import pickers_sql as q
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 
 IN_CHUNK = 900
 _HEAD = frozenset(c.name for c in sessions_table.columns)

@@ -9,7 +9,7 @@ from functools import lru_cache
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.core.sql import MESSAGE_COLS
+from hermes_data.sessions.sql.core import MESSAGE_COLS
 from hermes_data.sessions.storage.display_sql import VIS
 
 _COLS = ", ".join(MESSAGE_COLS)

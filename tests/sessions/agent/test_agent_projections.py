@@ -265,7 +265,7 @@ def test_projection_columns_cover_every_replayed_column():
     """The projection statement reads every message column but ``token_count`` and
     ``compacted``; the six columns every row uses come first, in the order the hot path
     indexes them; the ``None``-tested columns are optional ones."""
-    from hermes_data.sessions.core import sql as core
+    from hermes_data.sessions.sql import core as core
     from hermes_data.sessions.agent import projections_sql as p
 
     assert set(p.PROJECTION_COLS) == set(core.MESSAGE_COLS) - {"token_count", "compacted"}

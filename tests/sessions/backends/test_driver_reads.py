@@ -14,7 +14,7 @@ from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import listing
 from hermes_data.sessions.backends import sqlite as sqlite_backend
 from hermes_data.sessions.rows import SessionRow
-from hermes_data.sessions.core.sql import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.store import SessionStore
 
 WAL = SqliteSettings(busy_timeout_ms=1000, journal_mode="wal")

@@ -153,9 +153,9 @@ def test_s01_database_upgrades_to_s02_and_backfills(pg_url):
 
 
 def test_generated_column_matches_the_head_expression(pg_url):
-    """The frozen DDL of s02 and the head fragment sql.PG_FTS_GENERATED compute the same
+    """The frozen DDL of s02 and the head fragment fts_ddl.PG_FTS_GENERATED compute the same
     vector for every row shape (tool rows cut, NULL content, tool_calls JSON, CJK)."""
-    from hermes_data.sessions import sql
+    from hermes_data.sessions.storage.fts import ddl as fts_ddl
 
     migrate.upgrade("sessions", pg_url)
     _exec(pg_url, "INSERT INTO sessions (id, source, started_at) VALUES ('g', 'cli', 1.0)")
@@ -167,7 +167,7 @@ def test_generated_column_matches_the_head_expression(pg_url):
         _exec(pg_url, "INSERT INTO messages (session_id, role, content, tool_name, tool_calls, "
                       "timestamp) VALUES ('g', :r, :c, :t, :tc, :ts)",
               {"r": role, "c": content, "t": tool_name, "tc": tool_calls, "ts": float(i)})
-    same = _exec(pg_url, f"SELECT fts_document = {sql.PG_FTS_GENERATED}, fts_document::text "
+    same = _exec(pg_url, f"SELECT fts_document = {fts_ddl.PG_FTS_GENERATED}, fts_document::text "
                          "FROM messages ORDER BY id")
     assert [r[0] for r in same] == [True] * len(rows)
     first = same[0][1]
@@ -180,10 +180,10 @@ def test_generated_column_matches_the_head_expression(pg_url):
 
 
 def test_generated_column_is_not_in_the_core_metadata():
-    from hermes_data.sessions import sql
+    from hermes_data.sessions.storage.fts import ddl as fts_ddl
     from hermes_data.sessions.schema import metadata
 
-    assert sql.PG_FTS_COLUMN not in metadata.tables["messages"].c
+    assert fts_ddl.PG_FTS_COLUMN not in metadata.tables["messages"].c
 
 
 def test_copy_between_two_postgresql_databases_of_the_session_store(pg_url):

@@ -28,7 +28,7 @@ from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.core import display_order as display
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.storage import display_sql as dsql
-from hermes_data.sessions.core.sql import MESSAGE_COLS
+from hermes_data.sessions.sql.core import MESSAGE_COLS
 from hermes_data.sessions.store import SessionStore
 
 from tests.sessions.conftest import BACKENDS

@@ -18,7 +18,7 @@ from hermes_data.cli.maintenance import write_jsonl
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core.messages import message_rows
 from hermes_data.sessions.rows import MESSAGE_ROW_FIELDS, MessageRow, new_message_row
-from hermes_data.sessions.core.sql import MESSAGE_COLS
+from hermes_data.sessions.sql.core import MESSAGE_COLS
 
 
 def _reference(r, dialect: str) -> MessageRow:

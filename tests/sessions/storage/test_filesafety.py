@@ -10,6 +10,7 @@ import pytest
 
 from hermes_data.engine import SqliteSettings
 from hermes_data.sessions.storage import filesafety
+from hermes_data import tracked
 from hermes_data.sessions.storage.repair import procedure as repair
 from hermes_data.sessions.errors import LiveConnectionError
 from hermes_data.sessions.store import SessionStore
@@ -23,41 +24,41 @@ def test_every_connection_of_a_handle_is_counted(tmp_path):
     db = tmp_path / "state.db"
     with SessionStore(db, settings=WAL) as s:
         s.create_session("a", "cli")
-        assert filesafety.live_connections(db) >= 1
+        assert tracked.live_connections(db) >= 1
         with s.backend.reading():  # a pooled mode=ro reader
-            assert filesafety.live_connections(db) >= 2
+            assert tracked.live_connections(db) >= 2
         with SessionStore(db, read_only=True) as ro:
             ro.get_session("a")
             with pytest.raises(LiveConnectionError, match="close every handle first"):
                 with filesafety.offline_file_access(db, "copy the file"):
                     pass
-    assert filesafety.live_connections(db) == 0
+    assert tracked.live_connections(db) == 0
     with filesafety.offline_file_access(db, "copy the file"):
         pass
 
 
 def test_a_collected_connection_is_uncounted(tmp_path):
     db = tmp_path / "x.db"
-    con = filesafety.tracked_connect(str(db))
-    assert filesafety.live_connections(db) == 1
+    con = tracked.tracked_connect(str(db))
+    assert tracked.live_connections(db) == 1
     del con
     gc.collect()
-    assert filesafety.live_connections(db) == 0
+    assert tracked.live_connections(db) == 0
 
 
 def test_uri_and_symlinked_paths_share_one_key(tmp_path):
     db = tmp_path / "x.db"
     link = tmp_path / "link.db"
-    a = filesafety.tracked_connect(str(db))
+    a = tracked.tracked_connect(str(db))
     link.symlink_to(db)
-    b = filesafety.tracked_connect(f"file:{link}?mode=ro", uri=True)
+    b = tracked.tracked_connect(f"file:{link}?mode=ro", uri=True)
     try:
-        assert filesafety.live_connections(db) == 2
+        assert tracked.live_connections(db) == 2
     finally:
         a.close()
         b.close()
         b.close()  # idempotent: the count drops once
-    assert filesafety.live_connections(db) == 0
+    assert tracked.live_connections(db) == 0
 
 
 def test_offline_access_blocks_new_opens_meanwhile(tmp_path):
@@ -65,7 +66,7 @@ def test_offline_access_blocks_new_opens_meanwhile(tmp_path):
     opened = threading.Event()
 
     def opener() -> None:
-        filesafety.tracked_connect(str(db)).close()
+        tracked.tracked_connect(str(db)).close()
         opened.set()
 
     with filesafety.offline_file_access(db, "hash it"):
@@ -81,7 +82,7 @@ def test_the_factory_must_be_tracked(tmp_path):
     import sqlite3
 
     with pytest.raises(TypeError):
-        filesafety.tracked_connect(str(tmp_path / "x.db"), factory=sqlite3.Connection)
+        tracked.tracked_connect(str(tmp_path / "x.db"), factory=sqlite3.Connection)
 
 
 def test_a_snapshot_past_its_deadline_is_refused_and_not_counted(tmp_path, monkeypatch):
@@ -99,7 +100,7 @@ def test_offline_access_does_not_hold_up_other_files(tmp_path):
     with filesafety.offline_file_access(tmp_path / "a.db", "hash it"):
         done = []
         t = threading.Thread(target=lambda: done.append(
-            filesafety.tracked_connect(str(tmp_path / "b.db")).close()))
+            tracked.tracked_connect(str(tmp_path / "b.db")).close()))
         t.start()
         t.join(5)
         assert done == [None]

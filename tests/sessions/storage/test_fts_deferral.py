@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from hermes_data.sessions import sql
+
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import deferral as fts_deferral
 from hermes_data.sessions.storage.fts import maintenance as fts_maintenance
 from hermes_data.sessions.storage.fts.deferral import Deferral, advance, parse
@@ -170,7 +171,7 @@ def test_retry_backoff_without_scanning_then_true(stale_db, holder, injected, mo
         assert [r.route for r in s.search_messages("zebra")] == ["fts"]
         names = {r[0] for r in sqlite3.connect(stale_db).execute(
             "SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-        assert set(sql.FTS_TRIGGERS) <= names
+        assert set(fts_ddl.FTS_TRIGGERS) <= names
         assert s.retry_deferred_fts_recovery() is False  # nothing stale any more
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hermes_data.files import header_descriptors
-from hermes_data.sessions.storage import filesafety
+from hermes_data import tracked
 from hermes_data.sessions.storage import writability
 from hermes_data.sessions.backends import open_file
 from hermes_data.sessions.store import SessionStore
@@ -100,7 +100,7 @@ def test_a_live_connection_defers_to_the_plain_probe(tmp_path, monkeypatch):
     path = _settled(tmp_path)
     calls = []
     monkeypatch.setattr(open_file, "is_zeroed_state_db", lambda p: calls.append(p) or False)
-    con = filesafety.tracked_connect(str(path))
+    con = tracked.tracked_connect(str(path))
     try:
         h = Handle()
         assert open_file.zero_probe(h, path) is False
@@ -151,9 +151,9 @@ def test_a_settled_open_counts_its_writer_under_the_resolved_path(tmp_path, jour
     link = tmp_path / "alias.db"
     link.symlink_to(path)
     with SessionStore(link, settings=settings):
-        assert filesafety.live_connections(path) >= 1
-        assert filesafety.live_connections(link) >= 1  # the same resolved key
-    assert filesafety.live_connections(path) == 0
+        assert tracked.live_connections(path) >= 1
+        assert tracked.live_connections(link) >= 1  # the same resolved key
+    assert tracked.live_connections(path) == 0
 
 
 def test_a_zeroed_verdict_of_the_plain_probe_also_gives_the_lease_back(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import pytest
 
 from hermes_data.errors import ConfigurationError
 from hermes_data.sessions.storage import filesafety
+from hermes_data import tracked
 from hermes_data.sessions.storage.repair import procedure as repair
 from hermes_data.sessions.storage.repair import backup as rb
 from hermes_data.sessions.errors import LiveConnectionError, StateDbMalformedError
@@ -211,9 +212,9 @@ def test_another_process_holding_the_file_refuses_without_copying(dup, scan):
 
 
 def test_tracked_connection_in_this_process_refuses_and_reads_nothing(dup):
-    con = filesafety.tracked_connect(str(dup))
+    con = tracked.tracked_connect(str(dup))
     try:
-        assert filesafety.live_connections(dup) == 1
+        assert tracked.live_connections(dup) == 1
         report = repair.repair_state_db_schema(dup)
         assert "close every handle first" in report.error
         with pytest.raises(LiveConnectionError):
@@ -222,7 +223,7 @@ def test_tracked_connection_in_this_process_refuses_and_reads_nothing(dup):
         assert rb.fingerprint(dup) is None  # a raw read is refused too
     finally:
         con.close()
-    assert filesafety.live_connections(dup) == 0
+    assert tracked.live_connections(dup) == 0
     assert not rb.bundles(dup) and not rb.ledger_path(dup).exists()
 
 

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import trace_writes
 from hermes_data.errors import ForwardOnlyError
-from hermes_data.sessions import sql
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage.adoption import SPEC
 from hermes_data.sessions.storage import display_sql
@@ -58,7 +58,7 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     engine = sa.create_engine(f"sqlite:///{ref}")
     metadata.create_all(engine)
     with engine.begin() as conn:
-        for _name, ddl in sql.FTS_OBJECTS_V3 + display_sql.TRIGGERS + CJK_OBJECTS:
+        for _name, ddl in fts_ddl.FTS_OBJECTS_V3 + display_sql.TRIGGERS + CJK_OBJECTS:
             conn.exec_driver_sql(ddl)
     engine.dispose()
     with sa.create_engine(f"sqlite:///{fresh}").connect() as a, \
@@ -73,7 +73,7 @@ def test_fresh_upgrade_equals_create_all_plus_fragments(tmp_path):
     assert _objects(fresh) == _objects(ref)
     assert _fts_tables(fresh) == _fts_tables(ref)
     assert [n for t, n, _ in _objects(fresh) if t == "trigger"] == [
-        *sql.FTS_TRIGGERS, *display_sql.TRIGGER_NAMES,  # then s05's, then the CJK index's
+        *fts_ddl.FTS_TRIGGERS, *display_sql.TRIGGER_NAMES,  # then s05's, then the CJK index's
         *(n for n, ddl in CJK_OBJECTS if ddl.startswith("CREATE TRIGGER"))]
 
 
@@ -305,7 +305,7 @@ def test_broad_update_trigger_is_narrowed_without_rebuild(tmp_path):
         assert not any("rebuilt" in r for r in s.open_repairs)
     ddl = sqlite3.connect(path).execute(
         "SELECT sql FROM sqlite_master WHERE name = 'messages_fts_update'").fetchone()[0]
-    assert ddl == sql.FTS_UPDATE_TRIGGER_DDL.replace(" IF NOT EXISTS", "")
+    assert ddl == fts_ddl.FTS_UPDATE_TRIGGER_DDL.replace(" IF NOT EXISTS", "")
 
 
 def test_missing_trigram_tokenizer_degrades_and_settles(tmp_path):
@@ -317,7 +317,7 @@ def test_missing_trigram_tokenizer_degrades_and_settles(tmp_path):
             s.append_message("a", "user", "hello")
         names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
         assert "messages_fts" in names and "messages_fts_trigram" not in names
-        assert not names & set(sql.TRIGRAM_TRIGGERS)
+        assert not names & set(fts_ddl.TRIGRAM_TRIGGERS)
         with SessionStore(path) as s:
             seen, stop = trace_writes(s.engine)
             stop()
@@ -356,7 +356,7 @@ def test_no_fts5_module_drops_triggers_and_writes_keep_working(tmp_path):
     finally:
         opening.force_capabilities(None)
     names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
-    assert not names & set(sql.FTS_TRIGGERS)
+    assert not names & set(fts_ddl.FTS_TRIGGERS)
 
 
 def test_fts_stale_with_foreign_holder_defers_then_recovers(tmp_path):
@@ -376,7 +376,7 @@ def test_fts_stale_with_foreign_holder_defers_then_recovers(tmp_path):
         assert holder.stdout.readline().strip() == "open"
         with SessionStore(path) as s:
             names = {r[0] for r in sqlite3.connect(path).execute("SELECT name FROM sqlite_master")}
-            assert not names & set(sql.FTS_TRIGGERS)
+            assert not names & set(fts_ddl.FTS_TRIGGERS)
             s.append_message("a", "user", "during stale")
     finally:
         holder.kill()

@@ -14,7 +14,8 @@ import sqlite3
 
 import pytest
 
-from hermes_data.sessions import sql
+
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.core import maintenance
 from hermes_data.sessions.store import SessionStore
 
@@ -128,7 +129,7 @@ def test_first_writable_open_breadcrumbs_then_drops(tmp_path):
         assert not set(TRIGGERS) & set(names)
         # The table and view stay for a capable upstream host; ours are untouched.
         assert names["messages_fts_cjk"] == "table" and names["messages_fts_cjk_src"] == "view"
-        assert set(sql.FTS_TRIGGERS) <= set(names)
+        assert set(fts_ddl.FTS_TRIGGERS) <= set(names)
         assert _meta(path, "fts_cjk_stale") == "1" and _meta(path, "fts_stale") is None
         mark = next(i for i, ln in enumerate(trace) if "'fts_cjk_stale'" in ln)
         drops = [i for i, ln in enumerate(trace) if ln.startswith("DROP TRIGGER IF EXISTS "
@@ -157,7 +158,7 @@ def test_reinstalled_behind_the_handle_next_write_heals_and_retries(tmp_path):
         assert [m.content for m in s.get_messages("a")] == ["first", "second 漢字"]
         assert not set(TRIGGERS) & set(_names(path))
         assert _meta(path, "fts_cjk_stale") == "1" and _meta(path, "fts_stale") is None
-        assert set(sql.FTS_TRIGGERS) <= set(_names(path))
+        assert set(fts_ddl.FTS_TRIGGERS) <= set(_names(path))
         assert s.fts_available["messages_fts"]
         assert [r.id for r in s.search_messages("second")] == [mid]
         _install_upstream(path, table=False)  # again, met by a batch append

@@ -17,6 +17,7 @@ import pytest
 
 from hermes_data.errors import NotAHermesDatabaseError
 from hermes_data.sessions.storage import filesafety
+from hermes_data import tracked
 from hermes_data.sessions.storage import quarantine
 from hermes_data.sessions.errors import StateDbZeroedError
 from hermes_data.sessions.storage.repair.procedure import (is_zeroed_state_db, quarantine_cross_process_lock,
@@ -56,7 +57,7 @@ def test_zero_probe_never_blocks_on_a_fifo(tmp_path):
 def test_zero_probe_with_a_live_connection_needs_force(tmp_path):
     nul = tmp_path / "state.db"
     nul.write_bytes(bytes(4096))
-    con = filesafety.tracked_connect(str(nul))
+    con = tracked.tracked_connect(str(nul))
     try:
         assert not is_zeroed_state_db(nul)  # a raw read under a live connection: never
         assert is_zeroed_state_db(nul, force=True)

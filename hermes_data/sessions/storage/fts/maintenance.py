@@ -47,7 +47,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.errors import DatabaseBusyError
-from hermes_data.sessions import sql
+from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.backends.base import FTS_RETRY_BACKOFF_START_S, FtsMergeState
 from hermes_data.sessions.backends.sqlite import is_busy
@@ -197,7 +197,7 @@ def rebuild_fts(store: Any) -> int:
             layout = opening.read_fts_state(conn).layout
             for table in tables:
                 if layout == "legacy":
-                    for stmt in sql.legacy_repopulate(table):
+                    for stmt in fts_ddl.legacy_repopulate(table):
                         conn.execute(stmt)
                 else:
                     conn.exec_driver_sql(q.rebuild(table))

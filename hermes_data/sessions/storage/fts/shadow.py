@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from sqlalchemy.engine import Connection
 
-from hermes_data.sessions.sql import FTS_SHADOW_SUFFIXES, FTS_VIRTUAL_TABLES
+from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_VIRTUAL_TABLES
 from hermes_data.sessions.storage.fts import layout_sql as q
 
 

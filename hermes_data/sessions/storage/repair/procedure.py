@@ -30,7 +30,8 @@ from hermes_data.errors import ConfigurationError
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage.repair import backup as rb
 from hermes_data.sessions.errors import StateDbMalformedError
-from hermes_data.sessions.storage.filesafety import holder_scan, live_connections, maintenance_flock, tracked_connect
+from hermes_data.sessions.storage.filesafety import holder_scan, maintenance_flock
+from hermes_data.tracked import live_connections, tracked_connect
 from hermes_data.sessions.storage.quarantine import (check_read_only, is_zeroed_state_db,  # noqa: F401
                          quarantine_cross_process_lock, quarantine_zeroed_state_db, writable_open)
 from hermes_data.sessions.storage.repair import sql as q

@@ -15,7 +15,6 @@ cumulative, seed 003). Pending token counts are flushed first (agent §3.0 barri
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.core.sql import MESSAGE_COLS, quote_ident
+from hermes_data.sessions.sql.core import MESSAGE_COLS, quote_ident
 
 #: A session's live rows for export, by id.
 EXPORT_MESSAGES = text(f"SELECT {', '.join(MESSAGE_COLS)} FROM messages "
