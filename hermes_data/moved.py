@@ -48,7 +48,7 @@ MOVED: dict[str, str] = {
     "sessions.cooldowns": "sessions.coordination.cooldowns",
     "sessions.coord_rows": "sessions.rows",
     "sessions.coordination_api": "sessions.coordination.api",
-    "sessions.delegations": "sessions.gateway.delegations",
+    "sessions.delegations": "sessions.store",
     "sessions.display": "sessions.core.display_order",
     "sessions.display_reads": "sessions.coordination.display_reads",
     "sessions.display_schema": "sessions.storage.display_schema",

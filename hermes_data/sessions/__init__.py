@@ -29,10 +29,10 @@ if TYPE_CHECKING:
                          SessionTurnLeaseLostError, TranscriptChangedError)
     from hermes_data.sessions.coordination.sweeps import AutoArchiveReport
     from hermes_data.sessions.async_store import AsyncSessionDB, AsyncSessionStore
-    from hermes_data.sessions.gateway.delegations import reconcile_state_schema
+    from hermes_data.sessions.store import reconcile_state_schema
     # Storage resilience (sessions-ext-storage.md §3.2–§3.5).
     from hermes_data.sessions.errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
-    from hermes_data.sessions.storage.registry import acquire, release
+    from hermes_data.sessions.store import acquire, release
     # Storage (sessions-ext-storage.md §3.6).
     from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
     from hermes_data.sessions.rows import FtsRebuildStatus
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "SessionStore": "store",
     "LiveConnectionError": "errors", "StateDbMalformedError": "errors",
-    "StateDbZeroedError": "errors", "acquire": "storage.registry", "release": "storage.registry",
+    "StateDbZeroedError": "errors", "acquire": "store", "release": "store",
     "MessageRow": "rows", "NewMessage": "rows", "PublishResult": "rows",
     "RecentSessionRow": "rows", "SessionListRow": "rows", "SessionRow": "rows",
     "ContextMessage": "search.plan", "SearchResult": "search.plan",
@@ -64,7 +64,7 @@ _EXPORTS = {
     # User-interface reads (sessions-ext-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
     # Gateway (sessions-ext-gateway.md §3.10).
-    "reconcile_state_schema": "gateway.delegations",
+    "reconcile_state_schema": "store",
     # Storage (sessions-ext-storage.md §3.6).
     "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
     "OptimizeStorageResult": "storage.fts.layout",

@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import types
 from pathlib import Path
-from typing import (Any, Callable, Concatenate, Generic, ParamSpec, Protocol, TypeVar,
-                    overload)
+from typing import (TYPE_CHECKING, Any, Callable, Concatenate, Generic, ParamSpec, Protocol,
+                    TypeVar, overload)
 
 from hermes_data.sessions.backends.base import SessionBackend
-from hermes_data.sessions.agent.token_writer import TokenWriter
+
+if TYPE_CHECKING:  # the agent's writer, named in an annotation (handle sits below the concerns)
+    from hermes_data.sessions.agent.token_writer import TokenWriter
 
 
 class StoreHandle(Protocol):

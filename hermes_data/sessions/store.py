@@ -9,10 +9,12 @@ backend's; SQL is in :mod:`.sql`; the facade holds neither.
 
 from __future__ import annotations
 
+import logging
 import os
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
+
+from sqlalchemy.engine import URL
 
 from hermes_data.config import config_section, hermes_home, resolve_url, sqlite_path
 from hermes_data.engine import SqliteSettings
@@ -30,6 +32,8 @@ from hermes_data.sessions.core import meta
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage import ownership
 from hermes_data.sessions.storage import reaping
+from hermes_data.sessions.storage import registry
+from hermes_data.sessions.storage.registry import acquire, release
 from hermes_data.sessions.agent import message_rows as row_helpers
 from hermes_data.sessions.core import titles
 from hermes_data.sessions.core import messages as msg
@@ -56,7 +60,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_MAX_EXPORT_MESSAGES", "DEFAULT_MAX_RESUME_MESSAGES", "OPEN_PATIENCE_S",
            "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionStore",
-           "is_transient_sqlite_error", "last_init_error", "namespaces_agree"]
+           "acquire", "is_transient_sqlite_error", "last_init_error", "namespaces_agree",
+           "reconcile_state_schema", "release"]
+
+log = logging.getLogger("hermes_data.sessions.store")
 
 #: Size-guard defaults (spec §6.5).
 DEFAULT_MAX_RESUME_MESSAGES = 20000
@@ -64,21 +71,8 @@ DEFAULT_MAX_EXPORT_MESSAGES = 20000
 
 is_transient_sqlite_error = guards.is_transient_sqlite_error
 
-_init_error_lock = threading.Lock()
-_last_init_error: tuple[str, BaseException] | None = None
-
-
-def last_init_error() -> tuple[str, BaseException] | None:
-    """``(path, exception)`` of the most recent failed :class:`SessionStore` construction in
-    this process (never cleared by a later success: another thread's cause must survive)."""
-    with _init_error_lock:
-        return _last_init_error
-
-
-def _record_init_error(where: str, exc: BaseException) -> None:
-    global _last_init_error
-    with _init_error_lock:
-        _last_init_error = (where, exc)
+#: ``(path, exception)`` of the most recent failed construction (storage/ownership.py).
+last_init_error = ownership.last_init_error
 
 
 def configured_limit(config: Any, key: str, default: int) -> int:
@@ -171,7 +165,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             self._backend: SessionBackend = open_backend(
                 url, open_options=open_options(config), **options)
         except BaseException as exc:
-            _record_init_error(where, exc)
+            ownership.record_init_error(where, exc)
             raise
         self._q = self._backend.sql
         self._tokens = TokenWriter(self._apply_tokens, where)  # owner: derived at first use
@@ -555,3 +549,29 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             c, query, source_filter=source_filter, exclude_sources=exclude_sources,
             role_filter=role_filter, limit=limit, offset=offset, sort=sort,
             include_inactive=include_inactive, fields=fields))
+
+
+registry.register_store_class(SessionStore)
+
+
+def reconcile_state_schema(target: Any) -> None:
+    """Bring the session store at ``target`` — a path, a URL or an open ``SessionStore`` —
+    to the head through the writable-open path (Alembic to head, adoption, FTS checks), then
+    close what was opened here. A read-only store ⇒ ``ConfigurationError``; anything else (a
+    raw DB-API connection) ⇒ ``TypeError``: DDL outside the history is refused.
+
+    The async delegation tool owns the rows of ``async_delegations`` but never its shape: its
+    own DDL once added ``origin_session_id`` as bare nullable TEXT, so the shape depended on
+    which opened the file first; it calls this instead (docs/sessions-gateway.md §3.10)."""
+    if isinstance(target, SessionStore):
+        if target.read_only:
+            raise ConfigurationError(
+                f"{target.path}: reconcile_state_schema needs a writable store handle")
+        where: Any = target.url if target.engine.dialect.name != "sqlite" else target.path
+    elif isinstance(target, (str, os.PathLike, URL)):
+        where = target
+    else:
+        raise TypeError("reconcile_state_schema takes a path, a URL or a SessionStore, not "
+                        f"{type(target).__name__} (no DDL outside the store's history)")
+    with SessionStore(where):
+        log.debug("session store schema reconciled at %s", where)

@@ -4,7 +4,7 @@ construction error (never cleared by a later success in another thread)."""
 
 from __future__ import annotations
 
-from hermes_data.sessions.store import last_init_error
+from hermes_data.sessions.storage.ownership import last_init_error
 
 #: Causes that usually mean a network or copy-on-write filesystem under the database.
 _FS_HINTS = ("locking protocol", "not authorized", "disk i/o error")

@@ -36,7 +36,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy.engine import Connection
 
@@ -48,7 +48,7 @@ from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead
 from hermes_data.sessions.core import maintenance_sql as mq
 from hermes_data.sessions.core.maintenance_sql import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
-from hermes_data.sessions.store import SessionStore
+from hermes_data.sessions.handle import StoreHandle
 
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
            "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
@@ -70,7 +70,30 @@ DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
 Progress = Callable[[int, int], None]
 
 
-def _ms(store: SessionStore) -> MaintenanceStatements:
+class MaintainedStore(StoreHandle, Protocol):
+    """What maintenance needs from the store beyond :class:`StoreHandle`: the public methods
+    of other concerns it composes (``SessionStore`` has them; a concern never imports the
+    facade, docs/architecture.md "Layers")."""
+
+    def flush_token_counts(self, timeout: float = 5.0) -> bool: ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str | None) -> None: ...
+
+    def set_session_archived(self, session_id: str, archived: bool = True) -> bool: ...
+
+    def optimize_fts(self) -> int: ...
+
+    def sweep_orphaned_sessions(self, *, max_idle_seconds: float,
+                                sources: Iterable[str] = ("tui", "desktop", "subagent"),
+                                exclude_ids: Iterable[str] = (), exclude_pinned: bool = False,
+                                heartbeat_staleness_seconds: float | None = None,
+                                heartbeat_ownership_grace_seconds: float | None = None,
+                                respect_gateway_heartbeats: bool = True) -> list[str]: ...
+
+
+def _ms(store: MaintainedStore) -> MaintenanceStatements:
     return MaintenanceStatements.for_dialect(store.backend.dialect)
 
 
@@ -93,7 +116,7 @@ class PruneCandidate:
 _ACCOUNTING_FILTERS = ("min_tokens", "max_tokens", "min_cost", "max_cost")
 
 
-def _token_barrier(store: SessionStore, filters: dict[str, Any]) -> None:
+def _token_barrier(store: MaintainedStore, filters: dict[str, Any]) -> None:
     # A filter on tokens or cost must see this handle's queued deltas.
     if any(filters.get(k) is not None for k in _ACCOUNTING_FILTERS):
         store.flush_token_counts()
@@ -107,7 +130,7 @@ def _with_age(older_than_days: float | None, filters: dict[str, Any]) -> dict[st
     return out
 
 
-def list_prune_candidates(store: SessionStore,
+def list_prune_candidates(store: MaintainedStore,
                           older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                           **filters: Any) -> list[PruneCandidate]:
     """Dry run: what a prune with these filters would delete, least recently active first."""
@@ -118,7 +141,7 @@ def list_prune_candidates(store: SessionStore,
             for r in rows]
 
 
-def count_prune_matches(store: SessionStore,
+def count_prune_matches(store: MaintainedStore,
                         older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                         **filters: Any) -> int:
     """How many ended sessions the filters match."""
@@ -128,7 +151,7 @@ def count_prune_matches(store: SessionStore,
         lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
 
 
-def count_open_prune_matches(store: SessionStore,
+def count_open_prune_matches(store: MaintainedStore,
                              older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                              **filters: Any) -> int:
     """Open sessions the same filters would match (for "N open sessions were spared")."""
@@ -168,7 +191,7 @@ def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
     return delegates
 
 
-def get_session_delete_targets(store: SessionStore, session_id: str) -> list[str]:
+def get_session_delete_targets(store: MaintainedStore, session_id: str) -> list[str]:
     """What deleting ``session_id`` removes: ``[session_id, *sorted(delegates)]`` (read on a
     read connection); a missing session ⇒ ``[]`` (sessions-ext-agent §3.11)."""
     if not session_id:
@@ -183,7 +206,7 @@ def get_session_delete_targets(store: SessionStore, session_id: str) -> list[str
     return store.backend.read(work)
 
 
-def delete_sessions(store: SessionStore, ids: Any,
+def delete_sessions(store: MaintainedStore, ids: Any,
                     sessions_dir: str | os.PathLike[str] | None = None) -> int:
     """Delete many sessions and their delegate descendants in one transaction (an explicit
     user action: open, pinned or mid-turn sessions go too). Unknown ids are skipped (UI
@@ -222,7 +245,7 @@ def delete_sessions(store: SessionStore, ids: Any,
 _MARKER = re.compile(r"\[[A-Za-z_][A-Za-z0-9_.-]*\]")
 
 
-def _marker_rows(conn: Connection, store: SessionStore) -> list[tuple[int, str, str]]:
+def _marker_rows(conn: Connection, store: MaintainedStore) -> list[tuple[int, str, str]]:
     from hermes_data.sessions.agent.message_rows_sql import BLANK_CHARS, for_dialect as rows_sql
 
     st = rows_sql(store.backend.dialect).MARKER_CANDIDATES
@@ -237,7 +260,7 @@ def _free_name(directory: Path, name: str) -> Path:
     return path
 
 
-def purge_stale_tool_call_markers(store: SessionStore, *, dry_run: bool = False,
+def purge_stale_tool_call_markers(store: MaintainedStore, *, dry_run: bool = False,
                                   backup: bool = True,
                                   backup_dir: str | os.PathLike[str] | None = None) -> Any:
     """Blank the content of assistant rows with tool calls whose whole text is a pre-#78148
@@ -298,7 +321,7 @@ def _vacuum_into(db: Path, target: Path) -> None:
     os.chmod(target, 0o600)
 
 
-def delete_session(store: SessionStore, session_id: str,
+def delete_session(store: MaintainedStore, session_id: str,
                    sessions_dir: str | os.PathLike[str] | None = None,
                    expected_delete_ids: set[str] | None = None) -> bool:
     """Delete a session and its delegate descendants in one transaction (§7.4).
@@ -327,7 +350,7 @@ def delete_session(store: SessionStore, session_id: str,
     return ok
 
 
-def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_RETENTION_DAYS,
+def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAULT_RETENTION_DAYS,
                    source: str | None = None, sessions_dir: str | os.PathLike[str] | None = None,
                    exclude_active_write_guards: bool = False, progress: Progress | None = None,
                    **filters: Any) -> int:
@@ -378,7 +401,7 @@ def prune_sessions(store: SessionStore, older_than_days: float | None = DEFAULT_
     return n
 
 
-def archive_sessions(store: SessionStore, older_than_days: float | None = None,
+def archive_sessions(store: MaintainedStore, older_than_days: float | None = None,
                      source: str | None = None, **filters: Any) -> int:
     """Archive each match's whole lineage (idempotent: defaults to ``archived=False``)."""
     if source is not None:
@@ -395,18 +418,18 @@ def archive_sessions(store: SessionStore, older_than_days: float | None = None,
 # ---------------------------------------------------------------------------------------
 
 
-def logical_size_bytes(store: SessionStore) -> int:
+def logical_size_bytes(store: MaintainedStore) -> int:
     """SQLite: ``page_count × page_size``; PostgreSQL: the summed ``pg_total_relation_size``
     of the store's tables."""
     return store.backend.logical_size_bytes()
 
 
-def freelist_ratio(store: SessionStore) -> float | None:
+def freelist_ratio(store: MaintainedStore) -> float | None:
     """``freelist_count / page_count``; None when unreadable (always on PostgreSQL)."""
     return store.backend.freelist_ratio()
 
 
-def vacuum(store: SessionStore) -> dict[str, int]:
+def vacuum(store: MaintainedStore) -> dict[str, int]:
     """SQLite: optimize each FTS index, PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again;
     refused on quarantined or replaced handles. PostgreSQL: ``VACUUM (ANALYZE)`` of the
     store's tables on an autocommit connection (see the module docstring).
@@ -419,7 +442,7 @@ def vacuum(store: SessionStore) -> dict[str, int]:
     return {"before_bytes": before, "after_bytes": after, "reclaimed_bytes": before - after}
 
 
-def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int:
+def sweep_stale_open_sessions(store: MaintainedStore, retention_days: float) -> int:
     """Close (never delete) stale open automation sessions without live guard rows: core
     §7.6 step 4, which is ``sweep_orphaned_sessions`` (sessions-ext-coordination §3.18, A4)
     with the automation sources, ``retention_days × 86400``, pinned rows spared and no
@@ -429,7 +452,7 @@ def sweep_stale_open_sessions(store: SessionStore, retention_days: float) -> int
         respect_gateway_heartbeats=False))
 
 
-def maybe_auto_prune_and_vacuum(store: SessionStore, retention_days: float = DEFAULT_RETENTION_DAYS,
+def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = DEFAULT_RETENTION_DAYS,
                                 min_interval_hours: float = DEFAULT_MIN_INTERVAL_HOURS,
                                 vacuum_enabled: bool = True,
                                 sessions_dir: str | os.PathLike[str] | None = None,

@@ -1,5 +1,6 @@
 """Process-wide bookkeeping of :class:`~hermes_data.sessions.store.SessionStore` instances:
-registry ownership and the fork rule (spec sessions-ext-storage §3.2).
+registry ownership, the fork rule (spec sessions-ext-storage §3.2) and the last failed
+construction (what ``format_session_db_unavailable`` words, sessions-ext-agent §3.12).
 
 The store facade calls two hooks — :func:`track` at the end of a successful construction
 and :func:`intercept_close` first thing in ``close()`` — and holds no other logic for
@@ -27,7 +28,7 @@ from typing import Any, Callable, NoReturn
 from hermes_data.errors import ConfigurationError
 
 __all__ = ["ForkedBackend", "install_release", "intercept_close", "is_forked", "is_owned",
-           "set_owned", "track"]
+           "last_init_error", "record_init_error", "set_owned", "track"]
 
 log = logging.getLogger("hermes_data.sessions.storage.ownership")
 
@@ -123,3 +124,21 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+_init_error_lock = threading.Lock()
+_last_init_error: tuple[str, BaseException] | None = None
+
+
+def last_init_error() -> tuple[str, BaseException] | None:
+    """``(path, exception)`` of the most recent failed :class:`SessionStore` construction in
+    this process (never cleared by a later success: another thread's cause must survive)."""
+    with _init_error_lock:
+        return _last_init_error
+
+
+def record_init_error(where: str, exc: BaseException) -> None:
+    """Remember a failed construction of the store at ``where`` (the constructor calls it)."""
+    global _last_init_error
+    with _init_error_lock:
+        _last_init_error = (where, exc)

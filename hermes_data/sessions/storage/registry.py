@@ -32,13 +32,15 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:  # for the annotations only: storage never imports the facade at run time
+    from hermes_data.sessions.store import SessionStore
 
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage import ownership
-from hermes_data.sessions.store import SessionStore
 
 __all__ = ["RegistryStats", "acquire", "borrow_live_shared_session_dbs", "borrow_live_stores",
            "close_all", "close_shared_session_dbs", "get_shared_session_db",
@@ -164,6 +166,18 @@ def _teardown(gen: _Generation, barrier: threading.Event, lifecycle: threading.L
         barrier.set()
 
 
+#: What :func:`acquire` opens. The facade registers ``SessionStore`` when it is imported
+#: (``hermes_data.sessions.store``): storage knows the registry's rules, not the facade
+#: (docs/architecture.md "Layers").
+_store_class: "Callable[..., SessionStore] | None" = None
+
+
+def register_store_class(cls: "Callable[..., SessionStore]") -> None:
+    """Make ``cls`` what :func:`acquire` constructs (the facade calls this once)."""
+    global _store_class
+    _store_class = cls
+
+
 def acquire(path_or_url: str | os.PathLike[str] | None = None,
             **open_kwargs: Any) -> SessionStore:
     """The process's shared writable store for ``path_or_url`` (None: the configured
@@ -231,8 +245,11 @@ def _open(key: str, target: Any, is_file: bool, open_kwargs: dict[str, Any],
     """Construct the generation's store under the key's lifecycle lock; a failure lifts the
     opening event (waiters retry and see the error themselves) and propagates."""
     try:
+        if _store_class is None:
+            raise ConfigurationError("the shared-handle registry has no store class: import "
+                                     "hermes_data.sessions (or its store module) first")
         with lifecycle:
-            store = SessionStore(target, **open_kwargs)
+            store = _store_class(target, **open_kwargs)
             ownership.set_owned(store, True)
             return store
     except BaseException:

@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from hermes_data.sessions import store as store_module
+from hermes_data.sessions.storage import ownership
 from hermes_data.sessions.agent.bulk import classify_session_status
 from hermes_data.sessions.core.maintenance import delete_sessions, get_session_delete_targets
 from hermes_data.sessions.store import SessionStore
@@ -189,7 +190,7 @@ def test_ab46_a_failure_after_the_first_chunk_leaves_everything(store):
 def test_ab48_unavailable_message_keeps_the_last_failure(tmp_path, monkeypatch):
     """AB48: after a failed construction raising ``locking protocol`` the message carries the
     NFS/SMB hint; a later success in another thread does not clear it."""
-    monkeypatch.setattr(store_module, "_last_init_error", None)
+    monkeypatch.setattr(ownership, "_last_init_error", None)
     assert format_session_db_unavailable() == "Session database not available."
 
     def failing_open(url, **options):
