@@ -1,4 +1,4 @@
-"""No import cycles inside ``hermes_data``.
+"""No import cycles inside ``hermes_data`` (imports under ``if TYPE_CHECKING:`` are not edges).
 
 The graph is built from the AST of every module, so it sees what a run of the import system
 would miss until the line executes: imports inside functions, relative imports, and modules
@@ -77,10 +77,17 @@ def imports_of(module: str, source: str | None = None) -> set[str]:
     if source is None:
         source = MODULES[module].read_text()
     tree = ast.parse(source, str(MODULES[module]))
+    # Imports under ``if TYPE_CHECKING:`` name types for annotations and never run: no edge
+    # (the import-linter contracts exclude them too, pyproject.toml).
+    typing_only = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If)
+                   and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+                   for stmt in node.body for n in ast.walk(stmt)}
     found: set[str] = set()
     logger_names = {id(n.args[0]) for n in ast.walk(tree) if _is_get_logger_call(n) and n.args}
     relative_prefix = None
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             found.update(filter(None, (_known(a.name) for a in node.names)))
         elif isinstance(node, ast.ImportFrom):
@@ -196,7 +203,9 @@ def __getattr__(name):
 '''
     assert imports_of("hermes_data.telemetry", package) == {"hermes_data.telemetry.store"}
     assert imports_of("hermes_data.telemetry.reads", "from .. import migrate\nfrom . import sql") == {
-        "hermes_data.migrate.runner", "hermes_data.telemetry.sql"}
+        "hermes_data.migrate", "hermes_data.telemetry.sql"}
+    typed = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .. import engine\n"
+    assert imports_of("hermes_data.telemetry.reads", typed) == set()
     assert find_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
 
 
