@@ -494,7 +494,7 @@ def short_cjk_latency(store: SessionStore, qs: list[str], *, bigram: bool
                       ) -> tuple[float, float, dict[str, int]]:
     """p50, p95 (ms) and the routes of the short-CJK queries, through the CJK-bigram index or
     (``bigram=False``: the baseline, measured in the same run) the LIKE scan it replaced."""
-    from hermes_data.sessions.storage.fts import cjk
+    from hermes_data.sessions.search import cjk
 
     real = cjk.bigram_search
     if not bigram:

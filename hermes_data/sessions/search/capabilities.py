@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.search.plan import SearchCapabilities
-from hermes_data.sessions.search import engine_cache
+from hermes_data.sessions.storage.fts import index_cache
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["forget_capabilities", "read_capabilities"]
@@ -26,17 +26,17 @@ __all__ = ["forget_capabilities", "read_capabilities"]
 def forget_capabilities(engine: Engine | None) -> None:
     """Drop the cached PostgreSQL index set of ``engine`` and its element statistics (the
     schema changed)."""
-    engine_cache.forget(engine)
+    index_cache.forget(engine)
 
 
 def _pg_index_names(conn: Connection) -> frozenset[str]:
     engine = conn.engine
-    with engine_cache.lock:  # the engine's EngineSearchCache.pg_indexes
-        names = engine_cache.cache_of(engine).pg_indexes
+    with index_cache.lock:  # the engine's EngineSearchCache.pg_indexes
+        names = index_cache.cache_of(engine).pg_indexes
     if names is None:
         names = frozenset(r[0] for r in conn.exec_driver_sql(q.PG_SEARCH_INDEXES))
-        with engine_cache.lock:
-            engine_cache.cache_of(engine).pg_indexes = names
+        with index_cache.lock:
+            index_cache.cache_of(engine).pg_indexes = names
     return names
 
 

@@ -25,6 +25,7 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.search.plan import LikeTerm
+from hermes_data.sessions.search import gap_sql as gq
 from hermes_data.sessions.storage.fts import layout_sql as q
 from hermes_data.sessions.search.sql import LIKE_COLS, pattern_where
 
@@ -49,7 +50,7 @@ def match_count(conn: Connection, table: str, match: str,
     """Rows ``table MATCH match`` finds under the filters, counted up to ``bound``."""
     params: dict[str, Any] = {"q": match, "bound": bound}
     where = filters(params)
-    return int(conn.execute(sa.text(q.fts_match_count(table, where)), params).scalar() or 0)
+    return int(conn.execute(sa.text(gq.fts_match_count(table, where)), params).scalar() or 0)
 
 
 def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[LikeTerm]],
@@ -83,7 +84,7 @@ def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[Like
                                   "limit": want, "offset": skip}
         matches = pattern_where(groups, LIKE_COLS, params)
         where = filters(params)
-        rows = conn.execute(sa.text(q.gap_page(matches, where, sort, scoped=scoped)),
+        rows = conn.execute(sa.text(gq.gap_page(matches, where, sort, scoped=scoped)),
                             params).fetchall()
     except sa.exc.OperationalError as exc:
         if is_lock_conflict(exc):

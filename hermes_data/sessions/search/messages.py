@@ -133,7 +133,7 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.core import encoding as enc
-from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.search import cjk
 from hermes_data.sessions.search import gap as fts_gap
 from hermes_data.sessions.search.capabilities import forget_capabilities, read_capabilities
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,

@@ -16,14 +16,15 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict, sqlstate
-from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.search import cjk
 from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
                           result_row, substring_search, tier_list)
 from hermes_data.sessions.search.plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
                           bare_token, like_groups, literal_word_phrase, operands, query_tokens)
 from hermes_data.sessions.search.capabilities import read_capabilities
-from hermes_data.sessions.storage.fts import cjk_sql as qc
+from hermes_data.sessions.search import cjk_sql as qc
+from hermes_data.sessions.storage.fts import cjk_sql as qi
 from hermes_data.sessions.search import sql as q
 from hermes_data.sessions.search.sql import pg_tsquery
 
@@ -192,7 +193,7 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     where = filters.sql(params)
     params.update({f"g{i}": g for i, g in enumerate(grams)})
     names = ([f"g{i}" for i in range(len(grams))], [f"p{i}" for i in latin])
-    top = conn.exec_driver_sql(qc.MAX_MESSAGE_ID).scalar() if sort != "oldest" else None
+    top = conn.exec_driver_sql(qi.MAX_MESSAGE_ID).scalar() if sort != "oldest" else None
 
     def prescan(window: int) -> list[SearchResult] | None:
         # The newest ``window`` ids: the page when it fills there or covers every id.

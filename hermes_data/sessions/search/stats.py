@@ -4,7 +4,7 @@ which rows): :func:`element_rows` bounds the rows holding a set of elements — 
 elements). Read once per engine and re-read every :data:`STATS_TTL_S` (autovacuum
 re-analyses a growing table; a store opened empty gets its first statistics later);
 :func:`forget_statistics` drops them (``forget_capabilities`` drops them with the rest of
-the engine's :class:`~.engine_cache.EngineSearchCache`).
+the engine's :class:`~hermes_data.sessions.storage.fts.index_cache.EngineSearchCache`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from hermes_data.sessions.search import engine_cache
+from hermes_data.sessions.storage.fts import index_cache
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["CJK_GRAMS", "DOCUMENT_WORDS", "SYMBOL_GRAMS", "element_rows", "forget_statistics",
@@ -24,8 +24,8 @@ def forget_statistics(engine: Engine | None) -> None:
     """Drop the cached element statistics of ``engine``."""
     if engine is None:
         return
-    with engine_cache.lock:
-        engine_cache.cache_of(engine).element_stats.clear()
+    with index_cache.lock:
+        index_cache.cache_of(engine).element_stats.clear()
 
 
 #: The element statistics read: symbol grams (s08's index expression), CJK grams (s07's),
@@ -42,8 +42,8 @@ STATS_TTL_S = 600.0
 def _read_stats(conn: Connection, which: tuple[str, str]) -> _Stats | None:
     engine = conn.engine
     now = time.monotonic()
-    with engine_cache.lock:  # the engine's EngineSearchCache.element_stats
-        per = engine_cache.cache_of(engine).element_stats
+    with index_cache.lock:  # the engine's EngineSearchCache.element_stats
+        per = index_cache.cache_of(engine).element_stats
         if which in per and now - per[which][0] < STATS_TTL_S:
             return per[which][1]  # type: ignore[return-value]
     row = conn.execute(sa.text(q.PG_ELEMENT_STATS), {"t": which[0], "a": which[1]}).first()
@@ -52,8 +52,8 @@ def _read_stats(conn: Connection, which: tuple[str, str]) -> _Stats | None:
         elems = list(row[0])
         freqs = [float(f) for f in row[1][:len(elems)]]
         stats = (dict(zip(elems, freqs)), min(freqs), float(row[2]))
-    with engine_cache.lock:
-        engine_cache.cache_of(engine).element_stats[which] = (now, stats)
+    with index_cache.lock:
+        index_cache.cache_of(engine).element_stats[which] = (now, stats)
     return stats
 
 

@@ -11,7 +11,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.search import cjk
 from hermes_data.sessions.store import SessionStore
 
 from tests.sessions.conftest import _truncate, qmark_for_tests

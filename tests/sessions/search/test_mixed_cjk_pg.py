@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from hermes_data.sessions.storage.fts import cjk
+from hermes_data.sessions.search import cjk
 from hermes_data.sessions.search import postgres as search_pg
 from hermes_data.sessions.search.messages import (SearchCapabilities, cjk_like_groups, plan_search,
                                          sanitize_fts_query)

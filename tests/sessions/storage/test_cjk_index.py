@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from hermes_data.sessions.search import cjk as cjk_search
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.rows import FtsRebuildStatus
 from hermes_data.sessions.search.messages import (SearchCapabilities, cjk_like_groups, plan_search,
@@ -62,8 +63,8 @@ def test_document_and_match_expression():
     assert cjk.cjk_runs("ア・イ and 𠀀𠀁") == ["ア・イ", "\U00020000\U00020001"]
     assert cjk.cjk_index_tokens("x广西y广") == [("广西", False), ("广", True)]
     groups = cjk_like_groups(sanitize_fts_query("广西 OR 桂"))
-    assert cjk.cjk_match_expression(groups) == '("广西") OR ("桂"*)'
-    assert cjk.cjk_match_expression(cjk_like_groups(sanitize_fts_query("广 abc"))) is None
+    assert cjk_search.cjk_match_expression(groups) == '("广西") OR ("桂"*)'
+    assert cjk_search.cjk_match_expression(cjk_like_groups(sanitize_fts_query("广 abc"))) is None
 
 
 # -------------------------------------------------------------------------------------
@@ -308,7 +309,7 @@ def check_route(store, reference, eligible, monkeypatch, query, limit, offset, s
     plan = plan_search(sanitized, SearchCapabilities(True, True, False))
     if not plan.bigram or not eligible(groups):
         return  # CJK of 3+ letters per term: the trigram route (test_search.py)
-    monkeypatch.setattr(cjk, "PRESCAN_ROWS", prescan)
+    monkeypatch.setattr(cjk_search, "PRESCAN_ROWS", prescan)
     hits = store.search_messages(query, limit=limit, offset=offset, sort=sort, fields=["id"],
                                  **filters)
     want = reference(groups, sources=filters.get("source_filter", ()),
@@ -326,7 +327,7 @@ def test_bigram_route_equals_the_scoped_like_route(corpus, monkeypatch, query, l
                                                    sort, prescan, filters):
     store, path = corpus
     check_route(store, lambda groups, **kw: _reference(path, groups, **kw),
-                lambda groups: cjk.cjk_match_expression(groups) is not None, monkeypatch,
+                lambda groups: cjk_search.cjk_match_expression(groups) is not None, monkeypatch,
                 query, limit, offset, sort, prescan, filters)
 
 

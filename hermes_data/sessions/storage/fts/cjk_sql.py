@@ -22,13 +22,14 @@ The objects are ``text()``-style fragments created by the writable open (and by 
 store), not by an Alembic revision; the storage revision ``s07_storage`` adopts exactly these
 texts add-only. None of the names begins with ``messages_fts``, so the FTS checks, repairs
 and demotes of that family never touch them. Every value is bound; identifiers are fixed.
+The search statements over the index (its candidates, the verified pages) are in
+:mod:`hermes_data.sessions.search.cjk_sql`.
 """
 
 from __future__ import annotations
 
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.storage.fts.ddl import tri_session
-from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION, TRI_SESSION_S
 
 #: Object names (fixed), and the FTS5 shadow tables of the index.
 CJK_DOC = "messages_cjk_doc"
@@ -116,6 +117,8 @@ def drop_object(name: str) -> str:
 # Open-time reads and writes (read-gated by the caller)
 # ---------------------------------------------------------------------------------------
 
+#: Newest message id (the backfill's high water; the search's windowed pre-scan's upper end).
+MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
 #: Which of the index's objects exist.
 PRESENT_OBJECTS = ("SELECT name FROM sqlite_master WHERE name IN ("
                    + ", ".join("'" + n + "'" for n in CJK_OBJECT_NAMES) + ")")
@@ -146,15 +149,17 @@ QUEUE_HEAD = "SELECT id FROM messages_cjk_queue ORDER BY id LIMIT ?"
 #: Dequeue one id.
 DEQUEUE = "DELETE FROM messages_cjk_queue WHERE id = ?"
 
-_SCOPE = f"m.role <> 'tool' AND {TRI_SESSION_S}"
+#: The index's scope over ``messages m JOIN sessions s`` (no tool rows, trigram-eligible
+#: sessions); the search verifies its candidates over the same scope.
+INDEX_SCOPE = f"m.role <> 'tool' AND {tri_session('s')}"
 _COLS = "m.id, m.content, m.tool_name, m.tool_calls"
 #: Rows of a backfill chunk ``(?, ?]`` that may hold CJK (the queue triggers' gate).
 BACKFILL_ROWS = (f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                 f"WHERE m.id > ? AND m.id <= ? AND {_SCOPE} AND ({_na('m.content')} OR "
+                 f"WHERE m.id > ? AND m.id <= ? AND {INDEX_SCOPE} AND ({_na('m.content')} OR "
                  f"{_na('m.tool_name')} OR {_na('m.tool_calls')})")
 #: The in-scope row behind one queued id (none: gone or out of scope).
 SCOPED_ROW = (f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-              f"WHERE m.id = ? AND {_SCOPE}")
+              f"WHERE m.id = ? AND {INDEX_SCOPE}")
 #: Write one document (unchanged documents are left alone: no FTS churn).
 UPSERT_DOC = ("INSERT INTO messages_cjk_doc(id, doc) VALUES (?, ?) "
               "ON CONFLICT(id) DO UPDATE SET doc = excluded.doc WHERE doc IS NOT excluded.doc")
@@ -174,38 +179,6 @@ FTS_INTEGRITY_CHECK = "INSERT INTO messages_cjk_fts(messages_cjk_fts) VALUES ('i
 QUEUE_COUNT = "SELECT count(*) FROM messages_cjk_queue"
 
 # ---------------------------------------------------------------------------------------
-# Search (spec §3.9.3)
-# ---------------------------------------------------------------------------------------
-
-#: Newest message id (the windowed pre-scan's upper end).
-MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
-#: Rows of the windowed pre-scan: ``m.id > :floor`` (the newest ``PRESCAN_ROWS`` ids).
-PRESCAN_RANGE = "m.id > :floor"
-
-
-def candidates(gap: bool) -> str:
-    """``m.id IN (CAND)``: the index's matches for ``:match``, every queued id and — while a
-    backfill is pending (``gap``) — the ids of the window ``(:progress, :high_water]``."""
-    cand = (f"SELECT rowid FROM {CJK_FTS} WHERE {CJK_FTS} MATCH :match "
-            f"UNION ALL SELECT id FROM {CJK_QUEUE}")
-    if gap:
-        cand += " UNION ALL SELECT id FROM messages WHERE id > :progress AND id <= :high_water"
-    return f"m.id IN ({cand})"
-
-
-def bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
-    """One page of the bigram route: ``rows`` (:func:`candidates` or :data:`PRESCAN_RANGE`)
-    verified by ``matches`` (the core LIKE predicate of the groups, from
-    ``sql.search.pattern_where``) over the index's scope, ``where`` the shared filters; by
-    id, newest first (``oldest``: ascending). The ninth column is the LIKE snippet."""
-    direction = "ASC" if sort == "oldest" else "DESC"
-    return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND {_SCOPE} "
-            f"AND ({matches}) AND {where} ORDER BY m.id {direction} "
-            "LIMIT :limit OFFSET :offset")
-
-
-# ---------------------------------------------------------------------------------------
 # PostgreSQL (spec §2.5, §3.9.3): a GIN index over the letters and letter pairs
 # ---------------------------------------------------------------------------------------
 
@@ -215,35 +188,3 @@ PG_GRAMS_INDEX = "messages_cjk_grams"
 #: The indexed expression over the alias ``m`` (the same text as the index's, bar the alias,
 #: so the planner matches it).
 PG_GRAMS_EXPR = "hermes_cjk_grams(m.role, m.content, m.tool_name, m.tool_calls)"
-
-
-def pg_candidate_ids(n_groups: int) -> str:
-    """PostgreSQL: the ids of the non-tool rows whose grams contain every token of one group
-    (``:g0`` … bound as ``text[]``). Asked on its own, without an order or a limit, so the
-    partial GIN index answers it (inside the page statement the planner, trusting a default
-    estimate, walked ``messages_pkey`` backwards over every row for a rare letter)."""
-    ors = " OR ".join(f"hermes_cjk_grams(c.role, c.content, c.tool_name, c.tool_calls) "
-                      f"@> CAST(:g{i} AS text[])" for i in range(n_groups))
-    return f"SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors})"
-
-
-def pg_candidate_page(n_groups: int, matches: str, where: str, sort: str | None) -> str:
-    """:func:`pg_bigram_page` over the candidates of :func:`pg_candidate_ids` in one
-    statement: the ids are an ``ARRAY(…)`` sub-select, an init plan planned on its own (so
-    the partial GIN index answers it — the reason it was a statement of its own), and the
-    page walks them newest first through ``messages_pkey``, checking ``ILIKE`` until the
-    page is full (as the bound array did; ``IN (SELECT …)`` checked every candidate, then
-    sorted: 1,100 candidates of ``以`` 1.5 → 9 ms). The ids no longer travel to the client
-    and back (one round trip and ~2,000 ids bound for a common letter)."""
-    return pg_bigram_page(f"m.id = ANY(ARRAY({pg_candidate_ids(n_groups)}))", matches, where,
-                          sort)
-
-
-def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
-    """PostgreSQL twin of :func:`bigram_page`: ``rows`` (the candidates of
-    :func:`pg_candidate_page` or :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
-    direction = "ASC" if sort == "oldest" else "DESC"
-    return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND m.role <> 'tool' "
-            f"AND {PG_TRI_SESSION} AND ({matches}) AND {where} ORDER BY m.id {direction} "
-            "LIMIT :limit OFFSET :offset")

@@ -1,8 +1,8 @@
 """Statements of the legacy FTS layout migration, ``optimize-storage`` (spec
-sessions-ext-storage.md §3.6), and of search's gap supplement (§3.6, amending core §7.2).
+sessions-ext-storage.md §3.6). Search's gap supplement over the backfill window (§3.6,
+amending core §7.2) has its statements in :mod:`hermes_data.sessions.search.gap_sql`.
 
-SQLite only; sent with ``exec_driver_sql`` (``?`` placeholders) except the gap page, which is
-a ``text()`` statement with named parameters like the other search pages. Every value is
+SQLite only; sent with ``exec_driver_sql`` (``?`` placeholders). Every value is
 bound. Identifiers come only from the fixed names below, from the explicit shadow-table
 names of :data:`DEMOTE_SHADOW_TABLES`, or — for the teardown of ``fts_v22_trash_*`` tables
 — from names and key columns read from the catalogue and checked against
@@ -15,7 +15,6 @@ import re
 from typing import Sequence
 
 from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
-from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, TRI_SESSION_S
 from hermes_data.sessions.sql.dialect import marks
 
 # ---------------------------------------------------------------------------------------
@@ -201,34 +200,6 @@ def trash_delete_range(name: str, keys: Sequence[str], marked: bool) -> str:
 def drop_trash(name: str) -> str:
     """Drop an emptied trash table."""
     return f"DROP TABLE IF EXISTS {_trash(name)}"
-
-
-# ---------------------------------------------------------------------------------------
-# Gap supplement of search (rows of the backfill window are not in the index yet)
-# ---------------------------------------------------------------------------------------
-
-
-def gap_page(matches: str, where: str, sort: str | None, *, scoped: bool = False) -> str:
-    """LIKE hits of the unindexed window ``(:gap_lo, :gap_hi]`` (``matches`` from
-    ``pattern_where``, ``where`` from ``filter_where``), newest first (oldest first for
-    ``sort='oldest'``), with the LIKE snippet as a ninth column; ``m.content`` is never
-    selected whole. ``scoped``: only the rows the trigram index holds (the trigram route)."""
-    d = "ASC" if sort == "oldest" else "DESC"
-    scope = f"m.role <> 'tool' AND {TRI_SESSION_S} AND " if scoped else ""
-    return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {scope}m.id > :gap_lo AND m.id <= :gap_hi AND ({matches}) AND {where} "
-            f"ORDER BY m.timestamp {d}, m.id {d} LIMIT :limit OFFSET :offset")
-
-
-def fts_match_count(table: str, where: str) -> str:
-    """How many rows ``table MATCH :q`` finds under the filters, counted up to ``:bound``
-    only (the offset a gap page must skip)."""
-    if table not in FTS_VIRTUAL_TABLES:
-        raise ValueError(f"unknown FTS table {table!r}")
-    return (f"SELECT COUNT(*) FROM (SELECT 1 FROM {table} JOIN messages m ON m.id = "
-            f"{table}.rowid JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q "
-            f"AND {where} LIMIT :bound)")
 
 
 def trash_count(name: str) -> str:

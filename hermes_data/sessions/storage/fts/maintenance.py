@@ -48,10 +48,10 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.storage.fts import ddl as fts_ddl
+from hermes_data.sessions.storage.fts import index_cache
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.backends.base import FTS_RETRY_BACKOFF_START_S, FtsMergeState
 from hermes_data.sessions.backends.sqlite import is_busy
-from hermes_data.sessions.search.capabilities import forget_capabilities
 from hermes_data.sessions.storage.fts import sql as q
 
 log = logging.getLogger("hermes_data.sessions.storage.fts.maintenance")
@@ -221,7 +221,7 @@ def _pg_rebuild(backend: Any) -> int:
                 wanted = [n for n in names if n in q.PG_SEARCH_GIN_INDEXES]
                 for name in wanted:
                     conn.exec_driver_sql(q.pg_reindex(name))
-            forget_capabilities(backend.engine)  # re-read the index set at the next search
+            index_cache.forget(backend.engine)  # re-read the index set at the next search
             return len(wanted)
         finally:
             lock.release()

@@ -1,5 +1,9 @@
-"""The search layer's caches of one engine: the PostgreSQL search indexes present
-(:mod:`.capabilities`) and the element statistics (:mod:`.stats`).
+"""What is cached about one engine's search indexes: the PostgreSQL search indexes present
+(read by :mod:`hermes_data.sessions.search.capabilities`) and their element statistics (read
+by :mod:`hermes_data.sessions.search.stats`).
+
+Index knowledge, so it lives with the indexes: storage drops it (:func:`forget`) when it
+changes them (``rebuild_fts``), without knowing search; search reads and fills it.
 
 Search query functions receive a SQLAlchemy ``Connection`` only (the backend contract of
 :mod:`hermes_data.sessions.backends.base`: query functions never see the handle), so what
