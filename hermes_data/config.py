@@ -6,7 +6,7 @@ Resolution order for each store (first match wins):
 2. an environment override: ``HERMES_DATA_TELEMETRY_URL`` / ``HERMES_DATA_SESSIONS_URL``
    (any SQLAlchemy URL, e.g. ``sqlite:////var/lib/hermes/telemetry.db`` or
    ``postgresql+psycopg://host/db``);
-3. the upstream default location (spec telemetry §1.1 and sessions §1):
+3. the upstream default location (docs/telemetry.md §1.1 and docs/sessions.md §1):
 
    * telemetry: ``$HERMES_TELEMETRY_HOME/telemetry/telemetry.db`` if that variable is
      non-empty, else ``$HERMES_HOME/telemetry/telemetry.db``, else
@@ -85,7 +85,7 @@ def telemetry_home() -> Path:
 def default_db_path() -> Path:
     """The session store's default file, ``$HERMES_HOME/state.db``, resolved at call time
     (an import-time default kept pointing at the real file after a fixture redirected
-    ``HERMES_HOME``; spec sessions-ext-storage §3.1). Re-exported by
+    ``HERMES_HOME``; docs/sessions-storage.md §3.1). Re-exported by
     :mod:`hermes_data.isolation`."""
     return hermes_home() / "state.db"
 

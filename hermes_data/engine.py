@@ -185,7 +185,7 @@ class SqliteSettings:
 
     def synchronous_for(self, mode: str) -> str:
         """The ``synchronous`` level for journal ``mode``: on macOS a WAL file gets FULL (its
-        fsync does not reach the platter; spec sessions.md §8.2), elsewhere the setting."""
+        fsync does not reach the platter; docs/sessions.md §8.2), elsewhere the setting."""
         if mode == "wal" and (self.platform or sys.platform) == "darwin":
             return "FULL"
         return self.synchronous
@@ -433,7 +433,7 @@ def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | Non
         max_overflow=settings.max_overflow,
         pool_timeout=60,
         connect_args={"check_same_thread": False, "timeout": settings.busy_timeout_ms / 1000,
-                      "factory": TrackedConnection},  # counted per path (storage §3.0)
+                      "factory": TrackedConnection},  # counted per path (docs/sessions-storage.md §3.0)
     )
     _install_sqlite_events(engine, str(path), settings)
     return engine
@@ -564,7 +564,7 @@ def trace_writes(engine: Engine) -> tuple[list[str], Callable[[], None]]:
 
 def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathLike[str] = "",
                             settings: SqliteSettings | None = None) -> JournalState:
-    """Apply the journal-mode policy (spec sessions.md §8.2) to a caller's own DB-API
+    """Apply the journal-mode policy (docs/sessions.md §8.2) to a caller's own DB-API
     connection: busy timeout first, then read the mode and switch only when the policy says so
     (WAL-reset-vulnerable builds keep fresh files in DELETE; an existing WAL file stays WAL;
     ``HERMES_DATA_JOURNAL_MODE`` overrides), then ``synchronous`` and ``journal_size_limit``.

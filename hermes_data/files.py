@@ -6,7 +6,7 @@ Closing any descriptor of a file drops every POSIX lock this process holds on it
 per process and inode), including those of live SQLite connections. So files are examined by
 ``stat``, changed by ``chmod`` on the path, and other processes' descriptors are read with
 ``readlink``. The one descriptor this module opens on a database is the header reader's
-(spec sessions §8.9): read-only, one per path, shared by every handle of the process, read
+(docs/sessions.md §8.9): read-only, one per path, shared by every handle of the process, read
 with ``pread``; it is closed only once a lock query (``F_OFD_GETLK``) shows no lock on the
 file at all (nothing to drop), otherwise retired and kept.
 """
@@ -36,7 +36,7 @@ log = logging.getLogger("hermes_data.files")
 SIDECARS = ("-wal", "-shm")
 _DELETED = " (deleted)"
 
-#: Minimum free descriptors before a read connection may be opened (spec sessions §8.7);
+#: Minimum free descriptors before a read connection may be opened (docs/sessions.md §8.7);
 #: doctor reports less than this as a problem.
 MIN_FD_HEADROOM = 64
 _FD_CACHE_S = 0.25
@@ -345,7 +345,7 @@ def descriptor_headroom_ok() -> bool:
 
 
 # ---------------------------------------------------------------------------------------
-# The on-disk header (spec sessions §8.9)
+# The on-disk header (docs/sessions.md §8.9)
 # ---------------------------------------------------------------------------------------
 
 #: SQLite's database header: the first 100 bytes of the main file.

@@ -1,4 +1,4 @@
-"""Connection tracking for SQLite files (generic layer; spec sessions-ext-storage.md §3.0).
+"""Connection tracking for SQLite files (generic layer; docs/sessions-storage.md §3.0).
 
 Every SQLite connection the stores open (the session store's writer, its engine's pool, read
 pools and read-only handles, repair's guard, scratch and probe connections; the migration

@@ -145,7 +145,7 @@ def _size(n) -> str:
 def cmd_doctor(args) -> int:
     from hermes_data.cli.doctor import doctor
 
-    if getattr(args, "repair", False):  # same as `hermes-data repair` (storage §3.3)
+    if getattr(args, "repair", False):  # same as `hermes-data repair` (docs/sessions-storage.md §3.3)
         from hermes_data.cli.repair import cmd_repair
         return cmd_repair(args)
     reports = _each(args, doctor)

@@ -96,7 +96,7 @@ def doctor(store: str, url=None) -> DoctorReport:
     if path is not None:
         facts = file_facts(path)
         report.facts["files"] = facts.to_dict()
-        if store == "sessions":  # repair ledger, bundles, last error (storage §3.3)
+        if store == "sessions":  # repair ledger, bundles, last error (docs/sessions-storage.md §3.3)
             from hermes_data.sessions.storage.repair.backup import repair_facts
             report.facts["repair"] = repair_facts(path)
         if facts.link_target is not None:
@@ -125,7 +125,7 @@ def doctor(store: str, url=None) -> DoctorReport:
             con = migrate.read_only_connect(path)
             try:
                 damage = migrate.sqlite_check(con, "integrity_check")
-                if store == "sessions":  # a deferred stale-FTS rebuild (storage §3.8)
+                if store == "sessions":  # a deferred stale-FTS rebuild (docs/sessions-storage.md §3.8)
                     from hermes_data.sessions.storage.fts.deferral import doctor_facts
 
                     deferral, futile = doctor_facts(con)

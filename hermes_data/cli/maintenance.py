@@ -113,7 +113,7 @@ def cmd_optimize_storage(args) -> int:
 
 
 def cmd_export(args) -> int:
-    if args.format or args.lineage or args.all:  # documents (sessions-ext-ui §4.11, §4.13)
+    if args.format or args.lineage or args.all:  # documents (docs/sessions-ui.md §4.11, §4.13)
         from hermes_data.cli.portability import cmd_export_documents
 
         return cmd_export_documents(args)

@@ -1,5 +1,5 @@
 """``hermes-data export --format/--lineage/--all`` and ``hermes-data import``: session
-portability from the command line (sessions-ext-ui §4.11–§4.13).
+portability from the command line (docs/sessions-ui.md §4.11–§4.13).
 
 Documents go to stdout or ``-o FILE`` (owner-only); progress and results to stderr.
 ``import`` is all-or-nothing per 500 sessions (the store's per-call cap); ``--dry-run``

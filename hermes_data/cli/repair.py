@@ -1,5 +1,5 @@
 """``hermes-data repair`` (and ``doctor --repair``): the malformed-schema repair of the
-session store from the command line (spec sessions-ext-storage.md §3.3).
+session store from the command line (docs/sessions-storage.md §3.3).
 
 A dry run unless ``--apply``: it reports whether the file opens cleanly, the attempt ledger,
 the existing forensic bundles, other processes holding the file, and the backup path a repair

@@ -1,4 +1,4 @@
-"""``hermes-data search QUERY``: search session transcripts (spec sessions.md §7.2).
+"""``hermes-data search QUERY``: search session transcripts (docs/sessions.md §7.2).
 
 Human output by default — one block per hit with its session, role, time and the snippet,
 matches highlighted (bold on a terminal, ``>>>…<<<`` otherwise) — or ``--json``.

@@ -444,7 +444,7 @@ def _finish_table(s: Connection, dst: Engine, table: sa.Table, out: TableCopy, t
 
 def _keep_pending_display_order(d: Connection, table: sa.Table, names: list[str],
                                 rows: Sequence[Any]) -> None:
-    """The session store's display insert trigger (ui §2.3) fills a NULL ``display_order``;
+    """The session store's display insert trigger (docs/sessions-ui.md §2.3) fills a NULL ``display_order``;
     a copy keeps the source's pending rows pending (the target keys them like the source)."""
     if table.name != "messages" or "display_order" not in names or "id" not in names:
         return

@@ -45,7 +45,7 @@ def add_column_if_missing(table: str, column: sa.Column) -> bool:
 
 def add_missing_columns(bind, table: str, columns, logger: logging.Logger = log) -> None:
     """Append the absent ``columns`` to ``table`` with their declared expression; present
-    columns are never touched (core spec §2.8 reconcile rule, seed 003 #79531/#80037).
+    columns are never touched (docs/sessions.md §2.8 reconcile rule, seed 003 #79531/#80037).
 
     Each ``ALTER`` runs in a savepoint. ``duplicate column`` (a sibling added it first) is
     logged at DEBUG; ``locked``/``busy`` propagates into the caller's lock patience; any other

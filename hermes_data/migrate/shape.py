@@ -187,7 +187,7 @@ def _normalise_default(value: str | None) -> str | None:
 
 
 def columns_equivalent(expected: ColumnShape, actual: ColumnShape) -> bool:
-    """Column equality with the two documented normalisations (spec telemetry §8.7c): an
+    """Column equality with the two documented normalisations (docs/telemetry.md §8.7c): an
     INTEGER primary key (rowid alias) may read ``notnull`` 1 or 0; defaults compare after
     stripping redundant parentheses."""
     if expected.type != actual.type or expected.pk != actual.pk:

@@ -71,7 +71,7 @@ class StoreSpec:
     #: The head shape on a non-SQLite backend (defaults to the reflected metadata).
     expected_shape_on: Callable[[Connection], Shape] | None = None
     #: Tables the store's head has on a server backend only (not in ``metadata``, which is
-    #: the SQLite authority): the session store's PostgreSQL Telegram tables (gateway §2.4).
+    #: the SQLite authority): the session store's PostgreSQL Telegram tables (docs/sessions-gateway.md §2.4).
     server_only_tables: tuple[str, ...] = ()
 
     def server_tables(self) -> set[str]:

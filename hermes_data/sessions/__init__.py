@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from hermes_data.sessions.agent.projections import ConversationHooks
     from hermes_data.sessions.search.plan import ContextMessage, SearchResult
     from hermes_data.sessions.store import SessionStore
-    # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
+    # Coordination (docs/sessions-coordination.md §3.7, §3.12, §3.15–§3.18).
     from hermes_data.sessions.rows import RewindResult, TranscriptRewrite
     from hermes_data.sessions.coordination.cooldowns import CooldownRow, CooldownState
     from hermes_data.sessions.errors import (CooldownRestoreError, SessionCompressionInProgressError,
@@ -30,10 +30,10 @@ if TYPE_CHECKING:
     from hermes_data.sessions.coordination.sweeps import AutoArchiveReport
     from hermes_data.sessions.async_store import AsyncSessionDB, AsyncSessionStore
     from hermes_data.sessions.store import reconcile_state_schema
-    # Storage resilience (sessions-ext-storage.md §3.2–§3.5).
+    # Storage resilience (docs/sessions-storage.md §3.2–§3.5).
     from hermes_data.sessions.errors import LiveConnectionError, StateDbMalformedError, StateDbZeroedError
     from hermes_data.sessions.store import acquire, release
-    # Storage (sessions-ext-storage.md §3.6).
+    # Storage (docs/sessions-storage.md §3.6).
     from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
     from hermes_data.sessions.rows import FtsRebuildStatus
 
@@ -50,22 +50,22 @@ _EXPORTS = {
     "SessionNotFoundError": "errors", "SessionResumeTooLargeError": "errors",
     "SessionStoreError": "errors", "StateDbCorruptError": "errors",
     "StateDbPermissionError": "errors", "StateDbReplacedError": "errors",
-    # Agent turn API (sessions-ext-agent.md §2.6, §3.5).
+    # Agent turn API (docs/sessions-agent.md §2.6, §3.5).
     "ActivitySnapshot": "rows", "CwdUsage": "rows", "ModelRoute": "rows",
     "PurgeReport": "rows", "ScopeIdentity": "rows", "SessionRichRow": "rows",
     "SessionStatus": "rows", "TokenDelta": "rows", "UsageTotals": "rows",
     "ConversationHooks": "agent.projections",
-    # Coordination (sessions-ext-coordination.md §3.7, §3.12, §3.15–§3.18).
+    # Coordination (docs/sessions-coordination.md §3.7, §3.12, §3.15–§3.18).
     "CooldownRestoreError": "errors", "SessionCompressionInProgressError": "errors",
     "SessionTurnLeaseLostError": "errors", "TranscriptChangedError": "errors",
     "RewindResult": "rows", "TranscriptRewrite": "rows",
     "CooldownRow": "coordination.cooldowns", "CooldownState": "coordination.cooldowns",
     "AutoArchiveReport": "coordination.sweeps",
-    # User-interface reads (sessions-ext-ui.md §4.15).
+    # User-interface reads (docs/sessions-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
-    # Gateway (sessions-ext-gateway.md §3.10).
+    # Gateway (docs/sessions-gateway.md §3.10).
     "reconcile_state_schema": "store",
-    # Storage (sessions-ext-storage.md §3.6).
+    # Storage (docs/sessions-storage.md §3.6).
     "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
     "OptimizeStorageResult": "storage.fts.layout",
 }

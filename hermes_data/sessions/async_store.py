@@ -1,5 +1,5 @@
 """``AsyncSessionStore`` (also ``AsyncSessionDB``): the session store for asyncio callers
-(spec sessions-ext-ui.md §4.15).
+(docs/sessions-ui.md §4.15).
 
 Every public callable of :class:`~hermes_data.sessions.store.SessionStore` (core, extension
 areas, UI) has an ``async def`` twin with the same signature that runs it through

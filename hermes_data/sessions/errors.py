@@ -1,4 +1,4 @@
-"""Exceptions of the session store (spec sessions.md §8.13, the ones that exist at this level)."""
+"""Exceptions of the session store (docs/sessions.md §8.13, the ones that exist at this level)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ class SchemaBehindError(SessionStoreError):
 
 
 class StateDbReplacedError(SessionStoreError):
-    """The database file was replaced under a live handle (spec §8.11); sticky.
+    """The database file was replaced under a live handle (docs/sessions.md §8.11); sticky.
 
     Out-of-band ``cp``/``mv``/restore must stop writes, never be "repaired" in place.
     """
@@ -100,7 +100,7 @@ class DeletedWalGenerationError(StateDbReplacedError):
 class StateDbCorruptError(SessionStoreError, sqlite3.DatabaseError):
     """Structural corruption (SQLITE_CORRUPT / SQLITE_NOTADB) quarantined this handle; sticky.
 
-    Also a :class:`sqlite3.DatabaseError` (storage spec §3.5), so ``except sqlite3.Error``
+    Also a :class:`sqlite3.DatabaseError` (docs/sessions-storage.md §3.5), so ``except sqlite3.Error``
     paths still catch it; ``sqlite_errorcode`` / ``sqlite_errorname`` are the cause's."""
 
     def __init__(self, path: str, cause: str | BaseException) -> None:
@@ -115,7 +115,7 @@ class StateDbCorruptError(SessionStoreError, sqlite3.DatabaseError):
 
 class StateDbMalformedError(SessionStoreError, sqlite3.DatabaseError):
     """A writable open met a malformed schema (``malformed database schema``) that the
-    one repair per process and path did not fix (storage spec §3.3). ``report`` is the
+    one repair per process and path did not fix (docs/sessions-storage.md §3.3). ``report`` is the
     :class:`~hermes_data.sessions.storage.repair.procedure.RepairReport` (None when the one-shot was used)."""
 
     def __init__(self, path: str, cause: BaseException, report: Any = None) -> None:
@@ -132,7 +132,7 @@ class StateDbMalformedError(SessionStoreError, sqlite3.DatabaseError):
 
 class StateDbZeroedError(SessionStoreError, sqlite3.DatabaseError):
     """The database file is empty or all NUL bytes and could not be (or, read-only, is never)
-    moved aside (storage spec §3.4); nothing was renamed."""
+    moved aside (docs/sessions-storage.md §3.4); nothing was renamed."""
 
     def __init__(self, path: str, why: str) -> None:
         self.path = path
@@ -143,7 +143,7 @@ class StateDbZeroedError(SessionStoreError, sqlite3.DatabaseError):
 
 class LiveConnectionError(SessionStoreError, RuntimeError):
     """A raw file operation (read, hash, copy, rename) on a database was refused because this
-    process still has SQLite connections to it (storage spec §3.0)."""
+    process still has SQLite connections to it (docs/sessions-storage.md §3.0)."""
 
     def __init__(self, path: str, what: str, count: int) -> None:
         self.path, self.what, self.count = path, what, count
@@ -153,7 +153,7 @@ class LiveConnectionError(SessionStoreError, RuntimeError):
 
 
 class StateDbPermissionError(SessionStoreError, PermissionError):
-    """The writability preflight (spec §8.1 step 2) found a file or directory it must not or
+    """The writability preflight (docs/sessions.md §8.1 step 2) found a file or directory it must not or
     could not repair; nothing was connected. ``path`` and ``command`` name the first one."""
 
     def __init__(self, path: str, command: str, message: str) -> None:
@@ -161,7 +161,7 @@ class StateDbPermissionError(SessionStoreError, PermissionError):
         super().__init__(message)
 
 
-# -- transcript editing and coordination (sessions-ext-coordination.md §3.7) ---------------
+# -- transcript editing and coordination (docs/sessions-coordination.md §3.7) ---------------
 
 
 class SessionCompressionInProgressError(CompressionSessionBusyError):

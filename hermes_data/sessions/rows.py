@@ -10,7 +10,7 @@ from typing import Any, Literal, NamedTuple, Sequence, TypedDict
 
 @dataclass(frozen=True)
 class SessionRow:
-    """One session with its core columns and the resolved system prompt (§5.1)."""
+    """One session with its core columns and the resolved system prompt (docs/sessions.md §5.1)."""
 
     id: str
     source: str
@@ -47,7 +47,7 @@ class SessionRow:
     pinned: bool
     hidden: bool
     last_read_at: float | None
-    # The agent turn API's columns (sessions-ext-agent §2.6), with defaults so existing
+    # The agent turn API's columns (docs/sessions-agent.md §2.6), with defaults so existing
     # constructors keep working; ``tool_names`` is the decoded JSON array.
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
@@ -63,7 +63,7 @@ class SessionRow:
     git_metadata_generation: int = 0
     tool_names: tuple[str, ...] | None = None
     expiry_finalized: bool = False
-    # The gateway's handoff columns (sessions-ext-gateway §2.2, amendment A1).
+    # The gateway's handoff columns (docs/sessions-gateway.md §2.2, amendment A1).
     handoff_state: str | None = None
     handoff_platform: str | None = None
     handoff_error: str | None = None
@@ -74,7 +74,7 @@ class SessionRow:
 
 @dataclass(frozen=True)
 class SessionListRow:
-    """A listing row (§5.2), projected onto its compression tip when it has one."""
+    """A listing row (docs/sessions.md §5.2), projected onto its compression tip when it has one."""
 
     id: str
     source: str
@@ -104,7 +104,7 @@ class SessionListRow:
 
 @dataclass(frozen=True)
 class RecentSessionRow:
-    """A row of :meth:`SessionStore.list_recent_sessions_bounded` (§5.3)."""
+    """A row of :meth:`SessionStore.list_recent_sessions_bounded` (docs/sessions.md §5.3)."""
 
     id: str
     source: str
@@ -123,7 +123,7 @@ class RecentSessionRow:
 
 @dataclass(frozen=True)
 class MessageRow:
-    """One transcript row, decoded per §6.1."""
+    """One transcript row, decoded per docs/sessions.md §6.1."""
 
     id: int
     session_id: str
@@ -198,7 +198,7 @@ class NewMessage(TypedDict, total=False):
     api_content: str | None
     display_kind: str | None
     display_metadata: Any
-    display_identity: bytes | None  # ui §3.4: exactly 32 bytes; computed when absent
+    display_identity: bytes | None  # docs/sessions-ui.md §3.4: exactly 32 bytes; computed when absent
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ class PublishResult:
 
 @dataclass(frozen=True)
 class FtsRebuildStatus:
-    """A backfill window (storage §3.6, §3.9.2): ``total`` = high water, ``indexed`` =
+    """A backfill window (docs/sessions-storage.md §3.6, §3.9.2): ``total`` = high water, ``indexed`` =
     progress, ``percent`` = ``min(100, 100 * indexed // total)``."""
 
     pending: bool
@@ -230,7 +230,7 @@ class FtsRebuildStatus:
 
 # -- the agent turn API's records (docs/sessions-agent.md §2.6)
 
-#: Lifecycle status of a session's newest active row (§3.11).
+#: Lifecycle status of a session's newest active row (docs/sessions-agent.md §3.11).
 SessionStatus = Literal["complete", "interrupted", "error", "empty"]
 
 
@@ -317,8 +317,8 @@ class TokenDelta(TypedDict, total=False):
 
 @dataclass(frozen=True)
 class SessionRichRow(SessionRow):
-    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (§2.6); the UI's
-    rich listing (sessions-ext-ui §4.6) also fills ``unread``, the lineage and ``extra`` (the
+    """A :class:`SessionRow` with its listing preview and ``LAST_ACTIVE`` (docs/sessions-agent.md §2.6); the UI's
+    rich listing (docs/sessions-ui.md §4.6) also fills ``unread``, the lineage and ``extra`` (the
     upstream-only ``sessions`` columns this file has)."""
 
     preview: str | None = None

@@ -1,14 +1,14 @@
 """Head shape of the session store (``state.db``): the single schema authority for its tables.
 
-The core columns of spec sessions.md §2 are declared, plus the agent turn API's columns and
-tables (sessions-ext-agent.md §2, revision ``s03_agent_turn``) and the coordination columns
-(sessions-ext-coordination.md §2.1, revision ``s04_coordination``) and the display
-ordering columns and indexes (sessions-ext-ui.md §2.1–§2.2, revision ``s05_ui_display``; its
+The core columns of docs/sessions.md §2 are declared, plus the agent turn API's columns and
+tables (docs/sessions-agent.md §2, revision ``s03_agent_turn``) and the coordination columns
+(docs/sessions-coordination.md §2.1, revision ``s04_coordination``) and the display
+ordering columns and indexes (docs/sessions-ui.md §2.1–§2.2, revision ``s05_ui_display``; its
 four triggers are fragments of :mod:`hermes_data.sessions.storage.display_sql`). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
 never drops them. Column order follows the spec tables, which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
-get missing core columns appended (order is not part of this store's contract, §2.8).
+get missing core columns appended (order is not part of this store's contract, docs/sessions.md §2.8).
 
 The full-text objects (two views, two FTS5 tables, six triggers) are not expressible in Core;
 they are named ``text()`` fragments in :mod:`hermes_data.sessions.sql`.
@@ -77,7 +77,7 @@ sessions = sa.Table(
     sa.Column("pinned", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("hidden", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("last_read_at", REAL),
-    # Agent turn API (sessions-ext-agent §2.1, revision s03_agent_turn): appended, in the
+    # Agent turn API (docs/sessions-agent.md §2.1, revision s03_agent_turn): appended, in the
     # order that revision adds them; upstream files keep their own order.
     sa.Column("cache_read_tokens", INTEGER, server_default=_zero()),
     sa.Column("cache_write_tokens", INTEGER, server_default=_zero()),
@@ -93,7 +93,7 @@ sessions = sa.Table(
     sa.Column("git_metadata_generation", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("tool_names", TEXT),
     sa.Column("expiry_finalized", INTEGER, server_default=_zero()),
-    # Coordination (sessions-ext-coordination §2.1, revision s04_coordination).
+    # Coordination (docs/sessions-coordination.md §2.1, revision s04_coordination).
     sa.Column("compression_failure_cooldown_until", REAL),
     sa.Column("compression_failure_error", TEXT),
     sa.Column("compression_fallback_streak", INTEGER, nullable=False, server_default=_zero()),
@@ -101,7 +101,7 @@ sessions = sa.Table(
     sa.Column("compression_recovery_deadline", REAL),
     sa.Column("compression_overload_streak", INTEGER, nullable=False, server_default=_zero()),
     sa.Column("rewind_count", INTEGER, nullable=False, server_default=_zero()),
-    # Gateway (sessions-ext-gateway §2.2, revision s06_gateway): upstream's three handoff
+    # Gateway (docs/sessions-gateway.md §2.2, revision s06_gateway): upstream's three handoff
     # columns, then the claim/request extension (nullable, no default).
     sa.Column("handoff_state", TEXT),
     sa.Column("handoff_platform", TEXT),
@@ -137,7 +137,7 @@ messages = sa.Table(
     sa.Column("api_content", TEXT),
     sa.Column("display_kind", TEXT),
     sa.Column("display_metadata", TEXT),
-    # Display ordering (sessions-ext-ui §2.1, revision s05_ui_display): NULL = pending.
+    # Display ordering (docs/sessions-ui.md §2.1, revision s05_ui_display): NULL = pending.
     sa.Column("display_identity", BLOB),
     sa.Column("display_order", INTEGER),
     # Ids are never reused after deletes: the FTS indexes and keyset paging key on them.
@@ -168,7 +168,7 @@ session_turn_leases = sa.Table(
 
 _EMPTY = sa.text("''")
 
-# Per-session, per-route, per-task accounting (sessions-ext-agent §2.2). Rows go only through
+# Per-session, per-route, per-task accounting (docs/sessions-agent.md §2.2). Rows go only through
 # the foreign key's cascade when their session is deleted.
 session_model_usage = sa.Table(
     "session_model_usage", metadata,
@@ -193,7 +193,7 @@ session_model_usage = sa.Table(
     sa.Column("last_seen", REAL),
 )
 
-# Monotonic reset generation per routing peer (sessions-ext-agent §2.3): never deleted.
+# Monotonic reset generation per routing peer (docs/sessions-agent.md §2.3): never deleted.
 conversation_generations = sa.Table(
     "conversation_generations", metadata,
     sa.Column("source", TEXT, primary_key=True, nullable=False),
@@ -201,7 +201,7 @@ conversation_generations = sa.Table(
     sa.Column("generation", INTEGER, nullable=False, server_default=_zero()),
 )
 
-# Gateway tables (sessions-ext-gateway §2.1, revision s06_gateway). None references
+# Gateway tables (docs/sessions-gateway.md §2.1, revision s06_gateway). None references
 # ``sessions``: routing entries, hygiene rows, heartbeats and delegations survive deletes.
 gateway_routing = sa.Table(
     "gateway_routing", metadata,
@@ -227,7 +227,7 @@ gateway_heartbeats = sa.Table(
     sa.Column("host", TEXT, nullable=False, server_default=_EMPTY),
 )
 
-# Owned by the delegation tool (rows); the store owns the shape (gateway §3.10).
+# Owned by the delegation tool (rows); the store owns the shape (docs/sessions-gateway.md §3.10).
 async_delegations = sa.Table(
     "async_delegations", metadata,
     sa.Column("delegation_id", TEXT, primary_key=True, nullable=True),
@@ -251,7 +251,7 @@ async_delegations = sa.Table(
     sa.Column("origin_session_id", TEXT, nullable=False, server_default=_EMPTY),
 )
 
-# §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
+# docs/sessions.md §2.5 indexes. Expression indexes are written as text so SQLite stores exactly this form.
 # A partial index declares its predicate once, as ``sqlite_where``; PostgreSQL's DDL gets the
 # same predicate when it is compiled (``_pg_partial_where``), or its own one from
 # ``info["pg_where"]`` where they differ. A ``postgresql_*`` keyword here
@@ -290,7 +290,7 @@ sa.Index("idx_messages_active_null", messages.c.active, sqlite_where=messages.c.
 sa.Index("idx_compression_locks_expires", compression_locks.c.expires_at)
 sa.Index("idx_session_turn_leases_expires", session_turn_leases.c.expires_at)
 
-# Agent indexes (sessions-ext-agent §2.4). PostgreSQL's byte-order cron range index
+# Agent indexes (docs/sessions-agent.md §2.4). PostgreSQL's byte-order cron range index
 # (idx_sessions_cron_id_c) has no SQLite form: it is part of the PostgreSQL head shape only
 # (sql.agent.PG_CRON_INDEX, migration.expected_shape_on).
 sa.Index("idx_session_model_usage_session", session_model_usage.c.session_id)
@@ -303,7 +303,7 @@ _ASSISTANT_CALLS = sa.and_(messages.c.role == sa.literal_column("'assistant'"),
 sa.Index("idx_messages_assistant_calls_by_session", messages.c.session_id,
          sqlite_where=_ASSISTANT_CALLS)
 
-# Display ordering (sessions-ext-ui §2.2); VIS = active = 1 OR compacted = 1. The four display
+# Display ordering (docs/sessions-ui.md §2.2); VIS = active = 1 OR compacted = 1. The four display
 # triggers are text() fragments (sql.display).
 _VIS = sa.or_(messages.c.active == sa.literal_column("1"),
               messages.c.compacted == sa.literal_column("1"))
@@ -322,7 +322,7 @@ _IDENTIFIED = sa.and_(messages.c.display_identity.isnot(None), _VIS.self_group()
 sa.Index("idx_messages_display_identity", messages.c.session_id, messages.c.display_identity,
          messages.c.display_order, sqlite_where=_IDENTIFIED)
 
-# Gateway indexes (sessions-ext-gateway §2.3; upstream names and shapes).
+# Gateway indexes (docs/sessions-gateway.md §2.3; upstream names and shapes).
 sa.Index("idx_sessions_gateway_peer", sessions.c.source, sessions.c.user_id, sessions.c.chat_id,
          sessions.c.chat_type, sessions.c.thread_id, sessions.c.started_at.desc())
 sa.Index("idx_sessions_handoff_state", sessions.c.handoff_state, sessions.c.started_at)
@@ -332,7 +332,7 @@ sa.Index("idx_async_delegations_delivery", async_delegations.c.delivery_state,
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)
 
-# Telegram DM topics (gateway §2.1, §2.5): on SQLite the user's opt-in creates them
+# Telegram DM topics (docs/sessions-gateway.md §2.1, §2.5): on SQLite the user's opt-in creates them
 # (``apply_telegram_topic_migration``), so they are not in the SQLite head; on PostgreSQL
 # s06_gateway creates them. ``pg_metadata`` is the PostgreSQL head: the metadata plus these.
 pg_metadata = sa.MetaData()

@@ -65,7 +65,7 @@ __all__ = ["DEFAULT_MAX_EXPORT_MESSAGES", "DEFAULT_MAX_RESUME_MESSAGES", "OPEN_P
 
 log = logging.getLogger("hermes_data.sessions.store")
 
-#: Size-guard defaults (spec §6.5).
+#: Size-guard defaults (docs/sessions.md §6.5).
 DEFAULT_MAX_RESUME_MESSAGES = 20000
 DEFAULT_MAX_EXPORT_MESSAGES = 20000
 
@@ -102,7 +102,7 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
             raise ConfigurationError(f"{path}: owner_profile={owner!r} applies to PostgreSQL "
                                      "stores only (a SQLite file's owner is its path under "
                                      "hermes_root)")
-        ensure_test_isolation(path)  # first: before any mkdir, lock or connection (§3.1)
+        ensure_test_isolation(path)  # first: before any mkdir, lock or connection (docs/sessions.md §3.1)
         options.update(path=path, settings=settings, open_patience_s=open_patience_s,
                        pragmas=opening.configured_pragmas(config))
         return str(path), options
@@ -117,8 +117,8 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
 
 def open_options(config: Any) -> OpenOptions:
     """The open-time settings of a store ``config`` (mapping, callable or None), read once by
-    the constructor: ``sessions.cjk_index`` (storage §3.9.2) and
-    ``sessions.reap_orphan_desktop_backends`` (§3.8, the stale escalation). Reading never
+    the constructor: ``sessions.cjk_index`` (docs/sessions-storage.md §3.9.2) and
+    ``sessions.reap_orphan_desktop_backends`` (docs/sessions-storage.md §3.8, the stale escalation). Reading never
     raises (an unreadable value keeps its default)."""
     return OpenOptions(cjk_index=cjk.configured_index(config),
                        reap_orphans=reaping.enabled(config))
@@ -131,7 +131,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     (default: ``$HERMES_HOME/state.db``). ``config``: mapping (or zero-argument callable
     returning one) with a ``sessions`` section holding ``max_resume_messages`` /
     ``max_export_messages`` (read at call time) and a ``database`` section of configured
-    pragmas (SQLite, §8.3: ``cache_size``, ``mmap_size``, ``temp_store``,
+    pragmas (SQLite, docs/sessions.md §8.3: ``cache_size``, ``mmap_size``, ``temp_store``,
     ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at open.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` and
@@ -169,7 +169,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             raise
         self._q = self._backend.sql
         self._tokens = TokenWriter(self._apply_tokens, where)  # owner: derived at first use
-        ownership.track(self)  # the fork rule and registry ownership (§3.2)
+        ownership.track(self)  # the fork rule and registry ownership (docs/sessions.md §3.2)
 
     def _apply_tokens(self, session_id: str, delta: Any) -> None:
         owner = self.owner_profile()
@@ -235,7 +235,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def close(self) -> None:
         """Drain the token queue, then close every connection (SQLite: PASSIVE checkpoint
-        first). Idempotent. A registry-owned store is released instead (§3.2); one
+        first). Idempotent. A registry-owned store is released instead (docs/sessions.md §3.2); one
         inherited across ``os.fork()`` does nothing."""
         if ownership.intercept_close(self):
             return
@@ -256,7 +256,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             self._owner = self._backend.owner_profile(self._root) or ""
         return self._owner or None
 
-    # -- state_meta (§7.7) -------------------------------------------------------------
+    # -- state_meta (docs/sessions.md §7.7) -------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
         """A ``state_meta`` value, read on the writer (sees this handle's own commits)."""
@@ -272,7 +272,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         with self._backend.reading_on_writer() as conn:
             return meta.list_meta_prefix(conn, self._q, prefix)
 
-    # -- lifecycle (§4.1–§4.3) ---------------------------------------------------------
+    # -- lifecycle (docs/sessions.md §4.1–§4.3) ---------------------------------------------------------
 
     def create_session(self, session_id: str, source: str, *, user_id: str | None = None,
                        session_key: str | None = None, chat_id: str | None = None,
@@ -320,13 +320,13 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
         return self._backend.write(lambda c: lifecycle.reopen_session(c, self._q, session_id))
 
-    # -- messages (§6) -----------------------------------------------------------------
+    # -- messages (docs/sessions.md §6) -----------------------------------------------------------------
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
                      limit: int | None = None, offset: int = 0, latest: bool = False,
                      after_id: int | None = None, *,
                      include_compacted: bool = False) -> list[MessageRow]:
-        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4).
+        """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (docs/sessions.md §6.4).
         ``include_compacted``: the de-duplicated display history with compacted generations
         (:mod:`.display_reads`; not with ``after_id``)."""
         if include_compacted:
@@ -348,7 +348,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         return self._backend.read(
             lambda c: msg.message_count(c, self._q, session_id, include_inactive))
 
-    # -- size guards (§6.5) ------------------------------------------------------------
+    # -- size guards (docs/sessions.md §6.5) ------------------------------------------------------------
 
     def _guard_limit(self, key: str, default: int, max_messages: int | None) -> int:
         if max_messages is not None and max_messages < 0:
@@ -382,7 +382,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
             raise SessionExportTooLargeError(session_id, count, limit)
         return count
 
-    # -- lineage (§4.4) ----------------------------------------------------------------
+    # -- lineage (docs/sessions.md §4.4) ----------------------------------------------------------------
 
     def get_compression_chain(self, session_id: str) -> list[str]:
         """Ids from ``session_id`` forward to its compression tip (one statement)."""
@@ -408,7 +408,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         """Where resuming ``session_id`` lands: the tip, or a newer non-fork continuation."""
         return self._backend.read(lambda c: lineage.resume_target(c, self._q, session_id))
 
-    # -- titles (§4.5) and flags (§4.6) ------------------------------------------------
+    # -- titles (docs/sessions.md §4.5) and flags (docs/sessions.md §4.6) ------------------------------------------------
 
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
@@ -460,7 +460,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         b = self._backend
         return b.write(lambda c: lineage.set_pinned(c, self._q, b.changes, session_id, pinned))
 
-    # -- reads (§5) --------------------------------------------------------------------
+    # -- reads (docs/sessions.md §5) --------------------------------------------------------------------
 
     def get_session(self, session_id: str) -> SessionRow | None:
         """Core columns plus the resolved system prompt, or None (queued tokens flushed first)."""
@@ -478,7 +478,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                       order_by_last_active: bool = False, search_query: str | None = None,
                       id_query: str | None = None, limit: int = 20,
                       offset: int = 0) -> list[SessionListRow]:
-        """Conversations for a sidebar: one row per lineage, projected onto its tip (§5.2)."""
+        """Conversations for a sidebar: one row per lineage, projected onto its tip (docs/sessions.md §5.2)."""
         flt = SessionFilter.of(
             source, sources, exclude_sources, cwd_prefix=cwd_prefix, session_key=session_key,
             min_message_count=min_message_count, include_children=include_children,
@@ -514,7 +514,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                                      timeout_seconds: float = 3.0,
                                      candidate_limit: int | None = None,
                                      lineage_limit: int | None = None) -> list[RecentSessionRow]:
-        """Latency-bounded recent browse (§5.3): one statement, interrupted past the deadline
+        """Latency-bounded recent browse (docs/sessions.md §5.3): one statement, interrupted past the deadline
         with :class:`TimeoutError` (never a partial list)."""
         limit = max(1, int(limit))
         cand = candidate_limit if candidate_limit is not None else max(128, 8 * limit)
@@ -529,7 +529,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         except TimeoutError as exc:
             raise TimeoutError(f"recent-session browse exceeded {timeout_seconds} s") from exc
 
-    # -- search (§7.1–§7.3) ------------------------------------------------------------
+    # -- search (docs/sessions.md §7.1–§7.3) ------------------------------------------------------------
 
     def search_messages(self, query: str | None, source_filter: Iterable[str] | None = None,
                         exclude_sources: Iterable[str] | None = None,
@@ -540,7 +540,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                         include_reasoning: bool = False) -> list["SearchResult"]:
         """Full-text search over messages; never raises for any query text (see
         :func:`hermes_data.sessions.search.messages.search_messages`); ``include_reasoning`` searches
-        assistant reasoning too (the LIKE route, ui §4.9)."""
+        assistant reasoning too (the LIKE route, docs/sessions-ui.md §4.9)."""
         from hermes_data.sessions.search.messages import search_messages
 
         if include_reasoning:

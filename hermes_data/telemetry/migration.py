@@ -16,7 +16,7 @@ row without its column; branch builds reused numbers for other changes), so adop
    are reported and left alone; anything that cannot be healed without dropping, renaming
    or retyping aborts the whole upgrade (the transaction rolls back).
 
-The level table below is legacy history (spec telemetry §3.2), frozen like the revisions.
+The level table below is legacy history (docs/telemetry.md §3.2), frozen like the revisions.
 """
 
 from __future__ import annotations

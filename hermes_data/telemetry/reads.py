@@ -11,7 +11,7 @@ Both backends
     on both (compared as text; PostgreSQL databases use a byte-order collation such as
     ``C.UTF-8`` for that order to equal SQLite's).
 
-Windows (spec §8.1)
+Windows (docs/telemetry.md §8.1)
     A window of N hours means rows with timestamp ``>= now − N h``. The cutoff is computed
     in Python and bound as text in the canonical stored form (``datetime.isoformat()`` of a
     UTC datetime), so the comparison is exact — upstream compared against SQLite's

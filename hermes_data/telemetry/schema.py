@@ -2,7 +2,7 @@
 
 Columns are listed in the order the ledger adds them (ALTER appends at the end), so a fresh
 ``alembic upgrade head`` and ``metadata.create_all()`` give the same ordered ``table_info``.
-Facts carried over from the legacy files (spec telemetry §2.0):
+Facts carried over from the legacy files (docs/telemetry.md §2.0):
 
 * ``runs.session_id``, ``subagent_edges.child_session_id`` and
   ``model_efficiency_cache.cache_key`` are *nullable* TEXT primary keys, as upstream declared them.

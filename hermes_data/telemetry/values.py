@@ -12,7 +12,7 @@ _INT64_MAX = 2**63 - 1
 #: int() refuses both).
 _DECIMAL = re.compile(r"[+-]?[0-9]+")
 
-#: Run statuses that a later ``ok`` does not overwrite unless asked (spec §8.5). Kept here,
+#: Run statuses that a later ``ok`` does not overwrite unless asked (docs/telemetry.md §8.5). Kept here,
 #: not in :mod:`.types` (which re-exports it): the write path does not import the 20 row
 #: dataclasses of the read API (~30 ms of a cold start, issue 14).
 TERMINAL_STATUSES = ("error", "interrupted")

@@ -6,7 +6,7 @@ per-thread connection, statements compiled once) or a SQLAlchemy ``Connection`` 
 writes inside it).
 
 Timestamps are canonical UTC ISO-8601 text, ``datetime.isoformat()`` of an aware UTC
-datetime (spec §1.3) — the form every existing row holds. Functions that take a ``ts`` /
+datetime (docs/telemetry.md §1.3) — the form every existing row holds. Functions that take a ``ts`` /
 ``now`` accept such a string or a ``datetime`` (converted to UTC) and default to now.
 
 Text from hook payloads is made storable, never rejected: a lone UTF-16 surrogate (which
@@ -275,7 +275,7 @@ def end_run(target: Target, session_id: str, status: str, ended_at: str | dateti
     Sets ``ended_at`` (given or now), ``status`` and ``duration_ms = ended_at − started_at``;
     creates the row if the start was missed (duration 0). A terminal status already
     recorded (``error``, ``interrupted``) is *not* replaced by ``ok`` — the finalize hook's
-    late ``ok`` would hide a failure — unless ``overwrite_terminal=True`` (spec §8.5).
+    late ``ok`` would hide a failure — unless ``overwrite_terminal=True`` (docs/telemetry.md §8.5).
     """
     params = {"session_id": session_id, "end_ts": to_iso(ended_at), "new_status": status,
               "force": 1 if overwrite_terminal else 0}

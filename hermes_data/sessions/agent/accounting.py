@@ -1,4 +1,4 @@
-"""Token and cost accounting of the agent turn API (spec sessions-ext-agent.md §3.2–§3.4):
+"""Token and cost accounting of the agent turn API (docs/sessions-agent.md §3.2–§3.4):
 ``update_token_counts`` and its usage rows, auxiliary usage, the billing route, the dominant
 route, store-wide totals and ``ensure_session``.
 
@@ -70,7 +70,7 @@ def _accounted(d: Mapping[str, Any]) -> bool:
 
 def ensure_row(conn: Connection, q: Fragments, session_id: str, model: str | None,
                owner: str | None) -> None:
-    """§3.2 step 1: the core upsert with ``source='unknown'`` (the initial ``create_session``
+    """docs/sessions-agent.md §3.2 step 1: the core upsert with ``source='unknown'`` (the initial ``create_session``
     may have lost a lock race), ``model`` filled only where NULL, the owner profile stamped."""
     lifecycle.create_session(conn, q, lifecycle.NewSession(
         session_id, "unknown", {"model": model}, None, owner, False, False))
@@ -96,7 +96,7 @@ def record_model_usage(conn: Connection, a: AccountingStatements, session_id: st
 
 def apply_token_delta(conn: Connection, q: Fragments, session_id: str, d: Mapping[str, Any],
                       owner: str | None) -> None:
-    """§3.2 in the caller's one transaction: ensure the row, stamp the first accounted route,
+    """docs/sessions-agent.md §3.2 in the caller's one transaction: ensure the row, stamp the first accounted route,
     update the summary, record the usage row (incremental writes only)."""
     a = for_dialect(q.dialect)
     ensure_row(conn, q, session_id, d["model"], owner)
@@ -124,7 +124,7 @@ def apply_token_delta(conn: Connection, q: Fragments, session_id: str, d: Mappin
 
 
 def update_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> None:
-    """Account one API call's tokens and cost on ``session_id`` synchronously (§3.2), in one
+    """Account one API call's tokens and cost on ``session_id`` synchronously (docs/sessions-agent.md §3.2), in one
     transaction: the row is ensured (``source='unknown'``), the first accounted route is
     stamped, counters add (``absolute=True``: are set), and the usage row of the route gains
     the delta. An empty id is a no-op."""
@@ -136,7 +136,7 @@ def update_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> No
 
 
 def queue_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> None:
-    """Queue one API call's accounting for the handle's background writer (§3.1): validated
+    """Queue one API call's accounting for the handle's background writer (docs/sessions-agent.md §3.1): validated
     now (``TypeError`` / ``ValueError`` / ``ConfigurationError`` at the call site), applied
     in enqueue order, adjacent same-route deltas merged. Read-your-writes through the token
     barrier (``get_session``, ``usage_totals`` … flush first)."""
@@ -151,7 +151,7 @@ def queue_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> Non
 
 
 def flush_token_counts(store: StoreHandle, timeout: float = 5.0) -> bool:
-    """Wait until every queued delta of this handle is written (§3.1). Returns False on
+    """Wait until every queued delta of this handle is written (docs/sessions-agent.md §3.1). Returns False on
     timeout; never raises; True at once on the writer thread itself."""
     return store.token_writer.flush(timeout)
 

@@ -1,4 +1,4 @@
-"""Statements of the agent turn API's accounting (spec sessions-ext-agent.md §3.2–§3.4):
+"""Statements of the agent turn API's accounting (docs/sessions-agent.md §3.2–§3.4):
 the session summary counters, ``session_model_usage`` upserts, the dominant route and the
 store-wide totals.
 

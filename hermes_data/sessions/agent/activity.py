@@ -1,5 +1,5 @@
-"""Activity heartbeat and labels of the agent turn API (spec sessions-ext-agent.md §3.7),
-and the title helpers of §3.10.
+"""Activity heartbeat and labels of the agent turn API (docs/sessions-agent.md §3.7),
+and the title helpers of docs/sessions-agent.md §3.10.
 
 The heartbeat is observation-only and sits on the response path (#76354): its writes wait
 at most 0.5 s for the write lock and give up quietly (False) rather than delay a reply.

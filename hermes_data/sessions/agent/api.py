@@ -1,5 +1,5 @@
 """The agent turn API's public ``SessionStore`` methods, as one declarative delegation table
-(spec sessions-ext-agent.md §1).
+(docs/sessions-agent.md §1).
 
 Each method is an operation function in a module by concern (:mod:`.accounting`,
 :mod:`.session_meta`, :mod:`.activity`, :mod:`.message_rows`, :mod:`.projections`,
@@ -24,7 +24,7 @@ from hermes_data.sessions.handle import Op, static
 class AgentTurnAPI:
     """The delegation table (see the module docstring)."""
 
-    # -- A accounting (§3.1–§3.4)
+    # -- A accounting (docs/sessions-agent.md §3.1–§3.4)
     update_token_counts = Op(accounting.update_token_counts)
     queue_token_counts = Op(accounting.queue_token_counts)
     flush_token_counts = Op(accounting.flush_token_counts)
@@ -34,7 +34,7 @@ class AgentTurnAPI:
     usage_totals = Op(accounting.usage_totals)
     ensure_session = Op(accounting.ensure_session)
 
-    # -- B metadata (§3.3, §3.9, §3.10)
+    # -- B metadata (docs/sessions-agent.md §3.3, §3.9, §3.10)
     update_system_prompt = Op(session_meta.update_system_prompt)
     update_session_model = Op(session_meta.update_session_model)
     update_session_meta = Op(session_meta.update_session_meta)
@@ -52,12 +52,12 @@ class AgentTurnAPI:
     set_expiry_finalized = Op(session_meta.set_expiry_finalized)
     backfill_null_session_profiles = Op(session_meta.backfill_null_session_profiles)
 
-    # -- C activity (§3.7)
+    # -- C activity (docs/sessions-agent.md §3.7)
     touch_session_activity = Op(activity.touch_session_activity)
     get_session_activity = Op(activity.get_session_activity)
     clear_session_activity_labels = Op(activity.clear_session_activity_labels)
 
-    # -- E row helpers (§3.6)
+    # -- E row helpers (docs/sessions-agent.md §3.6)
     set_latest_user_api_content = Op(row_helpers.set_latest_user_api_content)
     set_latest_matching_message_display_kind = Op(
         row_helpers.set_latest_matching_message_display_kind)
@@ -69,20 +69,20 @@ class AgentTurnAPI:
     has_archived_messages = Op(row_helpers.has_archived_messages)
     has_platform_message_id = Op(row_helpers.has_platform_message_id)
 
-    # -- F titles (§3.10)
+    # -- F titles (docs/sessions-agent.md §3.10)
     set_auto_title_if_empty = Op(activity.set_auto_title_if_empty)
     get_session_title = Op(activity.get_session_title)
     get_session_title_source = Op(activity.get_session_title_source)
     set_session_title_source = Op(activity.set_session_title_source)
 
-    # -- D projections (§3.5)
+    # -- D projections (docs/sessions-agent.md §3.5)
     get_messages_as_conversation = Op(projections.get_messages_as_conversation)
     get_resume_conversations = Op(projections.get_resume_conversations)
     get_resume_message_count = Op(projections.get_resume_message_count)
     get_ancestor_display_prefix = Op(projections.get_ancestor_display_prefix)
     get_conversation_root = Op(projections.get_conversation_root)
 
-    # -- G identity / reset (§3.8)
+    # -- G identity / reset (docs/sessions-agent.md §3.8)
     RECOVERABLE_END_REASONS = identity.RECOVERABLE_END_REASONS
     resolve_session_id = Op(identity.resolve_session_id)
     is_explicit_fork_child = Op(identity.is_explicit_fork_child)
@@ -91,7 +91,7 @@ class AgentTurnAPI:
     latest_conversation_boundary = Op(identity.latest_conversation_boundary)
     session_unread = static(identity.session_unread)
 
-    # -- H listing (§3.11; bulk delete: maintenance.delete_sessions)
+    # -- H listing (docs/sessions-agent.md §3.11; bulk delete: maintenance.delete_sessions)
     session_count_by_source = Op(bulk.session_count_by_source)
     session_lifecycle_statuses = Op(bulk.session_lifecycle_statuses)
     list_cron_job_runs = Op(bulk.list_cron_job_runs)

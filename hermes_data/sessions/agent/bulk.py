@@ -1,4 +1,4 @@
-"""Listing helpers of the agent turn API (spec sessions-ext-agent.md §3.11): counts by
+"""Listing helpers of the agent turn API (docs/sessions-agent.md §3.11): counts by
 source, lifecycle statuses of many sessions, cron job runs. (Bulk delete lives beside the
 core delete in :mod:`.maintenance`.)"""
 

@@ -1,4 +1,4 @@
-"""Identity and reset of the agent turn API (spec sessions-ext-agent.md §3.8): id prefix
+"""Identity and reset of the agent turn API (docs/sessions-agent.md §3.8): id prefix
 resolution, explicit-fork checks, the unread rule, session-reset promotion and the
 per-peer conversation generation (monotonic, never deleted).
 """

@@ -1,4 +1,4 @@
-"""Message-row helpers of the agent turn API (spec sessions-ext-agent.md §3.6): the latest
+"""Message-row helpers of the agent turn API (docs/sessions-agent.md §3.6): the latest
 user row's ``api_content``, display-kind stamping, role and latest-row lookups, the active
 id list and watermark, archived/platform-id probes and the store-wide message count.
 

@@ -1,5 +1,5 @@
-"""Statements of the agent turn API's message-row helpers (spec sessions-ext-agent.md §3.6)
-and identity reads (§3.8)."""
+"""Statements of the agent turn API's message-row helpers (docs/sessions-agent.md §3.6)
+and identity reads (docs/sessions-agent.md §3.8)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Conversation projections of the agent turn API (spec sessions-ext-agent.md §3.5): the
+"""Conversation projections of the agent turn API (docs/sessions-agent.md §3.5): the
 transcript as the OpenAI-shaped messages an agent replays, the resume pair (model and
 display histories), the ancestor display prefix, the resume count and the usage-tagging
 root.
@@ -361,7 +361,7 @@ def _canonical(m: ConversationMessage, hooks: ConversationHooks) -> tuple[Any, b
 
 
 def _dedupe_replayed_users(rows: list[_Row], hooks: ConversationHooks) -> list[_Row]:
-    """A rotation persists the live ask in parent and child: keep one copy (§3.5)."""
+    """A rotation persists the live ask in parent and child: keep one copy (docs/sessions-agent.md §3.5)."""
     out: list[_Row | None] = []
     info: list[tuple[Any, bool]] = []
     seen: dict[tuple, int] = {}

@@ -1,4 +1,4 @@
-"""Session metadata of the agent turn API (spec sessions-ext-agent.md §3.3, §3.9, §3.10):
+"""Session metadata of the agent turn API (docs/sessions-agent.md §3.3, §3.9, §3.10):
 model_config merges (lineage markers never change), model / prompt / route / runtime-lock
 writes, yolo and gateway-runtime readers, tool names, cwd claims and Git metadata,
 repo-root and profile backfills, distinct cwds, the expiry flag.
@@ -24,7 +24,7 @@ from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.sql.core import CHILD_MARKERS
 from hermes_data.sessions.agent.session_meta_sql import BACKFILL_PAIRS, MetaStatements, for_dialect
 
-#: Lineage markers (core §2.6): nothing here adds, changes or removes them.
+#: Lineage markers (docs/sessions.md §2.6): nothing here adds, changes or removes them.
 LINEAGE_MARKERS = frozenset(CHILD_MARKERS.values())
 #: ``merge_model_config_json``'s "row missing" sentinel.
 ROW_MISSING = object()
@@ -39,7 +39,7 @@ def _refuse_markers(patch: Mapping[str, Any]) -> None:
     touched = LINEAGE_MARKERS.intersection(patch)
     if touched:
         raise ValueError(f"lineage marker(s) {', '.join(sorted(touched))} cannot be patched "
-                         "(core §2.6: they define the trigram boundary)")
+                         "(docs/sessions.md §2.6: they define the trigram boundary)")
 
 
 def merge_model_config_json(conn: Connection, q: Fragments, session_id: str,
@@ -78,7 +78,7 @@ def _old_hash(conn: Connection, m: MetaStatements, session_id: str) -> tuple[boo
 
 
 def update_system_prompt(store: StoreHandle, session_id: str, system_prompt: str | None) -> None:
-    """Store the session's system prompt (content-addressed, §2.3) — None clears it — and
+    """Store the session's system prompt (content-addressed, docs/sessions-agent.md §2.3) — None clears it — and
     remove the previous prompt if no session references it any more."""
     if not session_id:
         return

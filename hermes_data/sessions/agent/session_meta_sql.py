@@ -1,6 +1,6 @@
 """Statements of the agent turn API's session metadata writes (spec sessions-ext-agent.md
-§3.3, §3.9, §3.10): model_config merges, model / prompt / route writes, tool names, cwd
-and Git metadata, profiles, and the activity columns (§3.7)."""
+docs/sessions-agent.md §3.3, §3.9, §3.10): model_config merges, model / prompt / route writes, tool names, cwd
+and Git metadata, profiles, and the activity columns (docs/sessions-agent.md §3.7)."""
 
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ class MetaStatements(Statements):
         #: Owner profile for rows without one.
         self.BACKFILL_PROFILES = r("UPDATE sessions SET profile_name = ? "
                                    "WHERE profile_name IS NULL OR TRIM(profile_name) = ''")
-        # -- activity (§3.7)
+        # -- activity (docs/sessions-agent.md §3.7)
         #: Move the heartbeat forward (never backwards; a garbage cell is overwritten).
         self.TOUCH_ACTIVITY = r(
             "UPDATE sessions SET last_activity_at = ?, last_activity_description = ?, "
@@ -92,7 +92,7 @@ class MetaStatements(Statements):
         self.CLEAR_ACTIVITY_LABELS = r(
             "UPDATE sessions SET last_activity_description = '', "
             "last_activity_provenance = 'unknown' WHERE id = ?")
-        # -- titles (§3.10)
+        # -- titles (docs/sessions-agent.md §3.10)
         #: Title and its source.
         self.TITLE = r("SELECT title, title_source FROM sessions WHERE id = ?")
         #: Re-label a title's source (titled rows only).

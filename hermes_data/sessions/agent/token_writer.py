@@ -1,4 +1,4 @@
-"""The asynchronous token writer of one store handle (spec sessions-ext-agent.md §3.1).
+"""The asynchronous token writer of one store handle (docs/sessions-agent.md §3.1).
 
 A synchronous accounting write costs the agent's turn thread a transaction per API call;
 ``queue_token_counts`` instead appends the (validated) delta to this handle's deque and a

@@ -1,4 +1,4 @@
-"""``format_session_db_unavailable`` (spec sessions-ext-agent.md §3.12): the message a
+"""``format_session_db_unavailable`` (docs/sessions-agent.md §3.12): the message a
 service shows when its session store could not be opened, from the process-wide last
 construction error (never cleared by a later success in another thread)."""
 

@@ -22,7 +22,7 @@ from hermes_data.sessions.sql import Fragments
 
 T = TypeVar("T")
 
-#: Patience budgets (spec sessions.md §8.5), seconds.
+#: Patience budgets (docs/sessions.md §8.5), seconds.
 ROUTINE_PATIENCE_S = 20.0
 TRANSCRIPT_PATIENCE_S = 60.0
 OPEN_PATIENCE_S = 20.0
@@ -36,14 +36,14 @@ class OpenOptions:
     :class:`HandleState` (the open, the migration hooks and later maintenance read them
     there). The defaults are a store opened without configuration."""
 
-    #: ``sessions.cjk_index`` (storage §3.9.2): keep the CJK-bigram index (False drops it).
+    #: ``sessions.cjk_index`` (docs/sessions-storage.md §3.9.2): keep the CJK-bigram index (False drops it).
     cjk_index: bool = True
-    #: ``sessions.reap_orphan_desktop_backends`` (storage §3.8): the stale-FTS escalation may
+    #: ``sessions.reap_orphan_desktop_backends`` (docs/sessions-storage.md §3.8): the stale-FTS escalation may
     #: end orphaned desktop backends holding the file.
     reap_orphans: bool = True
 
 
-#: A deferred stale-FTS recovery's first retry backoff, seconds (storage §3.8).
+#: A deferred stale-FTS recovery's first retry backoff, seconds (docs/sessions-storage.md §3.8).
 FTS_RETRY_BACKOFF_START_S = 60.0
 
 

@@ -1,4 +1,4 @@
-"""Cross-process locks for startup maintenance (spec sessions.md §7.6): ``flock`` on a
+"""Cross-process locks for startup maintenance (docs/sessions.md §7.6): ``flock`` on a
 sidecar lock file for a SQLite store (never on the database file itself: closing a
 descriptor of it would drop this process's POSIX locks), a session-level advisory lock for a
 PostgreSQL store (shared by several hosts, where a lock file would not be).

@@ -1,18 +1,18 @@
 """A writable SQLite open's file steps before the first connection, and its header lease
 (issue 14: the settled open).
 
-:func:`prepare_file` — spec sessions.md §8.1 steps 1–2: the directory (made when missing), the
+:func:`prepare_file` — docs/sessions.md §8.1 steps 1–2: the directory (made when missing), the
 writability preflight (:mod:`..writability`), a dangling symbolic link refused, the first
 creation (owner-only, exclusive, before any connection), the header lease
 (:class:`hermes_data.files.FileHeader`: one read-only descriptor per path, never closed under a
-lock, §8.9) — by ``os`` calls on the path string, one ``stat`` per fact; and whether the
+lock, docs/sessions.md §8.9) — by ``os`` calls on the path string, one ``stat`` per fact; and whether the
 open's step 8 (owner-only permissions) has anything to change (``backend._owner_only``).
 
 Two checks that ran before the connection read the header bytes another way; they now read
 them through the lease — same answers, fewer system calls, no descriptor opened and closed on
 the database:
 
-* :func:`zero_probe` — the zero probe of a writable open (sessions-ext-storage §3.4), the
+* :func:`zero_probe` — the zero probe of a writable open (docs/sessions-storage.md §3.4), the
   answers of :func:`~hermes_data.sessions.storage.quarantine.is_zeroed_state_db`: a regular file of
   size 0 or whose first 100 bytes are all NUL is zeroed; anything else or a non-regular file
   is not; while this process has a connection to the file or another thread examines it
@@ -97,7 +97,7 @@ def prepare_file(backend: Any) -> bool:
             existing = True
     if backend._header is None:  # before any connection (see SqliteBackend._connect_writer)
         backend._header = FileHeader(path)
-    # Nothing for §8.1 step 8 to change: the file and its sidecars are 0600 and no link is on
+    # Nothing for docs/sessions.md §8.1 step 8 to change: the file and its sidecars are 0600 and no link is on
     # the path (the sidecars of a link sit beside its target). SQLite creates a missing -wal
     # / -shm with the database file's mode, so a WAL connection's new sidecars are 0600 too.
     key = backend._header.key  # resolved (absolute, normal): equal to name, name is absolute

@@ -96,7 +96,7 @@ class PostgresBackend(SessionBackend):
                     report = migrate.upgrade("sessions", url, hook_options=self.state.options)
                     self.open_repairs.extend(report.repairs)
                     forget_capabilities(self._engine)  # the search indexes may be new
-                ensure_pg_display_objects(self._engine)  # ui §2.4: display twins
+                ensure_pg_display_objects(self._engine)  # docs/sessions-ui.md §2.4: display twins
             self._writer: Connection | None = self._engine.connect()
         except BaseException:
             self._engine.dispose()

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES
 
 # -- SQLite ------------------------------------------------------------------------------
-#: Take the write lock before doing any work (spec sessions.md §8.5).
+#: Take the write lock before doing any work (docs/sessions.md §8.5).
 BEGIN_IMMEDIATE = "BEGIN IMMEDIATE"
 #: Deferred read transaction (engine ``begin`` hook of read-only handles).
 BEGIN = "BEGIN"
@@ -18,13 +18,13 @@ COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 #: Rows the last statement changed (pysqlite reports -1 for WITH … UPDATE).
 CHANGES = "SELECT changes()"
-#: The file header's application id (replaced-file guard, §8.9).
+#: The file header's application id (replaced-file guard, docs/sessions.md §8.9).
 APPLICATION_ID = "PRAGMA application_id"
-#: Foreign keys on every connection (§2, §8.1 step 5).
+#: Foreign keys on every connection (docs/sessions.md §2, §8.1 step 5).
 FOREIGN_KEYS_ON = "PRAGMA foreign_keys=ON"
 #: The cheapest read that proves the schema is readable.
 SCHEMA_PROBE = "SELECT 1 FROM sqlite_master LIMIT 1"
-#: The only checkpoint mode this library issues (§8.8).
+#: The only checkpoint mode this library issues (docs/sessions.md §8.8).
 CHECKPOINT_PASSIVE = "PRAGMA wal_checkpoint(PASSIVE)"
 #: The journal mode in effect.
 JOURNAL_MODE = "PRAGMA journal_mode"

@@ -1,11 +1,11 @@
 """The SQLite backend of the session store: one ``state.db`` file.
 
-Open path (spec sessions.md §8.1): writability preflight, owner-only creation, the
+Open path (docs/sessions.md §8.1): writability preflight, owner-only creation, the
 deleted-sidecar refusal, the engine policy (busy timeout first, journal mode, configured
 pragmas, foreign keys), a read-gated upgrade or adoption, read-gated open-time heals, the
 file identity for the live-handle guards, and — in WAL — a bounded ``mode=ro`` read pool.
 
-Transactions (§8.5): one writer connection per handle, every write inside
+Transactions (docs/sessions.md §8.5): one writer connection per handle, every write inside
 ``BEGIN IMMEDIATE``, SQLite's busy handler capped at 1 s and an application-level jittered
 retry up to a patience budget (20 s routine, 60 s for transcript writes). An I/O error at
 ``BEGIN IMMEDIATE`` itself is retried once on the same connection. A writer closed under a
@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 #: Best-effort PASSIVE checkpoint cadence (successful writes).
 CHECKPOINT_EVERY = 50
-#: Read-only opens: transient I/O errors retried this many times, this far apart (§8.6).
+#: Read-only opens: transient I/O errors retried this many times, this far apart (docs/sessions.md §8.6).
 READ_ONLY_OPEN_RETRIES = 3
 READ_ONLY_RETRY_PAUSE_S = 0.05
 #: Reads wait this long in all for a writer holding the file (rollback-journal modes: a
@@ -71,7 +71,7 @@ class SqliteBackend(SessionBackend):
 
     #: Test seam: called right before every ``BEGIN IMMEDIATE`` (fault injection).
     _before_begin: Callable[[], None] | None = None
-    #: The handle's one reopen after a ``close()`` race has been used (§8.5).
+    #: The handle's one reopen after a ``close()`` race has been used (docs/sessions.md §8.5).
     _race_reopened = False
     zero_probe = open_file.zero_probe  # the writable open's zero probe, by its header lease
     _owner_only = False  # set by open_file.prepare_file
@@ -97,7 +97,7 @@ class SqliteBackend(SessionBackend):
         self._raw: sqlite3.Connection | None = None
         self._reads: guards.LazyReadPool | None = None  # WAL: the read pool, made at first use
         self._identity: guards.FileIdentity | None = None
-        self._header: FileHeader | None = None  # the on-disk header, by pread (§8.9)
+        self._header: FileHeader | None = None  # the on-disk header, by pread (docs/sessions.md §8.9)
         self._app_id = 0
         self._sticky: BaseException | None = None  # replaced / split WAL / corrupt
         self.quarantined = False
@@ -105,11 +105,11 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            self._open_with_patience(open_patience_s, repair.open_hook(  # storage §3.3-§3.4
+            self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
                 self, self._open_read_only if read_only else self._open))
             initialized = True
         finally:
-            if not initialized:  # every exception path closes what it opened (§8.12)
+            if not initialized:  # every exception path closes what it opened (docs/sessions.md §8.12)
                 self._dispose()
 
     # -- open / close ------------------------------------------------------------------
@@ -130,7 +130,7 @@ class SqliteBackend(SessionBackend):
                               "retry")
 
     def _open(self) -> None:
-        # §8.1 steps 1–2: directory, writability preflight, owner-only creation, header lease.
+        # docs/sessions.md §8.1 steps 1–2: directory, writability preflight, owner-only creation, header lease.
         existing = open_file.prepare_file(self)
         self._refuse_deleted_sidecars("open")
         # Identity rule (README "What is refused, and how") on the writer's connection, ahead
@@ -185,7 +185,7 @@ class SqliteBackend(SessionBackend):
     def _refuse_deleted_sidecars(self, what: str) -> None:
         holders = guards.deleted_sidecar_holders(
             self.path, None if self._header is None else self._header.fd)
-        if holders:  # a second opener would mint a second WAL generation (§8.10)
+        if holders:  # a second opener would mint a second WAL generation (docs/sessions.md §8.10)
             pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
             self._sticky = DeletedWalGenerationError(str(self.path),
                                                      f"refusing to {what}: {pids} (deleted)")
@@ -196,7 +196,7 @@ class SqliteBackend(SessionBackend):
         return guards.connect_read_only(self.path)
 
     def _open_read_only(self) -> None:
-        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (§8.6). A transient ``disk i/o
+        """``mode=ro``, 1 s timeout, no DDL, no write lock ever (docs/sessions.md §8.6). A transient ``disk i/o
         error`` (a reader cannot run WAL recovery) is retried 3 times, 50 ms apart."""
         migrate.require_created("sessions", self.path)  # never create a file by reading it
         con = opening.connect_read_only_retrying(
@@ -216,7 +216,7 @@ class SqliteBackend(SessionBackend):
         self.fts_available = opening.probe_fts_tables(con)
 
     def _open_checks(self, plan: tuple | None = None) -> None:
-        """Read-gated open-time heals (§8.4, :func:`sqlite_open.open_heals`): zero writes on a
+        """Read-gated open-time heals (docs/sessions.md §8.4, :func:`sqlite_open.open_heals`): zero writes on a
         settled database (``plan``: the reads, when the caller already made them)."""
         if plan is None:
             assert self._raw is not None
@@ -278,7 +278,7 @@ class SqliteBackend(SessionBackend):
         """Best-effort ``PRAGMA wal_checkpoint(PASSIVE)`` outside any transaction (never raises).
 
         Sent on the writer's DBAPI connection (driver transactions are off), so no BEGIN
-        wraps it; PASSIVE is the only mode this library issues (spec §8.8).
+        wraps it; PASSIVE is the only mode this library issues (docs/sessions.md §8.8).
         """
         if self.quarantined or self._raw is None:
             return
@@ -308,7 +308,7 @@ class SqliteBackend(SessionBackend):
     # -- transactions ------------------------------------------------------------------
 
     def guard(self) -> None:
-        """Live-handle guards before a write (§8.11): sticky failures, replaced file, split WAL."""
+        """Live-handle guards before a write (docs/sessions.md §8.11): sticky failures, replaced file, split WAL."""
         if self._sticky is not None:
             raise self._sticky
         if self._identity is None:
@@ -331,7 +331,7 @@ class SqliteBackend(SessionBackend):
 
     def _attempt(self, fn: Callable[[Any], T], *, raw: bool, guarded: bool = True,
                  header_in_fn: bool = False) -> T:
-        """One write transaction: ``BEGIN IMMEDIATE`` → ``fn`` → ``COMMIT`` (§8.5).
+        """One write transaction: ``BEGIN IMMEDIATE`` → ``fn`` → ``COMMIT`` (docs/sessions.md §8.5).
 
         ``header_in_fn``: ``fn`` itself passes the file's ``application_id`` to
         :meth:`check_header` before the transaction can commit, so the separate header read
@@ -384,12 +384,12 @@ class SqliteBackend(SessionBackend):
 
     def _connect_writer(self, identify: Callable[[sqlite3.Connection], None] | None = None
                         ) -> None:
-        """§8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
+        """docs/sessions.md §8.1 steps 4–5: the engine (busy timeout, manual transactions, journal-mode policy),
         configured pragmas and foreign keys on every connection, and the writer connection.
         No schema work: the open runs that next. ``identify`` runs once, first.
 
         The header lease is taken first, before any connection holds a lock on the file, and
-        given back by :meth:`_dispose` after the connections are closed (§8.9)."""
+        given back by :meth:`_dispose` after the connections are closed (docs/sessions.md §8.9)."""
         if self._header is None:
             self._header = FileHeader(self.path)
         state = JournalState()
@@ -435,7 +435,7 @@ class SqliteBackend(SessionBackend):
     def _reopen_after_close_race(self) -> bool:
         """``close()`` raced a write still running on another thread: the writer is gone.
 
-        Reopen once per handle with the same connection setup and no schema work (§8.5), so
+        Reopen once per handle with the same connection setup and no schema work (docs/sessions.md §8.5), so
         the in-flight write lands instead of vanishing; the caller closes the connection again
         when that write is done (the handle stays closed). Refused — with the handle's sticky
         error or a "closed" error, never a silent loss — for read-only, replaced, corrupt or
@@ -454,7 +454,7 @@ class SqliteBackend(SessionBackend):
                 f"{closed}; close() ran while writes were still in flight and the one reopen "
                 "it allows was already used: stop writing before closing the store")
         self.guard()  # a file replaced since the close must not be written
-        self._refuse_deleted_sidecars("reopen")  # same refusal as the open (§8.10)
+        self._refuse_deleted_sidecars("reopen")  # same refusal as the open (docs/sessions.md §8.10)
         self._race_reopened = True
         log.warning("%s: close() raced a still-running writer (a write was in flight when the "
                     "handle closed); reopening the writer connection once, without schema work, "
@@ -524,8 +524,8 @@ class SqliteBackend(SessionBackend):
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
         in one transaction (search falls back to LIKE); the caller retries its write once.
-        Never rebuilds from the live write path (§8.11). Upstream's CJK triggers firing here
-        (``no such tokenizer: cjk_unicode61``) are healed alone (storage §3.9.1)."""
+        Never rebuilds from the live write path (docs/sessions.md §8.11). Upstream's CJK triggers firing here
+        (``no such tokenizer: cjk_unicode61``) are healed alone (docs/sessions-storage.md §3.9.1)."""
         if upstream_cjk.is_cjk_tokenizer_error(exc):
             return self._attempt(upstream_cjk.heal_after_write_failure, raw=False)
         log.error("%s: FTS index corrupt (%s): FTS triggers dropped, fts_stale set; search uses "
@@ -544,7 +544,7 @@ class SqliteBackend(SessionBackend):
             log.error("%s: structural corruption (%s): handle quarantined", self.path, exc)
             self.quarantined = True
             self._sticky = StateDbCorruptError(str(self.path), exc)
-            filesafety.no_checkpoint_on_close(self._raw, self.path)  # storage §3.5
+            filesafety.no_checkpoint_on_close(self._raw, self.path)  # docs/sessions-storage.md §3.5
         raise self._sticky from exc
 
     @contextmanager
@@ -661,7 +661,7 @@ class SqliteBackend(SessionBackend):
 
     def vacuum(self) -> None:
         """PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again (core ``vacuum()`` optimizes
-        the FTS indexes first, storage §3.7); refused on quarantined or replaced handles."""
+        the FTS indexes first, docs/sessions-storage.md §3.7); refused on quarantined or replaced handles."""
         self.guard()
         patience = Patience(ROUTINE_PATIENCE_S)
         while True:

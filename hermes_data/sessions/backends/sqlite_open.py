@@ -26,7 +26,7 @@ the data the gates depend on (revision, generation token, ``fts_storage_version`
 lock); the display triggers' stored SQL is part of the catalogue text.
 Anything that differs — a schema change, another file at the path, a stale index, a row to
 heal, forced FTS capabilities — falls back to the full reads (and they write only what they
-prove is needed, §8.4).
+prove is needed, docs/sessions.md §8.4).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ log = logging.getLogger("hermes_data.sessions.backends.sqlite")
 
 #: The open-check plan: (fts tables loadable, application_id, unusable FTS tables present,
 #: need fail-open, need FTS checks, need NULL-active heal, need generation, need
-#: fts_storage_version, display triggers to (re)create — ui §2.3).
+#: fts_storage_version, display triggers to (re)create — docs/sessions-ui.md §2.3).
 Plan = tuple
 
 
@@ -101,9 +101,9 @@ def connect(path: Path, settings: SqliteSettings, header: FileHeader | None = No
 
 def configure(con: sqlite3.Connection, path: Path, settings: SqliteSettings,
               pragmas: list[str], state: JournalState) -> None:
-    """The writer's connection set-up (§8.1 steps 4–5): the dialect's functions, the engine's
+    """The writer's connection set-up (docs/sessions.md §8.1 steps 4–5): the dialect's functions, the engine's
     policy (busy timeout first, journal mode read-then-switch, synchronous, journal size
-    limit), the configured pragmas (§8.3), then foreign keys."""
+    limit), the configured pragmas (docs/sessions.md §8.3), then foreign keys."""
     sqlite_dialect_kit()[1](con)
     # connect()'s driver timeout is the busy timeout (pysqlite sets int(timeout * 1000) ms)
     preset = int(settings.busy_timeout_ms / 1000 * 1000) == int(settings.busy_timeout_ms)
@@ -257,7 +257,7 @@ def remember(key: tuple[int, int] | None, plan: Plan, facts: tuple[Any, ...],
 
 def open_heals(path: Path, plan: Plan, repairs: list[str],
                options: OpenOptions = OpenOptions()) -> Callable[[Connection], None]:
-    """The writes ``plan`` asks for (§8.4), as one function for the caller's write
+    """The writes ``plan`` asks for (docs/sessions.md §8.4), as one function for the caller's write
     transaction; what it repairs is appended to ``repairs``.
 
     An FTS table this SQLite build cannot use (a store made where the trigram tokenizer or
@@ -285,6 +285,6 @@ def open_heals(path: Path, plan: Plan, repairs: list[str],
         if need_ver and opening.needs_fts_storage_version(conn, opening.read_fts_state(conn)):
             opening.write_fts_storage_version(conn)
         if disp:
-            display_schema.repair_triggers(conn, disp, repairs)  # ui §2.3
+            display_schema.repair_triggers(conn, disp, repairs)  # docs/sessions-ui.md §2.3
 
     return work

@@ -1,4 +1,4 @@
-"""The SQLite read route at the DB-API level (spec sessions.md §8.6 reads, unchanged).
+"""The SQLite read route at the DB-API level (docs/sessions.md §8.6 reads, unchanged).
 
 :func:`read_driver` runs a read function on a pooled ``mode=ro`` reader's own ``sqlite3``
 connection inside ``BEGIN`` … ``COMMIT`` — the transaction :meth:`SqliteBackend.reading`

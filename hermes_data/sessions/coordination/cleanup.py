@@ -1,4 +1,4 @@
-"""Empty and ghost sessions (spec sessions-ext-coordination.md §3.19).
+"""Empty and ghost sessions (docs/sessions-coordination.md §3.19).
 
 ``EMPTY(s)``: no messages at all (rewound or compacted rows are content), ended, not
 archived, not pinned, not a lineage segment, and no unexpired lock or lease row on its id —

@@ -1,4 +1,4 @@
-"""Compression locks (spec sessions-ext-coordination.md §3.10): try-acquire, refresh,
+"""Compression locks (docs/sessions-coordination.md §3.10): try-acquire, refresh,
 release, the live holder, and the lease-required publication of a compression child.
 
 A lock is keyed by the session being compressed and held for the summary call plus the
@@ -30,7 +30,7 @@ from hermes_data.sessions.coordination.sql import CoordinationStatements, for_di
 
 log = logging.getLogger("hermes_data.sessions.coordination.compression_locks")
 
-#: Patience of a lock operation's transaction (§3.9: routine); a module attribute so tests
+#: Patience of a lock operation's transaction (docs/sessions-coordination.md §3.9: routine); a module attribute so tests
 #: can shorten it.
 LOCK_PATIENCE_S = ROUTINE_PATIENCE_S
 #: Failures an acquire / refresh / release reports as "no lock" (WARNING) instead of raising:
@@ -127,7 +127,7 @@ def get_compression_lock_holder(store: StoreHandle, session_id: str) -> str | No
 def check_publish_lease(conn: Connection, cs: CoordinationStatements, clock: Clock,
                         parent_id: str, holder: str | None, required: bool, refresh: bool,
                         ttl: float) -> None:
-    """§3.10 lease-required publish, inside the publish transaction before the parent
+    """docs/sessions-coordination.md §3.10 lease-required publish, inside the publish transaction before the parent
     checks: the optional last-chance refresh, then (if required) the row must exist, name
     ``holder`` and not be expired — else :class:`CompressionSessionBusyError`."""
     ex = conn.exec_driver_sql
@@ -157,7 +157,7 @@ def publish_compression_child(store: Any, parent_session_id: str, child_session_
                               require_lease_refresh: bool = False,
                               lease_ttl_seconds: float = DEFAULT_TTL_S) -> PublishResult:
     """Atomically end ``parent`` with ``compression`` and publish its continuation (core
-    §4.3, amended by coordination §3.10): with a lock holder (``compression_lock_holder``,
+    docs/sessions.md §4.3, amended by docs/sessions-coordination.md §3.10): with a lock holder (``compression_lock_holder``,
     alias ``lease_holder``) the publication requires that holder's live lock unless
     ``require_compression_lease=False``; ``require_lease_refresh`` renews it first. An
     automatic end stamp on the parent (``orphaned_compression`` included) is cleared."""

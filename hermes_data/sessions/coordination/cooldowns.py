@@ -1,5 +1,5 @@
 """Compression failure cooldowns, streaks and the recovery deadline (spec
-sessions-ext-coordination.md §3.12–§3.13): per-session (per-segment) anti-thrash state a
+docs/sessions-coordination.md §3.12–§3.13): per-session (per-segment) anti-thrash state a
 rebuilt compressor inherits across restarts.
 
 Values are caller wall time (never the server clock). Getters read through the read pool
@@ -171,7 +171,7 @@ def clear_compression_failure_cooldown(store: Any, session_id: str) -> None:
         log.warning("compression failure cooldown of %r not cleared: %s", session_id, exc)
 
 
-# -- streaks and the recovery deadline (§3.13) ---------------------------------------------
+# -- streaks and the recovery deadline (docs/sessions-coordination.md §3.13) ---------------------------------------------
 
 
 def _get(store: Any, which: str, session_id: str) -> Any:

@@ -1,4 +1,4 @@
-"""Display reads with compacted generations (spec sessions-ext-coordination.md §3.17):
+"""Display reads with compacted generations (docs/sessions-coordination.md §3.17):
 ``get_messages(…, include_compacted=True)``.
 
 In-place compaction keeps summarized rows (``compacted = 1``) and carries the verbatim tail

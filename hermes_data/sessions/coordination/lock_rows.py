@@ -1,5 +1,5 @@
 """Guard rows shared by compression locks and turn leases (spec sessions-ext-coordination.md
-§3.1–§3.3): clocks, holders, the one liveness rule (``DEAD``/``LIVE``), the conversation key
+docs/sessions-coordination.md §3.1–§3.3): clocks, holders, the one liveness rule (``DEAD``/``LIVE``), the conversation key
 and the claim protocol.
 
 The claim runs inside the caller's write transaction and works on either a SQLAlchemy
@@ -22,12 +22,12 @@ import psutil
 
 from hermes_data.sessions.coordination.sql import CoordinationStatements, GuardStatements
 
-#: ``pid=<n>`` component of a holder (§3.2).
+#: ``pid=<n>`` component of a holder (docs/sessions-coordination.md §3.2).
 _PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
 _HOST = re.compile(r"(?:^|:)host=([^:]*)(?::|$)")
-#: Longest holder accepted (§3.2).
+#: Longest holder accepted (docs/sessions-coordination.md §3.2).
 MAX_HOLDER_CHARS = 512
-#: Shortest TTL; shorter ones are raised to it (§3.2).
+#: Shortest TTL; shorter ones are raised to it (docs/sessions-coordination.md §3.2).
 MIN_TTL_S = 0.1
 DEFAULT_TTL_S = 300.0
 
@@ -37,7 +37,7 @@ Execute = Callable[..., Any]
 
 def holder_is_provably_dead(holder: Any, *, dialect: str = "sqlite",
                             pid_exists: Callable[[int], bool] = psutil.pid_exists) -> bool:
-    """``DEAD(holder)`` (§3.2): only a ``pid=<n>`` component with ``n > 0`` that is not this
+    """``DEAD(holder)`` (docs/sessions-coordination.md §3.2): only a ``pid=<n>`` component with ``n > 0`` that is not this
     process, on this host (a ``host=`` naming another host is never dead; on PostgreSQL a
     holder without ``host=`` is never dead), whose process does not exist. Any doubt or
     exception ⇒ alive."""
@@ -86,7 +86,7 @@ def usable_holder(holder: Any) -> bool:
 
 
 class Clock:
-    """The store's clocks and liveness probe as the guard code sees them (§3.1): ``wall`` /
+    """The store's clocks and liveness probe as the guard code sees them (docs/sessions-coordination.md §3.1): ``wall`` /
     ``mono`` / ``pid_exists`` read from the store (injectable there), the dialect's rule
     for guard decisions."""
 
@@ -129,14 +129,14 @@ class Clock:
 
 
 def conversation_key(ex: Execute, cs: CoordinationStatements, session_id: str) -> str:
-    """``KEY(session_id)`` inside the caller's transaction (§3.3)."""
+    """``KEY(session_id)`` inside the caller's transaction (docs/sessions-coordination.md §3.3)."""
     row = ex(cs.KEY_OF, (session_id,)).fetchone()
     return session_id if row is None or row[0] is None else str(row[0])
 
 
 def claim(ex: Execute, gs: GuardStatements, clock: Clock, key: str, holder: str, ttl: float,
           now: float) -> tuple[bool, str | None]:
-    """The acquire protocol (§3.10 step 2, §3.14) inside the caller's transaction: a STALE
+    """The acquire protocol (docs/sessions-coordination.md §3.10 step 2, docs/sessions-coordination.md §3.14) inside the caller's transaction: a STALE
     row is compare-and-deleted, a LIVE own row extended (never lowered), a new row inserted
     ``ON CONFLICT DO NOTHING`` and re-read. Returns (owned, reclaimed holder)."""
     reclaimed: str | None = None

@@ -1,4 +1,4 @@
-"""Lineage recovery (spec sessions-ext-coordination.md §3.11): the live continuation of a
+"""Lineage recovery (docs/sessions-coordination.md §3.11): the live continuation of a
 compression parent, reopening a parent an older non-atomic publisher left childless, and
 closing week-old continuations nobody used — plus the core amendment A8 (``reopen_session``
 refuses a compression parent with a continuation: two live heads would re-key the lease).

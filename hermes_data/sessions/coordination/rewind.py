@@ -1,4 +1,4 @@
-"""Rewind and its undo (spec sessions-ext-coordination.md §3.16): ``rewind_to_message``
+"""Rewind and its undo (docs/sessions-coordination.md §3.16): ``rewind_to_message``
 (``/undo``, ``/retry``) and ``restore_rewound``.
 
 Each is one fenced transaction with every check before any change. Rewound rows stay as

@@ -1,4 +1,4 @@
-"""Transcript rewrites (spec sessions-ext-coordination.md §3.15): ``replace_messages``,
+"""Transcript rewrites (docs/sessions-coordination.md §3.15): ``replace_messages``,
 ``clear_messages`` and in-place compaction (``archive_and_compact``), with the shared
 pieces rewind uses too — the session check ``P``, the destructive-mutation fence ``F``,
 fresh-row insertion ``INS``, the I2 counters and the W1 retry.
@@ -112,7 +112,7 @@ def insert_new(conn: Connection, q: Any, session_id: str,
 
 def set_active_counts(conn: Connection, cs: CoordinationStatements, session_id: str) -> int:
     """I2: ``message_count`` / ``tool_call_count`` = the counts over the active rows (core
-    §6.1's tool-call rule). Returns the active count."""
+    docs/sessions.md §6.1's tool-call rule). Returns the active count."""
     ex = conn.exec_driver_sql
     n = int(ex(cs.ACTIVE_COUNT, (session_id,)).scalar() or 0)
     tools = sum(enc.count_tool_calls(r[0]) for r in ex(cs.ACTIVE_TOOL_CALLS, (session_id,)))
@@ -209,7 +209,7 @@ def archive_and_compact(store: Any, session_id: str, compacted_messages: Sequenc
                         model_config_patch: Mapping[str, Any] | None = None,
                         watermark: int | None = None, lock_holder: str | None = None,
                         tail_count: int = 0) -> int:
-    """In-place compaction keeping the session id (§3.15); returns the new active count.
+    """In-place compaction keeping the session id (docs/sessions-coordination.md §3.15); returns the new active count.
 
     In one transaction: with ``lock_holder`` its compression lock must exist, name it and
     not be expired (else :class:`CompressionSessionBusyError`, at once); rows appended above

@@ -1,4 +1,4 @@
-"""Statements of transcript editing and coordination (spec sessions-ext-coordination.md §3):
+"""Statements of transcript editing and coordination (docs/sessions-coordination.md §3):
 guard rows (compression locks, turn leases), the conversation key, the server clock,
 cooldowns and streaks, transcript rewrites and rewind.
 
@@ -15,18 +15,18 @@ from hermes_data.sessions.sql.core import MESSAGE_COLS, quote_ident
 from hermes_data.sessions.sql.dialect import Statements, marks, render
 from hermes_data.sessions.sql.predicates import edge, fork, last_active
 
-#: Guard tables and their key column (§3.2): compression locks are keyed by the session being
-#: compressed, turn leases by the conversation key (§3.3).
+#: Guard tables and their key column (docs/sessions-coordination.md §3.2): compression locks are keyed by the session being
+#: compressed, turn leases by the conversation key (docs/sessions-coordination.md §3.3).
 GUARD_TABLES = {"lock": ("compression_locks", "session_id"),
                 "lease": ("session_turn_leases", "conversation_id")}
-#: Cooldown, streak and deadline columns (§3.12, §3.13), by the name the API uses.
+#: Cooldown, streak and deadline columns (docs/sessions-coordination.md §3.12, §3.13), by the name the API uses.
 COOLDOWN_COLUMNS = {"until": "compression_failure_cooldown_until",
                     "error": "compression_failure_error",
                     "fallback": "compression_fallback_streak",
                     "ineffective": "compression_ineffective_count",
                     "overload": "compression_overload_streak",
                     "deadline": "compression_recovery_deadline"}
-#: Depth cap of the conversation-key walk (§3.3).
+#: Depth cap of the conversation-key walk (docs/sessions-coordination.md §3.3).
 KEY_DEPTH_CAP = 100
 
 
@@ -42,7 +42,7 @@ class GuardStatements:
         self.READ = r(f"SELECT holder, expires_at FROM {table} WHERE {key} = ?{lock}")
         #: The row of one key, unlocked (read-pool getters).
         self.PEEK = r(f"SELECT holder, expires_at FROM {table} WHERE {key} = ?")
-        #: Compare-and-delete of a stale row on the values read (§3.2).
+        #: Compare-and-delete of a stale row on the values read (docs/sessions-coordination.md §3.2).
         self.DELETE_STALE = r(f"DELETE FROM {table} WHERE {key} = ? AND holder = ? "
                               "AND expires_at = ?")
         #: Re-entrant acquire: never lowers ``expires_at`` (new value bound twice).
@@ -67,7 +67,7 @@ class CoordinationStatements(Statements):
         self.lock = GuardStatements(d, "lock")
         self.lease = GuardStatements(d, "lease")
         seed = "CAST(? AS TEXT)" if pg else "?"
-        #: KEY(s): the compression root of ``s`` over EDGE, depth-capped (§3.3); an unknown id
+        #: KEY(s): the compression root of ``s`` over EDGE, depth-capped (docs/sessions-coordination.md §3.3); an unknown id
         #: is its own key.
         self.KEY_OF = r(
             f"WITH RECURSIVE up(id, depth) AS (SELECT {seed}, 0 UNION ALL "
@@ -75,7 +75,7 @@ class CoordinationStatements(Statements):
             f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c', d)} "
             f"AND up.depth < {KEY_DEPTH_CAP}) "
             "SELECT id FROM up ORDER BY depth DESC LIMIT 1")
-        #: The server's wall clock, epoch seconds (PostgreSQL guard decisions, §3.1).
+        #: The server's wall clock, epoch seconds (PostgreSQL guard decisions, docs/sessions-coordination.md §3.1).
         self.SERVER_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8" if pg else None
         #: Lock the session row first (W4a/W4e lock order on PostgreSQL).
         self.LOCK_SESSION = r("SELECT id FROM sessions WHERE id = ?" + (" FOR UPDATE" if pg
@@ -84,7 +84,7 @@ class CoordinationStatements(Statements):
         self.SESSION_STATE = r("SELECT ended_at, end_reason, model_config, rewind_count "
                                "FROM sessions WHERE id = ?" + (" FOR UPDATE" if pg else ""))
 
-        # -- transcript rewrites and rewind (§3.15, §3.16) --------------------------------
+        # -- transcript rewrites and rewind (docs/sessions-coordination.md §3.15, §3.16) --------------------------------
         #: Active row ids of a session, ascending.
         self.ACTIVE_IDS = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
                             "ORDER BY id")
@@ -135,7 +135,7 @@ class CoordinationStatements(Statements):
         self.RESTORE_FROM = r("UPDATE messages SET active = 1 WHERE session_id = ? "
                               "AND id >= ? AND active = 0")
 
-        # -- cooldowns and streaks (§3.12, §3.13) --------------------------------------
+        # -- cooldowns and streaks (docs/sessions-coordination.md §3.12, §3.13) --------------------------------------
         until, error = COOLDOWN_COLUMNS["until"], COOLDOWN_COLUMNS["error"]
         #: Merge-max cooldown record (new value bound twice), latest error.
         self.RECORD_COOLDOWN = r(
@@ -151,7 +151,7 @@ class CoordinationStatements(Statements):
         self.SET_COLUMN = {k: r(f"UPDATE sessions SET {c} = ? WHERE id = ?")
                            for k, c in COOLDOWN_COLUMNS.items()}
 
-        # -- lineage recovery (§3.11) --------------------------------------------------
+        # -- lineage recovery (docs/sessions-coordination.md §3.11) --------------------------------------------------
         cont = (f"FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
                 f"WHERE p.id = ? AND p.end_reason = 'compression' AND NOT {fork('c', 'p', d)}")
         #: Open continuation children of a compression parent (two are enough to refuse).
@@ -179,14 +179,14 @@ class CoordinationStatements(Statements):
                                  "end_reason = 'orphaned_compression' WHERE id = ? AND "
                                  f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
 
-        # -- display reads (§3.17) -------------------------------------------------------
+        # -- display reads (docs/sessions-coordination.md §3.17) -------------------------------------------------------
         page = (f"SELECT {', '.join(MESSAGE_COLS)} FROM messages WHERE session_id = ? "
                 "AND id > ?{sel} ORDER BY id LIMIT ?")
         #: A keyset page of the active-or-compacted selection / of every row.
         self.DISPLAY_PAGE = r(page.format(sel=" AND (active = 1 OR compacted = 1)"))
         self.DISPLAY_PAGE_ALL = r(page.format(sel=""))
 
-        # -- archive (§3.18) -------------------------------------------------------------
+        # -- archive (docs/sessions-coordination.md §3.18) -------------------------------------------------------------
         stale = ("s.archived = 0 AND COALESCE(s.end_reason, '') <> 'compression' "
                  f"AND {last_active('s')} < ?")
         #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
@@ -203,7 +203,7 @@ class CoordinationStatements(Statements):
         self.CLEAR_TIP_END = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
                                "WHERE id = ? AND end_reason = ?")
 
-        # -- empty and ghost sessions (§3.19) ---------------------------------------------
+        # -- empty and ghost sessions (docs/sessions-coordination.md §3.19) ---------------------------------------------
         unguarded = ("NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = s.id "
                      "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
                      "WHERE t.conversation_id = s.id AND t.expires_at > ?)")
@@ -232,7 +232,7 @@ class CoordinationStatements(Statements):
             "WHERE t.conversation_id = ? AND t.expires_at > ?)")
 
     def orphan_where(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """ORPHAN(s) of §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
+        """ORPHAN(s) of docs/sessions-coordination.md §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
         where = (f"s.ended_at IS NULL AND s.source IN ({marks(n_sources)}) "
                  f"{'AND s.pinned = 0 ' if pinned else ''}AND s.started_at < ? "
                  f"AND {last_active('s')} < ?")

@@ -1,9 +1,9 @@
-"""Sweeps and archive (spec sessions-ext-coordination.md §3.18): closing rows a dead gateway
+"""Sweeps and archive (docs/sessions-coordination.md §3.18): closing rows a dead gateway
 left open, unarchiving a recoverable conversation, archiving stale lineages and the
 interval-gated automatic archive.
 
 Sweeps never delete: they close or archive, skip rows under LIVE guards, and re-apply their
-predicates in each UPDATE (§3.20).
+predicates in each UPDATE (docs/sessions-coordination.md §3.20).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Turn leases (spec sessions-ext-coordination.md §3.14): whole turns of one conversation
-serialized across processes, keyed by the conversation key (the compression root, §3.3),
+"""Turn leases (docs/sessions-coordination.md §3.14): whole turns of one conversation
+serialized across processes, keyed by the conversation key (the compression root, docs/sessions-coordination.md §3.3),
 and the fenced appends that present them.
 
 Leases fence only writers that present them: an append without ``turn_lease_holder``
@@ -162,7 +162,7 @@ def release_session_turn_lease(store: StoreHandle, session_id: str, holder: str)
 
 def fence_append(ex: Execute, cs: CoordinationStatements, clock: Clock, session_id: str,
                  holder: str, ttl: float) -> None:
-    """§3.14 step 1 inside an append transaction: the lease at ``KEY(session_id)`` must be
+    """docs/sessions-coordination.md §3.14 step 1 inside an append transaction: the lease at ``KEY(session_id)`` must be
     ``holder``'s (else :class:`SessionTurnLeaseLostError`); an own expired row is renewed."""
     if cs.dialect == "postgresql":
         ex(cs.LOCK_SESSION, (session_id,))  # W4e lock order: sessions → leases
@@ -211,7 +211,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
 
         new_id = int(b.write_driver(fenced))
     cjk.after_append(b, ({**fields, "role": role, "content": content},))  # post-commit drain
-    fts_maintenance.after_append(store)  # post-commit merge cadence (storage §3.7)
+    fts_maintenance.after_append(store)  # post-commit merge cadence (docs/sessions-storage.md §3.7)
     return new_id
 
 
@@ -238,7 +238,7 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
     n = msg.append_batch(b.write_driver, b.check_header, b.sql, session_id, messages,
                          chunk_rows, split=store_split(store), fence=fence)
     cjk.after_append(b, messages)  # post-commit drain of the CJK-bigram queue
-    fts_maintenance.after_append(store)  # post-commit merge cadence (storage §3.7)
+    fts_maintenance.after_append(store)  # post-commit merge cadence (docs/sessions-storage.md §3.7)
     return n
 
 

@@ -1,10 +1,10 @@
-"""Display identity and display order (spec sessions-ext-ui.md §3.4, §4.14).
+"""Display identity and display order (docs/sessions-ui.md §3.4, §4.14).
 
 ``display_identity`` = SHA-256 of ``repr(KEY)`` with ``KEY = (role, content, timestamp,
 tool_call_id, tool_calls, tool_name)`` *as stored* — upstream's formula, so rows written by
 either implementation dedupe together. ``-0.0`` hashes as ``0.0`` (SQLite returns both as
 ``0.0``). A user row the store's ``ConversationHooks.split_user_turn`` splits into handoff and
-live view is keyed by the encoding of its live content (agent §3.5's display dedupe key), so
+live view is keyed by the encoding of its live content (docs/sessions-agent.md §3.5's display dedupe key), so
 ``display_order`` groups equal the Python dedupe of the projections.
 
 Every message INSERT names ``display_identity`` (computed here once its timestamp is known);
@@ -42,7 +42,7 @@ Split = Callable[[Any], tuple[Any, Any]] | None
 
 def identity(role: Any, content: Any, timestamp: Any, tool_call_id: Any, tool_calls: Any,
              tool_name: Any) -> bytes:
-    """The 32-byte identity of one stored key (§3.4)."""
+    """The 32-byte identity of one stored key (docs/sessions-ui.md §3.4)."""
     ts = timestamp
     if isinstance(ts, (int, float)) and not isinstance(ts, bool):
         ts = float(ts) + 0.0  # -0.0 -> 0.0; an integral REAL as SQLite returns it
@@ -193,7 +193,7 @@ class BatchOrder:
 
 
 # ---------------------------------------------------------------------------------------
-# §4.14 ensure_display_order
+# docs/sessions-ui.md §4.14 ensure_display_order
 # ---------------------------------------------------------------------------------------
 
 
@@ -257,8 +257,8 @@ _DEFAULT_SPLIT = ConversationHooks().split_user_turn
 
 
 def ensure_display_order(store: Any, session_id: str) -> bool:
-    """Key a session's pending visible rows (§4.14): True when none is pending (any more);
-    False on a read-only handle with pending rows (the caller dedupes in Python with §3.4
+    """Key a session's pending visible rows (docs/sessions-ui.md §4.14): True when none is pending (any more);
+    False on a read-only handle with pending rows (the caller dedupes in Python with docs/sessions-ui.md §3.4
     keys). One write transaction: re-probe, key every visible row, set each row's order to
     its key's first id and its identity — D1 holds afterwards."""
     if not isinstance(session_id, str) or not session_id:

@@ -1,5 +1,5 @@
-"""Deleting a set of sessions inside one write transaction (spec sessions.md §7.4), shared by
-maintenance (delete, prune) and the empty/ghost cleanup (sessions-ext-coordination §3.19):
+"""Deleting a set of sessions inside one write transaction (docs/sessions.md §7.4), shared by
+maintenance (delete, prune) and the empty/ghost cleanup (docs/sessions-coordination.md §3.19):
 the doomed ids go to a temp table, are deleted chunk by chunk claimed by an id high-water
 mark (O(n), at most 900 ids per statement), children outside the set are orphaned, unused
 prompts dropped; transcript files are removed after the commit.
@@ -64,4 +64,4 @@ def remove_transcripts(sessions_dir: str | os.PathLike[str] | None, ids: list[st
             try:
                 p.unlink()
             except OSError:
-                pass  # file errors are swallowed (§7.4)
+                pass  # file errors are swallowed (docs/sessions.md §7.4)

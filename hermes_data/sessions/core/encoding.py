@@ -1,4 +1,4 @@
-"""Value encodings of the session store (spec sessions.md §6.1) and title sanitizing (§4.5).
+"""Value encodings of the session store (docs/sessions.md §6.1) and title sanitizing (docs/sessions.md §4.5).
 
 Multimodal ``content`` (a list or dict of parts) is stored as text: a marker prefix followed
 by its JSON. The marker is decided **per dialect**, because the two engines' text types

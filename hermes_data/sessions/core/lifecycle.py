@@ -1,4 +1,4 @@
-"""Session lifecycle (spec sessions.md §4.1–§4.3): create (with the enrich rule), children
+"""Session lifecycle (docs/sessions.md §4.1–§4.3): create (with the enrich rule), children
 with lineage markers, end, reopen, and the atomic publication of a compression
 continuation. Query functions run inside the caller's write transaction.
 """
@@ -35,7 +35,7 @@ def profile_namespace(key: str) -> str:
 
 
 def namespaces_agree(a: str | None, b: str | None) -> bool:
-    """Profile-namespace rule of §4.1: either key empty, or both share the ``agent:<ns>:`` prefix."""
+    """Profile-namespace rule of docs/sessions.md §4.1: either key empty, or both share the ``agent:<ns>:`` prefix."""
     if not a or not b:
         return True
     return profile_namespace(a) == profile_namespace(b)
@@ -120,7 +120,7 @@ def create_session(conn: Connection, q: Fragments, new: NewSession) -> str:
         else:
             conn.exec_driver_sql(q.ENRICH_SESSION_CONFIG, (*params, config, new.session_id))
         if new.source != "unknown":
-            # sessions-ext-agent §3.4 (amends §4.1): a row an accounting write created as
+            # docs/sessions-agent.md §3.4 (amends docs/sessions.md §4.1): a row an accounting write created as
             # 'unknown' takes the real source while it has no message rows (the trigram
             # boundary depends on source only once messages exist).
             conn.exec_driver_sql(accounting_sql.for_dialect(q.dialect).UPGRADE_UNKNOWN_SOURCE,
@@ -149,7 +149,7 @@ def _backfill_from_parent(conn: Connection, q: Fragments, session_id: str) -> No
 
 def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str) -> bool:
     """End an open session; the first reason wins. Returns whether the row changed. A reset
-    reason that lands bumps the peer's conversation generation (sessions-ext-agent §3.8)."""
+    reason that lands bumps the peer's conversation generation (docs/sessions-agent.md §3.8)."""
     changed = conn.exec_driver_sql(q.END_SESSION,
                                    (enc.now(), end_reason, session_id)).rowcount == 1
     if changed and end_reason in RESET_END_REASONS:
@@ -190,7 +190,7 @@ class Continuation:
 
 def publish_compression_child(conn: Connection, q: Fragments, c: Continuation) -> PublishResult:
     """End the parent with ``compression`` and publish its continuation, in the caller's
-    transaction (§4.3): lease check, automatic end reasons cleared, the child inheriting
+    transaction (docs/sessions.md §4.3): lease check, automatic end reasons cleared, the child inheriting
     routing and flags, the handoff rows (and optionally the parent's rows above a
     watermark), counters, the title moved, the parent ended — or nothing at all."""
     now = enc.now()

@@ -1,4 +1,4 @@
-"""Compression lineage (spec sessions.md §4.4, §4.6): walks as one recursive statement each
+"""Compression lineage (docs/sessions.md §4.4, §4.6): walks as one recursive statement each
 (chain, tip, root, lineage, resume target and path), and the lineage-wide flags.
 """
 

@@ -1,4 +1,4 @@
-"""Session reads (spec sessions.md §5): one session, the sidebar list projected onto
+"""Session reads (docs/sessions.md §5): one session, the sidebar list projected onto
 compression tips, counts with the same filter, and the latency-bounded recent browse.
 """
 
@@ -24,7 +24,7 @@ _TIP_FIELDS = ("id", "ended_at", "end_reason", "message_count", "tool_call_count
 
 
 def preview(raw: str | None) -> str | None:
-    """The listing preview of a RAW preview text (sessions-ext-ui §3.3 ``shape_preview``:
+    """The listing preview of a RAW preview text (docs/sessions-ui.md §3.3 ``shape_preview``:
     flattened, a skill scaffold described, cut at 60 characters with an ellipsis)."""
     if raw is None:
         return None
@@ -53,7 +53,7 @@ _COUNTERS = ("message_count", "tool_call_count", "input_tokens", "output_tokens"
 
 
 def _tool_names(raw: Any) -> tuple[str, ...] | None:
-    """``sessions.tool_names`` decoded: a JSON array of strings, else None (§2.6)."""
+    """``sessions.tool_names`` decoded: a JSON array of strings, else None (docs/sessions.md §2.6)."""
     if raw is None:
         return None
     try:
@@ -131,7 +131,7 @@ def list_sessions(conn: Connection, q: Fragments, flt: ls.SessionFilter, *,
                   include_pinned: bool, project_compression_tips: bool,
                   order_by_last_active: bool, search_query: str | None, id_query: str | None,
                   limit: int, offset: int) -> list[SessionListRow]:
-    """Conversations for a sidebar: one row per lineage, projected onto its tip (§5.2)."""
+    """Conversations for a sidebar: one row per lineage, projected onto its tip (docs/sessions.md §5.2)."""
     where, params = flt.where(q.dialect)
     params.update(limit=int(limit), offset=int(offset))
     stmt = ls.list_ids(where, q.dialect, by_last_active=order_by_last_active,
@@ -177,7 +177,7 @@ def session_count_ge(conn: Connection, q: Fragments, n: int) -> bool:
 
 def recent_sessions(conn: Connection, q: Fragments, *, limit: int, excluded: Sequence[str],
                     candidates: int, lineage_rows: int) -> list[RecentSessionRow]:
-    """The bounded recent browse (§5.3) in one statement (see ``sql.listing``)."""
+    """The bounded recent browse (docs/sessions.md §5.3) in one statement (see ``sql.listing``)."""
     params: dict[str, Any] = {"cand": candidates, "lin": lineage_rows, "limit": limit}
     params.update({f"x{i}": s for i, s in enumerate(excluded)})
     rows = conn.execute(ls.recent_sessions(q.dialect, len(excluded)), params).fetchall()

@@ -1,4 +1,4 @@
-"""Statements of the session listings (spec sessions.md §5.2–§5.3): the shared session
+"""Statements of the session listings (docs/sessions.md §5.2–§5.3): the shared session
 filter, the sidebar list projected onto compression tips, counts and the bounded recent
 browse. Builders take the filter values and return SQL text plus bound parameters; every
 value is bound, identifiers come from the fixed tuples here.
@@ -143,7 +143,7 @@ def list_rows(n: int, d: str) -> TextClause:
 
 
 def recent_sessions(d: str, excluded: int) -> TextClause:
-    """The bounded recent browse (§5.3): newest candidates (:cand), their lineages walked
+    """The bounded recent browse (docs/sessions.md §5.3): newest candidates (:cand), their lineages walked
     both ways, one row per lineage at its freshest segment (:limit). SQLite also caps the
     lineage walks at :lin rows; PostgreSQL rejects LIMIT inside a recursive CTE, so there the
     walks are bounded by their UNION (each session once) and the statement timeout. Binds

@@ -1,4 +1,4 @@
-"""Session-store maintenance: delete, prune, archive, VACUUM (spec sessions.md §7.4–§7.6).
+"""Session-store maintenance: delete, prune, archive, VACUUM (docs/sessions.md §7.4–§7.6).
 
 Rules every function here keeps:
 
@@ -112,7 +112,7 @@ class PruneCandidate:
     archived: bool
 
 
-#: Prune filters reading token or cost columns (sessions-ext-agent §3.0 token barrier).
+#: Prune filters reading token or cost columns (docs/sessions-agent.md §3.0 token barrier).
 _ACCOUNTING_FILTERS = ("min_tokens", "max_tokens", "min_cost", "max_cost")
 
 
@@ -167,7 +167,7 @@ def count_open_prune_matches(store: MaintainedStore,
 
 
 def _holder_alive(holder: str, dialect: str = "sqlite") -> bool:
-    # The one liveness rule (sessions-ext-coordination §3.2, A4): alive unless provably dead.
+    # The one liveness rule (docs/sessions-coordination.md §3.2, A4): alive unless provably dead.
     return not holder_is_provably_dead(holder, dialect=dialect)
 
 
@@ -193,7 +193,7 @@ def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
 
 def get_session_delete_targets(store: MaintainedStore, session_id: str) -> list[str]:
     """What deleting ``session_id`` removes: ``[session_id, *sorted(delegates)]`` (read on a
-    read connection); a missing session ⇒ ``[]`` (sessions-ext-agent §3.11)."""
+    read connection); a missing session ⇒ ``[]`` (docs/sessions-agent.md §3.11)."""
     if not session_id:
         return []
     ms = _ms(store)
@@ -264,7 +264,7 @@ def purge_stale_tool_call_markers(store: MaintainedStore, *, dry_run: bool = Fal
                                   backup: bool = True,
                                   backup_dir: str | os.PathLike[str] | None = None) -> Any:
     """Blank the content of assistant rows with tool calls whose whole text is a pre-#78148
-    ``[marker]`` (sessions-ext-agent §3.6). Detection reads only short candidates; a backup
+    ``[marker]`` (docs/sessions-agent.md §3.6). Detection reads only short candidates; a backup
     is taken first (SQLite: ``VACUUM INTO`` beside the file or in ``backup_dir``, 0600;
     PostgreSQL: ``backup_dir`` required, JSON lines of the affected rows); then one
     transaction re-detects and clears. Only ``content`` changes; a rerun is idempotent."""
@@ -313,7 +313,7 @@ def _vacuum_into(db: Path, target: Path) -> None:
     from hermes_data.tracked import tracked_connect
     from hermes_data.sessions.core.maintenance_sql import VACUUM_INTO
 
-    con = tracked_connect(str(db), isolation_level=None)  # counted (storage §3.0)
+    con = tracked_connect(str(db), isolation_level=None)  # counted (docs/sessions-storage.md §3.0)
     try:
         con.execute(VACUUM_INTO, (str(target),))
     finally:
@@ -324,7 +324,7 @@ def _vacuum_into(db: Path, target: Path) -> None:
 def delete_session(store: MaintainedStore, session_id: str,
                    sessions_dir: str | os.PathLike[str] | None = None,
                    expected_delete_ids: set[str] | None = None) -> bool:
-    """Delete a session and its delegate descendants in one transaction (§7.4).
+    """Delete a session and its delegate descendants in one transaction (docs/sessions.md §7.4).
 
     Returns False when the session is missing or, given ``expected_delete_ids``, when the set
     to delete changed since the caller looked (TOCTOU fence for export-before-delete).
@@ -435,7 +435,7 @@ def vacuum(store: MaintainedStore) -> dict[str, int]:
     store's tables on an autocommit connection (see the module docstring).
 
     Returns logical sizes before and after."""
-    store.optimize_fts()  # public (storage §3.7); raises a quarantined handle's sticky error
+    store.optimize_fts()  # public (docs/sessions-storage.md §3.7); raises a quarantined handle's sticky error
     before = logical_size_bytes(store)
     store.backend.vacuum()
     after = logical_size_bytes(store)
@@ -444,7 +444,7 @@ def vacuum(store: MaintainedStore) -> dict[str, int]:
 
 def sweep_stale_open_sessions(store: MaintainedStore, retention_days: float) -> int:
     """Close (never delete) stale open automation sessions without live guard rows: core
-    §7.6 step 4, which is ``sweep_orphaned_sessions`` (sessions-ext-coordination §3.18, A4)
+    docs/sessions.md §7.6 step 4, which is ``sweep_orphaned_sessions`` (docs/sessions-coordination.md §3.18, A4)
     with the automation sources, ``retention_days × 86400``, pinned rows spared and no
     heartbeat clause. Returns how many were closed."""
     return len(store.sweep_orphaned_sessions(
@@ -459,7 +459,7 @@ def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = 
                                 min_vacuum_interval_days: float = DEFAULT_MIN_VACUUM_INTERVAL_DAYS,
                                 min_vacuum_freelist_ratio: float = DEFAULT_MIN_VACUUM_FREELIST_RATIO
                                 ) -> dict[str, Any]:
-    """Startup maintenance (§7.6); never raises. Result keys: ``skipped``, ``pruned``,
+    """Startup maintenance (docs/sessions.md §7.6); never raises. Result keys: ``skipped``, ``pruned``,
     ``closed``, ``vacuumed``, ``freelist_ratio`` (when VACUUM was considered), ``error``."""
     result: dict[str, Any] = {"skipped": False, "pruned": 0, "closed": 0, "vacuumed": False}
     try:

@@ -1,4 +1,4 @@
-"""Statements of session-store maintenance (spec sessions.md §7.4–§7.6): the prune/archive
+"""Statements of session-store maintenance (docs/sessions.md §7.4–§7.6): the prune/archive
 filter, candidate lists and counts, the chunked delete over a temp table of doomed ids,
 guard-row fences and the stale-open sweep. Driver statements are rendered per dialect
 (:class:`~hermes_data.sessions.sql.dialect.Statements`); identifiers come only from the
@@ -31,7 +31,7 @@ def _activity(s: str = "s") -> str:
 
 
 def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
-    """The prune/archive WHERE over alias ``s`` and its parameters (§7.5).
+    """The prune/archive WHERE over alias ``s`` and its parameters (docs/sessions.md §7.5).
 
     Always starts with the ended guard. Unknown filter names raise ``ValueError``.
     """

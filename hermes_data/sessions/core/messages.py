@@ -1,4 +1,4 @@
-"""The transcript (spec sessions.md §6): encoding rows, admission, appends, reads, counts
+"""The transcript (docs/sessions.md §6): encoding rows, admission, appends, reads, counts
 and the size guards' bounded counts.
 
 Query functions take a SQLAlchemy ``Connection`` (or, on the append hot path, a DB-API
@@ -41,7 +41,7 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
     :class:`~hermes_data.sessions.rows.NewMessage`) into the ``INSERT_MESSAGE`` order.
 
     Reasoning fields are kept on assistant rows of a batch (and on every single append). The
-    trailing ``display_identity`` (ui §3.4; ``split``: the store's ``split_user_turn``) is
+    trailing ``display_identity`` (docs/sessions-ui.md §3.4; ``split``: the store's ``split_user_turn``) is
     computed once the timestamp is known (here, or where defaults are stamped)."""
     if type(m) is not dict and not isinstance(m, Mapping):
         raise ValueError(f"message #{index} is not a mapping: {type(m).__name__}")
@@ -119,7 +119,7 @@ def append_one(tx: Any, q: Fragments, check_header: Callable[[int | None], None]
     return int(tx.execute(q.INSERT_MESSAGE_RETURNING, (session_id, *row)).fetchone()[0])
 
 
-# -- the batch append (§6.3) -----------------------------------------------------------
+# -- the batch append (docs/sessions.md §6.3) -----------------------------------------------------------
 
 #: Rows encoded and sent per ``executemany`` inside one batch transaction: a 50,000-row call
 #: never holds more than this many encoded rows (the input itself is the caller's).
@@ -281,7 +281,7 @@ def append_batch(write: Callable[[Callable[[Any], _Progress]], _Progress],
                  messages: Sequence[Any], chunk_rows: int | None = None,
                  split: display.Split = None,
                  fence: Callable[[Any], None] | None = None) -> int:
-    """Append ``messages`` (§6.3): one transaction for the whole call — all-or-nothing — or
+    """Append ``messages`` (docs/sessions.md §6.3): one transaction for the whole call — all-or-nothing — or
     one per ``chunk_rows`` rows. ``write`` runs a function on a :class:`Driver` inside a
     write transaction (the backend's ``write_driver``). Returns the rows inserted.
 
@@ -326,7 +326,7 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
     """Copy the parent's active rows above ``watermark`` (up to ``ceiling``) into ``child``,
     column-exact (upstream extra columns included) except id / session_id / active /
     compacted, ``display_order`` (the insert trigger assigns it from the copied identity,
-    ui §3.4) and generated columns. Returns (rows, tool calls)."""
+    docs/sessions-ui.md §3.4) and generated columns. Returns (rows, tool calls)."""
     cols = [c["name"] for c in sa.inspect(conn).get_columns("messages")
             if c["name"] not in ("id", "session_id", "active", "compacted", "display_order")
             and not c.get("computed")]
@@ -337,7 +337,7 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
 
 
 def message_rows(rows: Iterable[Sequence[Any]], dialect: str) -> list[MessageRow]:
-    """:class:`MessageRow` objects from ``MESSAGE_COLS`` rows, decoded per §6.1.
+    """:class:`MessageRow` objects from ``MESSAGE_COLS`` rows, decoded per docs/sessions.md §6.1.
 
     The transcript read path (a 50,000-row export pages through here): each row's values go
     straight into a new instance's ``__dict__`` (the construction
@@ -389,7 +389,7 @@ def _fetch_all(conn: Connection, q: Fragments, stmt: str, params: tuple[Any, ...
 def get_messages(conn: Connection, q: Fragments, session_id: str, *, include_inactive: bool,
                  limit: int | None, offset: int, latest: bool,
                  after_id: int | None) -> list[MessageRow]:
-    """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (§6.4)."""
+    """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (docs/sessions.md §6.4)."""
     params: list[Any] = [session_id]
     if after_id is not None:
         params.append(int(after_id))

@@ -1,4 +1,4 @@
-"""``state_meta`` (spec sessions.md §7.7): the store's small key/value table."""
+"""``state_meta`` (docs/sessions.md §7.7): the store's small key/value table."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``classify_persistence_error`` (spec sessions.md §8.13, amended by
-sessions-ext-coordination §3.7 / A7): one bucket name for an exception or message, so
+"""``classify_persistence_error`` (docs/sessions.md §8.13, amended by
+docs/sessions-coordination.md §3.7 / A7): one bucket name for an exception or message, so
 callers (gateways, the agent) can decide between retry, rotate-to-tip and report.
 
 Buckets: ``turn_lease``, ``compression_closed``, ``compression``, ``corrupt``, ``replaced``,

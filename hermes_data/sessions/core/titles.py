@@ -1,4 +1,4 @@
-"""Session titles (spec sessions.md §4.5): ranks, uniqueness with transfer from compression
+"""Session titles (docs/sessions.md §4.5): ranks, uniqueness with transfer from compression
 ancestors, the protected 'Bot Chat' title, and lineage numbering (``base #N``).
 """
 

@@ -1,4 +1,4 @@
-"""Shared rules of the gateway family (spec sessions-ext-gateway.md §3.0): argument checks,
+"""Shared rules of the gateway family (docs/sessions-gateway.md §3.0): argument checks,
 the two clocks, chunking. Claim strings and ``DEAD`` are coordination's
 (:mod:`.guard_rows`: ``make_holder``, ``holder_is_provably_dead``).
 

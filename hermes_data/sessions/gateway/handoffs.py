@@ -1,4 +1,4 @@
-"""Cross-platform handoffs (spec sessions-ext-gateway.md §3.6).
+"""Cross-platform handoffs (docs/sessions-gateway.md §3.6).
 
 ::
 

@@ -1,4 +1,4 @@
-"""Backend heartbeats (spec sessions-ext-gateway.md §3.7, #94895): backends sharing a store
+"""Backend heartbeats (docs/sessions-gateway.md §3.7, #94895): backends sharing a store
 register at startup, refresh periodically and clear on a graceful exit; a crashed one ages
 out. No heartbeat ``pid`` is ever probed (M1: a pid means nothing on another host).
 """
@@ -19,7 +19,7 @@ from hermes_data.sessions.gateway.sql import for_dialect
 
 log = logging.getLogger("hermes_data.sessions.gateway")
 
-#: Registration gives up quickly: the next refresh retries (§3.7).
+#: Registration gives up quickly: the next refresh retries (docs/sessions-gateway.md §3.7).
 REGISTER_PATIENCE_S = 5.0
 
 

@@ -1,7 +1,7 @@
-"""Kanban worker retagging (spec sessions-ext-gateway.md §3.9): legacy kanban workers left
+"""Kanban worker retagging (docs/sessions-gateway.md §3.9): legacy kanban workers left
 untitled ``cli`` rows, one per attempt, in every sidebar; once per workspaces root they move
 to ``kanban``. ``cli`` and ``kanban`` share the trigram side, so the change is allowed after
-messages (core §2.6); compression continuations share ``cwd`` and move with their root.
+messages (docs/sessions.md §2.6); compression continuations share ``cwd`` and move with their root.
 """
 
 from __future__ import annotations

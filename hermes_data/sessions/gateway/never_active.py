@@ -1,4 +1,4 @@
-"""Never-active keyed sessions (spec sessions-ext-gateway.md §3.4, #82770): gateway rows
+"""Never-active keyed sessions (docs/sessions-gateway.md §3.4, #82770): gateway rows
 created for a chat that never spoke — keyed, open, untitled, without activity, counters,
 messages, children, pin, archive or Telegram binding. Bulk prune cannot reach them (it
 requires an ended row).
@@ -98,7 +98,7 @@ def _remove_transcripts(sessions_dir: str | os.PathLike[str] | None, sid: str) -
         try:
             p.unlink()
         except OSError:
-            pass  # file errors are swallowed (core §7.4)
+            pass  # file errors are swallowed (docs/sessions.md §7.4)
 
 
 def _live(row: Any, now: float, pg: bool) -> bool:

@@ -1,4 +1,4 @@
-"""Orphaned gateway sessions (spec sessions-ext-gateway.md §3.5; the offline ``hermes
+"""Orphaned gateway sessions (docs/sessions-gateway.md §3.5; the offline ``hermes
 sessions repair-routing``, #82616): unkeyed sessions with messages whose gateway identity was
 lost, and the keyed predecessor ("donor") they continue.
 

@@ -1,4 +1,4 @@
-"""Gateway peer recovery (spec sessions-ext-gateway.md §3.3): the routing identity on the
+"""Gateway peer recovery (docs/sessions-gateway.md §3.3): the routing identity on the
 durable row (#9006) with self-heal (#82616), recovery of a chat's session behind the reset
 fence (#68539), origin lookups and the live mapping per peer.
 
@@ -114,7 +114,7 @@ def record_gateway_session_peer(store: StoreHandle, session_id: str, *, source: 
             if has_messages and old != source and \
                     (old in _TRIGRAM_SIDE) != (source in _TRIGRAM_SIDE):
                 log.warning("session %s keeps source %r: it has messages and %r is across the "
-                            "trigram boundary (core §2.6)", sid, old, source)
+                            "trigram boundary (docs/sessions.md §2.6)", sid, old, source)
                 new_source = old
             n += conn.exec_driver_sql(p.STAMP, (new_source, *ident, display_name, origin_json,
                                                 sid)).rowcount

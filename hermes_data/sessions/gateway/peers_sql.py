@@ -1,4 +1,4 @@
-"""Statements of gateway peer recovery (spec sessions-ext-gateway.md §3.3).
+"""Statements of gateway peer recovery (docs/sessions-gateway.md §3.3).
 
 Over a session row ``s``: ``RECOVERABLE(s)``, ``ACT(s)`` = ``COALESCE(LAST_ACTIVE(s),
 s.started_at)``, ``HAS_MSG(s)`` and the reset fence ``FENCED(s, PEER)`` — a peer row ended

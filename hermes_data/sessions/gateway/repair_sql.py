@@ -1,5 +1,5 @@
 """Statements of the gateway's repair reads and writes (spec sessions-ext-gateway.md
-§3.4–§3.5): never-active keyed sessions and orphaned unkeyed sessions."""
+docs/sessions-gateway.md §3.4–§3.5): never-active keyed sessions and orphaned unkeyed sessions."""
 
 from __future__ import annotations
 
@@ -86,7 +86,7 @@ class RepairStatements(Statements):
             "UPDATE sessions SET ended_at = COALESCE(ended_at, ?), "
             "end_reason = 'superseded_by_repair' WHERE id = ?")
 
-        # -- kanban retag (§3.9): exact, case-sensitive prefix on both dialects
+        # -- kanban retag (docs/sessions-gateway.md §3.9): exact, case-sensitive prefix on both dialects
         prefix = "left(cwd, ?)" if pg else "substr(cwd, 1, ?)"
         self.META_GET = r("SELECT value FROM state_meta WHERE key = ?")
         self.META_SET = r("INSERT INTO state_meta (key, value) VALUES (?, ?) "

@@ -1,4 +1,4 @@
-"""Statements of the gateway family (spec sessions-ext-gateway.md §3.1, §3.2, §3.6, §3.7):
+"""Statements of the gateway family (docs/sessions-gateway.md §3.1, §3.2, §3.6, §3.7):
 the routing index, hygiene streaks, handoff transitions and backend heartbeats.
 
 No SQLite statement here uses ``RETURNING`` (absent below SQLite 3.35); PostgreSQL may
@@ -26,14 +26,14 @@ class GatewayStatements(Statements):
         pg = d == "postgresql"
         r = self.render
         greatest = "GREATEST" if pg else "MAX"
-        #: The server clock (PostgreSQL ``db_now``, §3.0 Clocks): once per transaction.
+        #: The server clock (PostgreSQL ``db_now``, docs/sessions-gateway.md §3.0 Clocks): once per transaction.
         self.DB_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())" if pg else None
 
         #: A4: the first row of a session holding a platform message id (any ``active``).
         self.PMID_SEEK = r("SELECT id FROM messages WHERE session_id = ? AND "
                            "platform_message_id = ? ORDER BY id LIMIT 1")
 
-        # -- routing index (§3.1)
+        # -- routing index (docs/sessions-gateway.md §3.1)
         self.ROUTING_UPSERT = r(
             f"INSERT INTO gateway_routing ({_ROUTING_COLS}) VALUES (?, ?, ?, ?) "
             "ON CONFLICT (scope, session_key) DO UPDATE SET entry_json = excluded.entry_json, "
@@ -56,7 +56,7 @@ class GatewayStatements(Statements):
             f"ORDER BY session_key{byte_order}")
         self.ROUTING_CLEAR_SCOPE = r("DELETE FROM gateway_routing WHERE scope = ?")
 
-        # -- hygiene (§3.2)
+        # -- hygiene (docs/sessions-gateway.md §3.2)
         self.HYGIENE_BUMP = r(
             "INSERT INTO gateway_hygiene_state (session_key, failure_streak) VALUES (?, 1) "
             "ON CONFLICT (session_key) DO UPDATE SET failure_streak = "
@@ -66,7 +66,7 @@ class GatewayStatements(Statements):
             "SELECT failure_streak FROM gateway_hygiene_state WHERE session_key = ?")
         self.HYGIENE_RESET = r("DELETE FROM gateway_hygiene_state WHERE session_key = ?")
 
-        # -- heartbeats (§3.7)
+        # -- heartbeats (docs/sessions-gateway.md §3.7)
         self.HB_UPSERT = r(
             "INSERT INTO gateway_heartbeats (backend_id, pid, started_at, last_heartbeat, "
             "profile, host) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (backend_id) DO UPDATE SET "
@@ -85,7 +85,7 @@ class GatewayStatements(Statements):
         #: Backends whose heartbeat is at least as new as the cutoff.
         self.HB_FRESH = r("SELECT backend_id FROM gateway_heartbeats WHERE last_heartbeat >= ?")
 
-        # -- handoffs (§3.6): each transition one conditional UPDATE
+        # -- handoffs (docs/sessions-gateway.md §3.6): each transition one conditional UPDATE
         lock = " FOR UPDATE" if pg else ""
         self.HANDOFF_STATE = r(f"SELECT {_HANDOFF_COLS} FROM sessions WHERE id = ?")
         self.HANDOFF_STATE_LOCKED = r(f"SELECT {_HANDOFF_COLS} FROM sessions WHERE id = ?{lock}")

@@ -1,4 +1,4 @@
-"""Statements of Telegram DM topic mode (spec sessions-ext-gateway.md §2.5, §3.8).
+"""Statements of Telegram DM topic mode (docs/sessions-gateway.md §2.5, §3.8).
 
 On SQLite the two tables are the user's opt-in: ``apply_telegram_topic_migration`` creates
 or upgrades them with the frozen v3 DDL below (these texts never change; a later shape needs

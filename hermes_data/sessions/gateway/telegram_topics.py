@@ -1,4 +1,4 @@
-"""Telegram DM topic mode (spec sessions-ext-gateway.md §3.8; profile-namespaced, seed 003
+"""Telegram DM topic mode (docs/sessions-gateway.md §3.8; profile-namespaced, seed 003
 #76423): per-chat topic mode, one topic per session.
 
 SQLite: the tables are the user's ``/topic`` opt-in — :func:`apply_telegram_topic_migration`

@@ -1,4 +1,4 @@
-"""Which indexes can answer a search now (:func:`read_capabilities`; spec sessions.md §7.2).
+"""Which indexes can answer a search now (:func:`read_capabilities`; docs/sessions.md §7.2).
 
 SQLite: read on every search (the ``fts_stale`` flag is a primary-key read and changes at
 run time). PostgreSQL: the search GIN indexes present on ``messages`` are read once per

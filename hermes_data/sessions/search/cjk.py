@@ -1,4 +1,4 @@
-"""The search over the CJK-bigram index (spec sessions-ext-storage.md §3.9.3; issue 16 item 4).
+"""The search over the CJK-bigram index (docs/sessions-storage.md §3.9.3; issue 16 item 4).
 
 The index — documents, queue, triggers, the drain — is
 :mod:`hermes_data.sessions.storage.fts.cjk`; this module answers a short CJK query from it:
@@ -58,13 +58,13 @@ def cjk_match_expression(groups: Sequence[Sequence[LikeTerm]]) -> str | None:
 
 
 # ---------------------------------------------------------------------------------------
-# The routes (spec §3.9.3)
+# The routes (docs/sessions-storage.md §3.9.3)
 # ---------------------------------------------------------------------------------------
 
 
 def _prescan(conn: Connection, page: Callable[[str, str, str, str | None], str], matches: str,
              where: str, sort: str | None, params: dict[str, Any]) -> list[Any] | None:
-    """The windowed pre-scan (storage §3.9.3): the page among the newest
+    """The windowed pre-scan (docs/sessions-storage.md §3.9.3): the page among the newest
     :data:`PRESCAN_ROWS` ids when it fills the page or covers every id (older rows have
     smaller ids), else None (the candidates answer). Not for ``oldest``."""
     if sort == "oldest":

@@ -1,4 +1,4 @@
-"""Search statements over the CJK-bigram index (spec sessions-ext-storage.md §3.9.3;
+"""Search statements over the CJK-bigram index (docs/sessions-storage.md §3.9.3;
 :mod:`hermes_data.sessions.search.cjk`): the index's candidates for a ``MATCH``, the queue and
 a pending backfill window, verified by the core ``LIKE``/``ILIKE`` predicate in one page
 statement; PostgreSQL's candidates from the ``messages_cjk_grams`` GIN index. The index's
@@ -13,7 +13,7 @@ from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIP
 from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS, CJK_QUEUE, INDEX_SCOPE
 
 # ---------------------------------------------------------------------------------------
-# SQLite (spec §3.9.3): the FTS5 index over the documents, its queue, the backfill window
+# SQLite (docs/sessions-storage.md §3.9.3): the FTS5 index over the documents, its queue, the backfill window
 # ---------------------------------------------------------------------------------------
 
 #: Rows of the windowed pre-scan: ``m.id > :floor`` (the newest ``PRESCAN_ROWS`` ids).
@@ -43,7 +43,7 @@ def bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# PostgreSQL (spec §2.5, §3.9.3): the candidates of the GIN index over the letters and letter pairs
+# PostgreSQL (docs/sessions-storage.md §2.5, §3.9.3): the candidates of the GIN index over the letters and letter pairs
 # ---------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Execution parts both backends share (message search, spec sessions.md §7.2, issue 16):
+"""Execution parts both backends share (message search, docs/sessions.md §7.2, issue 16):
 the row filters, the tier machinery (:func:`combine_tiers`, :func:`tier_list`), the zero-result
 trigram fallback, the LIKE / ILIKE substring routes and the result rows.
 

@@ -1,5 +1,5 @@
-"""Search's gap supplement during an FTS backfill (spec sessions-ext-storage.md §3.6,
-amending core §7.2; upstream's ``_search_unindexed_gap``).
+"""Search's gap supplement during an FTS backfill (docs/sessions-storage.md §3.6,
+amending docs/sessions.md §7.2; upstream's ``_search_unindexed_gap``).
 
 While ``optimize-storage`` backfills the index, the rows of the window ``(progress,
 high_water]`` are in ``messages`` but not yet in the FTS tables (the gated triggers index

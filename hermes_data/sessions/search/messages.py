@@ -1,4 +1,4 @@
-"""Message search of the session store (spec sessions.md §7.1–§7.3, layouts of §2.6–§2.7).
+"""Message search of the session store (docs/sessions.md §7.1–§7.3, layouts of docs/sessions.md §2.6–§2.7).
 
 Three parts, each usable on its own:
 
@@ -170,7 +170,7 @@ def search_messages(conn: Connection, query: str | None, *,
                     limit: int = 20, offset: int = 0, sort: str | None = None,
                     include_inactive: bool = False,
                     fields: Sequence[str] | None = None) -> list[SearchResult]:
-    """Search message rows for ``query`` (spec §7.2); never raises for any query text.
+    """Search message rows for ``query`` (docs/sessions.md §7.2); never raises for any query text.
 
     ``source_filter`` / ``exclude_sources`` restrict session sources, ``role_filter`` message
     roles (``tool`` searches full tool bodies through LIKE). ``sort``: ``None``/``"rank"``
@@ -288,7 +288,7 @@ def _sqlite_words(conn: Connection, plan: SearchPlan, match: str, filters: Filte
             retry=lambda m: _fts_safe(conn, q.FTS_TRIGRAM_TABLE, m, filters, n, o, sort),
             narrowed=bool(filters.exclude_ids))
 
-    fallback = plan.trigram_fallback  # rows of a pending backfill window: storage §3.6
+    fallback = plan.trigram_fallback  # rows of a pending backfill window: docs/sessions-storage.md §3.6
     return fts_gap.supplement(conn, page(limit, offset, hits), like_groups(match), filters.sql,
                               limit, offset, sort,
                               lambda: fts_gap.match_count(conn, table, match, filters.sql, offset)
@@ -327,7 +327,7 @@ def _fts(conn: Connection, table: str, match: str, filters: Filters, limit: int,
 
 
 # -------------------------------------------------------------------------------------
-# Context window (§7.3)
+# Context window (docs/sessions.md §7.3)
 # -------------------------------------------------------------------------------------
 
 

@@ -1,4 +1,4 @@
-"""Pure half of message search (spec sessions.md §7.1–§7.3): no database, no SQLAlchemy.
+"""Pure half of message search (docs/sessions.md §7.1–§7.3): no database, no SQLAlchemy.
 
 * :func:`sanitize_fts_query` — a pure function turning whatever a user typed into an FTS5
   query that parses (or ``None`` when nothing searchable is left). Its docstring is the
@@ -23,13 +23,13 @@ from typing import Iterable, Iterator, Sequence
 from hermes_data.sessions.core import encoding as enc
 #: Queries are cut to this many characters before anything else happens.
 MAX_QUERY_CHARS = 2048
-#: Canonical result fields, in order (§7.3).
+#: Canonical result fields, in order (docs/sessions.md §7.3).
 RESULT_FIELDS = ("id", "session_id", "role", "snippet", "timestamp", "tool_name", "source",
                  "model", "session_started", "context")
 #: Highlight markers of FTS snippets.
 HIGHLIGHT_START = ">>>"
 HIGHLIGHT_END = "<<<"
-#: Characters of each context neighbour kept (§7.3).
+#: Characters of each context neighbour kept (docs/sessions.md §7.3).
 CONTEXT_CHARS = 200
 #: Hits whose neighbours one context statement fetches.
 CONTEXT_CHUNK = 500
@@ -40,7 +40,7 @@ OPERATORS = frozenset({"AND", "OR", "NOT"})
 # Character classes
 # -------------------------------------------------------------------------------------
 
-#: ASCII characters FTS5 reads as grammar or rejects outside a string (spec §7.1 step 2).
+#: ASCII characters FTS5 reads as grammar or rejects outside a string (docs/sessions.md §7.1 step 2).
 #: ``"``, ``%``, ``*``, ``.`` and ``-`` are handled by their own steps.
 _STRIP_PUNCT = "!#$&'()+,/:;<=>?@[\\]^`{|}~"
 _CONTROLS = "".join(chr(c) for c in range(0x20) if chr(c) not in "\t\n\r") + "\x7f"
@@ -64,7 +64,7 @@ _PLACEHOLDER_RE = re.compile(f"{_PH_OPEN}(\\d+){_PH_CLOSE}")
 
 
 def has_cjk(text: str) -> bool:
-    """True when ``text`` holds a character of the CJK ranges of spec §7.2."""
+    """True when ``text`` holds a character of the CJK ranges of docs/sessions.md §7.2."""
     return _CJK_RE.search(text) is not None
 
 
@@ -74,7 +74,7 @@ def cjk_count(text: str) -> int:
 
 
 # -------------------------------------------------------------------------------------
-# The sanitizer (§7.1)
+# The sanitizer (docs/sessions.md §7.1)
 # -------------------------------------------------------------------------------------
 
 
@@ -336,7 +336,7 @@ def trigram_match(sanitized: str) -> str:
 
 
 # -------------------------------------------------------------------------------------
-# Routing (§7.2)
+# Routing (docs/sessions.md §7.2)
 # -------------------------------------------------------------------------------------
 
 
@@ -398,7 +398,7 @@ class SearchPlan:
     folded: bool = False
     #: PostgreSQL: the literal tier may narrow its candidates by the symbol-gram index (s08).
     symbols: bool = False
-    #: ``cjk_like`` on SQLite: try the CJK-bigram index first (storage §3.9.3; the route
+    #: ``cjk_like`` on SQLite: try the CJK-bigram index first (docs/sessions-storage.md §3.9.3; the route
     #: checks the objects and falls back to this plan's LIKE when it cannot serve).
     bigram: bool = False
 
@@ -426,7 +426,7 @@ def plan_search(sanitized: str | None, caps: SearchCapabilities, *,
                 role_filter: Sequence[str] | None = None,
                 source_filter: Sequence[str] | None = None,
                 literal: str | None = None) -> SearchPlan:
-    """Choose the route for an already sanitized query (pure; spec §7.2 steps 2–6, amended
+    """Choose the route for an already sanitized query (pure; docs/sessions.md §7.2 steps 2–6, amended
     by issue 16). ``literal`` is :func:`literal_text` of the query as typed: the LIKE routes
     compile it (:func:`literal_groups`), the standard route adds its literal tier.
 
@@ -515,7 +515,7 @@ class ContextMessage:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """One search hit (§7.3). Fields not requested through ``fields`` are ``None``."""
+    """One search hit (docs/sessions.md §7.3). Fields not requested through ``fields`` are ``None``."""
 
     id: int | None = None
     session_id: str | None = None

@@ -1,4 +1,4 @@
-"""PostgreSQL execution of message search (spec sessions.md §7.2; issue 16): the plan of
+"""PostgreSQL execution of message search (docs/sessions.md §7.2; issue 16): the plan of
 :func:`hermes_data.sessions.search.plan.plan_search` run against the stored ``tsvector``, the
 ``pg_trgm``, accent-folded, CJK-gram and symbol-gram GIN indexes (see the module docstring
 of :mod:`hermes_data.sessions.search.messages`). Every SQL text is in
@@ -128,7 +128,7 @@ def _pg_run_plan(conn: Connection, plan: SearchPlan, filters: Filters, limit: in
     def attempt(what: str, fn: Callable[[], _T]) -> _T | None:
         return _pg_attempt(conn, what, fn, careful)
 
-    if plan.bigram:  # short CJK through the GIN gram index (storage §3.9.3; else ILIKE)
+    if plan.bigram:  # short CJK through the GIN gram index (docs/sessions-storage.md §3.9.3; else ILIKE)
         def grams() -> list[SearchResult] | None:
             rows = cjk.pg_bigram_search(conn, plan.groups, filters.sql, limit, offset, sort)
             return None if rows is None else [result_row(r, r[8], "bigram") for r in rows]

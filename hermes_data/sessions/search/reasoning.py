@@ -1,4 +1,4 @@
-"""``search_messages(include_reasoning=True)`` (spec sessions-ext-ui.md §4.9): after the blank
+"""``search_messages(include_reasoning=True)`` (docs/sessions-ui.md §4.9): after the blank
 check and the core sanitizer, always the canonical LIKE route (the typed text compiled into
 OR-groups of AND-ed terms, ``NOT`` negating the next one), with the reasoning columns of
 assistant rows searched too. The core filters, result shape, ``fields`` and ``context`` apply

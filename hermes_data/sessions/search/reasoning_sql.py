@@ -1,4 +1,4 @@
-"""Statements of ``search_messages(include_reasoning=True)`` (spec sessions-ext-ui.md §4.9):
+"""Statements of ``search_messages(include_reasoning=True)`` (docs/sessions-ui.md §4.9):
 the canonical LIKE route over the content, tool name and tool calls and, on assistant rows,
 the reasoning columns — ``reasoning``, ``reasoning_content``, a non-JSON
 ``reasoning_details`` as text, and every JSON string value of a JSON one (root included).

@@ -1,4 +1,4 @@
-"""Every SQL text of message search (spec sessions.md §7.2–§7.3), both dialects.
+"""Every SQL text of message search (docs/sessions.md §7.2–§7.3), both dialects.
 
 Named constants and small builders. A builder assembles its statement only from the fixed
 texts of this module and of :mod:`hermes_data.sessions.sql` (table names from
@@ -153,7 +153,7 @@ def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool,
     rows of the trigram / CJK-bigram indexes (no tool rows, no cron/subagent/delegate
     sessions) — PostgreSQL's short-CJK route, the scope of SQLite's CJK-bigram index.
 
-    Newest first by id (insertion order, the store's transcript order; spec §7.2 says
+    Newest first by id (insertion order, the store's transcript order; docs/sessions.md §7.2 says
     timestamp): walking the rowid b-tree lets LIMIT stop the scan at the first page of
     matches — a common 2-character CJK term on 200,000 rows: ~95 ms → ~2 ms."""
     snippet = PG_LIKE_SNIPPET if postgresql else LIKE_SNIPPET
@@ -456,7 +456,7 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
 
 
 # -------------------------------------------------------------------------------------
-# Context window (§7.3)
+# Context window (docs/sessions.md §7.3)
 # -------------------------------------------------------------------------------------
 
 #: A neighbour's content, bounded: a multimodal row (marker ``:jp`` of ``:jl`` units) is cut

@@ -1,5 +1,5 @@
 """Statements of the core session-store operations: state_meta, lifecycle, the transcript,
-titles and single-session reads (spec sessions.md §4–§6).
+titles and single-session reads (docs/sessions.md §4–§6).
 
 Driver statements (sent with ``exec_driver_sql`` or on a DB-API connection, positional
 values) are written once with ``?`` placeholders and rendered for each dialect by
@@ -24,15 +24,15 @@ SESSION_COLS = (
     "billing_provider", "estimated_cost_usd", "actual_cost_usd", "title", "title_source",
     "last_activity_at", "profile_name", "archived", "pinned", "hidden", "last_read_at",
 )
-#: The agent turn API's ``sessions`` columns (sessions-ext-agent §2.1, revision s03) a
-#: :class:`~hermes_data.sessions.rows.SessionRow` also carries (§2.6).
+#: The agent turn API's ``sessions`` columns (docs/sessions-agent.md §2.1, revision s03) a
+#: :class:`~hermes_data.sessions.rows.SessionRow` also carries (docs/sessions-agent.md §2.6).
 AGENT_SESSION_COLS = (
     "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "api_call_count",
     "billing_base_url", "billing_mode", "cost_status", "cost_source", "pricing_version",
     "last_activity_description", "last_activity_provenance", "git_metadata_generation",
     "tool_names", "expiry_finalized",
 )
-#: The gateway's handoff columns (sessions-ext-gateway §2.2, revision s06; amendment A1).
+#: The gateway's handoff columns (docs/sessions-gateway.md §2.2, revision s06; amendment A1).
 HANDOFF_SESSION_COLS = (
     "handoff_state", "handoff_platform", "handoff_error", "handoff_requested_at",
     "handoff_claimed_by", "handoff_claimed_at",
@@ -48,7 +48,7 @@ MESSAGE_COLS = (
     "api_content", "display_kind", "display_metadata",
 )
 #: Columns an appended message row binds: everything but ``id`` and ``compacted``, plus
-#: ``display_identity`` (ui §3.4; ``display_order`` is the insert trigger's, or a SQLite
+#: ``display_identity`` (docs/sessions-ui.md §3.4; ``display_order`` is the insert trigger's, or a SQLite
 #: batch's own: ``INSERT_MESSAGE_ORDERED``).
 INSERT_COLS = MESSAGE_COLS[1:20] + MESSAGE_COLS[21:] + ("display_identity",)
 #: Columns an existing session may have filled by a later ``create_session`` (enrich rule).
@@ -89,7 +89,7 @@ class CoreStatements(Statements):
         #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
         self.NO_LIMIT = None if pg else -1
 
-        # -- state_meta (§7.7)
+        # -- state_meta (docs/sessions.md §7.7)
         #: One state_meta value.
         self.GET_META = r("SELECT value FROM state_meta WHERE key = ?")
         #: Upsert a state_meta value.
@@ -99,7 +99,7 @@ class CoreStatements(Statements):
         self.LIST_META_PREFIX = r("SELECT key, value FROM state_meta WHERE key LIKE ? "
                                   "ESCAPE '\\' ORDER BY key")
 
-        # -- lifecycle (§4.1–§4.3)
+        # -- lifecycle (docs/sessions.md §4.1–§4.3)
         #: Keep a system prompt once (content-addressed).
         self.INSERT_PROMPT = r("INSERT INTO system_prompts(hash, prompt) VALUES (?, ?) "
                                "ON CONFLICT (hash) DO NOTHING")
@@ -161,7 +161,7 @@ class CoreStatements(Statements):
         self.END_COMPRESSION = r("UPDATE sessions SET ended_at = ?, end_reason = 'compression' "
                                  "WHERE id = ? AND ended_at IS NULL")
 
-        # -- transcript (§6)
+        # -- transcript (docs/sessions.md §6)
         #: Append one message row (all of INSERT_COLS, positional).
         self.INSERT_MESSAGE = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
                                 f"VALUES ({marks(len(INSERT_COLS))})")
@@ -198,7 +198,7 @@ class CoreStatements(Statements):
             "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = :id "
             "AND active = 1 LIMIT :cap) AS capped")
 
-        # -- titles (§4.5)
+        # -- titles (docs/sessions.md §4.5)
         #: Title, its source and the hidden flag of one session.
         self.TITLE_STATE = r("SELECT title, title_source, hidden FROM sessions WHERE id = ?")
         #: Another session holding a title.
@@ -220,7 +220,7 @@ class CoreStatements(Statements):
         self.NUMBERED_TITLES = r("SELECT id, title FROM sessions WHERE title LIKE ? "
                                  "ESCAPE '\\' ORDER BY started_at DESC")
 
-        # -- reads (§5.1)
+        # -- reads (docs/sessions.md §5.1)
         #: One session with its resolved system prompt.
         self.GET_SESSION = r(
             f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "

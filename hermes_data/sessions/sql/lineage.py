@@ -1,4 +1,4 @@
-"""The lineage statements (spec sessions.md §3.3): recursive CTEs, one statement per walk.
+"""The lineage statements (docs/sessions.md §3.3): recursive CTEs, one statement per walk.
 
 :class:`LineageStatements` builds them for one dialect; ``Fragments`` (``sql/__init__.py``)
 holds one instance per dialect. Module-level names (``CHAIN_FROM``, ``TIP_OF`` …) are the
@@ -13,7 +13,7 @@ from hermes_data.sessions.sql.predicates import (MAX_LINEAGE_DEPTH, RESUME_MAX_H
                          reset_child)
 
 # ---------------------------------------------------------------------------------------
-# Lineage CTEs (§3.3), one statement each, O(1) work per hop.
+# Lineage CTEs (docs/sessions.md §3.3), one statement each, O(1) work per hop.
 #
 # Cycle safety without carrying the visited path (a growing string scanned at every hop
 # cost more than half of a 500-segment walk):
@@ -43,7 +43,7 @@ def _candidates(cur: str, p: str = "p", c: str = "c", d: str = "sqlite") -> str:
 
 def _next_child(cur: str, d: str = "sqlite") -> str:
     # The continuation of `cur`: the only candidate, else prefer a child that itself
-    # continued, then a live one, then the freshest (§3.3).
+    # continued, then a live one, then the freshest (docs/sessions.md §3.3).
     ordered = (
         f"(SELECT c2.id {_candidates(cur, 'p2', 'c2', d)} "
         "ORDER BY CASE WHEN c2.end_reason = 'compression' THEN 0 "

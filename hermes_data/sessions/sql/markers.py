@@ -1,9 +1,9 @@
 """Marker literals of the agent's compaction carriers and skill scaffolds, and the preview
-helpers built on them (spec sessions-ext-ui.md §3.2–§3.3).
+helpers built on them (docs/sessions-ui.md §3.2–§3.3).
 
 hermes-data cannot import the agent, so the literals are restated here byte-exact (a test
 pins them). They serve previews and the recent-user list only; the display identity keys
-carriers through the store's ``ConversationHooks`` instead (§3.4).
+carriers through the store's ``ConversationHooks`` instead (docs/sessions-ui.md §3.4).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def is_carrier(text: str) -> bool:
 
 
 def describe_skill_invocation(content: Any, separator: str = " \u2014 ") -> str | None:
-    """``/name — instruction`` for a skill-invocation scaffold, else None (§3.3)."""
+    """``/name — instruction`` for a skill-invocation scaffold, else None (docs/sessions-ui.md §3.3)."""
     if not isinstance(content, str) or not content.startswith(SKILL_PREFIX):
         return None
     rest = content[len(SKILL_PREFIX):]
@@ -99,7 +99,7 @@ def describe_skill_invocation(content: Any, separator: str = " \u2014 ") -> str 
 
 
 def shape_preview(raw: Any) -> str:
-    """A listing preview from its raw SQL text (§3.3): flattened, a scaffold described, cut
+    """A listing preview from its raw SQL text (docs/sessions-ui.md §3.3): flattened, a scaffold described, cut
     at 60 characters."""
     text = (raw or "").strip() if isinstance(raw, str) else ""
     if not text:
@@ -123,7 +123,7 @@ def part_text(content: Any) -> str | None:
 
 
 def recent_preview(content: Any) -> str:
-    """The ``/rewind`` preview of a user row (§4.3): a scaffold described, parts joined,
+    """The ``/rewind`` preview of a user row (docs/sessions-ui.md §4.3): a scaffold described, parts joined,
     whitespace collapsed, more than 80 characters ⇒ 77 + ``...``."""
     text: str | None
     if isinstance(content, str):

@@ -14,15 +14,15 @@ RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspen
 AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume",
                          "startup_orphan_reap", "tui_shutdown", "ws_disconnect",
                          "idle_timeout", "lru_evict",
-                         # sessions-ext-coordination §3.4: written only by the automatic
+                         # docs/sessions-coordination.md §3.4: written only by the automatic
                          # finalize sweep; a live publisher may clear it (#88197).
                          "orphaned_compression")
-#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (spec §5.6; the window is our choice, §11 item 8).
+#: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (docs/sessions.md §5.6; the window is our choice, docs/sessions.md §11 item 8).
 EPOCH_MIN = 946684800
 EPOCH_MAX = 4102444800
 #: Defensive bound on lineage walks; cycle detection stops a walk long before it.
 MAX_LINEAGE_DEPTH = 100_000
-#: Forward hops of the resume-target walk beyond the compression tip (§4.4).
+#: Forward hops of the resume-target walk beyond the compression tip (docs/sessions.md §4.4).
 RESUME_MAX_HOPS = 32
 #: Tool results are indexed only up to this many characters.
 TOOL_INDEX_PREFIX = 8192
@@ -46,7 +46,7 @@ def J(expr: str, key: str, d: str = "sqlite") -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Lineage predicates (§3.2) — one builder shared by listing, reopen and resume
+# Lineage predicates (docs/sessions-coordination.md §3.2) — one builder shared by listing, reopen and resume
 # ---------------------------------------------------------------------------------------
 
 
@@ -114,7 +114,7 @@ def last_active(s: str) -> str:
 
 
 def preview_sql(s: str, d: str = "sqlite") -> str:
-    """Preview of session ``s`` (sessions-ext-ui §3.3): RAW of the first eligible user row —
+    """Preview of session ``s`` (docs/sessions-ui.md §3.3): RAW of the first eligible user row —
     carriers preview only the user text they carry, scaffolds keep head and tail."""
     return _ui_preview(s, d)
 

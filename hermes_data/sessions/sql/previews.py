@@ -1,4 +1,4 @@
-"""The listing preview's SQL (spec sessions-ext-ui.md §3.3): ``RAW(m)`` of the first eligible
+"""The listing preview's SQL (docs/sessions-ui.md §3.3): ``RAW(m)`` of the first eligible
 user row. A pure compaction summary never previews; a carrier previews only the user text it
 carries (cut to 800 characters in SQL); a skill scaffold keeps head and tail (400 + U+001E +
 400) so :func:`hermes_data.sessions.sql.markers.shape_preview` can describe it; anything else is

@@ -2,7 +2,7 @@
 
 The baseline revision ``s01_baseline`` is idempotent on an upstream ``state.db``; these hooks
 inspect the file before it runs (adoption is never a blind stamp), and afterwards reconcile
-add-only towards the head metadata, run the FTS checks of spec sessions.md §4.7 and report
+add-only towards the head metadata, run the FTS checks of docs/sessions.md §4.7 and report
 foreign objects, all inside the upgrade's one ``BEGIN IMMEDIATE`` transaction.
 
 Later revisions (``s02_pg_stored_tsvector``) change PostgreSQL only: on SQLite they are
@@ -35,7 +35,7 @@ from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata, pg_metadata
 
 log = logging.getLogger("hermes_data.sessions.storage.adoption")
 
-#: Session-store busy timeout: contention is handled by jittered retries (spec §8.5).
+#: Session-store busy timeout: contention is handled by jittered retries (docs/sessions.md §8.5).
 BUSY_TIMEOUT_MS = 1000
 
 
@@ -242,7 +242,7 @@ def after_upgrade(conn: Connection, report: UpgradeReport,
     core = {t.name for t in metadata.sorted_tables}
     for name in sorted(_tables(conn)):
         if name in core or name in INTERNAL_TABLES or name.startswith("sqlite_") \
-                or is_fts_table(name) or name in TELEGRAM_TABLES:  # the user's opt-in (gateway §2.5)
+                or is_fts_table(name) or name in TELEGRAM_TABLES:  # the user's opt-in (docs/sessions-gateway.md §2.5)
             continue
         report.extra_objects.append(f"table {name} (not part of the core; left untouched)")
     for table in metadata.sorted_tables:
@@ -274,7 +274,7 @@ def ignore_table(name: str) -> bool:
 #: s03_agent_turn's PostgreSQL-only expression index (``(id COLLATE "C") WHERE source =
 #: 'cron'``): no SQLite form, so it is not in the metadata. (name, table, reflected columns)
 PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
-#: s07_storage's PostgreSQL GIN index over ``hermes_cjk_grams(…)`` (storage §2.5).
+#: s07_storage's PostgreSQL GIN index over ``hermes_cjk_grams(…)`` (docs/sessions-storage.md §2.5).
 PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
 #: s08_symbol_grams' PostgreSQL GIN index over ``hermes_symbol_grams(…)`` (issue 16).
 PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
@@ -291,7 +291,7 @@ def expected_shape_on(conn: Connection) -> Shape:
     The column stays out of the Core metadata: that metadata is the SQLite authority, and no
     insert may name a generated column. The two Telegram DM-topic tables are part of the
     PostgreSQL head only (``pg_metadata``)."""
-    base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (gateway §2.4 step 5)
+    base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (docs/sessions-gateway.md §2.4 step 5)
     tables = dict(base.tables)
     tables["messages"] = tables["messages"] + (
         ColumnShape(fts_ddl.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)

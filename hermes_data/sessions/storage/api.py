@@ -1,5 +1,5 @@
 """The storage-resilience API's public ``SessionStore`` methods (spec sessions-ext-storage.md
-§3.6–§3.9), as one declarative delegation table (:mod:`hermes_data.sessions.handle`): each
+docs/sessions-storage.md §3.6–§3.9), as one declarative delegation table (:mod:`hermes_data.sessions.handle`): each
 entry maps a public name to an operation function (store first) in a module by concern; the
 class holds no state and no logic, and ``SessionStore`` inherits it.
 """
@@ -15,17 +15,17 @@ from hermes_data.sessions.handle import Op
 class StorageAPI:
     """The delegation table (see the module docstring)."""
 
-    # -- the CJK-bigram index (§3.9.2)
+    # -- the CJK-bigram index (docs/sessions-storage.md §3.9.2)
     cjk_index_status = Op(cjk.cjk_index_status)
     cjk_index_step = Op(cjk.cjk_index_step)
 
-    # -- the legacy FTS layout migration (§3.6)
+    # -- the legacy FTS layout migration (docs/sessions-storage.md §3.6)
     fts_optimize_available = Op(fts_storage.fts_optimize_available)
     fts_rebuild_status = Op(fts_storage.fts_rebuild_status)
     fts_rebuild_step = Op(fts_storage.fts_rebuild_step)
     optimize_fts_storage = Op(fts_storage.optimize_fts_storage)
 
-    # -- optimize / rebuild / merges, stale deferral and retry (§3.7–§3.8)
+    # -- optimize / rebuild / merges, stale deferral and retry (docs/sessions-storage.md §3.7–§3.8)
     optimize_fts = Op(fts_maintenance.optimize_fts)
     rebuild_fts = Op(fts_maintenance.rebuild_fts)
     merge_fts = Op(fts_maintenance.merge_fts)

@@ -1,4 +1,4 @@
-"""The display triggers' open-time check (spec sessions-ext-ui.md §2.3–§2.4).
+"""The display triggers' open-time check (docs/sessions-ui.md §2.3–§2.4).
 
 Upstream dropped and re-created its four display triggers on every open; ``DROP TRIGGER``
 takes the write lock, so settled databases blocked behind a sibling (seed 003). Here a

@@ -1,5 +1,5 @@
-"""Display ordering objects of the session store (spec sessions-ext-ui.md §2.2–§2.4) and the
-statements of :mod:`hermes_data.sessions.core.display_order` (§3.4, §4.14).
+"""Display ordering objects of the session store (docs/sessions-ui.md §2.2–§2.4) and the
+statements of :mod:`hermes_data.sessions.core.display_order` (docs/sessions-ui.md §3.4, §4.14).
 
 ``VIS`` = ``active = 1 OR compacted = 1`` (search visibility). The four SQLite triggers keep
 invariant **D1**: within a session, every visible row sharing a non-NULL
@@ -23,7 +23,7 @@ from sqlalchemy import text
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.sql.dialect import marks
 
-#: The visibility predicate of §2.2, as the partial indexes and the triggers spell it.
+#: The visibility predicate of docs/sessions-ui.md §2.2, as the partial indexes and the triggers spell it.
 VIS = "(active = 1 OR compacted = 1)"
 
 _PEER_ORDER = ("(SELECT MIN(display_order) FROM messages WHERE session_id = new.session_id "
@@ -127,7 +127,7 @@ def drop_trigger(name: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# PostgreSQL twins (§2.4)
+# PostgreSQL twins (docs/sessions-ui.md §2.4)
 # ---------------------------------------------------------------------------------------
 
 _LOCK = "PERFORM pg_advisory_xact_lock(hashtextextended({r}.session_id, 0));"
@@ -183,7 +183,7 @@ PG_TRIGGER_EVENTS: dict[str, tuple[str, str]] = {
     "messages_display_identity_delete": ("AFTER DELETE", "OLD.active = 1 OR OLD.compacted = 1"),
 }
 
-#: ``hermes_jsonb(doc)``: the jsonb cast, NULL on NULL or on any cast error (§4.9).
+#: ``hermes_jsonb(doc)``: the jsonb cast, NULL on NULL or on any cast error (docs/sessions-ui.md §4.9).
 #: PARALLEL UNSAFE: its EXCEPTION block is a subtransaction no parallel query can open.
 PG_JSONB_BODY = "BEGIN RETURN doc::jsonb; EXCEPTION WHEN others THEN RETURN NULL; END"
 PG_JSONB_DDL = ("CREATE OR REPLACE FUNCTION hermes_jsonb(doc text) RETURNS jsonb "
@@ -232,7 +232,7 @@ def pg_normalise_triggerdef(ddl: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Reads and writes of §4.14
+# Reads and writes of docs/sessions-ui.md §4.14
 # ---------------------------------------------------------------------------------------
 
 #: Does a session have a pending visible row? (``idx_messages_display_backfill``)

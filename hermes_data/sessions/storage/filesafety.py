@@ -1,4 +1,4 @@
-"""File safety for raw operations on a SQLite session store (spec sessions-ext-storage.md §3.0).
+"""File safety for raw operations on a SQLite session store (docs/sessions-storage.md §3.0).
 
 * **Connection tracking.** Every SQLite connection the session store opens (writer, its
   engine's pool, the ``mode=ro`` read pool and read-only handles, repair's guard, scratch and
@@ -56,7 +56,7 @@ def offline_file_access(path: str | os.PathLike[str], what: str) -> Iterator[Non
 
 
 def no_checkpoint_on_close(con: sqlite3.Connection | None, path: Any) -> bool:
-    """Set ``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` on a quarantined writer (§3.5: SQLite's own
+    """Set ``SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE`` on a quarantined writer (docs/sessions-storage.md §3.5: SQLite's own
     last-connection checkpoint must not write a damaged image). Python < 3.12 has no
     ``Connection.setconfig``: logs that the close checkpoint remains and returns False."""
     flag = getattr(sqlite3, "SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE", None)

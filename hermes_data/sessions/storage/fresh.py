@@ -46,7 +46,7 @@ def create_head(conn: Connection, cursor: Any, options: OpenOptions | None = Non
     for _name, ddl in display.TRIGGERS:  # s05_ui_display's four display triggers
         cursor.execute(ddl)
     if caps.fts5:
-        # The CJK-bigram index (sessions-ext-storage §2.2): last, as the writable open after
+        # The CJK-bigram index (docs/sessions-storage.md §2.2): last, as the writable open after
         # the revisions creates it.
         cjk.create_fresh(cursor, (options or OpenOptions()).cjk_index)
     settle(conn)

@@ -1,6 +1,6 @@
 """File safety of the session store: read pool, descriptor budget and live-handle guards.
 
-Spec sessions.md §8.6–§8.11:
+Spec docs/sessions.md §8.6–§8.11:
 
 * :class:`ReadPool` — a per-handle LIFO pool of ``mode=ro`` connections (WAL only). Each live
   read connection holds a permit from its database path's budget (8) and from the process
@@ -250,11 +250,11 @@ def _id_bytes(app_id: int) -> bytes | None:
 
 
 def disk_header_changed(header: FileHeader | None, app_id: int) -> tuple[str, str] | None:
-    """``("replaced", why)`` when the header on disk (``pread``, §8.9) contradicts the open's
+    """``("replaced", why)`` when the header on disk (``pread``, docs/sessions.md §8.9) contradicts the open's
     ``application_id``, else None. A copy over the same inode changes no ``stat`` field
     :class:`FileIdentity` compares, and in WAL mode SQLite serves page 1 from the WAL, so
     only the file's own bytes show it. A file shorter than a header (a fresh WAL database
-    before its first checkpoint) or an ``application_id`` of 0 has no say (§8.11: "non-zero
+    before its first checkpoint) or an ``application_id`` of 0 has no say (docs/sessions.md §8.11: "non-zero
     and differs")."""
     if header is None or not app_id:
         return None
@@ -360,7 +360,7 @@ class ReadPool(sa.pool.Pool):
         #: The resolved path the budget and the peer registry are keyed by (``key``: the
         #: caller's, when it just resolved it).
         self.path_key = key = str(path.resolve()) if key is None else key
-        self.pragmas = pragmas  # configured pragmas (§8.3), run on every read connection
+        self.pragmas = pragmas  # configured pragmas (docs/sessions.md §8.3), run on every read connection
         self.budget = path_budget(path, key)
         self._idle: list[Any] = []
         self._lock = threading.Lock()

@@ -1,8 +1,8 @@
-"""Open-time checks of the session store, read-gated (spec sessions.md §2.7, §4.7, §8.4).
+"""Open-time checks of the session store, read-gated (docs/sessions.md §2.7, §4.7, §8.4).
 
 Every step first *reads* whether it has work to do; only then does it write, inside the
 caller's ``BEGIN IMMEDIATE`` transaction. A settled database therefore opens with zero
-write statements (§8.4).
+write statements (docs/sessions.md §8.4).
 
 * FTS capability probes (FTS5 module, trigram tokenizer) with degradation.
 * FTS layout detection (current external-content vs legacy inline) and the trigger-set
@@ -10,8 +10,8 @@ write statements (§8.4).
   rebuild/repopulation under the cross-process admission lock ``<db>.fts_rebuild.lock``.
 * ``fts_stale`` honouring and recovery (only when no other process holds the file).
 * NULL-``active`` heal, the ``db_file_generation`` token and ``application_id``.
-* Configured pragmas of the ``database:`` section (§8.3), validated, best-effort.
-* The writability preflight of a writable open (§8.1 step 2) is :mod:`.writability`'s
+* Configured pragmas of the ``database:`` section (docs/sessions.md §8.3), validated, best-effort.
+* The writability preflight of a writable open (docs/sessions.md §8.1 step 2) is :mod:`.writability`'s
   (re-exported).
 """
 
@@ -49,7 +49,7 @@ from hermes_data.sessions.storage import writability
 
 log = logging.getLogger("hermes_data.sessions.storage.opening")
 
-#: The writability preflight (§8.1 step 2) lives in :mod:`.writability`; re-exported here.
+#: The writability preflight (docs/sessions.md §8.1 step 2) lives in :mod:`.writability`; re-exported here.
 PermissionStep, plan_writability = writability.PermissionStep, writability.plan_writability
 preflight_paths, writability_preflight = (writability.preflight_paths,
                                           writability.writability_preflight)
@@ -163,7 +163,7 @@ class FtsState:
 
     def needs_work(self) -> bool:
         if any(n in self.objects for n in upstream_cjk.UPSTREAM_CJK_TRIGGERS):
-            return True  # storage §3.9.1: they fail every message write here
+            return True  # docs/sessions-storage.md §3.9.1: they fail every message write here
         if not self.caps.fts5:
             return any(t in self.objects for t in fts_ddl.FTS_TRIGGERS)
         if self.stale or self.cjk_work:
@@ -263,7 +263,7 @@ def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:
     """Add the current-layout FTS objects that are missing (IF NOT EXISTS fragments)."""
     created = []
     objs = fts_ddl.FTS_BASE_OBJECTS + (fts_ddl.FTS_TRIGRAM_OBJECTS if trigram else ())
-    existing = fts_shadow.names_after_orphan_shadows(conn)  # storage §3.6: no name collision
+    existing = fts_shadow.names_after_orphan_shadows(conn)  # docs/sessions-storage.md §3.6: no name collision
     for name, ddl in objs:
         if name not in existing:
             conn.exec_driver_sql(ddl)
@@ -281,7 +281,7 @@ def _rebuild_current(conn: Connection, trigram: bool) -> None:
 def apply_fts_checks(conn: Connection, repairs: list[str] | None = None,
                      options: OpenOptions | None = None) -> list[str]:
     """Bring the FTS objects to the expected state for their layout, then the CJK-bigram
-    index's (storage §3.9.2, created after them as on a fresh store); returns what it did.
+    index's (docs/sessions-storage.md §3.9.2, created after them as on a fresh store); returns what it did.
 
     Runs inside the caller's write transaction; writes nothing when :func:`read_fts_state`
     shows nothing to do. ``options``: the handle's open options (``sessions.cjk_index``,
@@ -291,7 +291,7 @@ def apply_fts_checks(conn: Connection, repairs: list[str] | None = None,
     options = options or OpenOptions()
     state = read_fts_state(conn, options)
     if state.needs_work():
-        upstream_cjk.heal_at_open(conn, state.objects, done)  # storage §3.9.1, first
+        upstream_cjk.heal_at_open(conn, state.objects, done)  # docs/sessions-storage.md §3.9.1, first
         _apply_fts_checks(conn, state, done, options)
         if state.cjk_work and not state.stale:
             cjk.ensure_objects(conn, state.messages_nonempty, done, options.cjk_index)
@@ -380,7 +380,7 @@ def _guarded_rebuild(conn, state: FtsState, db_path, done: list[str], work) -> N
 
 def _handle_stale(conn, state: FtsState, db_path, done: list[str],
                   options: OpenOptions) -> list[str]:
-    # Holders (incl. deleted sidecars) defer it; the deferral record and its escalation (§3.8).
+    # Holders (incl. deleted sidecars) defer it; the deferral record and its escalation (docs/sessions-storage.md §3.8).
     if fts_deferral.holders_cleared(conn, db_path, done, reap=options.reap_orphans):
         with rebuild_admission(db_path, wait_s=0.0) as admitted:
             if admitted:
@@ -414,7 +414,7 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str],
 
 
 # ---------------------------------------------------------------------------------------
-# Other gated heals (§8.4)
+# Other gated heals (docs/sessions.md §8.4)
 # ---------------------------------------------------------------------------------------
 
 
@@ -447,7 +447,7 @@ def mint_generation(conn: Connection) -> str:
 
 
 def needs_fts_storage_version(conn: Connection, state: FtsState) -> bool:
-    """Read: should ``fts_storage_version`` be written as '3' (§4.7)?"""
+    """Read: should ``fts_storage_version`` be written as '3' (docs/sessions.md §4.7)?"""
     if state.layout != "current" or state.stale:
         return False
     row = conn.exec_driver_sql(open_sql.READ_FTS_STORAGE_VERSION).first()
@@ -467,7 +467,7 @@ def write_fts_storage_version(conn: Connection) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# Configured pragmas (spec §8.3)
+# Configured pragmas (docs/sessions.md §8.3)
 # ---------------------------------------------------------------------------------------
 
 #: Integer pragmas a ``database:`` configuration section may set (identifier allow-list,
@@ -485,7 +485,7 @@ def _database_section(config: Any) -> Mapping[str, Any]:
 
 
 def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]:
-    """``PRAGMA`` statements from the ``database:`` section of ``config`` (§8.3).
+    """``PRAGMA`` statements from the ``database:`` section of ``config`` (docs/sessions.md §8.3).
 
     Integers ``cache_size``, ``mmap_size``, ``temp_store``, ``wal_autocheckpoint`` and
     ``journal_size_limit`` (anything else: warning, skipped); ``synchronous`` as
@@ -528,7 +528,7 @@ def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]
 def apply_pragmas(con: Any, statements: list[str], label: str) -> None:
     """Run configured ``statements`` on a DBAPI connection, outside any transaction.
 
-    Best-effort: a failing pragma is logged and skipped, never raised (§8.3).
+    Best-effort: a failing pragma is logged and skipped, never raised (docs/sessions.md §8.3).
     """
     for stmt in statements:
         try:

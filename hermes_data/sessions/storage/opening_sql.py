@@ -1,5 +1,5 @@
 """Statements of the open-time probes and heals of the SQLite session store (spec sessions.md
-§2.7, §4.7, §8.3, §8.4), used by :mod:`hermes_data.sessions.storage.opening` and the read
+docs/sessions.md §2.7, §4.7, §8.3, §8.4), used by :mod:`hermes_data.sessions.storage.opening` and the read
 connections of :mod:`hermes_data.sessions.storage.handle_guards`.
 
 SQLite only; sent with ``exec_driver_sql`` or on a DB-API connection, ``?`` placeholders.
@@ -64,7 +64,7 @@ MARK_FTS_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
 CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
                          "('fts_rebuild_high_water', 'fts_rebuild_progress')")
 #: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after a
-#: stale recovery (storage §3.8).
+#: stale recovery (docs/sessions-storage.md §3.8).
 CLEAR_REBUILD_MARKERS_AND_STALE = (
     "DELETE FROM state_meta WHERE key IN "
     "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale', 'fts_rebuild_deferral')")
@@ -97,7 +97,7 @@ def legacy_update_trigger(table: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------
-# Other gated heals (§8.4)
+# Other gated heals (docs/sessions.md §8.4)
 # ---------------------------------------------------------------------------------------
 
 #: Probe: any message with NULL ``active`` (served by idx_messages_active_null).
@@ -116,7 +116,7 @@ READ_FTS_STORAGE_VERSION = "SELECT value FROM state_meta WHERE key = 'fts_storag
 #: Probe: is a deferred FTS rebuild window open?
 FTS_REBUILD_HIGH_WATER_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'"
 #: Probe: is the storage version withheld — a deferred rebuild window open, or demoted
-#: shadow tables (``fts_v22_trash_*``) still to drain (storage §2.1)?
+#: shadow tables (``fts_v22_trash_*``) still to drain (docs/sessions-storage.md §2.1)?
 FTS_STORAGE_VERSION_WITHHELD_PROBE = (
     "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water' UNION ALL "
     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name GLOB 'fts_v22_trash_*' LIMIT 1")
@@ -128,7 +128,7 @@ WRITE_FTS_STORAGE_VERSION = (
     "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 
 # ---------------------------------------------------------------------------------------
-# Pragmas (§8.3)
+# Pragmas (docs/sessions.md §8.3)
 # ---------------------------------------------------------------------------------------
 
 #: Integer pragmas a ``database:`` configuration section may set (identifier allow-list).

@@ -1,6 +1,6 @@
 """Process-wide bookkeeping of :class:`~hermes_data.sessions.store.SessionStore` instances:
-registry ownership, the fork rule (spec sessions-ext-storage §3.2) and the last failed
-construction (what ``format_session_db_unavailable`` words, sessions-ext-agent §3.12).
+registry ownership, the fork rule (docs/sessions-storage.md §3.2) and the last failed
+construction (what ``format_session_db_unavailable`` words, docs/sessions-agent.md §3.12).
 
 The store facade calls two hooks — :func:`track` at the end of a successful construction
 and :func:`intercept_close` first thing in ``close()`` — and holds no other logic for

@@ -1,5 +1,5 @@
 """Zeroed files, the startup quarantine lock and orphan sidecars (spec
-sessions-ext-storage.md §3.4).
+docs/sessions-storage.md §3.4).
 
 A ``state.db`` that is empty or all NUL bytes (a crash between ``creat`` and the first
 commit, a filesystem that lost its blocks) used to become a fresh store silently. A writable
@@ -42,7 +42,7 @@ now: Callable[[], float] = time.time
 def _refuse_url(path: str | os.PathLike[str]) -> None:
     text = os.fspath(path)
     if isinstance(text, str) and text.startswith(("postgresql", "postgres:")):
-        raise ConfigurationError(f"{text}: file quarantine is SQLite only (storage §3.10)")
+        raise ConfigurationError(f"{text}: file quarantine is SQLite only (docs/sessions-storage.md §3.10)")
 
 
 def is_zeroed_state_db(path: str | os.PathLike[str], *, probe_bytes: int = 100,
@@ -183,7 +183,7 @@ def _needs_startup_lock(p: Path, zeroed: Callable[[Path], bool] = is_zeroed_stat
 
 def writable_open(path: Path, open_once: Callable[[], None], repairs: list[str], *,
                   zeroed: Callable[[Path], bool] | None = None) -> None:
-    """A writable open's start (amends core §8.1 steps 1–3): an absent or zeroed file holds
+    """A writable open's start (amends docs/sessions.md §8.1 steps 1–3): an absent or zeroed file holds
     the quarantine lock through ``open_once`` (its exclusive create and first schema
     commit); orphan sidecars move first; a zeroed file is quarantined, or
     :class:`StateDbZeroedError` when it could not be and is still zeroed. ``zeroed``: the

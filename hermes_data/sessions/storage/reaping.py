@@ -1,5 +1,5 @@
 """Orphan desktop-backend reaping and the holder scan of stale-FTS recovery (spec
-sessions-ext-storage.md §3.0 "Holder scans", §3.8 "Reaping").
+docs/sessions-storage.md §3.0 "Holder scans", docs/sessions-storage.md §3.8 "Reaping").
 
 Stale-FTS recovery waits until no other process holds the database. An orphaned Hermes
 Desktop backend (``serve``/``dashboard --port 0``, #78821) can hold it forever; only the
@@ -52,7 +52,7 @@ _DELETED = " (deleted)"
 
 
 def scan_holders(db_path: Path | None) -> list[Holder]:
-    """The shared holder scan of §3.0 (:func:`hermes_data.sessions.storage.filesafety.holder_scan`):
+    """The shared holder scan of docs/sessions-storage.md §3.0 (:func:`hermes_data.sessions.storage.filesafety.holder_scan`):
     ``(pid, path)`` of every *other* process holding ``<db>``, ``-wal`` or ``-shm`` (deleted
     inodes too), ``(pid, "uninspectable")`` for an unreadable process whose argv names Hermes
     and no other home, ``[(-1, reason)]`` for a failed scan. Any entry means "held"."""

@@ -1,5 +1,5 @@
 """Shared session-store handles: one writable handle per file per process (spec
-sessions-ext-storage §3.2).
+docs/sessions-storage.md §3.2).
 
 Long-lived callers (gateway, agent loop, cron, tools) share one writable
 :class:`~hermes_data.sessions.store.SessionStore` per database through :func:`acquire` /
@@ -105,7 +105,7 @@ def _target(path_or_url: Any) -> tuple[str, Any, bool]:
     if path is None:
         raise ConfigurationError(f"{url!s}: the shared-handle registry needs a SQLite file "
                                  "path or a PostgreSQL URL")
-    ensure_test_isolation(path)  # first: before any stat, mkdir, lock or connection (§3.0)
+    ensure_test_isolation(path)  # first: before any stat, mkdir, lock or connection (docs/sessions-storage.md §3.0)
     return str(Path(path).expanduser().resolve()), path, True
 
 

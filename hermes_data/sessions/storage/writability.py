@@ -1,4 +1,4 @@
-"""The writability preflight of a writable open (spec sessions.md §8.1 step 2).
+"""The writability preflight of a writable open (docs/sessions.md §8.1 step 2).
 
 Owner read/write (directory: read/write/execute) on the directory and on ``state.db``,
 ``-wal`` and ``-shm`` that exist: a path lacking them inside the configured Hermes home tree is
@@ -120,7 +120,7 @@ def settled_facts(base: str) -> tuple[bool, bool] | None:
 
 
 def writability_preflight(db_path: Path, home: Path | Callable[[], Path]) -> list[str]:
-    """Check and repair owner permissions before connecting (§8.1 step 2); returns repairs.
+    """Check and repair owner permissions before connecting (docs/sessions.md §8.1 step 2); returns repairs.
 
     Repairs run ``chmod`` **by path** (never open + ``fchmod`` + close: closing a descriptor
     drops this process's POSIX locks, seed 003) and only add the missing owner bits. Nothing

@@ -1,4 +1,4 @@
-"""The user-interface API's public ``SessionStore`` methods (spec sessions-ext-ui.md §4), as
+"""The user-interface API's public ``SessionStore`` methods (docs/sessions-ui.md §4), as
 one declarative delegation table (:mod:`hermes_data.sessions.handle`): each entry maps a public
 name to an operation function (store first) in a module by concern (:mod:`.display`, …);
 the class holds no state and no logic, and ``SessionStore`` inherits it.
@@ -21,23 +21,23 @@ from hermes_data.sessions.handle import Op, static
 class UiAPI:
     """The delegation table (see the module docstring)."""
 
-    # -- display ordering (§3.4, §4.14)
+    # -- display ordering (docs/sessions-ui.md §3.4, §4.14)
     ensure_display_order = Op(display.ensure_display_order)
     backfill_display_order = Op(display.backfill_display_order)
     _split = Op(display.store_split)
 
-    # -- transcript windows (§4.1–§4.4)
+    # -- transcript windows (docs/sessions-ui.md §4.1–§4.4)
     get_messages_around = Op(views.get_messages_around)
     get_anchored_view = Op(views.get_anchored_view)
     list_recent_user_messages = Op(views.list_recent_user_messages)
     find_pr_url_messages = Op(views.find_pr_url_messages)
 
-    # -- reactions (§4.10; the targets are the agent API's row helpers)
+    # -- reactions (docs/sessions-ui.md §4.10; the targets are the agent API's row helpers)
     set_message_reaction = Op(reactions.set_message_reaction)
     get_message_reactions = Op(reactions.get_message_reactions)
     take_unseen_reactions = Op(reactions.take_unseen_reactions)
 
-    # -- portability (§4.11–§4.12)
+    # -- portability (docs/sessions-ui.md §4.11–§4.12)
     export_session = Op(export.export_session)
     export_session_lineage = Op(export.export_session_lineage)
     iter_export_all = Op(export.iter_export_all)
@@ -50,7 +50,7 @@ class UiAPI:
     describe_skill_invocation = static(markers.describe_skill_invocation)
     shape_preview = static(markers.shape_preview)
 
-    # -- pickers (§3.5, §4.7)
+    # -- pickers (docs/sessions-ui.md §3.5, §4.7)
     search_sessions = Op(pickers.search_sessions)
     search_sessions_by_id = Op(pickers.search_sessions_by_id)
     list_sessions_rich = Op(rich.list_sessions_rich)

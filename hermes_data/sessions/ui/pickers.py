@@ -1,9 +1,9 @@
-"""Session pickers (spec sessions-ext-ui.md §3.5–§3.6, §4.7): the plain MRU list behind
+"""Session pickers (docs/sessions-ui.md §3.5–§3.6, §4.7): the plain MRU list behind
 ``hermes -c`` / ``--resume`` and ACP, with the workspace-key resume.
 
 Workspace resume is a caller composition the store supports: :func:`search_sessions` with
 the current :func:`workspace_key` and ``limit=1``; nothing ⇒ optionally the global MRU for the
-source; then ``resolve_resume_session_id`` (core §4.4) lands on the compression tip.
+source; then ``resolve_resume_session_id`` (docs/sessions.md §4.4) lands on the compression tip.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def search_sessions_by_id(store: Any, query: str | None, limit: int = 20,
                           include_archived: bool = True, source: str | None = None,
                           sources: Any = None, exclude_sources: Any = None) -> list[Any]:
     """Conversations whose chain holds an id matching ``query`` (case-insensitive), as core
-    ``list_sessions`` rows projected onto their tips (§4.8): exact matches of any segment
+    ``list_sessions`` rows projected onto their tips (docs/sessions-ui.md §4.8): exact matches of any segment
     first (old root, middle segment or tip), then prefixes, then substrings — each tier
     queried for the still-missing count, deduplicated by surfaced id. Blank, NUL-containing
     or ``limit <= 0`` ⇒ ``[]``."""

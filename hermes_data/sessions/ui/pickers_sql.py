@@ -1,4 +1,4 @@
-"""Statements of the session pickers (spec sessions-ext-ui.md §3.6, §4.7): the MRU list for
+"""Statements of the session pickers (docs/sessions-ui.md §3.6, §4.7): the MRU list for
 ``hermes -c`` / ``--resume`` with its workspace match. Every value is bound."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from hermes_data.sessions.sql.predicates import J, last_active
 #: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
 _REPO = ("CASE WHEN rtrim(trim(s.git_repo_root), '/\\') = '' THEN trim(s.git_repo_root) "
          "ELSE rtrim(trim(s.git_repo_root), '/\\') END")
-#: WS_MATCH(s, :ws): the repository root, or (no root) the escaped cwd prefix (core §7.5).
+#: WS_MATCH(s, :ws): the repository root, or (no root) the escaped cwd prefix (docs/sessions.md §7.5).
 WS_MATCH = (f"({_REPO} = :ws OR (trim(COALESCE(s.git_repo_root, '')) = '' AND "
             "(s.cwd = :ws OR s.cwd LIKE :ws_slash ESCAPE '\\' "
             "OR s.cwd LIKE :ws_bslash ESCAPE '\\')))")

@@ -1,4 +1,4 @@
-"""Message reactions (spec sessions-ext-ui.md §4.10): Tapback-style, one per author per
+"""Message reactions (docs/sessions-ui.md §4.10): Tapback-style, one per author per
 message, stored in the row's ``display_metadata`` under ``reactions`` so they travel with the
 row through clones. Presentation metadata only: allowed on rows of compression-ended
 sessions, no display or FTS trigger fires (D2), a rewind is never invalidated.
@@ -93,7 +93,7 @@ def _encode(meta: dict[str, Any]) -> str | None:
 
 def set_message_reaction(store: StoreHandle, session_id: str, message_row_id: Any,
                          emoji: str | None, *, author: str = "user") -> list[Reaction] | None:
-    """Set, toggle or clear ``author``'s reaction on one row (§4.10); returns the list
+    """Set, toggle or clear ``author``'s reaction on one row (docs/sessions-ui.md §4.10); returns the list
     written, or None (no write) for an empty session id, a None row or a row that is not in
     ``session_id``. A new or changed emoji is a new, unseen reaction; the same emoji again
     toggles it off; None/``''`` clears. Other authors' reactions are kept."""

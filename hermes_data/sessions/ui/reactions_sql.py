@@ -1,4 +1,4 @@
-"""Statements of message reactions (spec sessions-ext-ui.md §4.10): read-modify-write of a
+"""Statements of message reactions (docs/sessions-ui.md §4.10): read-modify-write of a
 row's ``display_metadata`` (PostgreSQL locks the rows it reads with ``FOR UPDATE``; SQLite
 runs under ``BEGIN IMMEDIATE``). No display or FTS trigger watches ``display_metadata``."""
 

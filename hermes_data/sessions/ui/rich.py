@@ -1,5 +1,5 @@
-"""The rich session listing (spec sessions-ext-ui.md §4.6): core ``list_sessions`` (its
-WHERE, order, search/id matching, pinned back-fill and tip projection — core §5.2) enriched
+"""The rich session listing (docs/sessions-ui.md §4.6): core ``list_sessions`` (its
+WHERE, order, search/id matching, pinned back-fill and tip projection — docs/sessions.md §5.2) enriched
 to :class:`~hermes_data.sessions.rows.SessionRichRow`s.
 
 A projected row keeps the surfaced root's token, cost and extra columns and started_at (as
@@ -7,7 +7,7 @@ upstream), takes the tip's fields of the core projection and the tip's system pr
 title ``COALESCE(tip, root)`` and the full ``lineage_ids``. ``compact_rows=True`` leaves the
 prompt out entirely (prompts run to tens of KB a row): neither ``system_prompts`` nor the
 column is read. Rows are fetched in one batched query per 900 ids; pending token counts are
-flushed first (agent §3.0 barrier).
+flushed first (docs/sessions-agent.md §3.0 barrier).
 """
 
 from __future__ import annotations

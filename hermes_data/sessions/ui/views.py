@@ -1,11 +1,11 @@
-"""Transcript windows for user interfaces (spec sessions-ext-ui.md §4.1–§4.4): a window
+"""Transcript windows for user interfaces (docs/sessions-ui.md §4.1–§4.4): a window
 around a search hit, the anchored view with its bookends, the recent-user list of
 ``/rewind`` and ``/undo``, and the PR-URL scan.
 
 Several SELECTs of one answer run in one read snapshot (SQLite: the read transaction of the
 borrowed connection; PostgreSQL: ``REPEATABLE READ READ ONLY``), so a concurrent delete of
 the anchor never yields a window without it. Errors propagate (a transient error is never an
-empty result, §3.1).
+empty result, docs/sessions-ui.md §3.1).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from hermes_data.sessions.ui import views_sql as q
 
 T = TypeVar("T")
 
-#: Largest ``window`` (§4.1), ``bookend`` (§4.2) and recent-user ``limit`` (§4.3).
+#: Largest ``window`` (docs/sessions-ui.md §4.1), ``bookend`` (docs/sessions-ui.md §4.2) and recent-user ``limit`` (docs/sessions-ui.md §4.3).
 MAX_WINDOW = 1000
 MAX_BOOKEND = 100
 MAX_RECENT = 1000
@@ -83,7 +83,7 @@ def _clamp(name: str, value: Any, top: int) -> int:
 
 
 def snapshot_read(store: StoreHandle, fn: Callable[[Connection], T]) -> T:
-    """Run ``fn`` in one read snapshot (§3.1)."""
+    """Run ``fn`` in one read snapshot (docs/sessions-ui.md §3.1)."""
     def work(conn: Connection) -> T:
         if conn.dialect.name == "postgresql":
             conn.execute(q.PG_SNAPSHOT)
@@ -106,7 +106,7 @@ def _around(conn: Connection, d: str, session_id: str, anchor: int, window: int,
 
 def get_messages_around(store: StoreHandle, session_id: str, around_message_id: int,
                         window: int = 5, include_inactive: bool = False) -> AroundWindow:
-    """Rows of ``session_id`` around ``around_message_id`` (§4.1): the anchor, up to
+    """Rows of ``session_id`` around ``around_message_id`` (docs/sessions-ui.md §4.1): the anchor, up to
     ``window`` same-visibility rows before and after it, ascending. An anchor outside the
     session, unknown, or (by default) rewound ⇒ ``([], 0, 0)``; compaction-preserved anchors
     are visible by default. ``window`` < 0 ⇒ 0, clamped at 1000; a non-int anchor (or a
@@ -126,7 +126,7 @@ def get_anchored_view(store: StoreHandle, session_id: str, around_message_id: in
     """:func:`get_messages_around` filtered to ``keep_roles`` (the anchor always kept; None:
     no filter; ``()``: the anchor alone, no bookend SQL), plus up to ``bookend`` non-empty
     rows of those roles strictly before and after the window — the session's first and last
-    turns, ascending (§4.2). Counts are the unfiltered window's."""
+    turns, ascending (docs/sessions-ui.md §4.2). Counts are the unfiltered window's."""
     anchor = _int_arg("around_message_id", around_message_id)
     window = _clamp("window", window, MAX_WINDOW)
     bookend = _clamp("bookend", bookend, MAX_BOOKEND)
@@ -156,7 +156,7 @@ def get_anchored_view(store: StoreHandle, session_id: str, around_message_id: in
 
 def list_recent_user_messages(store: StoreHandle, session_id: str, limit: int = 20,
                               include_inactive: bool = False) -> list[RecentUserMessage]:
-    """Up to ``limit`` user-originated turns, newest first (§4.3): ``role = 'user'``, active
+    """Up to ``limit`` user-originated turns, newest first (docs/sessions-ui.md §4.3): ``role = 'user'``, active
     unless ``include_inactive``, display kind none, ``''`` or ``'steer'``; compaction
     carriers skipped (paging on until ``limit`` real turns or the session's start)."""
     limit = _clamp("limit", limit, MAX_RECENT)
@@ -189,7 +189,7 @@ def list_recent_user_messages(store: StoreHandle, session_id: str, limit: int = 
 
 def find_pr_url_messages(store: StoreHandle, session_ids: Iterable[Any]) -> list[PrUrlCandidate]:
     """Tool rows of ``session_ids`` mentioning ``/pull/`` (any case, any ``active``), oldest
-    first per chunk of 900 ids (§4.4); content decoded, part lists as their joined text. No
+    first per chunk of 900 ids (docs/sessions-ui.md §4.4); content decoded, part lists as their joined text. No
     usable id ⇒ ``[]`` without SQL."""
     ids = list(dict.fromkeys(s for s in session_ids if isinstance(s, str) and s))
     if not ids:

@@ -1,4 +1,4 @@
-"""Statements of the transcript windows (spec sessions-ext-ui.md §4.1–§4.4): hit-anchored
+"""Statements of the transcript windows (docs/sessions-ui.md §4.1–§4.4): hit-anchored
 windows, bookends, the recent-user list and the PR-URL scan. Every value is bound; the only
 variable parts are fixed predicates and the count of bound role/id parameters."""
 

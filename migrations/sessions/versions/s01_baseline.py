@@ -1,10 +1,10 @@
 """s01 — baseline of the session store: create the core shape, or adopt an upstream state.db.
 
-Fresh file: the six core tables, the §2.5 indexes and the current-layout FTS objects (two
+Fresh file: the six core tables, the docs/sessions.md §2.5 indexes and the current-layout FTS objects (two
 views, two external-content FTS5 tables, six narrowed triggers) — identical to
 ``metadata.create_all()`` followed by the canonical fragments of ``sessions/sql.py``.
 
-Existing upstream file (adoption, spec sessions.md §2.8): every object is created with
+Existing upstream file (adoption, docs/sessions.md §2.8): every object is created with
 IF NOT EXISTS, missing core columns are appended with their full canonical expression, and
 nothing existing is dropped, renamed or rewritten. An existing FTS layout (current or
 legacy inline) is left to the store's FTS checks, which run right after this revision in

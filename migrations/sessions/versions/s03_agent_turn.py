@@ -1,10 +1,10 @@
-"""s03 — the agent turn API (spec sessions-ext-agent.md §2): accounting, activity, cwd/git
+"""s03 — the agent turn API (docs/sessions-agent.md §2): accounting, activity, cwd/git
 and tool-name columns on ``sessions``; ``session_model_usage``; ``conversation_generations``;
 the agent indexes.
 
 Add-only and read-gated (a store that has everything sees no write here):
 
-1. the §2.1 ``sessions`` columns that are missing are appended with their canonical
+1. the docs/sessions-agent.md §2.1 ``sessions`` columns that are missing are appended with their canonical
    expression (the core reconcile rule: ``duplicate column`` DEBUG, ``locked``/``busy``
    re-raised into the open's lock patience, anything else a WARNING naming table.column);
    columns an upstream file already has are left exactly as they are;
@@ -51,7 +51,7 @@ def _zero():
 
 
 def _session_columns():
-    """The §2.1 columns, in the order a fresh store appends them."""
+    """The docs/sessions-agent.md §2.1 columns, in the order a fresh store appends them."""
     return [
         sa.Column("cache_read_tokens", INTEGER, server_default=_zero()),
         sa.Column("cache_write_tokens", INTEGER, server_default=_zero()),

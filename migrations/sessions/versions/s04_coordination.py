@@ -1,4 +1,4 @@
-"""s04 — transcript editing and coordination (spec sessions-ext-coordination.md §2): the
+"""s04 — transcript editing and coordination (docs/sessions-coordination.md §2): the
 compression cooldown/streak columns and ``rewind_count`` on ``sessions``.
 
 Add-only and read-gated: a column an upstream file already has is left exactly as it is
@@ -31,7 +31,7 @@ log = logging.getLogger("hermes_data.sessions.migrations")
 
 
 def _session_columns():
-    """Coordination §2.1, in the order a fresh store appends them."""
+    """Coordination docs/sessions-coordination.md §2.1, in the order a fresh store appends them."""
     zero = sa.text("0")
     return [
         sa.Column("compression_failure_cooldown_until", REAL),

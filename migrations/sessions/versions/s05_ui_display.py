@@ -1,4 +1,4 @@
-"""s05 — display ordering for user interfaces (spec sessions-ext-ui.md §2): the
+"""s05 — display ordering for user interfaces (docs/sessions-ui.md §2): the
 ``messages.display_identity`` / ``display_order`` columns, three partial indexes, the four
 display triggers; on PostgreSQL their PL/pgSQL twins and ``hermes_jsonb``.
 

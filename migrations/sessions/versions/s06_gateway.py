@@ -1,13 +1,13 @@
-"""s06 — the messaging gateway (spec sessions-ext-gateway.md §2): the ``handoff_*`` columns,
+"""s06 — the messaging gateway (docs/sessions-gateway.md §2): the ``handoff_*`` columns,
 ``gateway_routing`` (with its primary-key heal), ``gateway_hygiene_state``,
 ``gateway_heartbeats``, ``async_delegations``, their indexes; on PostgreSQL the two Telegram
 DM-topic tables.
 
 One transaction, add-only and read-gated (a store that has everything sees only reads):
 
-1. the §2.2 ``sessions`` columns when absent (the core reconcile rule of
+1. the docs/sessions-gateway.md §2.2 ``sessions`` columns when absent (the core reconcile rule of
    :func:`hermes_data.migrate.ops.add_missing_columns`); ``api_call_count`` is ``s03``'s, re-checked;
-2. each §2.1 table when absent (``conversation_generations`` is ``s03``'s, re-checked with
+2. each docs/sessions-gateway.md §2.1 table when absent (``conversation_generations`` is ``s03``'s, re-checked with
    the same definition); missing columns of a present one appended — a tool-created
    ``async_delegations`` without ``origin_session_id`` gets ``TEXT NOT NULL DEFAULT ''`` and
    its rows read ``''`` (seed 003 #94691); a present column is never touched;
@@ -19,7 +19,7 @@ One transaction, add-only and read-gated (a store that has everything sees only 
    the canonical table created, the rows copied oldest first so the newest wins per key, the
    legacy table dropped. SQLite DDL is transactional: a failure anywhere rolls back to the
    original table with all its rows;
-4. the §2.3 indexes when absent, except the Telegram pair;
+4. the docs/sessions-gateway.md §2.3 indexes when absent, except the Telegram pair;
 5. PostgreSQL only: both Telegram tables and their indexes (on SQLite they stay the user's
    opt-in, ``apply_telegram_topic_migration``).
 
@@ -47,7 +47,7 @@ log = logging.getLogger("hermes_data.sessions.migrations")
 
 
 def _session_columns():
-    """§2.2, in the order a fresh store appends them."""
+    """docs/sessions-gateway.md §2.2, in the order a fresh store appends them."""
     return [
         sa.Column("handoff_state", TEXT),
         sa.Column("handoff_platform", TEXT),
@@ -191,7 +191,7 @@ def _copy_from_legacy(bind, *, newest_wins_ties: bool) -> int:
 
 
 def _heal_gateway_routing_pk(bind, routing: sa.Table) -> None:
-    """§2.4 step 3 (SQLite): leave ``gateway_routing`` keyed by ``(scope, session_key)``."""
+    """docs/sessions-gateway.md §2.4 step 3 (SQLite): leave ``gateway_routing`` keyed by ``(scope, session_key)``."""
     tables = set(sa.inspect(bind).get_table_names())
     if _LEGACY in tables:
         if "gateway_routing" not in tables:

@@ -1,9 +1,9 @@
-"""s07 — storage resilience (spec sessions-ext-storage.md §2.5): the CJK-bigram index.
+"""s07 — storage resilience (docs/sessions-storage.md §2.5): the CJK-bigram index.
 
 SQLite, one transaction, add-only, and only where FTS5 works (a TEMP probe table; without
 FTS5 a later FTS5-capable writable open creates them):
 
-1. each §2.2 object when absent — the documents ``messages_cjk_doc``, the queue
+1. each docs/sessions-storage.md §2.2 object when absent — the documents ``messages_cjk_doc``, the queue
    ``messages_cjk_queue``, the FTS5 index ``messages_cjk_fts`` (``ascii`` tokenizer,
    ``detail='none'``), its three document triggers and the three pure-SQL queue triggers on
    ``messages``. Objects the writable open already built (the search-quality work creates the

@@ -13,7 +13,7 @@ built in the revision's transaction (~1.8 s at 200,000 messages). Without ``pg_t
 then skipped ``messages_fts_trgm`` too) the revision creates nothing; the route keeps
 scanning.
 
-SQLite needs nothing: its CJK route is served by the CJK-bigram index (storage §3.9.3).
+SQLite needs nothing: its CJK route is served by the CJK-bigram index (docs/sessions-storage.md §3.9.3).
 
 Add-only and idempotent (``IF NOT EXISTS``); forward only.
 

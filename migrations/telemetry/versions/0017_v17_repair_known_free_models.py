@@ -4,7 +4,7 @@ Ledger: "v17 | Data-only repair: deletes known_free_models rows with no evidence
 genuinely free (no wildcard provider='', and no llm_calls row for the same model+provider with
 cost_usd = 0 AND tokens > 0), plus their free_paid_transitions rows. No shape change."
 
-Interpretation (spec telemetry §3.2): tokens = tokens_in + tokens_out; a wildcard row
+Interpretation (docs/telemetry.md §3.2): tokens = tokens_in + tokens_out; a wildcard row
 protects only itself; "their" transitions share the (model, provider) pair. Transitions go
 first, while the candidate rows still exist.
 """

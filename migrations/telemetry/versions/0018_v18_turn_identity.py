@@ -3,7 +3,7 @@
 Ledger: "v18 | Turn identity + failure ledger. llm_calls: turn_id, task_id, api_request_id.
 tool_calls: turn_id, tool_call_id. New table llm_call_errors (+ idx_llm_call_errors_session),
 plus idx_llm_turn on llm_calls(turn_id) and idx_tool_turn on tool_calls(turn_id)".
-llm_call_errors has the 17 columns of spec telemetry §2.13 (decision §8.3).
+llm_call_errors has the 17 columns of docs/telemetry.md §2.13 (decision docs/telemetry.md §8.3).
 """
 
 import sqlalchemy as sa

@@ -1,4 +1,4 @@
-"""The CJK-bigram index (spec sessions-ext-storage.md §3.9.2–§3.9.3; issue 16 item 4).
+"""The CJK-bigram index (docs/sessions-storage.md §3.9.2–§3.9.3; issue 16 item 4).
 
 A 1–2-letter CJK query has no trigram, so before this index it was answered by a LIKE scan
 (p95 ~200 ms at 200,000 messages). Upstream loads a native bigram tokenizer; here the letter
@@ -148,7 +148,7 @@ def drop_objects(conn: Connection, done: list[str]) -> None:
 
 def ensure_objects(conn: Connection, nonempty: bool, done: list[str],
                    enabled: bool = True) -> None:
-    """Create the missing objects inside the open's write transaction (storage §2.5 rules):
+    """Create the missing objects inside the open's write transaction (docs/sessions-storage.md §2.5 rules):
     over existing rows a new document table or a missing queue trigger seeds the backfill
     window ``(0, MAX(id)]`` (the queue covers the ids above it); a new FTS table or document
     trigger beside existing documents, or a ``cjk_bigram_stale`` flag, rebuilds the index
@@ -400,7 +400,7 @@ def cjk_index_step(store: Any, max_rows: int = 500) -> bool:
         raise ValueError(f"max_rows must be positive, not {max_rows}")
     backend = store.backend
     if backend.dialect == "sqlite" and not backend.read_only:
-        backend.guard()  # quarantined / replaced / split WAL: the sticky error (storage §3.5)
+        backend.guard()  # quarantined / replaced / split WAL: the sticky error (docs/sessions-storage.md §3.5)
     if not _usable(backend):
         return False
     try:

@@ -1,4 +1,4 @@
-"""The CJK-bigram index of the SQLite session store (spec sessions-ext-storage.md §2.2, §3.9).
+"""The CJK-bigram index of the SQLite session store (docs/sessions-storage.md §2.2, §3.9).
 
 Short CJK queries (1–2 letters) have no trigram; these objects serve them without a native
 tokenizer. Letter pairs are computed in Python (:mod:`hermes_data.sessions.storage.fts.cjk`) into a side
@@ -38,7 +38,7 @@ CJK_FTS = "messages_cjk_fts"
 CJK_FTS_SHADOWS = tuple(CJK_FTS + s for s in ("_data", "_idx", "_docsize", "_config"))
 #: Every table of the index (the shape check and copies ignore them: fragments, not metadata).
 CJK_TABLES = (CJK_DOC, CJK_QUEUE, CJK_FTS) + CJK_FTS_SHADOWS
-#: ``state_meta`` keys (spec §2.1): the backfill window ``(progress, high_water]`` and the
+#: ``state_meta`` keys (docs/sessions-storage.md §2.1): the backfill window ``(progress, high_water]`` and the
 #: corruption flag.
 HIGH_WATER_KEY = "cjk_bigram_high_water"
 PROGRESS_KEY = "cjk_bigram_progress"
@@ -179,7 +179,7 @@ FTS_INTEGRITY_CHECK = "INSERT INTO messages_cjk_fts(messages_cjk_fts) VALUES ('i
 QUEUE_COUNT = "SELECT count(*) FROM messages_cjk_queue"
 
 # ---------------------------------------------------------------------------------------
-# PostgreSQL (spec §2.5, §3.9.3): a GIN index over the letters and letter pairs
+# PostgreSQL (docs/sessions-storage.md §2.5, §3.9.3): a GIN index over the letters and letter pairs
 # ---------------------------------------------------------------------------------------
 
 #: The gram function and its GIN index (created by the revision ``s07_storage``).

@@ -1,5 +1,5 @@
-"""FTS5 objects of the session store (spec sessions.md §2.6) and its legacy inline layout
-(§2.7, §4.7), plus the PostgreSQL full-text expressions that replace them there.
+"""FTS5 objects of the session store (docs/sessions.md §2.6) and its legacy inline layout
+(docs/sessions.md §2.7, §4.7), plus the PostgreSQL full-text expressions that replace them there.
 
 FROZEN: the ``*_DDL`` strings of the current layout (``FTS_OBJECTS_V3``) are the canonical
 head fragments and are also what the baseline revision ``s01_baseline`` created; that
@@ -15,7 +15,7 @@ from sqlalchemy.sql.elements import TextClause
 from hermes_data.sessions.sql.predicates import J, TOOL_INDEX_PREFIX
 
 # ---------------------------------------------------------------------------------------
-# FTS5 objects, current layout (storage version 3, §2.6)
+# FTS5 objects, current layout (storage version 3, docs/sessions.md §2.6)
 # ---------------------------------------------------------------------------------------
 
 
@@ -214,7 +214,7 @@ CANONICAL_TRIGGER_SQL: dict[str, str] = {name: stored_trigger_sql(ddl) for name,
 )}
 
 # ---------------------------------------------------------------------------------------
-# Legacy inline layout (pre-v23 upstream; §2.7, §4.7) — kept, narrowed, repaired in shape
+# Legacy inline layout (pre-v23 upstream; docs/sessions.md §2.7, §4.7) — kept, narrowed, repaired in shape
 # ---------------------------------------------------------------------------------------
 
 

@@ -1,5 +1,5 @@
-"""Stale-FTS deferral bookkeeping and its escalation (spec sessions-ext-storage.md §3.8,
-amending core sessions.md §4.7).
+"""Stale-FTS deferral bookkeeping and its escalation (docs/sessions-storage.md §3.8,
+amending core docs/sessions.md §4.7).
 
 Core stale recovery rebuilds the FTS indexes only when no other process holds the database.
 A host where that never happens (a forgotten desktop backend) kept search on LIKE forever
@@ -105,7 +105,7 @@ def record(conn: Any, holders: Iterable[tuple[int, str]]) -> Deferral:
 
 def holders_cleared(conn: Any, db_path: Path | None, done: list[str], *,
                     reap: bool = reaping.DEFAULT_ENABLED) -> bool:
-    """Core §4.7's "no other process holds the database", with the deferral bookkeeping and
+    """Core docs/sessions.md §4.7's "no other process holds the database", with the deferral bookkeeping and
     the escalation: True when recovery may proceed (inside the caller's transaction).
     ``reap``: the handle's ``sessions.reap_orphan_desktop_backends`` (the escalation may end
     orphaned desktop backends)."""

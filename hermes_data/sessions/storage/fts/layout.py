@@ -1,11 +1,11 @@
-"""The legacy FTS layout migration, ``optimize-storage`` (spec sessions-ext-storage.md §3.6).
+"""The legacy FTS layout migration, ``optimize-storage`` (docs/sessions-storage.md §3.6).
 
 An upstream ``state.db`` written before its v23 keeps both FTS tables *inline*: each holds
 its own copy of every message (a concatenation of content, tool name and tool calls), tool
 rows and every source included. Storage layout 1 (a trigram table declaring ``tool_calls``)
 indexes the repetitive tool-call JSON three characters at a time. The core serves both as
-they are (sessions.md §2.7); this module moves a file to the current external-content
-layout (§2.6) — foreground, resumable, without ever holding the write lock for long:
+they are (docs/sessions.md §2.7); this module moves a file to the current external-content
+layout (docs/sessions.md §2.6) — foreground, resumable, without ever holding the write lock for long:
 
 1. **Bookkeeping** (one transaction): repairs a high water without progress (the triggers
    may have indexed rows above the old mark: the indexes are emptied with ``'delete-all'``
@@ -282,7 +282,7 @@ def _external(ddl: str | None) -> bool:
 
 
 def _bookkeeping(tx: Connection) -> list[str]:
-    """§3.6 step 2, one transaction: repair a high water without progress, seed markers
+    """docs/sessions-storage.md §3.6 step 2, one transaction: repair a high water without progress, seed markers
     over an empty current-layout index. Returns what it did."""
     done: list[str] = []
     meta = _meta(tx)
@@ -334,7 +334,7 @@ def _forget_tables(tx: Connection, reset: bool) -> None:
 
 
 def _demote_legacy_fts_to_trash(tx: Connection, trigram: bool) -> tuple[str | None, bool]:
-    """§3.6 step 3 inside one ``BEGIN IMMEDIATE`` (re-read under the lock): (what it did —
+    """docs/sessions-storage.md §3.6 step 3 inside one ``BEGIN IMMEDIATE`` (re-read under the lock): (what it did —
     ``None`` when another process already did it —, whether a second transaction must
     follow: the two-step shape of a build without ``writable_schema = RESET``)."""
     meta = _meta(tx)
@@ -473,7 +473,7 @@ def _disk_refusal(store: Any, vacuum: bool) -> bool:
 
 
 def _incomplete(conn: Connection) -> str | None:
-    """§3.6 step 5: what is left (``backfill_incomplete`` / ``teardown_incomplete``)."""
+    """docs/sessions-storage.md §3.6 step 5: what is left (``backfill_incomplete`` / ``teardown_incomplete``)."""
     meta = _meta(conn)
     state = opening.read_fts_state(conn)
     if q.HIGH_WATER_KEY in meta or _index_empty(conn, state) or upgrade_needed(state):
@@ -484,7 +484,7 @@ def _incomplete(conn: Connection) -> str | None:
 
 
 def _optimize_settle(tx: Connection) -> str | None:
-    """§3.6 step 7 in one transaction: re-check (a concurrent process), then storage version
+    """docs/sessions-storage.md §3.6 step 7 in one transaction: re-check (a concurrent process), then storage version
     3 and the upstream advert and orphan teardown keys deleted. Returns a refusal reason."""
     reason = _incomplete(tx)
     if reason is not None:
@@ -503,7 +503,7 @@ def _pause(started: float) -> None:
 
 
 def _run_steps(store: Any, progress_cb: Callable[[OptimizeProgress], None] | None) -> None:
-    """§3.6 step 4: backfill, CJK-bigram and trash steps, paced, until none has work."""
+    """docs/sessions-storage.md §3.6 step 4: backfill, CJK-bigram and trash steps, paced, until none has work."""
     trash_total: int | None = None
     drained = 0
     while True:
@@ -536,7 +536,7 @@ def _trash_rows(conn: Connection) -> int:
 
 def _postgresql(store: Any, progress_cb: Callable[[OptimizeProgress], None] | None
                 ) -> OptimizeStorageResult:
-    """§3.10: ``optimize_fts()`` (when this build has it) plus the core ``vacuum()``."""
+    """docs/sessions-storage.md §3.10: ``optimize_fts()`` (when this build has it) plus the core ``vacuum()``."""
     optimize = getattr(store, "optimize_fts", None)
     if callable(optimize):
         optimize()
@@ -557,7 +557,7 @@ def _recover(store: Any) -> bool:
 def optimize_fts_storage(store: Any, *,
                          progress_cb: Callable[[OptimizeProgress], None] | None = None,
                          vacuum: bool = True, force: bool = False) -> OptimizeStorageResult:
-    """Move the file to the current FTS layout (spec §3.6; see the module docstring):
+    """Move the file to the current FTS layout (docs/sessions-storage.md §3.6; see the module docstring):
     bookkeeping, the one-transaction demote, the paced backfill / CJK / teardown steps, an
     optional VACUUM and the settle. Resumable after any crash; safe beside other processes
     (they keep writing and searching). ``progress_cb`` receives :class:`OptimizeProgress`.

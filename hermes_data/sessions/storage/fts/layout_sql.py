@@ -1,6 +1,6 @@
 """Statements of the legacy FTS layout migration, ``optimize-storage`` (spec
-sessions-ext-storage.md §3.6). Search's gap supplement over the backfill window (§3.6,
-amending core §7.2) has its statements in :mod:`hermes_data.sessions.search.gap_sql`.
+docs/sessions-storage.md §3.6). Search's gap supplement over the backfill window (docs/sessions-storage.md §3.6,
+amending docs/sessions.md §7.2) has its statements in :mod:`hermes_data.sessions.search.gap_sql`.
 
 SQLite only; sent with ``exec_driver_sql`` (``?`` placeholders). Every value is
 bound. Identifiers come only from the fixed names below, from the explicit shadow-table
@@ -18,7 +18,7 @@ from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGE
 from hermes_data.sessions.sql.dialect import marks
 
 # ---------------------------------------------------------------------------------------
-# state_meta keys (§2.1)
+# state_meta keys (docs/sessions-storage.md §2.1)
 # ---------------------------------------------------------------------------------------
 
 HIGH_WATER_KEY = "fts_rebuild_high_water"
@@ -75,7 +75,7 @@ TABLE_NAMES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 SCHEMA_NAMES = "SELECT name FROM sqlite_master"
 
 # ---------------------------------------------------------------------------------------
-# Bookkeeping and the demote (§3.6 steps 2–3)
+# Bookkeeping and the demote (docs/sessions-storage.md §3.6 steps 2–3)
 # ---------------------------------------------------------------------------------------
 
 #: Empty the external-content indexes (a high water without progress: restart the backfill).

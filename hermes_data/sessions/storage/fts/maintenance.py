@@ -1,5 +1,5 @@
 """FTS index maintenance: ``optimize_fts``, ``rebuild_fts``, incremental merges and the
-in-process retry of a deferred stale recovery (spec sessions-ext-storage.md §3.7, §3.8,
+in-process retry of a deferred stale recovery (docs/sessions-storage.md §3.7, §3.8,
 §3.10).
 
 * :func:`optimize_fts` — ``'optimize'`` of each queryable index (``messages_fts``,
@@ -26,11 +26,11 @@ in-process retry of a deferred stale recovery (spec sessions-ext-storage.md §3.
   admission timeout 0, at most once per backoff (60 s doubling to 3,600 s, reset on
   success); True only when the index was rebuilt; never raises.
 
-The merge constants come from ``benchmarks/fts_merge.py`` (the rule of §3.7: the largest
+The merge constants come from ``benchmarks/fts_merge.py`` (the rule of docs/sessions-storage.md §3.7: the largest
 ``max_pages`` with a p95 single command ≤ 50 ms, a pass ≤ 250 ms per index, ≤ 1 ms amortised
 per write).
 
-PostgreSQL (§3.10): ``optimize_fts`` = ``gin_clean_pending_list`` per GIN index of
+PostgreSQL (docs/sessions-storage.md §3.10): ``optimize_fts`` = ``gin_clean_pending_list`` per GIN index of
 ``messages``; ``rebuild_fts`` = ``REINDEX INDEX`` of the search GIN indexes under the
 maintenance advisory lock (0 when another session holds it); merges do not apply (0); the
 retry answers False.
@@ -113,7 +113,7 @@ class _CjkIndexError(Exception):
 
 def _on_table(table: str, fn: Callable[[Connection], Any]) -> Callable[[Connection], Any]:
     """``fn`` for the write transaction; errors of the CJK-bigram index become
-    :class:`_CjkIndexError` (its own drain marks it stale, §3.9.2)."""
+    :class:`_CjkIndexError` (its own drain marks it stale, docs/sessions-storage.md §3.9.2)."""
     if table != q.CJK_FTS:
         return fn
 
@@ -339,7 +339,7 @@ def after_append(store: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------
-# retry of a deferred stale recovery (§3.8)
+# retry of a deferred stale recovery (docs/sessions-storage.md §3.8)
 # ---------------------------------------------------------------------------------------
 
 

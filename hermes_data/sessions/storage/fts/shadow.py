@@ -1,4 +1,4 @@
-"""Shadow tables of a forgotten FTS table (spec sessions-ext-storage.md §3.6 step 3).
+"""Shadow tables of a forgotten FTS table (docs/sessions-storage.md §3.6 step 3).
 
 The demote forgets ``messages_fts`` / ``messages_fts_trigram`` by deleting their catalogue
 rows; their shadow tables (``<t>_data``, ``_idx``, ``_content``, ``_docsize``, ``_config``)

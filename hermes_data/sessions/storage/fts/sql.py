@@ -1,4 +1,4 @@
-"""Statements of FTS index maintenance (spec sessions-ext-storage.md §3.7–§3.9.1, §3.10):
+"""Statements of FTS index maintenance (docs/sessions-storage.md §3.7–§3.9.1, §3.10):
 ``'optimize'`` / ``'rebuild'`` / ``'merge'`` / ``usermerge`` on the SQLite FTS5 tables, the
 stale-FTS deferral record, the upstream ``messages_fts_cjk_*`` triggers, and the PostgreSQL
 twins (``gin_clean_pending_list``, ``REINDEX INDEX``).
@@ -16,7 +16,7 @@ from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES
 
 #: Every FTS5 table hermes-data maintains (optimize / merge), in this order.
 MAINTAINED_FTS_TABLES = (*FTS_VIRTUAL_TABLES, CJK_FTS)
-#: The tables ``rebuild_fts`` rebuilds (the CJK-bigram index rebuilds from its documents, §3.9.2).
+#: The tables ``rebuild_fts`` rebuilds (the CJK-bigram index rebuilds from its documents, docs/sessions-storage.md §3.9.2).
 REBUILT_FTS_TABLES = FTS_VIRTUAL_TABLES
 
 
@@ -73,7 +73,7 @@ def set_busy_timeout(ms: int) -> str:
     return f"PRAGMA busy_timeout={int(ms)}"
 
 
-#: The CJK-bigram index is marked damaged (§3.9.2: it is neither drained nor maintained).
+#: The CJK-bigram index is marked damaged (docs/sessions-storage.md §3.9.2: it is neither drained nor maintained).
 READ_CJK_STALE = "SELECT 1 FROM state_meta WHERE key = 'cjk_bigram_stale'"
 #: The ``fts_stale`` marker.
 READ_FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
@@ -81,7 +81,7 @@ READ_FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
                          "('fts_rebuild_high_water', 'fts_rebuild_progress')")
 
-# -- stale deferral (§3.8) ----------------------------------------------------------------
+# -- stale deferral (docs/sessions-storage.md §3.8) ----------------------------------------------------------------
 DEFERRAL_KEY = "fts_rebuild_deferral"
 #: The deferral record (JSON).
 READ_DEFERRAL = "SELECT value FROM state_meta WHERE key = 'fts_rebuild_deferral'"
@@ -89,7 +89,7 @@ READ_DEFERRAL = "SELECT value FROM state_meta WHERE key = 'fts_rebuild_deferral'
 WRITE_DEFERRAL = ("INSERT INTO state_meta(key, value) VALUES ('fts_rebuild_deferral', ?) "
                   "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 
-# -- upstream messages_fts_cjk (§3.9.1) ------------------------------------------------------
+# -- upstream messages_fts_cjk (docs/sessions-storage.md §3.9.1) ------------------------------------------------------
 #: Upstream's CJK triggers (they call a ``cjk_unicode61`` table hermes-data cannot load).
 UPSTREAM_CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete",
                          "messages_fts_cjk_update")
@@ -107,7 +107,7 @@ def drop_upstream_cjk_trigger(name: str) -> str:
     return checked_drop("TRIGGER", name, UPSTREAM_CJK_TRIGGERS, "an upstream CJK trigger")
 
 
-# -- PostgreSQL (§3.10) -------------------------------------------------------------------
+# -- PostgreSQL (docs/sessions-storage.md §3.10) -------------------------------------------------------------------
 #: The GIN indexes of ``messages`` in the current schema (names and oids).
 PG_MESSAGES_GIN_INDEXES = (
     "SELECT c.relname, c.oid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "

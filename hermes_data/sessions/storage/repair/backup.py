@@ -1,4 +1,4 @@
-"""The repair's file-level helpers (spec sessions-ext-storage.md §2.3, §3.3): the attempt
+"""The repair's file-level helpers (docs/sessions-storage.md §2.3, §3.3): the attempt
 ledger and its fingerprint, forensic backup bundles, free-space checks and the scratch copy.
 
 Every raw read of the database or a sidecar runs inside
@@ -288,7 +288,7 @@ def _stamp() -> str:
 
 
 def make_bundle(db: Path) -> tuple[Path, bool]:
-    """Copy the database and its sidecars into a forensic bundle (§3.3 step 5); returns the
+    """Copy the database and its sidecars into a forensic bundle (docs/sessions-storage.md §3.3 step 5); returns the
     bundle's main file and whether an identical existing bundle was reused. Raises
     :class:`BackupRefused` (every staged and published part removed) on any failure."""
     sweep_staging(db)

@@ -1,4 +1,4 @@
-"""Malformed-schema repair of a SQLite session store (spec sessions-ext-storage.md §3.3).
+"""Malformed-schema repair of a SQLite session store (docs/sessions-storage.md §3.3).
 
 :func:`repair_state_db_schema` never raises (bar the test guard's refusal): it returns a
 :class:`RepairReport`. The order is the spec's: refuse with a tracked connection here or an
@@ -8,7 +8,7 @@ snapshot into ``<db>.repair-scratch`` with the online backup API; inventory; str
 the scratch; promote into the guard with the backup API (one destination transaction, same
 inode); verify; ledger.
 
-The zeroed-file quarantine (§3.4) lives in :mod:`.quarantine`, the ledger and bundles in
+The zeroed-file quarantine (docs/sessions-storage.md §3.4) lives in :mod:`.quarantine`, the ledger and bundles in
 :mod:`.repair_backup`; their public names are re-exported here.
 """
 
@@ -378,7 +378,7 @@ def _run_repair_strategies(scratch: Path, inventory: dict[str, Any], complete: b
 
 def repair_state_db_schema(db_path: str | os.PathLike[str], *, backup: bool = True
                            ) -> RepairReport:
-    """Repair a malformed schema of the SQLite session store at ``db_path`` (§3.3); never
+    """Repair a malformed schema of the SQLite session store at ``db_path`` (docs/sessions-storage.md §3.3); never
     raises bar the test guard's refusal. PostgreSQL URLs: :class:`ConfigurationError`."""
     text = os.fspath(db_path)
     if isinstance(text, str) and text.startswith(("postgresql", "postgres:")):
@@ -672,7 +672,7 @@ def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosi
 
 
 def open_hook(backend: Any, open_once: Callable[[], None]) -> Callable[[], None]:
-    """``backend``'s open attempt wrapped with §3.3–§3.4 (``path``, ``read_only``,
+    """``backend``'s open attempt wrapped with docs/sessions-storage.md §3.3–§3.4 (``path``, ``read_only``,
     ``open_repairs``, ``_dispose`` and an optional ``zero_probe`` are read from it):
     read-only ⇒ the zeroed refusal; writable ⇒ the startup quarantine lock, orphan sidecars,
     zeroed quarantine, and the malformed-schema repair with one retry."""

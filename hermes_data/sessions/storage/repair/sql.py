@@ -1,4 +1,4 @@
-"""Statements of the malformed-schema repair (spec sessions-ext-storage.md §3.3), run on raw
+"""Statements of the malformed-schema repair (docs/sessions-storage.md §3.3), run on raw
 ``sqlite3`` connections to the live file's guard, its scratch copy and probe connections.
 
 Identifiers are never taken from user input: table names come from ``sqlite_master`` and are
@@ -59,7 +59,7 @@ DUPLICATE_DEFINITIONS = (
 DEDUP_SCHEMA = (
     "DELETE FROM sqlite_master WHERE rowid NOT IN "
     "(SELECT MIN(rowid) FROM sqlite_master GROUP BY type, name)")
-#: The FTS objects (and the CJK-bigram ones, §2.2) removed by ``drop_fts_rebuild``.
+#: The FTS objects (and the CJK-bigram ones, docs/sessions-storage.md §2.2) removed by ``drop_fts_rebuild``.
 DROP_FTS_SCHEMA_ROWS = (
     "DELETE FROM sqlite_master WHERE name GLOB 'messages_fts*' OR name GLOB 'messages_cjk_*' "
     "OR tbl_name GLOB 'messages_fts*' OR tbl_name GLOB 'messages_cjk_*'")

@@ -1,4 +1,4 @@
-"""Export of sessions (spec sessions-ext-ui.md §4.11): one session, a compression lineage, or
+"""Export of sessions (docs/sessions-ui.md §4.11): one session, a compression lineage, or
 everything as a stream.
 
 A :class:`SessionExport` holds every column the ``sessions`` table has (core, extension and
@@ -10,7 +10,7 @@ upstream-compatible: column-named keys, decoded content, ``tool_calls`` a list,
 ``display_identity``/``display_order`` (derived; bytes are not JSON).
 
 Each session is guarded by ``assert_export_safe`` separately (a lineage's segments too: never
-cumulative, seed 003). Pending token counts are flushed first (agent §3.0 barrier).
+cumulative, seed 003). Pending token counts are flushed first (docs/sessions-agent.md §3.0 barrier).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def _flush(store: Any) -> None:
 
 def export_session(store: Any, session_id: str, *,
                    max_messages: int | None = None) -> SessionExport | None:
-    """One session and its live rows, or None (§4.11); more live rows than the export limit
+    """One session and its live rows, or None (docs/sessions-ui.md §4.11); more live rows than the export limit
     ⇒ :class:`~hermes_data.sessions.errors.SessionExportTooLargeError` (``max_messages=0``
     disables the guard without counting)."""
     if not isinstance(session_id, str) or not session_id:

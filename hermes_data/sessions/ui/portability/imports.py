@@ -1,4 +1,4 @@
-"""Import of exported sessions (spec sessions-ext-ui.md §4.12): restores history, never the
+"""Import of exported sessions (docs/sessions-ui.md §4.12): restores history, never the
 ownership of a live channel or process.
 
 Validation needs no database: a payload that is not a list or has more than 500 entries ⇒

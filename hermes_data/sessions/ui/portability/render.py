@@ -1,4 +1,4 @@
-"""``/save`` rendering (spec sessions-ext-ui.md §4.13): pure functions over an export
+"""``/save`` rendering (docs/sessions-ui.md §4.13): pure functions over an export
 document, no database access.
 
 * ``json`` renders the export itself (the import shape); ``md`` and ``html`` render what the

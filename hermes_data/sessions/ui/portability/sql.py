@@ -1,4 +1,4 @@
-"""Statements of export and import (spec sessions-ext-ui.md §4.11–§4.12). Column lists come
+"""Statements of export and import (docs/sessions-ui.md §4.11–§4.12). Column lists come
 from the live table's catalogue or fixed allow-lists and are quoted; every value is bound."""
 
 from __future__ import annotations
