@@ -569,7 +569,7 @@ def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathL
     (WAL-reset-vulnerable builds keep fresh files in DELETE; an existing WAL file stays WAL;
     ``HERMES_DATA_JOURNAL_MODE`` overrides), then ``synchronous`` and ``journal_size_limit``.
     Returns the mode in effect and why. ``path`` only names the file in log lines."""
-    # The spec's fallback is DELETE: a caller's own connection keeps it (the stores' TRUNCATE
+    # The policy's fallback is DELETE (docs/sessions.md §8.2): a caller's own connection keeps it (the stores' TRUNCATE
     # flavour is their own choice, see the module docstring).
     settings = replace(settings or SqliteSettings(), rollback_journal="delete")
     label = str(path) or "<connection>"

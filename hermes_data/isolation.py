@@ -1,5 +1,5 @@
-"""Test isolation guard: a test run never opens a production store (spec
-docs/sessions-storage.md §3.1).
+"""Test isolation guard: a test run never opens a production store
+(docs/sessions-storage.md §3.1).
 
 :func:`ensure_test_isolation` is called by every entry taking a SQLite path (the session
 store's open, :func:`hermes_data.sessions.storage.registry.acquire`, the telemetry store) before any

@@ -6,7 +6,7 @@ tables (docs/sessions-agent.md §2, revision ``s03_agent_turn``) and the coordin
 ordering columns and indexes (docs/sessions-ui.md §2.1–§2.2, revision ``s05_ui_display``; its
 four triggers are fragments of :mod:`hermes_data.sessions.storage.display_sql`). Upstream databases carry
 more columns and tables; the store tolerates them (explicit column lists everywhere) and
-never drops them. Column order follows the spec tables, which is also the order a fresh
+never drops them. Column order follows the reference's tables (docs/sessions.md §2), which is also the order a fresh
 ``alembic -n sessions upgrade head`` produces; adopted files keep their upstream order and
 get missing core columns appended (order is not part of this store's contract, docs/sessions.md §2.8).
 

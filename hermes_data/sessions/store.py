@@ -135,7 +135,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     ``wal_autocheckpoint``, ``journal_size_limit``, ``synchronous``), read at open.
     ``hermes_root``: root used to derive the owner profile (default ``$HERMES_HOME``).
     ``settings`` and ``open_patience_s`` are SQLite options; ``pool_size`` and
-    ``owner_profile`` (the profile a PostgreSQL database serves, spec gateway M3: without it
+    ``owner_profile`` (the profile a PostgreSQL database serves, docs/sessions-gateway.md §3.0 M3: without it
     :meth:`owner_profile` is None there) are PostgreSQL's.
     ``conversation_hooks``: the agent's transforms the projections apply.
     Use as a context manager or call :meth:`close`.

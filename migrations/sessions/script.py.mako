@@ -17,7 +17,7 @@ branch_labels = ${repr(branch_labels)}
 depends_on = ${repr(depends_on)}
 
 # Frozen DDL: never import the head metadata here; it keeps changing, this file must not.
-# The session store never writes upstream's schema_version table (spec sessions.md §2.8).
+# The session store never writes upstream's schema_version table (docs/sessions.md §2.8).
 
 
 def upgrade() -> None:

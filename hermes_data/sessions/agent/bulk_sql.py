@@ -1,5 +1,5 @@
-"""Statements of the agent turn API's listing and bulk helpers (spec sessions-ext-agent.md
-docs/sessions-agent.md §3.11): counts by source, lifecycle statuses, cron job runs."""
+"""Statements of the agent turn API's listing and bulk helpers
+(docs/sessions-agent.md §3.11): counts by source, lifecycle statuses, cron job runs."""
 
 from __future__ import annotations
 

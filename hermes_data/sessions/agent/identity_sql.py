@@ -1,5 +1,5 @@
-"""Statements of the agent turn API's identity and reset operations (spec
-docs/sessions-agent.md §3.8): id resolution, fork checks, session-reset promotion and the
+"""Statements of the agent turn API's identity and reset operations
+(docs/sessions-agent.md §3.8): id resolution, fork checks, session-reset promotion and the
 per-peer conversation generation."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Statements of the agent turn API's conversation projections (spec sessions-ext-agent.md
-docs/sessions-agent.md §3.5): transcript rows of a set of sessions in id order, and the resume count."""
+"""Statements of the agent turn API's conversation projections
+(docs/sessions-agent.md §3.5): transcript rows of a set of sessions in id order, and the resume count."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Statements of the agent turn API's session metadata writes (spec sessions-ext-agent.md
-docs/sessions-agent.md §3.3, §3.9, §3.10): model_config merges, model / prompt / route writes, tool names, cwd
+"""Statements of the agent turn API's session metadata writes
+(docs/sessions-agent.md §3.3, §3.9, §3.10): model_config merges, model / prompt / route writes, tool names, cwd
 and Git metadata, profiles, and the activity columns (docs/sessions-agent.md §3.7)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Compression failure cooldowns, streaks and the recovery deadline (spec
-docs/sessions-coordination.md §3.12–§3.13): per-session (per-segment) anti-thrash state a
+"""Compression failure cooldowns, streaks and the recovery deadline
+(docs/sessions-coordination.md §3.12–§3.13): per-session (per-segment) anti-thrash state a
 rebuilt compressor inherits across restarts.
 
 Values are caller wall time (never the server clock). Getters read through the read pool

@@ -1,5 +1,5 @@
-"""Guard rows shared by compression locks and turn leases (spec sessions-ext-coordination.md
-docs/sessions-coordination.md §3.1–§3.3): clocks, holders, the one liveness rule (``DEAD``/``LIVE``), the conversation key
+"""Guard rows shared by compression locks and turn leases
+(docs/sessions-coordination.md §3.1–§3.3): clocks, holders, the one liveness rule (``DEAD``/``LIVE``), the conversation key
 and the claim protocol.
 
 The claim runs inside the caller's write transaction and works on either a SQLAlchemy

@@ -160,7 +160,7 @@ def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str
 def reopen_session(conn: Connection, q: Fragments, session_id: str) -> bool:
     """Clear the end fields, first stamping ``_reset_from`` on legacy reset children. A
     compression parent with a continuation child stays ended (``False``, unchanged:
-    sessions-ext-coordination A8 — two live heads would re-key the turn lease)."""
+    docs/sessions-coordination.md §3.22 A8 — two live heads would re-key the turn lease)."""
     if conn.exec_driver_sql(coordination_sql.for_dialect(q.dialect).ANY_CONTINUATION,
                             (session_id,)).first() is not None:
         return False

@@ -1,5 +1,5 @@
-"""Statements of the gateway's repair reads and writes (spec sessions-ext-gateway.md
-docs/sessions-gateway.md §3.4–§3.5): never-active keyed sessions and orphaned unkeyed sessions."""
+"""Statements of the gateway's repair reads and writes
+(docs/sessions-gateway.md §3.4–§3.5): never-active keyed sessions and orphaned unkeyed sessions."""
 
 from __future__ import annotations
 

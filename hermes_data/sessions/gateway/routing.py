@@ -1,5 +1,5 @@
-"""The gateway's durable routing index and hygiene streaks (spec sessions-ext-gateway.md
-docs/sessions-gateway.md §3.1–§3.2).
+"""The gateway's durable routing index and hygiene streaks
+(docs/sessions-gateway.md §3.1–§3.2).
 
 ``gateway_routing`` is the durable ``sessions.json`` (#9006): ``scope`` namespaces one
 gateway's index and is compared exactly; ``entry_json`` is opaque (stored and returned

@@ -1,5 +1,5 @@
-"""Statements of search's gap supplement during an FTS backfill (spec sessions-ext-storage.md
-docs/sessions-storage.md §3.6, amending docs/sessions.md §7.2; :mod:`hermes_data.sessions.search.gap`): the rows of the window
+"""Statements of search's gap supplement during an FTS backfill
+(docs/sessions-storage.md §3.6, amending docs/sessions.md §7.2; :mod:`hermes_data.sessions.search.gap`): the rows of the window
 ``(progress, high_water]`` are in ``messages`` but not yet in the FTS tables.
 
 SQLite only; ``text()`` statements with named parameters like the other search pages (the

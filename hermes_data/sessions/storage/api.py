@@ -1,5 +1,5 @@
-"""The storage-resilience API's public ``SessionStore`` methods (spec sessions-ext-storage.md
-docs/sessions-storage.md §3.6–§3.9), as one declarative delegation table (:mod:`hermes_data.sessions.handle`): each
+"""The storage-resilience API's public ``SessionStore`` methods
+(docs/sessions-storage.md §3.6–§3.9), as one declarative delegation table (:mod:`hermes_data.sessions.handle`): each
 entry maps a public name to an operation function (store first) in a module by concern; the
 class holds no state and no logic, and ``SessionStore`` inherits it.
 """

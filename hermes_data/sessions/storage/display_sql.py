@@ -103,7 +103,7 @@ def digest(ddl: str) -> str:
 
 #: Known upstream variants per trigger (normalised SHA-256), kept as they are so hermes-data and
 #: upstream processes on one file never ping-pong DDL. First: upstream ``DEFERRED_INDEX_SQL`` as
-#: read for the spec (each satisfies D1).
+#: read for the reference (each satisfies D1).
 KNOWN_VARIANT_DIGESTS: dict[str, tuple[str, ...]] = {
     "messages_display_order_insert": (
         "9d8e0685b6aea9bb9e0b4d1435e3a8e48335927ebb25a826ac699affad0d30b5",),

@@ -1,5 +1,5 @@
-"""Statements of the open-time probes and heals of the SQLite session store (spec sessions.md
-docs/sessions.md §2.7, §4.7, §8.3, §8.4), used by :mod:`hermes_data.sessions.storage.opening` and the read
+"""Statements of the open-time probes and heals of the SQLite session store
+(docs/sessions.md §2.7, §4.7, §8.3, §8.4), used by :mod:`hermes_data.sessions.storage.opening` and the read
 connections of :mod:`hermes_data.sessions.storage.handle_guards`.
 
 SQLite only; sent with ``exec_driver_sql`` or on a DB-API connection, ``?`` placeholders.

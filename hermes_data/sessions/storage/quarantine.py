@@ -1,5 +1,5 @@
-"""Zeroed files, the startup quarantine lock and orphan sidecars (spec
-docs/sessions-storage.md §3.4).
+"""Zeroed files, the startup quarantine lock and orphan sidecars
+(docs/sessions-storage.md §3.4).
 
 A ``state.db`` that is empty or all NUL bytes (a crash between ``creat`` and the first
 commit, a filesystem that lost its blocks) used to become a fresh store silently. A writable

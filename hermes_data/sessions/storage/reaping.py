@@ -1,5 +1,5 @@
-"""Orphan desktop-backend reaping and the holder scan of stale-FTS recovery (spec
-docs/sessions-storage.md §3.0 "Holder scans", docs/sessions-storage.md §3.8 "Reaping").
+"""Orphan desktop-backend reaping and the holder scan of stale-FTS recovery
+(docs/sessions-storage.md §3.0 "Holder scans", docs/sessions-storage.md §3.8 "Reaping").
 
 Stale-FTS recovery waits until no other process holds the database. An orphaned Hermes
 Desktop backend (``serve``/``dashboard --port 0``, #78821) can hold it forever; only the

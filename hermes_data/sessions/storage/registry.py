@@ -1,5 +1,5 @@
-"""Shared session-store handles: one writable handle per file per process (spec
-docs/sessions-storage.md §3.2).
+"""Shared session-store handles: one writable handle per file per process
+(docs/sessions-storage.md §3.2).
 
 Long-lived callers (gateway, agent loop, cron, tools) share one writable
 :class:`~hermes_data.sessions.store.SessionStore` per database through :func:`acquire` /

@@ -1,5 +1,5 @@
-"""Statements of the legacy FTS layout migration, ``optimize-storage`` (spec
-docs/sessions-storage.md §3.6). Search's gap supplement over the backfill window (docs/sessions-storage.md §3.6,
+"""Statements of the legacy FTS layout migration, ``optimize-storage``
+(docs/sessions-storage.md §3.6). Search's gap supplement over the backfill window (docs/sessions-storage.md §3.6,
 amending docs/sessions.md §7.2) has its statements in :mod:`hermes_data.sessions.search.gap_sql`.
 
 SQLite only; sent with ``exec_driver_sql`` (``?`` placeholders). Every value is

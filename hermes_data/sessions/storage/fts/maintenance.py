@@ -56,10 +56,10 @@ from hermes_data.sessions.storage.fts import sql as q
 
 log = logging.getLogger("hermes_data.sessions.storage.fts.maintenance")
 
-#: ``merge_fts`` defaults (upstream's signature; spec P-S4).
+#: ``merge_fts`` defaults (upstream's signature; docs/sessions-storage.md §5 P-S4).
 MERGE_PAGES = 500
 MERGE_COMMANDS = 4
-#: The cadence's pages per command, by the spec's rule (largest value with a p95 single
+#: The cadence's pages per command, by the reference's rule (docs/sessions-storage.md §3.7) (largest value with a p95 single
 #: command ≤ 50 ms on the benchmark corpus): ``benchmarks/fts_merge.py`` on this project's
 #: reference machine (SQLite 3.40.1, 2 cores) measured p95 45 ms at 250 pages, 78 ms at 500;
 #: four commands keep a pass under 250 ms per index.

@@ -1,5 +1,5 @@
-"""Upstream's ``messages_fts_cjk`` triggers on adopted files (spec sessions-ext-storage.md
-docs/sessions-storage.md §3.9.1).
+"""Upstream's ``messages_fts_cjk`` triggers on adopted files
+(docs/sessions-storage.md §3.9.1).
 
 Upstream hosts with its native ``cjk_unicode61`` tokenizer keep a third FTS5 index,
 ``messages_fts_cjk``, fed by three triggers on ``messages``. hermes-data cannot load that

@@ -1,7 +1,7 @@
 """Malformed-schema repair of a SQLite session store (docs/sessions-storage.md §3.3).
 
 :func:`repair_state_db_schema` never raises (bar the test guard's refusal): it returns a
-:class:`RepairReport`. The order is the spec's: refuse with a tracked connection here or an
+:class:`RepairReport`. The order is the reference's (docs/sessions-storage.md §3.3): refuse with a tracked connection here or an
 exhausted ledger; take ``<db>.repair.lock``; refuse with holders or a held lock; probe; back
 up (hard stop on refusal); guard (``locking_mode=EXCLUSIVE``, held through promotion);
 snapshot into ``<db>.repair-scratch`` with the online backup API; inventory; strategies on
