@@ -25,6 +25,8 @@ from typing import NamedTuple
 
 import pytest
 
+from tests.test_import_graph import MODULES as import_graph_modules
+
 pytestmark = pytest.mark.journal_independent("static scan of the package source")
 
 PACKAGE = "hermes_data"
@@ -45,17 +47,7 @@ class Crossing(NamedTuple):
     text: str
 
 
-def _module_names() -> dict[str, Path]:
-    names = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        names[".".join(parts)] = path
-    return names
-
-
-MODULES = _module_names()
+MODULES = import_graph_modules  # every hermes_data module by dotted name (one builder)
 
 
 def _is_private(name: str) -> bool:

@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hermes_data.lazy import lazy_exports
+
 if TYPE_CHECKING:
     from hermes_data.copy.transfer import (CopyDanglingReferenceError, CopyReport,
                                            CopyTargetNotEmptyError, CopyVerificationError,
                                            copy_store)
 
-_EXPORTS = ("CopyDanglingReferenceError", "CopyReport", "CopyTargetNotEmptyError",
-            "CopyVerificationError", "copy_store")
+_EXPORTS = dict.fromkeys((
+    "CopyDanglingReferenceError", "CopyReport", "CopyTargetNotEmptyError",
+    "CopyVerificationError", "copy_store",
+), "transfer")
 
-__all__ = list(_EXPORTS)
+__all__ = sorted(_EXPORTS)
+_resolve = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        from hermes_data.copy import transfer
-
-        value = getattr(transfer, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
+    return _resolve(name)

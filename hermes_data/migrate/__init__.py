@@ -14,21 +14,21 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from hermes_data.lazy import lazy_exports
+
 if TYPE_CHECKING:
     from hermes_data.migrate.runner import (StoreStatus, UpgradeReport, alembic_config, check,
                                             head_revision, status, store_spec, upgrade)
 
-_EXPORTS = ("StoreStatus", "UpgradeReport", "alembic_config", "check", "head_revision",
-            "status", "store_spec", "upgrade")
+_EXPORTS = dict.fromkeys((
+    "StoreStatus", "UpgradeReport", "alembic_config", "check", "head_revision", "status",
+    "store_spec", "upgrade",
+), "runner")
 
-__all__ = list(_EXPORTS)
+__all__ = sorted(_EXPORTS)
+_resolve = lazy_exports(__name__, _EXPORTS, globals())
 
 
 def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        from hermes_data.migrate import runner
-
-        value = getattr(runner, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
+    return _resolve(name)

@@ -6,8 +6,9 @@ modules); type checkers see the real definitions.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from hermes_data.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from hermes_data.sessions.errors import (CompressionPublishError, CompressionSessionBusyError,
@@ -73,10 +74,9 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
+_resolve = lazy_exports(__name__, _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
+    return _resolve(name)

@@ -6,7 +6,9 @@ Names are re-exported lazily (importing the package does not load the query modu
 
 from __future__ import annotations
 
-import importlib
+from typing import Any
+
+from hermes_data.lazy import lazy_exports
 
 _EXPORTS = {
     "BufferFullError": "buffered",
@@ -66,13 +68,12 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+_resolve = lazy_exports(__name__, _EXPORTS, globals())
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
+    return _resolve(name)
 
 
 def __dir__() -> list[str]:
