@@ -34,15 +34,15 @@ from hermes_data import moved as _moved
 
 _moved.install()  # old deep module paths keep importing (hermes_data/moved.py)
 
+from hermes_data.lazy import lazy_exports  # noqa: E402  (after the finder is installed)
+
 _LAZY = {
     # An Alembic CommandError too, built on first use: importing it imports Alembic.
-    "ForwardOnlyError": ("hermes_data.errors", "ForwardOnlyError"),
-    "upgrade": ("hermes_data.migrate.runner", "upgrade"),
-    "check": ("hermes_data.migrate.runner", "check"),
-    "status": ("hermes_data.migrate.runner", "status"),
-    "UpgradeReport": ("hermes_data.migrate.runner", "UpgradeReport"),
-    "TelemetryStore": ("hermes_data.telemetry.store", "TelemetryStore"),
-    "SessionStore": ("hermes_data.sessions.store", "SessionStore"),
+    "ForwardOnlyError": "errors",
+    "upgrade": "migrate.runner", "check": "migrate.runner", "status": "migrate.runner",
+    "UpgradeReport": "migrate.runner",
+    "TelemetryStore": "telemetry.store",
+    "SessionStore": "sessions.store",
 }
 
 __all__ = [
@@ -51,14 +51,9 @@ __all__ = [
     "WalUnsupportedError",
     *_LAZY,
 ]
+_resolve = lazy_exports(__name__, _LAZY, globals())
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        module, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module), attr)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'hermes_data' has no attribute {name!r}")
+    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
+    return _resolve(name)
