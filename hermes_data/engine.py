@@ -59,7 +59,7 @@ from sqlalchemy.util import LRUCache
 
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError, WalUnsupportedError
-from hermes_data.files import FileHeader
+from hermes_data.files import FileHeader, make_private_dirs
 from hermes_data.tracked import TrackedConnection
 
 log = logging.getLogger("hermes_data.engine")
@@ -424,7 +424,7 @@ def create_sqlite_engine(path: str | os.PathLike, settings: SqliteSettings | Non
     """
     settings = settings or SqliteSettings()
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)  # new directories 0700 whatever the umask (issue 31)
     engine = sa.create_engine(
         URL.create("sqlite", database=str(path)),
         echo=echo,

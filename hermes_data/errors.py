@@ -93,3 +93,26 @@ class StoreNotCreatedError(HermesDataError):
 class StoreLinkError(HermesDataError):
     """The store's path is a symbolic link we refuse (a dangling one: following it would
     create a store somewhere nobody chose)."""
+
+
+class UnsafeLockFileError(StoreLinkError, PermissionError):
+    """A sidecar lock file of a store (``<db>.repair.lock``, ``<db>.quarantine.lock``, …) is
+    a symbolic link, a hard-linked file or not a regular file (issue 31): it is never
+    followed, written or truncated — someone may have planted it to make a privileged
+    maintenance run empty another file. ``path`` names the lock file."""
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        super().__init__(
+            f"{path}: the lock file is {why}; refused, nothing was followed or written "
+            "(remove it if nobody planted it on purpose, and check who can write its directory)")
+
+
+class StoreNotWritableError(HermesDataError, PermissionError):
+    """A store's directory or file cannot be written by this process — not damage (issue 31:
+    a WAL database in a read-only directory, where SQLite cannot create ``-shm``/``-wal``).
+    ``path`` names what lacks write access and ``command`` a way out."""
+
+    def __init__(self, path: str, command: str, message: str) -> None:
+        self.path, self.command = path, command
+        super().__init__(message)

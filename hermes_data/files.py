@@ -13,6 +13,7 @@ file at all (nothing to drop), otherwise retired and kept.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from hermes_data.errors import StoreLinkError
+from hermes_data.errors import StoreLinkError, UnsafeLockFileError
 
 if TYPE_CHECKING:
     from hermes_data.file_records import DescriptorBudget, FileFacts, Holder
@@ -220,6 +221,76 @@ def deleted_sidecar_holders(path: Path, fd: int | None = None) -> list[tuple[int
         return [(h.pid, h.path) for h in file_holders(path, live=False) or () if h.path != base]
     targets = {f"{base}{suffix}" for suffix in SIDECARS}
     return [(pid, p) for pid in sorted(pids) for p in deleted_descriptors(pid) if p in targets]
+
+
+# ---------------------------------------------------------------------------------------
+# Sidecar lock files and the directories a store creates (issue 31)
+# ---------------------------------------------------------------------------------------
+
+#: Mode of a directory a store creates, regardless of the umask.
+PRIVATE_DIR_MODE = 0o700
+#: Mode of a sidecar lock file a store creates.
+LOCK_FILE_MODE = 0o600
+
+
+def open_lock_file(path: str | os.PathLike[str]) -> int:
+    """A descriptor (read/write, close-on-exec) on the sidecar lock file ``path``, created
+    0600 when absent; for ``flock``, never for its content's sake.
+
+    Opened with ``O_NOFOLLOW`` and never ``O_TRUNC``: a symbolic link there (planted by
+    whoever can write the directory) is refused, never followed, and an existing file is
+    never truncated by the open. The descriptor must name a regular file with one link (a
+    hard link to another file would let a holder record overwrite it): anything else is
+    closed again and refused. Raises :class:`UnsafeLockFileError` naming ``path`` for those;
+    any other :class:`OSError` (a missing directory, no permission) propagates."""
+    name = os.fspath(path)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) \
+        | getattr(os, "O_NONBLOCK", 0)  # a planted FIFO must not block the open
+    try:
+        fd = os.open(name, flags, LOCK_FILE_MODE)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(name):
+            try:
+                target = os.readlink(name)
+            except OSError:
+                target = "?"
+            raise UnsafeLockFileError(name, f"a symbolic link (to {target})") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafeLockFileError(name, f"not a regular file ({stat.filemode(st.st_mode)})")
+        if st.st_nlink != 1:
+            raise UnsafeLockFileError(name, f"a file with {st.st_nlink} hard links")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def make_private_dirs(directory: str | os.PathLike[str]) -> list[Path]:
+    """``mkdir -p directory``, each directory this call creates mode 0700 whatever the
+    umask (``os.makedirs``' mode is masked by it: each new one is ``chmod``-ed by path right
+    after its ``mkdir``). Existing directories are never changed. Returns the created ones."""
+    target = Path(directory)
+    missing: list[Path] = []
+    p = target
+    while not p.is_dir():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    created: list[Path] = []
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            if d.is_dir():
+                continue  # another process made it: not ours to change
+            raise
+        os.chmod(d, PRIVATE_DIR_MODE)
+        created.append(d)
+    return created
 
 
 # ---------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
-from hermes_data.errors import HermesDataError
+from hermes_data.errors import HermesDataError, StoreNotWritableError
 
 
 class SessionStoreError(HermesDataError):
@@ -152,13 +152,12 @@ class LiveConnectionError(SessionStoreError, RuntimeError):
             "close every handle first")
 
 
-class StateDbPermissionError(SessionStoreError, PermissionError):
+class StateDbPermissionError(SessionStoreError, StoreNotWritableError):
     """The writability preflight (docs/sessions.md §8.1 step 2) found a file or directory it must not or
-    could not repair; nothing was connected. ``path`` and ``command`` name the first one."""
-
-    def __init__(self, path: str, command: str, message: str) -> None:
-        self.path, self.command = path, command
-        super().__init__(message)
+    could not repair; nothing was connected. ``path`` and ``command`` name the first one. Also
+    raised by a read-only open of a WAL store whose directory (or ``-wal``/``-shm``) this
+    process cannot write (issue 31): unwritable, not corrupt. A
+    :class:`~hermes_data.errors.StoreNotWritableError` (so a :class:`PermissionError`)."""
 
 
 # -- transcript editing and coordination (docs/sessions-coordination.md §3.7) ---------------

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy.engine import Connection, Engine
 
 from hermes_data.errors import DatabaseBusyError
+from hermes_data.files import open_lock_file
 from hermes_data.sessions.backends import sql as q
 
 
@@ -42,7 +43,8 @@ class FileLock:
     """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""
 
     def __init__(self, path: Path) -> None:
-        self._fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        # O_NOFOLLOW, 0600, never truncated; a planted link raises UnsafeLockFileError.
+        self._fd: int | None = open_lock_file(path)
 
     def acquire(self) -> bool:
         """Take the lock if nobody holds it."""

@@ -46,7 +46,7 @@ from typing import Any
 
 from hermes_data.config import hermes_home
 from hermes_data.errors import StoreLinkError
-from hermes_data.files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id
+from hermes_data.files import HEADER_BYTES, SQLITE_MAGIC, FileHeader, application_id, make_private_dirs
 from hermes_data.tracked import unclaimed
 from hermes_data.sessions.storage.quarantine import is_zeroed_state_db, zeroed_head
 from hermes_data.sessions.storage.writability import settled_facts, writability_preflight
@@ -82,7 +82,7 @@ def prepare_file(backend: Any) -> bool:
         existing, owner_only = facts
     else:
         if not os.path.isdir(os.path.dirname(name) or "."):
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(path.parent)  # new directories 0700 whatever the umask (issue 31)
         # Ahead of the first creation, so that a repaired directory can take the new file:
         # owner bits by path inside the home tree, else refuse.
         backend.open_repairs.extend(writability_preflight(path, hermes_home))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hermes_data import files
+from hermes_data.errors import UnsafeLockFileError
 # The connection tracking (TrackedConnection, tracked_connect, live_connections) lives in
 # the generic layer, hermes_data/tracked.py: the engine and the migration runner use it too.
 from hermes_data.tracked import offline_access, path_key
@@ -197,7 +198,7 @@ def _write_record(fd: int) -> None:
 
 def _same_inode(fd: int, path: str) -> bool:
     try:
-        st, fst = os.stat(path), os.fstat(fd)
+        st, fst = os.lstat(path), os.fstat(fd)  # lstat: a link swapped in is not our inode
     except OSError:
         return False
     return (st.st_dev, st.st_ino) == (fst.st_dev, fst.st_ino)
@@ -225,7 +226,9 @@ def maintenance_flock(path: str | os.PathLike[str], timeout: float, poll: float 
     The holder writes ``{"pid", "start_ticks"}`` and erases it before a normal release. On
     contention a provably dead recorded holder's file is unlinked and the lock retaken on a
     fresh inode (a forked child may keep an inherited flock on the old one); each acquire
-    checks that its inode still names ``path``. An unopenable lock file is not acquired."""
+    checks that its inode still names ``path``. An unopenable lock file is not acquired; a
+    symbolic link, hard-linked or non-regular file at ``path`` raises
+    :class:`~hermes_data.errors.UnsafeLockFileError` (never followed or written, issue 31)."""
     name = os.fspath(path)
     deadline = clock() + timeout
     fd = -1
@@ -233,9 +236,10 @@ def maintenance_flock(path: str | os.PathLike[str], timeout: float, poll: float 
     try:
         while True:
             if fd < 0:
-                try:
-                    fd = os.open(name, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0),
-                                 0o600)
+                try:  # O_NOFOLLOW, never truncated by the open, 0600 (issue 31)
+                    fd = files.open_lock_file(name)
+                except UnsafeLockFileError:
+                    raise  # a planted link: refused, never "not acquired"
                 except OSError as exc:
                     log.warning("%s: lock file unopenable (%s); not acquired", name, exc)
                     break

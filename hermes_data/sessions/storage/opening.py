@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.config import config_section
+from hermes_data.files import open_lock_file
 from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import deferral as fts_deferral
@@ -212,7 +213,7 @@ def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S)
         yield True
         return
     lock_path = f"{db_path}.fts_rebuild.lock"
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = open_lock_file(lock_path)  # O_NOFOLLOW, 0600, never truncated (issue 31)
     deadline = time.monotonic() + wait_s
     admitted = False
     try:

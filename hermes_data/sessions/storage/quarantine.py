@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from hermes_data.errors import ConfigurationError
-from hermes_data.files import SQLITE_MAGIC
+from hermes_data.files import SQLITE_MAGIC, make_private_dirs
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.errors import LiveConnectionError, StateDbZeroedError
 from hermes_data.sessions.storage.filesafety import holder_scan, maintenance_flock, offline_file_access
@@ -192,7 +192,7 @@ def writable_open(path: Path, open_once: Callable[[], None], repairs: list[str],
     if not _needs_startup_lock(path, zeroed or is_zeroed_state_db):
         open_once()
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dirs(path.parent)  # new directories 0700 whatever the umask (issue 31)
     with quarantine_cross_process_lock(path) as locked:
         if not locked:
             log.warning("%s: %s.quarantine.lock not acquired within %.0f s; opening without it",

@@ -150,7 +150,14 @@ def clear_ledger(db: Path) -> None:
 
 def _write_json(path: Path, data: dict) -> None:
     tmp = Path(f"{path}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    # A predictable name: O_EXCL | O_NOFOLLOW, never O_TRUNC, so a link planted there is
+    # removed (the link, not its target), never followed or truncated (issue 31).
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    try:
+        fd = os.open(tmp, flags, 0o600)
+    except FileExistsError:
+        tmp.unlink()
+        fd = os.open(tmp, flags, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f)
         f.flush()

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hermes_data.errors import ConfigurationError
+from hermes_data.errors import ConfigurationError, UnsafeLockFileError
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage.repair import backup as rb
 from hermes_data.sessions.errors import StateDbMalformedError
@@ -391,6 +391,9 @@ def repair_state_db_schema(db_path: str | os.PathLike[str], *, backup: bool = Tr
     report = RepairReport()
     try:
         _repair(path, backup, report)
+    except UnsafeLockFileError as exc:  # a planted link at <db>.repair.lock (issue 31)
+        log.error("%s", exc)
+        report.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - the contract: a report, never a raise
         log.exception("%s: repair failed unexpectedly", path)
         report.error = report.error or f"unexpected failure: {exc}"
