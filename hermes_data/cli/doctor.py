@@ -136,7 +136,9 @@ def doctor(store: str, url=None) -> DoctorReport:
             finally:
                 con.close()
         except Exception as exc:
-            report.problems.append(f"{path}: PRAGMA integrity_check failed: {exc}")
+            unwritable = migrate.not_writable(path, exc)  # a read-only directory (issue 31)
+            report.problems.append(str(unwritable) if unwritable is not None
+                                   else f"{path}: PRAGMA integrity_check failed: {exc}")
             return report
         report.facts["integrity_check"] = damage[:10] or ["ok"]
         if damage:

@@ -42,7 +42,7 @@ from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
 from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
-                     StoreNotCreatedError)
+                     StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.tracked import tracked_connect
@@ -366,6 +366,8 @@ def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
     except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
         if _is_lock_conflict(exc):
             raise  # contention, not damage: the caller's retry policy decides
+        if _cannot_open_or_write(exc):
+            raise  # cannot open / read-only (issue 31), not damage: see not_writable()
         return [str(exc)]
     if rows == ["ok"]:
         return []
@@ -386,6 +388,52 @@ def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> C
     return CorruptDatabaseError(
         f"{path}: corrupt (PRAGMA {pragma}: {shown}); refused, the file was left unchanged "
         f"(details: hermes-data doctor --store {store} --url {path})")
+
+
+#: Primary SQLite result codes that mean "cannot open or write", never damage.
+_SQLITE_READONLY, _SQLITE_CANTOPEN = 8, 14
+
+
+def _cannot_open_or_write(exc: BaseException) -> bool:
+    """Is ``exc`` SQLite's ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` (any extended code)?"""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code & 0xFF in (_SQLITE_READONLY, _SQLITE_CANTOPEN)
+    text = str(orig).lower()
+    return "unable to open database file" in text or "readonly database" in text
+
+
+def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None:
+    """The refusal for an SQLite error that only means ``path`` cannot be written here (issue
+    31): a ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` error (``unable to open database file``,
+    ``attempt to write a readonly database``) while the directory holding the file (its link
+    target's), or an existing ``-wal``/``-shm`` there, is not writable by this process — a WAL
+    database in a read-only directory, where SQLite cannot create its ``-shm``/``-wal``. Names
+    that directory (or sidecar); None when the error is something else or everything is
+    writable (the caller's own refusal stands)."""
+    if not _cannot_open_or_write(exc):
+        return None
+    orig = getattr(exc, "orig", None) or exc
+    target = link_target(path) or Path(path)
+    directory = target.parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return StoreNotWritableError(
+            str(directory), f"chmod u+w {directory}",
+            f"{path}: not writable: its directory {directory} is not writable by this "
+            f"process, so SQLite cannot create {target.name}-shm / {target.name}-wal beside "
+            f"the WAL database ({orig}); the file itself is not damaged and was left "
+            f"unchanged. Make the directory writable (chmod u+w {directory}) or open a copy "
+            "in a writable directory")
+    for suffix in ("-wal", "-shm"):
+        side = Path(f"{target}{suffix}")
+        if side.exists() and not os.access(side, os.R_OK | os.W_OK):
+            return StoreNotWritableError(
+                str(side), f"chmod u+rw {side}",
+                f"{path}: not writable: {side} is not readable and writable by this process "
+                f"({orig}); the file itself is not damaged and was left unchanged. Run: "
+                f"chmod u+rw {side}")
+    return None
 
 
 def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
@@ -439,10 +487,17 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
                 raise NotAHermesDatabaseError(
                     f"{path}: not an SQLite database ({message}); refused, the file was left "
                     "unchanged") from exc
+            if (unwritable := not_writable(path, exc)) is not None:
+                raise unwritable from exc  # a read-only directory, not damage (issue 31)
             raise corrupt_error(path, "schema read", [message], spec.name) from exc
         pragma = CHECK_FOR_KIND.get(kind)
         if checked and pragma is not None and revision != spec.head:
-            problems = sqlite_check(con, pragma)
+            try:
+                problems = sqlite_check(con, pragma)
+            except sqlite3.DatabaseError as exc:
+                if _is_lock_conflict(exc):
+                    raise
+                raise refusal_for(spec, path, exc) from exc
             if problems:
                 raise corrupt_error(path, pragma, problems, spec.name)
         return Probe(kind, revision)
@@ -475,7 +530,7 @@ def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseExceptio
     if "not a database" in message:
         return NotAHermesDatabaseError(
             f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
-    return corrupt_error(path, "schema read", [message], spec.name)
+    return not_writable(path, exc) or corrupt_error(path, "schema read", [message], spec.name)
 
 
 def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:

@@ -39,7 +39,7 @@ from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage.repair import procedure as repair
 from hermes_data.sessions.storage.fts import upstream_cjk
 from hermes_data.sessions.errors import (DeletedWalGenerationError, SchemaBehindError, StateDbCorruptError,
-                      StateDbReplacedError)
+                      StateDbPermissionError, StateDbReplacedError)
 from hermes_data.sessions.storage.adoption import BUSY_TIMEOUT_MS, missing_core
 from hermes_data.sessions.sql import for_dialect
 from hermes_data.sessions.backends import sql as q
@@ -199,9 +199,15 @@ class SqliteBackend(SessionBackend):
         """``mode=ro``, 1 s timeout, no DDL, no write lock ever (docs/sessions.md §8.6). A transient ``disk i/o
         error`` (a reader cannot run WAL recovery) is retried 3 times, 50 ms apart."""
         migrate.require_created("sessions", self.path)  # never create a file by reading it
-        con = opening.connect_read_only_retrying(
-            self._connect_read_only, self.path, self._pragmas,
-            retries=READ_ONLY_OPEN_RETRIES, pause_s=READ_ONLY_RETRY_PAUSE_S)
+        try:
+            con = opening.connect_read_only_retrying(
+                self._connect_read_only, self.path, self._pragmas,
+                retries=READ_ONLY_OPEN_RETRIES, pause_s=READ_ONLY_RETRY_PAUSE_S)
+        except sqlite3.OperationalError as exc:
+            # A WAL store in a directory this process cannot write: unwritable, not damage.
+            if (err := migrate.not_writable(self.path, exc)) is not None:
+                raise StateDbPermissionError(err.path, err.command, str(err)) from exc
+            raise
         self._raw = con
         self._engine = sa.create_engine("sqlite://", creator=lambda: con,
                                         poolclass=sa.pool.StaticPool)
