@@ -318,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--url needs a single --store")
     try:
         _check_locations(args)
-        if getattr(args, "store", "") is None:  # `upgrade [--url FILE]` without --store
+        if args.command == "upgrade" and args.store is None:  # `upgrade [--url FILE]`, no --store
             from hermes_data.cli.copy import infer_store  # the same reading as copy's source
 
             args.store = infer_store(args.url, creating=True) if args.url else "all"
