@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     class ForwardOnlyError(HermesDataError, CommandError):
         """A downgrade was requested; the schema history only moves forward."""
 
+    class OfflineModeError(ConfigurationError, CommandError):
+        """Alembic's offline (``--sql``) mode was requested; migrations need the live database."""
+
 
 def _forward_only_error() -> type:
     from alembic.util import CommandError
@@ -55,13 +58,32 @@ def _forward_only_error() -> type:
         never loads it).
         """
 
-    ForwardOnlyError.__module__, ForwardOnlyError.__qualname__ = __name__, "ForwardOnlyError"
     return ForwardOnlyError
 
 
+def _offline_mode_error() -> type:
+    from alembic.util import CommandError
+
+    class OfflineModeError(ConfigurationError, CommandError):
+        """Alembic's offline (``--sql``) mode was requested; migrations need the live database
+        (adoption and every revision inspect it), so no SQL script can stand in for them.
+
+        Also an Alembic ``CommandError``, so ``alembic upgrade head --sql`` prints one
+        ``FAILED:`` line instead of a traceback; built on first use, like ForwardOnlyError.
+        """
+
+    return OfflineModeError
+
+
+#: Exceptions that are also Alembic ``CommandError``s, built on first use (see above).
+_ALEMBIC_ERRORS = {"ForwardOnlyError": _forward_only_error, "OfflineModeError": _offline_mode_error}
+
+
 def __getattr__(name: str) -> Any:
-    if name == "ForwardOnlyError":
-        cls = globals()["ForwardOnlyError"] = _forward_only_error()
+    if name in _ALEMBIC_ERRORS:
+        cls = _ALEMBIC_ERRORS[name]()
+        cls.__module__, cls.__qualname__ = __name__, name
+        globals()[name] = cls
         return cls
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

@@ -40,9 +40,12 @@ def _each(args, fn: Callable[[str, Any], T]) -> dict[str, T]:
     return out
 
 
-def _store_arg(parser: argparse.ArgumentParser, default: str) -> None:
-    parser.add_argument("--store", choices=[*STORES, "all"], default=default,
-                        help=f"which store (default: {default})")
+def _store_arg(parser: argparse.ArgumentParser, default: str, *, inferred: bool = False) -> None:
+    """``inferred``: without ``--store``, a ``--url`` SQLite file names its store (like
+    ``copy``'s source); ``args.store`` is ``None`` until :func:`main` reads it."""
+    parser.add_argument("--store", choices=[*STORES, "all"], default=None if inferred else default,
+                        help=f"which store (default: {default}"
+                             + ("; with --url FILE, the store that FILE holds)" if inferred else ")"))
     parser.add_argument("--url", help="database URL (sqlite:///PATH, postgresql+psycopg://…) or "
                                       "SQLite path (only with a single --store)")
     parser.add_argument("--json", action="store_true",
@@ -229,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="log progress to stderr and show the traceback of a failure")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("upgrade", help="create or upgrade (adopting legacy files) the stores")
-    _store_arg(p, "all")
+    _store_arg(p, "all", inferred=True)
     p.set_defaults(func=cmd_upgrade)
     p = sub.add_parser("status", help="where each store lives, its revision, journal mode, size")
     _store_arg(p, "all")
@@ -315,6 +318,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--url needs a single --store")
     try:
         _check_locations(args)
+        if args.command == "upgrade" and args.store is None:  # `upgrade [--url FILE]`, no --store
+            from hermes_data.cli.copy import infer_store  # the same reading as copy's source
+
+            args.store = infer_store(args.url, creating=True) if args.url else "all"
         code = args.func(args)
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at exit
         return code

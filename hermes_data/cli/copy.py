@@ -11,6 +11,7 @@ import sqlite3
 import sys
 from pathlib import Path
 
+from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json, progress_enabled
 from hermes_data.config import STORES, resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError
@@ -19,14 +20,22 @@ from hermes_data.errors import ConfigurationError
 _MARKERS = {"telemetry": {"runs", "llm_calls"}, "sessions": {"sessions", "messages"}}
 
 
-def infer_store(source: str) -> str:
-    """The store a SQLite source file holds (read-only look at its table names)."""
+def infer_store(source: str, *, creating: bool = False) -> str:
+    """The store a SQLite file holds (read-only look at its table names): ``copy``'s source
+    and ``upgrade --url FILE`` without ``--store``. ``creating``: the file may be missing
+    (``upgrade`` creates stores), and then there is nothing to infer from."""
     path = sqlite_path(resolve_url("telemetry", source))
     if path is None:
         raise ConfigurationError(
             f"{source}: the store cannot be inferred from a server database; pass --store "
             f"{'|'.join(STORES)}")
-    if not path.is_file():
+    if path.is_dir():
+        raise ConfigurationError(f"{path}: is a directory, not a database file")
+    if creating and not path.exists():
+        raise ConfigurationError(
+            f"{path}: no file there to tell which store it is; pass --store "
+            f"{'|'.join(STORES)} to create one")
+    if not creating and not path.is_file():
         raise ConfigurationError(f"{path}: the source store is not created yet; nothing was "
                                  "created (create it with: hermes-data upgrade --url …)")
     try:
@@ -88,7 +97,7 @@ def register(subparsers) -> None:
     p.add_argument("--store", choices=STORES, default=None,
                    help="which store (default: read from a SQLite source file's tables; "
                         "required for a server source)")
-    p.add_argument("--batch", type=int, default=5000, help="rows per batch (default: 5000)")
+    p.add_argument("--batch", type=bounded(int, 1, COUNT_MAX), default=5000, help="rows per batch (default: 5000)")
     p.add_argument("--force", action="store_true",
                    help="empty a non-empty target's store tables first")
     p.add_argument("--json", action="store_true",

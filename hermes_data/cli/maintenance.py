@@ -15,6 +15,7 @@ from dataclasses import asdict
 from typing import Callable, TextIO
 
 from hermes_data.migrate import runner as migrate
+from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, PAUSE_MAX, bounded
 from hermes_data.cli.output import elapsed, emit, emit_json, progress, progress_enabled
 from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.core import maintenance as mt
@@ -26,8 +27,8 @@ def cmd_prune(args) -> int:
                                  ("title_like", args.title_like)) if v is not None}
     if args.include_pinned:
         filters["include_pinned"] = True
-    if not args.apply:
-        migrate.require_created("sessions", args.url)  # a dry run creates nothing
+    # Neither the dry run nor --apply creates a store: a mistyped path is refused.
+    migrate.require_created("sessions", args.url)
     with SessionStore(args.url) as store:
         if not args.apply:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
@@ -52,6 +53,7 @@ def cmd_prune(args) -> int:
 
 
 def cmd_vacuum(args) -> int:
+    migrate.require_created("sessions", args.url)  # maintains a store; never creates one
     with SessionStore(args.url) as store:
         # VACUUM is one statement that reports nothing: show the time it has taken so far.
         with elapsed("optimizing FTS indexes and vacuuming", progress_enabled(args.json)):
@@ -93,7 +95,8 @@ def _storage_progress(enabled: bool) -> Callable[[fts_storage.OptimizeProgress],
 
 def cmd_optimize_storage(args) -> int:
     if args.min_pause is not None:  # a one-shot process: the module default is this run's
-        fts_storage.PAUSE_MIN_S = max(0.0, args.min_pause)
+        fts_storage.PAUSE_MIN_S = args.min_pause
+    migrate.require_created("sessions", args.url)  # maintains a store; never creates one
     with SessionStore(args.url) as store:
         res = store.optimize_fts_storage(progress_cb=_storage_progress(progress_enabled(args.json)),
                                          vacuum=not args.no_vacuum, force=args.force)
@@ -113,6 +116,10 @@ def cmd_optimize_storage(args) -> int:
 
 
 def cmd_export(args) -> int:
+    if args.output and os.path.isdir(args.output):  # before the store is opened: nothing is left
+        emit(f"hermes-data: error: {args.output}: the output path is a directory; -o takes the "
+             "file to write (a file name inside it, for example)", file=sys.stderr)
+        return 2
     if args.format or args.lineage or args.all:  # documents (docs/sessions-ui.md §4.11, §4.13)
         from hermes_data.cli.portability import cmd_export_documents
 
@@ -180,7 +187,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("prune", help="delete ended sessions past retention (dry run unless --apply)")
     url(p)
     as_json(p)
-    p.add_argument("--older-than-days", type=float, default=mt.DEFAULT_RETENTION_DAYS, metavar="N",
+    p.add_argument("--older-than-days", type=bounded(float, 0, DAYS_MAX, unit="days"), default=mt.DEFAULT_RETENTION_DAYS, metavar="N",
                    help=f"only sessions inactive for N days (default: {mt.DEFAULT_RETENTION_DAYS:g})")
     p.add_argument("--source", help="only sessions of this source (e.g. cli, cron, telegram)")
     p.add_argument("--cwd-prefix", metavar="DIR",
@@ -203,7 +210,7 @@ def register(subparsers) -> None:
     p.add_argument("--no-vacuum", action="store_true", help="skip the final VACUUM")
     p.add_argument("--force", action="store_true",
                    help="run even when free disk space looks too small")
-    p.add_argument("--min-pause", type=float, metavar="SECONDS",
+    p.add_argument("--min-pause", type=bounded(float, 0, PAUSE_MAX, unit="seconds"), metavar="SECONDS",
                    help=f"shortest pause between steps (default: {fts_storage.PAUSE_MIN_S:g}; "
                         "each pause is at least 4x the step it follows)")
     p.set_defaults(func=cmd_optimize_storage)
@@ -218,6 +225,6 @@ def register(subparsers) -> None:
     p.add_argument("--all", action="store_true",
                    help="every session, one JSON document a line (what import reads)")
     p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
-    p.add_argument("--page-size", type=int, default=500, metavar="N",
+    p.add_argument("--page-size", type=bounded(int, 1, COUNT_MAX), default=500, metavar="N",
                    help="messages read per query (default: 500)")
     p.set_defaults(func=cmd_export)

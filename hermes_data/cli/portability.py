@@ -14,6 +14,7 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
 
+from hermes_data.migrate import runner as migrate
 from hermes_data.cli.output import emit, emit_json, progress, progress_enabled
 from hermes_data.sessions.ui.portability.imports import MAX_SESSIONS, load_import_payload, validate
 from hermes_data.sessions.ui.portability.render import render_session_for_save
@@ -74,6 +75,8 @@ def cmd_export_documents(args) -> int:
 
 
 def cmd_import(args) -> int:
+    if not args.dry_run:  # imports into an existing store only: a mistyped --url creates nothing
+        migrate.require_created("sessions", args.url)
     with open(args.file, encoding="utf-8") as fh:
         try:
             payload = load_import_payload(fh.read())

@@ -11,6 +11,7 @@ import sys
 from datetime import datetime, timezone
 
 from hermes_data.migrate import runner as migrate
+from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json
 from hermes_data.sessions.search.messages import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
 from hermes_data.sessions.store import SessionStore
@@ -35,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="only messages of this role (repeatable; 'tool' searches full tool output)")
     p.add_argument("--sort", choices=["rank", "newest", "oldest"], default=None,
                    help="rank (relevance, the default), newest or oldest first")
-    p.add_argument("--limit", type=int, default=20, help="results per page (default 20)")
-    p.add_argument("--offset", type=int, default=0, help="skip this many results")
+    p.add_argument("--limit", type=bounded(int, 1, COUNT_MAX), default=20, help="results per page (default 20)")
+    p.add_argument("--offset", type=bounded(int, 0, COUNT_MAX), default=0, help="skip this many results")
     p.add_argument("--include-inactive", action="store_true",
                    help="also rewound (inactive) messages")
     p.add_argument("--context", action="store_true",

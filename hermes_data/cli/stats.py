@@ -13,6 +13,7 @@ import argparse
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
 
+from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, HOURS_MAX, bounded
 from hermes_data.cli.output import emit, emit_json
 from hermes_data.errors import ConfigurationError
 
@@ -26,14 +27,14 @@ def register(subparsers) -> None:
                                             "providers, spend of a scope, daily spend chart")
     p.add_argument("--url", help="telemetry store URL or SQLite path "
                                  "(default: $HERMES_HOME/telemetry/telemetry.db)")
-    p.add_argument("--hours", type=float, default=24.0, metavar="N",
+    p.add_argument("--hours", type=bounded(float, 0, HOURS_MAX, above=True, unit="hours"), default=24.0, metavar="N",
                    help="window: runs and calls of the last N hours (default: 24)")
     p.add_argument("--scope", nargs="+", metavar=("SCOPE", "ID"), default=["global"],
                    help="budget scope whose spend over the window to show: global, or "
                         "cron_job|sender|profile followed by its id (default: global)")
-    p.add_argument("--days", type=int, default=7, metavar="N",
+    p.add_argument("--days", type=bounded(int, 1, DAYS_MAX, unit="days"), default=7, metavar="N",
                    help="UTC days in the daily spend chart, of the same scope (default: 7)")
-    p.add_argument("--top", type=int, default=5, metavar="N",
+    p.add_argument("--top", type=bounded(int, 1, COUNT_MAX), default=5, metavar="N",
                    help="how many models and providers to list (default: 5)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output: {\"telemetry\": {…}}")
@@ -117,8 +118,6 @@ def bar_chart(days: list[dict], width: int = BAR_WIDTH) -> list[str]:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print the telemetry summary (``--json``: the same figures as data)."""
     scope, scope_id = _scope(args.scope)
-    if args.hours <= 0 or args.days <= 0 or args.top <= 0:
-        raise ConfigurationError("--hours, --days and --top must be positive")
     with _open(args.url) as store:
         data = collect(store, args.hours, scope, scope_id, args.days, args.top)
     if args.json:

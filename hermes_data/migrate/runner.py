@@ -263,8 +263,12 @@ def run_env(store: str) -> None:
     spec = store_spec(store)
     cfg = context.config
     if context.is_offline_mode():
-        raise ConfigurationError(
-            "offline (--sql) mode is not supported: adoption inspects the live database"
+        from hermes_data.errors import OfflineModeError  # a CommandError: one FAILED: line
+
+        raise OfflineModeError(
+            f"offline (--sql) mode is not supported for the {store} store: migrations inspect "
+            "the live database (adoption, every revision); run `alembic upgrade head` or "
+            "`hermes-data upgrade` against it instead"
         )
     if cfg.config_file_name and not cfg.attributes.get("hermes_report") and not logging.getLogger().handlers:
         # Invoked by the alembic command line: use alembic.ini's logging section.

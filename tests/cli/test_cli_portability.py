@@ -24,6 +24,9 @@ def test_export_documents_and_import_round_trip(tmp_path):
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["x"]
     proc = run_cli("import", str(out), "--url", str(dst), "--dry-run")
     assert proc.returncode == 0 and "nothing written" in proc.stdout and not dst.exists()
+    # import writes into an existing store only (issue 31): `upgrade` creates it
+    assert run_cli("import", str(out), "--url", str(dst)).returncode == 2 and not dst.exists()
+    assert run_cli("upgrade", "--store", "sessions", "--url", str(dst)).returncode == 0
     proc = run_cli("import", str(out), "--url", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["sessions"]["imported"] == 1

@@ -176,4 +176,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise ForwardOnlyError("s07_storage")
+    raise ForwardOnlyError(f"revision {revision} cannot be downgraded: the history is forward-only")

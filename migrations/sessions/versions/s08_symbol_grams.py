@@ -71,4 +71,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise ForwardOnlyError("s08_symbol_grams")
+    raise ForwardOnlyError(f"revision {revision} cannot be downgraded: the history is forward-only")

@@ -153,4 +153,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise ForwardOnlyError("s09_accent_fold")
+    raise ForwardOnlyError(f"revision {revision} cannot be downgraded: the history is forward-only")

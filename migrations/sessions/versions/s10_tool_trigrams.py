@@ -54,4 +54,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    raise ForwardOnlyError("s10_tool_trigrams")
+    raise ForwardOnlyError(f"revision {revision} cannot be downgraded: the history is forward-only")
