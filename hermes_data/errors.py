@@ -138,3 +138,20 @@ class StoreNotWritableError(HermesDataError, PermissionError):
     def __init__(self, path: str, command: str, message: str) -> None:
         self.path, self.command = path, command
         super().__init__(message)
+
+
+class UnstorableValueError(HermesDataError, ValueError):
+    """A text argument holds a character the database cannot store — a lone surrogate
+    (``"\\ud800"``: UTF-8 has no encoding for it, on either backend) or NUL (``"\\x00"``:
+    PostgreSQL ``text`` refuses it, and both backends refuse it alike so that a store copies
+    between them unchanged). Raised before the call writes anything; also a ``ValueError``,
+    the error bad input gives. ``argument`` names the argument or column, ``value`` is the
+    offending value (shown with ``repr``, truncated), ``reason`` what is wrong with it
+    (:mod:`hermes_data.storable`)."""
+
+    def __init__(self, argument: str, value: object, reason: str) -> None:
+        self.argument, self.value, self.reason = argument, value, reason
+        shown = repr(value)
+        if len(shown) > 80:
+            shown = shown[:77] + "..."
+        super().__init__(f"{argument}={shown} cannot be stored: {reason}; nothing was written")

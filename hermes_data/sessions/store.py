@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL
 from hermes_data.config import config_section, hermes_home, resolve_url, sqlite_path
 from hermes_data.engine import SqliteSettings
 from hermes_data.errors import ConfigurationError
+from hermes_data import storable
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.agent import accounting
@@ -259,12 +260,17 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     # -- state_meta (docs/sessions.md §7.7) -------------------------------------------------------------
 
     def get_meta(self, key: str) -> str | None:
-        """A ``state_meta`` value, read on the writer (sees this handle's own commits)."""
+        """A ``state_meta`` value, read on the writer (sees this handle's own commits); None
+        for a key no row can have (NUL or a lone surrogate, issue 31)."""
+        if isinstance(key, str) and not storable.is_storable(key):
+            return None
         with self._backend.reading_on_writer() as conn:
             return meta.get_meta(conn, self._q, key)
 
     def set_meta(self, key: str, value: str | None) -> None:
-        """Upsert a ``state_meta`` value."""
+        """Upsert a ``state_meta`` value. A key or value holding NUL or a lone surrogate ⇒
+        :class:`~hermes_data.errors.UnstorableValueError`, nothing written (issue 31)."""
+        storable.check_texts((("key", key), ("value", value)))
         self._backend.write(lambda c: meta.set_meta(c, self._q, key, value))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
@@ -285,7 +291,9 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                        hidden: bool = False) -> str:
         """Insert a session, or enrich an existing one (fill only NULL columns). Returns its id.
 
-        ``source``, ``user_id`` and ``started_at`` of an existing row never change.
+        ``source``, ``user_id`` and ``started_at`` of an existing row never change. A text
+        argument holding NUL or a lone surrogate ⇒ :class:`~hermes_data.errors.UnstorableValueError`
+        naming it, before anything is written (issue 31).
         """
         if not session_id or not source:
             raise ValueError("create_session needs a session_id and a source")
@@ -295,6 +303,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                       model_config=lifecycle.config_dump(model_config),
                       parent_session_id=parent_session_id, cwd=cwd, git_branch=git_branch,
                       git_repo_root=git_repo_root, profile_name=profile_name)
+        storable.check_texts((("session_id", session_id), ("source", source),
+                              *fields.items(), ("system_prompt", system_prompt)))
         new = lifecycle.NewSession(session_id, source, fields, system_prompt,
                                    self.owner_profile(), hidden, profile_name is not None)
         return self._backend.write(lambda c: lifecycle.create_session(c, self._q, new),
@@ -328,7 +338,10 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                      include_compacted: bool = False) -> list[MessageRow]:
         """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (docs/sessions.md §6.4).
         ``include_compacted``: the de-duplicated display history with compacted generations
-        (:mod:`.display_reads`; not with ``after_id``)."""
+        (:mod:`.display_reads`; not with ``after_id``). An id no row can have (NUL or a
+        lone surrogate) reads as an unknown session: ``[]``."""
+        if isinstance(session_id, str) and not storable.is_storable(session_id):
+            return []
         if include_compacted:
             if after_id is not None:
                 raise ValueError("include_compacted cannot be combined with after_id")
@@ -431,12 +444,16 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         return self._backend.read(lambda c: titles.next_title_in_lineage(c, self._q, base))
 
     def get_session_by_title(self, title: str) -> SessionRow | None:
-        """The session holding exactly ``title``."""
+        """The session holding exactly ``title`` (None for a title no row can hold)."""
+        if isinstance(title, str) and not storable.is_storable(title):
+            return None
         sid = self._backend.read(lambda c: titles.session_by_title(c, self._q, title))
         return None if sid is None else self.get_session(sid)
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """Newest numbered variant ``title #N``, else the exact title's session id."""
+        if isinstance(title, str) and not storable.is_storable(title):
+            return None
         return self._backend.read(lambda c: titles.resolve_by_title(c, self._q, title))
 
     def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
@@ -463,7 +480,10 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     # -- reads (docs/sessions.md §5) --------------------------------------------------------------------
 
     def get_session(self, session_id: str) -> SessionRow | None:
-        """Core columns plus the resolved system prompt, or None (queued tokens flushed first)."""
+        """Core columns plus the resolved system prompt, or None (queued tokens flushed first;
+        None too for an id no row can have: NUL or a lone surrogate, issue 31)."""
+        if isinstance(session_id, str) and not storable.is_storable(session_id):
+            return None
         self._tokens.flush()
         return self._backend.read_driver(
             lambda tx: listing.get_session(tx.execute, self._q, session_id),

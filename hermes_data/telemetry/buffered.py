@@ -58,6 +58,7 @@ from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
 )
+from hermes_data.telemetry.values import TOOL_CALL_TEXT, check_texts
 
 log = logging.getLogger("hermes_data.telemetry.buffered")
 
@@ -240,6 +241,7 @@ class BufferedWriter:
                          turn_id: str | None = None, tool_call_id: str | None = None) -> None:
         """Queue a tool call; same effect as :func:`hermes_data.telemetry.writes.record_tool_call`."""
         ts = ts if type(ts) is str else to_iso(ts)
+        check_texts(TOOL_CALL_TEXT, (session_id, ts, tool_name, turn_id, tool_call_id))
         self._put((_TOOL, (session_id, ts, tool_name, 1 if ok else 0, latency_ms,
                            turn_id or None, tool_call_id or None), (session_id,),
                    time.monotonic()))

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from hermes_data import storable
+
 _INT64_MAX = 2**63 - 1
 #: An integer written in ASCII digits ('²' and '-+5' are junk: str.isdigit() accepts the first,
 #: int() refuses both).
@@ -87,3 +89,18 @@ def duration_ms_from_seconds(api_duration: object) -> int | None:
 def retryable_flag(value: object) -> int | None:
     """``True`` → 1, ``False`` → 0, anything else (unknown) → NULL."""
     return 1 if value is True else 0 if value is False else None
+
+
+#: The text arguments of a call record, in the order :func:`check_texts` receives them.
+LLM_CALL_TEXT = ("session_id", "ts", "model", "provider", "moa_preset", "turn_id", "task_id",
+                 "api_request_id", "sender_id", "profile")
+TOOL_CALL_TEXT = ("session_id", "ts", "tool_name", "turn_id", "tool_call_id")
+
+
+def check_texts(names: tuple[str, ...], values: tuple[object, ...]) -> None:
+    """Refuse, before anything is written, a call whose identifiers the row stores verbatim
+    hold NUL or a lone surrogate (:class:`~hermes_data.errors.UnstorableValueError` naming
+    the argument, issue 31). Hot path: one join and two C scans when every value is fine."""
+    joined = "".join([v for v in values if v.__class__ is str])
+    if "\x00" in joined or (not joined.isascii() and not storable.is_storable(joined)):
+        storable.check_texts(zip(names, values))

@@ -40,8 +40,9 @@ from hermes_data.telemetry.store import (PgTelemetryStore, Prepared, Target, Tel
                     write_tx)
 if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
     from hermes_data.telemetry.types import ApiErrorOutcome, ModelUnavailable, PricingEntry
-from hermes_data.telemetry.values import (TERMINAL_STATUSES, clean_text, duration_ms_from_seconds, opt_int,
-                     opt_text, retryable_flag, to_iso)
+from hermes_data.telemetry.values import (LLM_CALL_TEXT, TERMINAL_STATUSES, TOOL_CALL_TEXT, check_texts,
+                     clean_text, duration_ms_from_seconds, opt_int, opt_text, retryable_flag,
+                     to_iso)
 
 log = logging.getLogger("hermes_data.telemetry.writes")
 
@@ -260,6 +261,7 @@ def start_run(target: Target, session_id: str, model: str | None = None,
     Idempotent. On an existing row — e.g. one a call created lazily — nothing is
     overwritten; only facts still NULL (platform, cron job, model, parent, profile) are filled.
     """
+    check_texts(("session_id",), (session_id,))
     params = {"session_id": session_id, "platform": opt_text(platform),
               "cron_job_id": opt_text(cron_job_id), "model": opt_text(model),
               "started_at": to_iso(started_at), "parent_session_id": opt_text(parent_session_id),
@@ -277,6 +279,7 @@ def end_run(target: Target, session_id: str, status: str, ended_at: str | dateti
     recorded (``error``, ``interrupted``) is *not* replaced by ``ok`` — the finalize hook's
     late ``ok`` would hide a failure — unless ``overwrite_terminal=True`` (docs/telemetry.md §8.5).
     """
+    check_texts(("session_id", "status"), (session_id, status))
     params = {"session_id": session_id, "end_ts": to_iso(ended_at), "new_status": status,
               "force": 1 if overwrite_terminal else 0}
     with write_tx(target) as tx:
@@ -291,8 +294,12 @@ def llm_call_rows(session_id: str, ts: str | datetime | None, model: str | None,
                   api_request_id: str | None, sender_id: str | None,
                   profile: str | None) -> tuple[tuple, tuple]:
     """Normalise one call into the parameter rows of ``INSERT_LLM_CALL`` and of the run
-    upsert (shared by the synchronous and the buffered writer, so both store the same)."""
+    upsert (shared by the synchronous and the buffered writer, so both store the same).
+    Identifiers holding NUL or a lone surrogate ⇒
+    :class:`~hermes_data.errors.UnstorableValueError` naming the argument (issue 31)."""
     ts = ts if type(ts) is str else to_iso(ts)
+    check_texts(LLM_CALL_TEXT, (session_id, ts, model, provider, moa_preset, turn_id, task_id,
+                                api_request_id, sender_id, profile))
     tokens_in = tokens_in or 0
     tokens_out = tokens_out or 0
     cost_usd = cost_usd or 0.0
@@ -349,8 +356,10 @@ def record_tool_call(target: Target, session_id: str, ts: str | datetime | None,
                      ok: bool = True, latency_ms: int | None = None, *,
                      turn_id: str | None = None, tool_call_id: str | None = None) -> int:
     """Record one tool execution and count it on the run (no run row is created: a tool
-    call alone does not make a session, as upstream). Returns the row id."""
+    call alone does not make a session, as upstream). Returns the row id. Text holding NUL
+    or a lone surrogate ⇒ :class:`~hermes_data.errors.UnstorableValueError`, nothing written."""
     ts = ts if type(ts) is str else to_iso(ts)
+    check_texts(TOOL_CALL_TEXT, (session_id, ts, tool_name, turn_id, tool_call_id))
     call = (session_id, ts, tool_name, 1 if ok else 0, latency_ms, turn_id or None,
             tool_call_id or None)
     if type(target) is TelemetryStore:

@@ -30,6 +30,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import create_engine_for
+from hermes_data import storable
 from hermes_data.errors import ConfigurationError, DatabaseBusyError
 from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict
 from hermes_data.sessions.backends import sql as q
@@ -142,6 +143,9 @@ class PostgresBackend(SessionBackend):
                 try:
                     with self._writer.begin():
                         return fn(self._writer)
+                except (UnicodeEncodeError, sa.exc.DataError) as exc:
+                    _raise_unstorable(exc)
+                    raise
                 except sa.exc.DBAPIError as exc:
                     # Retried like a busy SQLite file: serialization_failure,
                     # deadlock_detected, lock_not_available.
@@ -172,16 +176,24 @@ class PostgresBackend(SessionBackend):
         with self._lock:
             if self._writer is None:
                 raise ConfigurationError(f"{self.path}: the session store is closed")
-            with self._writer.begin():
-                yield self._writer
+            try:
+                with self._writer.begin():
+                    yield self._writer
+            except (UnicodeEncodeError, sa.exc.DataError) as exc:
+                _raise_unstorable(exc)
+                raise
 
     @contextmanager
     def reading(self) -> Iterator[Connection]:
         """A pooled connection in a read transaction."""
         if self._engine is None:
             raise ConfigurationError(f"{self.path}: the session store is closed")
-        with self._engine.connect() as conn, conn.begin():
-            yield conn
+        try:
+            with self._engine.connect() as conn, conn.begin():
+                yield conn
+        except (UnicodeEncodeError, sa.exc.DataError) as exc:
+            _raise_unstorable(exc)
+            raise
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` under ``SET LOCAL statement_timeout`` (query_canceled → TimeoutError)."""
@@ -233,3 +245,10 @@ class PostgresBackend(SessionBackend):
         store is shared by several hosts; a lock file would not be)."""
         return AdvisoryLock(self.engine)
 
+
+def _raise_unstorable(exc: BaseException) -> None:
+    """Raise the typed error for a text parameter the driver refused (a lone surrogate, NUL:
+    :func:`hermes_data.storable.from_driver_error`); return for any other error."""
+    typed = storable.from_driver_error(exc)
+    if typed is not None:
+        raise typed from exc

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
+from hermes_data import storable
 from hermes_data.errors import ConfigurationError
 from hermes_data.files import FileHeader, make_owner_only
 from hermes_data.sessions.storage import filesafety
@@ -523,6 +524,8 @@ class SqliteBackend(SessionBackend):
                     budget = Patience(patience, start=start)
                 budget.wait(err, f"{self.path}: another process held the write lock for over "
                             f"{patience:.1f} s; the database is healthy, retry later")
+        except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
+            raise storable.from_driver_error(exc) from exc
         finally:
             if reopened:
                 self._end_close_race()
@@ -565,6 +568,8 @@ class SqliteBackend(SessionBackend):
             try:
                 with w.begin():
                     yield w
+            except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
+                raise storable.from_driver_error(exc) from exc
             finally:
                 if not self.read_only:
                     w.execution_options(hermes_begin="IMMEDIATE")
@@ -607,6 +612,8 @@ class SqliteBackend(SessionBackend):
             try:
                 with self.reading() as conn:
                     return fn(conn)
+            except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
+                raise storable.from_driver_error(exc) from exc
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
                 if not sqlite_reads.read_retryable(exc):
                     raise
@@ -622,7 +629,10 @@ class SqliteBackend(SessionBackend):
 
     def read_driver(self, fn: Callable[[Driver], T], *, single_statement: bool = False) -> T:
         """:meth:`read` on the reader's ``sqlite3`` connection (:mod:`.sqlite_reads`)."""
-        return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)
+        try:
+            return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)
+        except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
+            raise storable.from_driver_error(exc) from exc
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""

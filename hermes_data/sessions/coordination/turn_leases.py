@@ -23,6 +23,7 @@ import sqlalchemy as sa
 
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.locking import is_lock_conflict
+from hermes_data.storable import check_text
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import maintenance as fts_maintenance
 from hermes_data.sessions.core import encoding as enc
@@ -185,7 +186,10 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     Raises :class:`SessionNotFoundError` for an unknown session,
     :class:`CompressionSessionClosedError` when the session continued in a child and, with
     ``turn_lease_holder``, :class:`SessionTurnLeaseLostError` when that holder does not own
-    the conversation's turn lease. Keyword fields are those of
+    the conversation's turn lease, and
+    :class:`~hermes_data.errors.UnstorableValueError` (before writing) when ``session_id``,
+    ``role`` or another text field holds NUL or a lone surrogate (``content`` is stored as
+    given, its lone surrogates as U+FFFD, docs/sessions.md §6.1). Keyword fields are those of
     :class:`~hermes_data.sessions.rows.NewMessage`; ``compression_lock_holder`` is ignored.
     ``skip_if_platform_message_exists=True`` returns the id of a row already holding the
     non-empty ``platform_message_id`` instead, decided inside the append's transaction after
@@ -193,6 +197,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     """
     b = store.backend
     q = b.sql
+    check_text("session_id", session_id)
     skip = bool(fields.pop("skip_if_platform_message_exists", False))
     pmid = fields.get("platform_message_id", fields.get("message_id")) if skip else None
     row = msg.encode_row({**fields, "role": role, "content": content}, 0, q.dialect,
@@ -223,6 +228,7 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
     """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``, each chunk
     re-checking the turn lease when ``turn_lease_holder`` is given); returns rows inserted.
     ``compression_lock_holder`` is ignored (appends never consult compression locks)."""
+    check_text("session_id", session_id)
     b = store.backend
     fence: Callable[[Any], None] | None = None
     if turn_lease_holder is not None:

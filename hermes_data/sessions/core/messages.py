@@ -14,6 +14,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data import storable
+from hermes_data.errors import UnstorableValueError
 from hermes_data.sessions.core import display_order as display
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.errors import CompressionSessionClosedError, SessionNotFoundError
@@ -33,6 +35,9 @@ _TOOL_CALLS = 3
 #: Position of ``active`` and ``display_identity`` inside an :data:`EncodedRow`.
 _ACTIVE = INSERT_COLS.index("active") - 1
 _IDENTITY = INSERT_COLS.index("display_identity") - 1
+#: Positions of an :data:`EncodedRow` the storable-text check covers (issue 31): every text
+#: column but ``content``, whose encoding stores any string (docs/sessions.md §6.1).
+_CHECKED = tuple(i for i, c in enumerate(INSERT_COLS[1:-1]) if c != "content")
 
 
 def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = True,
@@ -65,6 +70,12 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
         enc.scrub(m.get("api_content")), enc.scrub(m.get("display_kind")),
         enc.encode_display_metadata(m.get("display_metadata")),
     )
+    for i in _CHECKED:  # the storable-text check: two C scans per text value (issue 31)
+        v = row[i]
+        if v.__class__ is str and ("\x00" in v or not v.isascii()) \
+                and not storable.is_storable(v):
+            name = INSERT_COLS[i + 1] if not batch else f"messages[{index}].{INSERT_COLS[i + 1]}"
+            raise UnstorableValueError(name, v, storable.problem(v) or "")
     row += (display.pending(m, row, split),)
     return row if row[_TS] is None else display.finish(row)
 

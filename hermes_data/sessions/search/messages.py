@@ -172,6 +172,12 @@ def search_messages(conn: Connection, query: str | None, *,
                     fields: Sequence[str] | None = None) -> list[SearchResult]:
     """Search message rows for ``query`` (docs/sessions.md §7.2); never raises for any query text.
 
+    Characters no stored text holds are replaced, not stripped, before planning: each lone
+    surrogate becomes U+FFFD (what the store scrubs them to in ``content``, so the query
+    finds a message written with the same text) and NUL a space (a word break); the same
+    for the filter names. So a query or filter with them returns what the replaced text
+    returns, on both backends (issue 31).
+
     ``source_filter`` / ``exclude_sources`` restrict session sources, ``role_filter`` message
     roles (``tool`` searches full tool bodies through LIKE). ``sort``: ``None``/``"rank"``
     (relevance; LIKE routes newest first), ``"newest"`` or ``"oldest"``. Rewound rows and

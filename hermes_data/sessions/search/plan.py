@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Sequence
 
 from hermes_data.sessions.core import encoding as enc
+from hermes_data.storable import searchable
 #: Queries are cut to this many characters before anything else happens.
 MAX_QUERY_CHARS = 2048
 #: Canonical result fields, in order (docs/sessions.md §7.3).
@@ -555,9 +556,11 @@ def check_fields(fields: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def name_list(value: str | Iterable[str] | None) -> list[str]:
-    """A filter argument (one name, several or ``None``) as a list of names."""
+    """A filter argument (one name, several or ``None``) as a list of names; a lone
+    surrogate becomes U+FFFD and NUL a space, as in the query text (no stored name holds
+    either, issue 31), so a filter never makes a search raise."""
     if value is None:
         return []
     if isinstance(value, str):
-        return [value]
-    return [str(v) for v in value]
+        return [searchable(value)]
+    return [searchable(str(v)) for v in value]
