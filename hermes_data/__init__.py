@@ -9,6 +9,7 @@ Store classes are imported lazily so ``import hermes_data`` stays cheap for the 
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 
 from hermes_data.errors import (
@@ -30,9 +31,23 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers (never run
     from hermes_data.sessions.store import SessionStore
     from hermes_data.telemetry.store import TelemetryStore
 
-from hermes_data import moved as _moved
+class _OldModulePaths:
+    """Meta path finder for the module paths before the concern packages: consulted only
+    after the path finder found no module, it hands a ``hermes_data.*`` name to
+    :mod:`hermes_data.moved` (imported then, not at start-up)."""
 
-_moved.install()  # old deep module paths keep importing (hermes_data/moved.py)
+    @staticmethod
+    def find_spec(fullname: str, path: object = None, target: object = None) -> Any:
+        """The old path's spec (:data:`hermes_data.moved.MOVED`), or None: not ours."""
+        if not fullname.startswith("hermes_data."):
+            return None
+        from hermes_data.moved import FINDER
+
+        return FINDER.find_spec(fullname, path, target)
+
+
+if not any(f is _OldModulePaths for f in sys.meta_path):
+    sys.meta_path.append(_OldModulePaths)  # after the path finder: a real module always wins
 
 from hermes_data.lazy import lazy_exports  # noqa: E402  (after the finder is installed)
 

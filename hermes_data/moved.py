@@ -7,14 +7,14 @@ answers an old path with the module at its new path (the same module object, so
 monkeypatching either name patches both) and warns once with a :class:`DeprecationWarning`
 naming the new path. Old paths that are packages now (``hermes_data.cli``,
 ``hermes_data.migrate``, ``hermes_data.copy``, ``hermes_data.sessions.search``) re-export their
-public names instead. The finder is installed by ``import hermes_data``.
+public names instead. ``import hermes_data`` installs a stub finder that imports this module (and its table) only
+when an import below ``hermes_data`` finds no module: a cold start pays for neither.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.machinery
-import sys
 import warnings
 from types import ModuleType
 from typing import TYPE_CHECKING, cast
@@ -174,8 +174,5 @@ class MovedModuleFinder:
         """Nothing to run: :meth:`create_module` returned a module already executed."""
 
 
-def install() -> None:
-    """Put the finder on ``sys.meta_path`` (once; after the path finder, so a real module of
-    the same name would always win)."""
-    if not any(isinstance(f, MovedModuleFinder) for f in sys.meta_path):
-        sys.meta_path.append(MovedModuleFinder())
+#: The one instance ``hermes_data``'s stub finder delegates to.
+FINDER = MovedModuleFinder()

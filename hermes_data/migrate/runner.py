@@ -44,7 +44,6 @@ from hermes_data.engine import SqliteSettings, create_engine_for, journal_state,
 from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
-from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
@@ -382,7 +381,10 @@ def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
 def _is_lock_conflict(exc: BaseException) -> bool:
     # SQLite kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
     # creating or upgrading it); a PostgreSQL deadlock or lock timeout in an upgrade has
-    # always been raised at once, and still is.
+    # always been raised at once, and still is. Imported here: only a failed statement gets
+    # this far, and a cold start (every telemetry process) need not load the classifier.
+    from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
+
     return is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS)
 
 
