@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
 from hermes_data.sessions import sql  # noqa: E402
+from hermes_data.sessions.storage.fts import ddl as fts_ddl  # noqa: E402
 from hermes_data.sessions.backends.sqlite import CHECKPOINT_EVERY  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
 
@@ -185,7 +186,7 @@ def bench_paging(store: SessionStore, con: sqlite3.Connection) -> tuple[float, f
 def bench_ceilings(d: Path, journal: str, n: int) -> dict[str, float]:
     """Plain sqlite3 single appends with no FTS trigger, the standard index only, and both."""
     out = {}
-    for name, drop in (("no triggers", sql.FTS_TRIGGERS), ("base index only", sql.TRIGRAM_TRIGGERS),
+    for name, drop in (("no triggers", fts_ddl.FTS_TRIGGERS), ("base index only", fts_ddl.TRIGRAM_TRIGGERS),
                        ("both indexes", ())):
         path = d / f"ceiling-{name.replace(' ', '_')}.db"
         open_store(path, journal).close()
