@@ -66,9 +66,4 @@ __all__ = [
     "WalUnsupportedError",
     *_LAZY,
 ]
-_resolve = lazy_exports(__name__, _LAZY, globals())
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
-    return _resolve(name)
+__getattr__ = lazy_exports(__name__, _LAZY, globals())  # hermes_data/lazy.py

@@ -6,7 +6,7 @@ head metadata declares, losslessly and resumably; :mod:`.extras` carries what it
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermes_data.lazy import lazy_exports
 
@@ -21,9 +21,4 @@ _EXPORTS = dict.fromkeys((
 ), "transfer")
 
 __all__ = sorted(_EXPORTS)
-_resolve = lazy_exports(__name__, _EXPORTS, globals())
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
-    return _resolve(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())  # hermes_data/lazy.py

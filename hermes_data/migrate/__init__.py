@@ -12,7 +12,7 @@ importing a helper module does not load Alembic.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hermes_data.lazy import lazy_exports
 
@@ -26,9 +26,4 @@ _EXPORTS = dict.fromkeys((
 ), "runner")
 
 __all__ = sorted(_EXPORTS)
-_resolve = lazy_exports(__name__, _EXPORTS, globals())
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
-    return _resolve(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())  # hermes_data/lazy.py

@@ -6,7 +6,6 @@ Names are re-exported lazily (importing the package does not load the query modu
 
 from __future__ import annotations
 
-from typing import Any
 
 from hermes_data.lazy import lazy_exports
 
@@ -68,12 +67,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-_resolve = lazy_exports(__name__, _EXPORTS, globals())
-
-
-def __getattr__(name: str) -> Any:
-    """The lazily re-exported ``name`` (:mod:`hermes_data.lazy`)."""
-    return _resolve(name)
+__getattr__ = lazy_exports(__name__, _EXPORTS, globals())  # hermes_data/lazy.py
 
 
 def __dir__() -> list[str]:
