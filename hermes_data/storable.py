@@ -29,15 +29,7 @@ _NUL = "contains NUL (\\x00), which PostgreSQL text cannot hold (refused on both
 
 def is_storable(value: str) -> bool:
     """True when ``value`` holds neither NUL nor a lone surrogate."""
-    if "\x00" in value:
-        return False
-    if value.isascii():
-        return True
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return problem(value) is None
 
 
 def problem(value: str) -> str | None:
