@@ -15,6 +15,7 @@ from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json, progress_enabled
 from hermes_data.config import STORES, resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError
+from hermes_data.isolation import ensure_test_isolation
 
 #: Tables that only one store has: how a source file says which store it holds.
 _MARKERS = {"telemetry": {"runs", "llm_calls"}, "sessions": {"sessions", "messages"}}
@@ -29,6 +30,7 @@ def infer_store(source: str, *, creating: bool = False) -> str:
         raise ConfigurationError(
             f"{source}: the store cannot be inferred from a server database; pass --store "
             f"{'|'.join(STORES)}")
+    ensure_test_isolation(path)  # a test process reads no file of the real home (issue 31 item 5)
     if path.is_dir():
         raise ConfigurationError(f"{path}: is a directory, not a database file")
     if creating and not path.exists():

@@ -80,12 +80,13 @@ import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
 
 from hermes_data.migrate import runner as migrate
-from hermes_data.config import resolve_url
+from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.copy.extras import CopyUncarriableError  # noqa: F401  (re-exported: part of copy's API)
 from hermes_data.copy.extras import apply_extras, carried_metadata, describe, plan_extras, side_table, stored_name
 from hermes_data.copy.extras import value_kind as _kind
 from hermes_data.engine import create_engine_for, write_transaction
 from hermes_data.errors import HermesDataError
+from hermes_data.isolation import ensure_test_isolation
 
 log = logging.getLogger("hermes_data.copy.transfer")
 
@@ -326,6 +327,12 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
     src_url, dst_url = resolve_url(store, source), resolve_url(store, target)
     if src_url == dst_url:
         raise HermesDataError(f"source and target are the same database: {migrate.display_url(src_url)}")
+    # A test process never touches the real home's stores (issue 31 item 5): the target is
+    # created or rewritten, and the source's connections apply the journal policy (a write).
+    for url in (dst_url, src_url):
+        path = sqlite_path(url)
+        if path is not None:
+            ensure_test_isolation(path)
     report = CopyReport(store=store, source=migrate.display_url(src_url),
                         target=migrate.display_url(dst_url), forced=force)
     migrate.require_created(store, src_url)  # a missing source is not created by looking at it

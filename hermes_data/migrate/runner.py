@@ -44,6 +44,7 @@ from hermes_data.engine import SqliteSettings, create_engine_for, journal_state,
 from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
                      StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
+from hermes_data.isolation import ensure_test_isolation
 from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
@@ -164,7 +165,12 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     transaction, rolled back whole — then raised; 0 leaves retrying to the caller.
     ``hook_options``: opaque to the runner — the opening handle's options, handed to the
     store's ``create_head`` and ``after_upgrade`` hooks (None: the store's defaults).
+    A SQLite file of the real Hermes home is refused from a test process
+    (:class:`~hermes_data.errors.ProductionStateDbError`) before anything is read or created.
     """
+    path = sqlite_path(resolve_url(store, url))
+    if path is not None:  # first: before any mkdir, probe or connection (issue 31 item 5)
+        ensure_test_isolation(path)
     deadline = time.monotonic() + patience_s
     while True:
         try:
