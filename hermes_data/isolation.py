@@ -2,8 +2,10 @@
 (docs/sessions-storage.md §3.1).
 
 :func:`ensure_test_isolation` is called by every entry taking a SQLite path (the session
-store's open, :func:`hermes_data.sessions.storage.registry.acquire`, the telemetry store) before any
-directory, lock file, connection or byte read. It refuses, with
+store's open, :func:`hermes_data.sessions.storage.registry.acquire`, the telemetry store,
+:func:`hermes_data.migrate.runner.upgrade`, both ends of
+:func:`hermes_data.copy.transfer.copy_store`) before any directory, lock file, connection or
+byte read. It refuses, with
 :class:`~hermes_data.errors.ProductionStateDbError`, a file of the real Hermes home while a
 test is running:
 
