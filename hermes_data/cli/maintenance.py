@@ -19,6 +19,7 @@ from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, PAUSE_MAX, bounded
 from hermes_data.cli.output import elapsed, emit, emit_json, progress, progress_enabled
 from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.core import maintenance as mt
+from hermes_data.sessions.storage import opening
 from hermes_data.sessions.store import SessionStore
 
 
@@ -42,6 +43,9 @@ def cmd_prune(args) -> int:
             emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
                   f"{spared} open session(s) matching the filters are spared")
             return 0
+        # A damaged file is refused before the delete writes into it (issue 31); the
+        # library's prune_sessions runs no check (the agent prunes at every start).
+        opening.refuse_if_corrupt(store)
         n = mt.prune_sessions(store, args.older_than_days,
                               progress=progress("pruning", progress_enabled(args.json)),
                               exclude_active_write_guards=True, **filters)

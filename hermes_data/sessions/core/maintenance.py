@@ -49,6 +49,7 @@ from hermes_data.sessions.core import maintenance_sql as mq
 from hermes_data.sessions.core.maintenance_sql import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
 from hermes_data.sessions.handle import StoreHandle
+from hermes_data.sessions.storage import opening
 
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
            "DEFAULT_MIN_VACUUM_INTERVAL_DAYS", "DEFAULT_RETENTION_DAYS", "PruneCandidate",
@@ -434,7 +435,11 @@ def vacuum(store: MaintainedStore) -> dict[str, int]:
     refused on quarantined or replaced handles. PostgreSQL: ``VACUUM (ANALYZE)`` of the
     store's tables on an autocommit connection (see the module docstring).
 
+    A damaged SQLite file (``PRAGMA quick_check``) is refused with
+    :class:`~hermes_data.errors.CorruptDatabaseError` before anything is written (issue 31).
+
     Returns logical sizes before and after."""
+    opening.refuse_if_corrupt(store)  # VACUUM would rewrite a damaged file whole
     store.optimize_fts()  # public (docs/sessions-storage.md §3.7); raises a quarantined handle's sticky error
     before = logical_size_bytes(store)
     store.backend.vacuum()

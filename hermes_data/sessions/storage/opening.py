@@ -598,3 +598,23 @@ def owner_profile(path: Path, root: Path) -> str | None:
         name = path.parent.name
         return name if PROFILE_NAME.match(name) else None
     return None
+
+
+def refuse_if_corrupt(store: Any) -> None:
+    """Before a whole-file rewrite (``vacuum``, ``optimize-storage``, ``prune --apply``; issue
+    31): SQLite's ``PRAGMA quick_check`` on the handle's read route, and the one-line
+    :class:`~hermes_data.errors.CorruptDatabaseError` when it reports damage, so a damaged
+    file at head (which a settled open never checks, docs/sessions.md §8.4) is refused
+    byte-for-byte unchanged instead of rewritten. The same check and refusal as the upgrade
+    path's (:func:`hermes_data.migrate.runner.sqlite_check`, ``corrupt_error``). Costs one read
+    of every page (docs/cli.md "Corrupt files"). Nothing on PostgreSQL or without a file."""
+    from hermes_data.migrate import runner as migrate
+
+    backend = store.backend
+    path = getattr(backend, "path", None)
+    if backend.dialect != "sqlite" or path is None:
+        return
+    problems = backend.read_driver(lambda con: migrate.sqlite_check(con, "quick_check"),
+                                   single_statement=True)
+    if problems:
+        raise migrate.corrupt_error(Path(path), "quick_check", problems, "sessions")

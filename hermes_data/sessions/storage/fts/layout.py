@@ -562,13 +562,16 @@ def optimize_fts_storage(store: Any, *,
     optional VACUUM and the settle. Resumable after any crash; safe beside other processes
     (they keep writing and searching). ``progress_cb`` receives :class:`OptimizeProgress`.
     ``force`` skips the free-space refusal. Raises the handle's sticky error on quarantined
-    or replaced handles; refusals are results (``ok=False`` with a reason)."""
+    or replaced handles, and :class:`~hermes_data.errors.CorruptDatabaseError` on a file
+    ``PRAGMA quick_check`` finds damaged, before anything is written (issue 31); other
+    refusals are results (``ok=False`` with a reason)."""
     backend = store.backend
     if backend.dialect != "sqlite":
         return _postgresql(store, progress_cb)
     if backend.read_only:
         return OptimizeStorageResult(False, "read_only", False)
     backend.guard()
+    opening.refuse_if_corrupt(store)  # every step below writes; the VACUUM rewrites the file
     caps = backend.read(opening.capabilities)
     if not caps.fts5:
         return OptimizeStorageResult(False, "fts5_unavailable", False)
