@@ -135,7 +135,7 @@ def cmd_export(args) -> int:
         if store.get_session(args.session) is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
-        store.assert_export_safe(args.session)
+        store.assert_export_safe(args.session, args.max_messages)
         show = progress("exported", progress_enabled(False))
         total = store.message_count(args.session) if show else 0
         # Owner-only, like the stores: a transcript is as private as the database.
@@ -231,4 +231,7 @@ def register(subparsers) -> None:
     p.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
     p.add_argument("--page-size", type=bounded(int, 1, COUNT_MAX), default=500, metavar="N",
                    help="messages read per query (default: 500)")
+    p.add_argument("--max-messages", type=bounded(int, 0, COUNT_MAX), metavar="N",
+                   help="refuse a session with more than N messages; 0 = no limit (default: "
+                        "sessions.max_export_messages, 20000; --all: no limit)")
     p.set_defaults(func=cmd_export)

@@ -1,9 +1,13 @@
 """``hermes-data export --format/--lineage/--all`` and ``hermes-data import``: session
 portability from the command line (docs/sessions-ui.md §4.11–§4.13).
 
-Documents go to stdout or ``-o FILE`` (owner-only); progress and results to stderr.
-``import`` is all-or-nothing per 500 sessions (the store's per-call cap); ``--dry-run``
-validates the payload without opening a write transaction.
+Documents go to stdout or ``-o FILE`` (owner-only, written to a temporary file beside it and
+renamed on success: a failed export leaves no file); progress and results to stderr.
+``export --all`` is a backup: no per-session size guard unless ``--max-messages N`` asks for
+one. ``import`` validates the whole file first (any issue ⇒ nothing imported), then writes
+it in transactions packed within the store's per-call caps (500 sessions, 50,000 messages,
+25 MiB; a bigger session alone); per-session caps only when ``--max-messages`` /
+``--max-entry-bytes`` set them. ``--dry-run`` validates without opening a write transaction.
 """
 
 from __future__ import annotations
@@ -11,12 +15,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import tempfile
 from contextlib import contextmanager
 from typing import Any, Iterator, TextIO
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.cli.output import emit, emit_json, progress, progress_enabled
-from hermes_data.sessions.ui.portability.imports import MAX_SESSIONS, load_import_payload, validate
+from hermes_data.cli.options import COUNT_MAX, bounded
+from hermes_data.sessions.ui.portability.imports import (ImportLimits, load_import_payload,
+                                                         transaction_chunks, validate)
 from hermes_data.sessions.ui.portability.render import render_session_for_save
 from hermes_data.sessions.store import SessionStore
 
@@ -26,14 +33,21 @@ def _output(path: str | None) -> Iterator[TextIO]:
     if not path:
         yield sys.stdout
         return
-    # Owner-only, like the stores: an export is as private as the database.
-    out = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w",
-                    encoding="utf-8")
-    os.chmod(path, 0o600)
+    # Owner-only, like the stores (mkstemp creates 0600): an export is as private as the
+    # database. Written beside the target and renamed on success, so that a refusal or a
+    # failure midway leaves no partial file (and an existing one untouched).
+    directory, name = os.path.split(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
     try:
-        yield out
-    finally:
-        out.close()
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yield out
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
 
 
 def cmd_export_documents(args) -> int:
@@ -49,7 +63,9 @@ def cmd_export_documents(args) -> int:
             show = progress("exported", progress_enabled(False))
             n = 0
             with _output(args.output) as out:
-                for doc in store.iter_export_all():
+                # A backup is complete: no per-session guard unless --max-messages sets one.
+                limit = 0 if args.max_messages is None else args.max_messages
+                for doc in store.iter_export_all(max_messages=limit):
                     out.write(json.dumps(doc.to_json(), ensure_ascii=False, default=str) + "\n")
                     n += 1
                     if show:
@@ -60,8 +76,9 @@ def cmd_export_documents(args) -> int:
         if not args.session:
             emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
             return 2
-        one: Any = (store.export_session_lineage(args.session) if args.lineage
-                    else store.export_session(args.session))
+        one: Any = (store.export_session_lineage(args.session, max_messages=args.max_messages)
+                    if args.lineage
+                    else store.export_session(args.session, max_messages=args.max_messages))
         if one is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
@@ -83,9 +100,15 @@ def cmd_import(args) -> int:
         except ValueError as exc:
             emit(f"hermes-data: error: {args.file}: {exc}", file=sys.stderr)
             return 2
-    chunks = [payload[i:i + MAX_SESSIONS] for i in range(0, len(payload), MAX_SESSIONS)]
-    issues = [(n * MAX_SESSIONS + i.index, i.error) for n, c in enumerate(chunks)
-              for i in validate(c)]
+    # Per-session caps only when asked for; the totals hold per transaction by the packing.
+    limits = ImportLimits(messages_each=args.max_messages, bytes_each=args.max_entry_bytes,
+                          messages_total=0, bytes_total=0)
+    chunks = transaction_chunks(payload)
+    starts = [0]
+    for c in chunks:
+        starts.append(starts[-1] + len(c))
+    issues = [(starts[n] + i.index, i.error) for n, c in enumerate(chunks)
+              for i in validate(c, limits)]
     if args.dry_run or issues:
         if args.json:
             emit_json({"sessions": {"entries": len(payload), "ok": not issues,
@@ -102,12 +125,12 @@ def cmd_import(args) -> int:
     warnings: list[str] = []
     with SessionStore(args.url) as store:
         for n, chunk in enumerate(chunks):
-            r = store.import_sessions(chunk)
+            r = store.import_sessions(chunk, limits)
             imported, skipped, detached = (imported + r.imported, skipped + r.skipped,
                                            detached + r.detached)
             warnings += r.warnings
             if show:
-                show(min((n + 1) * MAX_SESSIONS, len(payload)), len(payload))
+                show(starts[n + 1], len(payload))
     if args.json:
         emit_json({"sessions": {"imported": imported, "skipped": skipped,
                                 "detached": detached, "warnings": warnings}})
@@ -126,6 +149,11 @@ def register(subparsers) -> None:
     p.add_argument("file", help="JSON array, object or JSON Lines of exported sessions")
     p.add_argument("--url", help="session store URL or SQLite path (default: $HERMES_HOME/state.db)")
     p.add_argument("--dry-run", action="store_true", help="validate only; write nothing")
+    p.add_argument("--max-messages", type=bounded(int, 0, COUNT_MAX), default=0, metavar="N",
+                   help="refuse the file if a session has more than N messages "
+                        "(default: 0, no limit)")
+    p.add_argument("--max-entry-bytes", type=bounded(int, 0, COUNT_MAX), default=0, metavar="N",
+                   help="refuse the file if a session's JSON is over N bytes (default: 0, no limit)")
     p.add_argument("--json", action="store_true",
                    help="machine-readable output: {\"sessions\": {…}}")
     p.set_defaults(func=cmd_import, store="sessions")

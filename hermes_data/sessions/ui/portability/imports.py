@@ -42,6 +42,22 @@ MAX_MESSAGES_TOTAL = 50_000
 MAX_BYTES_EACH = 5 * 1024 * 1024
 MAX_BYTES_TOTAL = 25 * 1024 * 1024
 
+
+@dataclass(frozen=True)
+class ImportLimits:
+    """The caps :func:`validate` applies (0 disables one). The defaults are the one-transaction
+    caps of docs/sessions-ui.md §4.12; ``hermes-data import`` lifts the per-entry ones (a file
+    ``export --all`` wrote holds sessions of any size) and packs its transactions within the
+    totals itself (:func:`transaction_chunks`)."""
+
+    messages_each: int = MAX_MESSAGES_EACH
+    bytes_each: int = MAX_BYTES_EACH
+    messages_total: int = MAX_MESSAGES_TOTAL
+    bytes_total: int = MAX_BYTES_TOTAL
+
+
+DEFAULT_LIMITS = ImportLimits()
+
 _TEXT = ("source", "user_id", "model", "system_prompt", "end_reason", "cwd", "git_branch",
          "git_repo_root", "billing_provider", "billing_base_url", "billing_mode", "cost_status",
          "cost_source", "pricing_version", "title")
@@ -142,9 +158,9 @@ def _check_message(m: Any, j: int) -> str | None:
     return None
 
 
-def validate(sessions: Any) -> list[ImportIssue]:
+def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[ImportIssue]:
     """Index-addressed issues of a payload (no database access); ValueError for a non-list or
-    more than 500 entries."""
+    more than 500 entries. ``limits`` sets the size caps (0 disables one)."""
     if not isinstance(sessions, list):
         raise ValueError(f"import_sessions needs a list of sessions, got {type(sessions).__name__}")
     if len(sessions) > MAX_SESSIONS:
@@ -166,8 +182,8 @@ def validate(sessions: Any) -> list[ImportIssue]:
         seen.add(sid)
         size = _size(e)
         total_bytes += size
-        if size > MAX_BYTES_EACH:
-            bad(f"entry is {size} bytes; the limit is {MAX_BYTES_EACH}")
+        if limits.bytes_each and size > limits.bytes_each:
+            bad(f"entry is {size} bytes; the limit is {limits.bytes_each}")
         msgs = e.get("messages", [])
         if msgs is None:
             msgs = []
@@ -175,8 +191,8 @@ def validate(sessions: Any) -> list[ImportIssue]:
             bad("messages must be a list")
             msgs = []
         total_msgs += len(msgs)
-        if len(msgs) > MAX_MESSAGES_EACH:
-            bad(f"{len(msgs)} messages; the limit is {MAX_MESSAGES_EACH} per session")
+        if limits.messages_each and len(msgs) > limits.messages_each:
+            bad(f"{len(msgs)} messages; the limit is {limits.messages_each} per session")
         else:
             for j, m in enumerate(msgs):
                 err = _check_message(m, j)
@@ -193,13 +209,34 @@ def validate(sessions: Any) -> list[ImportIssue]:
                 enc.sanitize_title(e["title"])
             except ValueError as exc:
                 bad(f"title: {exc}")
-    if total_msgs > MAX_MESSAGES_TOTAL:
+    if limits.messages_total and total_msgs > limits.messages_total:
         issues.append(ImportIssue(-1, f"{total_msgs} messages in total; the limit is "
-                                      f"{MAX_MESSAGES_TOTAL}"))
-    if total_bytes > MAX_BYTES_TOTAL:
+                                      f"{limits.messages_total}"))
+    if limits.bytes_total and total_bytes > limits.bytes_total:
         issues.append(ImportIssue(-1, f"{total_bytes} bytes in total; the limit is "
-                                      f"{MAX_BYTES_TOTAL}"))
+                                      f"{limits.bytes_total}"))
     return issues
+
+
+def transaction_chunks(sessions: list[Any]) -> list[list[Any]]:
+    """Consecutive runs of ``sessions``, each within the default per-transaction caps (500
+    sessions, 50,000 messages, 25 MiB); an entry above a total cap alone is a run of its own."""
+    chunks: list[list[Any]] = []
+    cur: list[Any] = []
+    msgs = size = 0
+    for e in sessions:
+        n = len(e.get("messages") or []) if isinstance(e, dict) and isinstance(
+            e.get("messages"), list) else 0
+        b = _size(e)
+        if cur and (len(cur) >= MAX_SESSIONS or msgs + n > MAX_MESSAGES_TOTAL
+                    or size + b > MAX_BYTES_TOTAL):
+            chunks.append(cur)
+            cur, msgs, size = [], 0, 0
+        cur.append(e)
+        msgs, size = msgs + n, size + b
+    if cur:
+        chunks.append(cur)
+    return chunks
 
 
 def _num(value: Any, kind: type, default: Any) -> Any:
@@ -242,9 +279,11 @@ def _row(e: dict[str, Any], sid: str, owner: str | None, columns: set[str], now:
     return row
 
 
-def import_sessions(store: Any, sessions: Any) -> ImportResult:
-    """Import exported sessions all-or-nothing (see the module docstring)."""
-    issues = validate(sessions)
+def import_sessions(store: Any, sessions: Any,
+                    limits: ImportLimits = DEFAULT_LIMITS) -> ImportResult:
+    """Import exported sessions all-or-nothing (see the module docstring); ``limits`` sets the
+    size caps of :func:`validate` (0 disables one)."""
+    issues = validate(sessions, limits)
     if issues:
         return ImportResult(False, errors=issues)
     from hermes_data.sessions.ui.portability.export import session_columns
