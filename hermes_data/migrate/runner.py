@@ -41,12 +41,13 @@ from sqlalchemy.engine import URL, Connection
 from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
-from hermes_data.errors import (ConfigurationError, CorruptDatabaseError, NotAHermesDatabaseError,
+from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError,
                      StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
+from hermes_data.migrate.integrity import cannot_open_or_write, corrupt_error, sqlite_check
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import Difference, diff_shapes, live_shape
 
@@ -358,30 +359,9 @@ def _is_migration_command(context) -> bool:
 #: found later quarantines the handle); ``doctor`` runs ``integrity_check``.
 CHECK_FOR_KIND = {"legacy": "integrity_check", "upstream": "integrity_check",
                   "alembic": "quick_check", "ours": "quick_check"}
-#: At most this many lines of a failing check are kept (the message names the first).
-CHECK_LINES = 10
 #: Read-only probe: is there an Alembic version table, and what does it hold?
 _SQL_HAS_ALEMBIC = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'alembic_version'"
 _SQL_ALEMBIC_REVISION = "SELECT version_num FROM alembic_version"
-
-
-def sqlite_check(con: sqlite3.Connection, pragma: str) -> list[str]:
-    """Run ``PRAGMA quick_check`` or ``integrity_check`` (read-only); ``[]`` when ``ok``,
-    else SQLite's first :data:`CHECK_LINES` lines naming the damage."""
-    if pragma not in ("quick_check", "integrity_check"):
-        raise ValueError(pragma)
-    try:
-        rows = [str(r[0]) for r in con.execute(f"PRAGMA {pragma}({CHECK_LINES})").fetchall()]
-    except sqlite3.DatabaseError as exc:  # e.g. "database disk image is malformed"
-        if _is_lock_conflict(exc):
-            raise  # contention, not damage: the caller's retry policy decides
-        if _cannot_open_or_write(exc):
-            raise  # cannot open / read-only (issue 31), not damage: see not_writable()
-        return [str(exc)]
-    if rows == ["ok"]:
-        return []
-    lines = [line.strip() for row in rows for line in row.splitlines()]
-    return [line for line in lines if line and not line.startswith("*** in database")]
 
 
 def _is_lock_conflict(exc: BaseException) -> bool:
@@ -394,28 +374,6 @@ def _is_lock_conflict(exc: BaseException) -> bool:
     return is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS)
 
 
-def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> CorruptDatabaseError:
-    """The one-line refusal of a damaged file."""
-    shown = "; ".join(problems[:3]) + (" …" if len(problems) > 3 else "")
-    return CorruptDatabaseError(
-        f"{path}: corrupt (PRAGMA {pragma}: {shown}); refused, the file was left unchanged "
-        f"(details: hermes-data doctor --store {store} --url {path})")
-
-
-#: Primary SQLite result codes that mean "cannot open or write", never damage.
-_SQLITE_READONLY, _SQLITE_CANTOPEN = 8, 14
-
-
-def _cannot_open_or_write(exc: BaseException) -> bool:
-    """Is ``exc`` SQLite's ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` (any extended code)?"""
-    orig = getattr(exc, "orig", None) or exc
-    code = getattr(orig, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_READONLY, _SQLITE_CANTOPEN)
-    text = str(orig).lower()
-    return "unable to open database file" in text or "readonly database" in text
-
-
 def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None:
     """The refusal for an SQLite error that only means ``path`` cannot be written here (issue
     31): a ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` error (``unable to open database file``,
@@ -424,7 +382,7 @@ def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None
     database in a read-only directory, where SQLite cannot create its ``-shm``/``-wal``. Names
     that directory (or sidecar); None when the error is something else or everything is
     writable (the caller's own refusal stands)."""
-    if not _cannot_open_or_write(exc):
+    if not cannot_open_or_write(exc):
         return None
     orig = getattr(exc, "orig", None) or exc
     target = link_target(path) or Path(path)

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterator, Mapping
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.migrate.integrity import corrupt_error, sqlite_check
 from hermes_data.config import config_section
 from hermes_data.files import open_lock_file
 from hermes_data.sessions.storage.fts import ddl as fts_ddl
@@ -606,15 +607,14 @@ def refuse_if_corrupt(store: Any) -> None:
     :class:`~hermes_data.errors.CorruptDatabaseError` when it reports damage, so a damaged
     file at head (which a settled open never checks, docs/sessions.md §8.4) is refused
     byte-for-byte unchanged instead of rewritten. The same check and refusal as the upgrade
-    path's (:func:`hermes_data.migrate.runner.sqlite_check`, ``corrupt_error``). Costs one read
+    path's (:func:`hermes_data.migrate.integrity.sqlite_check`, ``corrupt_error``). Costs one read
     of every page (docs/cli.md "Corrupt files"). Nothing on PostgreSQL or without a file."""
-    from hermes_data.migrate import runner as migrate
-
     backend = store.backend
     path = getattr(backend, "path", None)
     if backend.dialect != "sqlite" or path is None:
         return
-    problems = backend.read_driver(lambda con: migrate.sqlite_check(con, "quick_check"),
+    backend.guard()  # a quarantined (or replaced) handle raises its own sticky error first
+    problems = backend.read_driver(lambda con: sqlite_check(con, "quick_check"),
                                    single_statement=True)
     if problems:
-        raise migrate.corrupt_error(Path(path), "quick_check", problems, "sessions")
+        raise corrupt_error(Path(path), "quick_check", problems, "sessions")
