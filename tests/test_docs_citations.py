@@ -17,8 +17,9 @@ pytestmark = pytest.mark.journal_independent("static scan of the sources and doc
 
 REPO = Path(__file__).resolve().parents[1]
 _NUM = r"(\d+(?:\.\d+)*)[a-z]?"
-_CHAIN = re.compile(r"docs/([\w-]+)\.md §" + _NUM + r"((?:\s*(?:–|-|,|and|or|/|&)\s*§" + _NUM
-                    + r")*)")
+# A continuation stays on the citation's line: a § that starts a line names its document.
+_CHAIN = re.compile(r"docs/([\w-]+)\.md §" + _NUM + r"((?:[ \t]*(?:–|-|,|and|or|/|&)[ \t]*§"
+                    + _NUM + r")*)")
 _HEADING = re.compile(r"^#+\s+(\d+(?:\.\d+)*)\.?\s", re.M)
 
 
@@ -65,8 +66,9 @@ def test_the_scan_finds_what_does_not_resolve(tmp_path):
     (tmp_path / "core.md").write_text("# Core\n## 7. Search\n### 7.4 Deletion\n### 7.6 VACUUM\n")
     good = "see docs/core.md §7.4–§7.6 and docs/core.md §7 (item c: docs/core.md §7.4c)"
     assert citation_problems(good, "ok.py", tmp_path) == []
-    bad = "rule (§7.4); docs/core.md §7.5; docs/other.md §1"
+    bad = "rule (§7.4); docs/core.md §7.5; docs/other.md §1; docs/core.md §7.4,\n§7.6"
     assert citation_problems(bad, "bad.py", tmp_path) == [
         "bad.py: docs/core.md has no section 7.5",
         "bad.py: docs/other.md does not exist",
-        "bad.py:1: a § that names no docs/<file>.md"]
+        "bad.py:1: a § that names no docs/<file>.md",
+        "bad.py:2: a § that names no docs/<file>.md"]

@@ -1,6 +1,6 @@
 """FTS index maintenance: ``optimize_fts``, ``rebuild_fts``, incremental merges and the
-in-process retry of a deferred stale recovery (docs/sessions-storage.md §3.7, §3.8,
-§3.10).
+in-process retry of a deferred stale recovery (docs/sessions-storage.md §3.7, §3.8 and
+docs/sessions-storage.md §3.10).
 
 * :func:`optimize_fts` — ``'optimize'`` of each queryable index (``messages_fts``,
   ``messages_fts_trigram``, ``messages_cjk_fts``), each in its own write transaction. It holds
