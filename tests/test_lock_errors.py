@@ -250,7 +250,7 @@ def test_pg_callers_on_a_real_lock_error(pg_engine):
     assert classify_persistence_error(exc) == "locked"
     # SQLite-only callers keep their outcome for PostgreSQL errors (kinds=SQLITE_LOCK_KINDS).
     assert not is_transient_sqlite_error(exc)
-    assert not runner._is_lock_conflict(exc)
+    assert not runner.is_sqlite_lock_conflict(exc)
 
 
 # ---------------------------------------------------------------------------------------

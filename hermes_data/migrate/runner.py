@@ -47,7 +47,11 @@ from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.tracked import tracked_connect
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
-from hermes_data.migrate.integrity import cannot_open_or_write, corrupt_error, sqlite_check
+# SQLite lock kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
+# creating or upgrading it); a PostgreSQL deadlock or lock timeout in an upgrade has always
+# been raised at once, and still is.
+from hermes_data.migrate.integrity import (cannot_open_or_write, corrupt_error,
+                                          is_sqlite_lock_conflict, sqlite_check)
 from hermes_data.migrate.spec import StoreSpec, UpgradeReport, current_revision
 from hermes_data.migrate.shape import Difference, diff_shapes, live_shape
 
@@ -178,7 +182,7 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
             return _upgrade_once(store, url, revision, probed, settings, fast_create,
                                  hook_options)
         except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
-            if not _is_lock_conflict(exc) or time.monotonic() >= deadline:
+            if not is_sqlite_lock_conflict(exc) or time.monotonic() >= deadline:
                 raise
             log.info("upgrade of %s waits for a lock held elsewhere: %s", store, exc)
             time.sleep(random.uniform(0.05, 0.2))
@@ -364,16 +368,6 @@ _SQL_HAS_ALEMBIC = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 
 _SQL_ALEMBIC_REVISION = "SELECT version_num FROM alembic_version"
 
 
-def _is_lock_conflict(exc: BaseException) -> bool:
-    # SQLite kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
-    # creating or upgrading it); a PostgreSQL deadlock or lock timeout in an upgrade has
-    # always been raised at once, and still is. Imported here: only a failed statement gets
-    # this far, and a cold start (every telemetry process) need not load the classifier.
-    from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
-
-    return is_lock_conflict(exc, kinds=SQLITE_LOCK_KINDS)
-
-
 def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None:
     """The refusal for an SQLite error that only means ``path`` cannot be written here (issue
     31): a ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` error (``unable to open database file``,
@@ -451,7 +445,7 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
                 revision = str(rows[0][0]) if len(rows) == 1 else None
         except sqlite3.DatabaseError as exc:
             message = str(exc)
-            if _is_lock_conflict(exc):
+            if is_sqlite_lock_conflict(exc):
                 raise  # contention, not damage (the session store's open retries it)
             if "not a database" in message:
                 raise NotAHermesDatabaseError(
@@ -465,7 +459,7 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
             try:
                 problems = sqlite_check(con, pragma)
             except sqlite3.DatabaseError as exc:
-                if _is_lock_conflict(exc):
+                if is_sqlite_lock_conflict(exc):
                     raise
                 raise refusal_for(spec, path, exc) from exc
             if problems:
@@ -495,7 +489,7 @@ def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseExceptio
     """The refusal an SQLite error on an unidentified file means; a lock conflict is
     returned as it is (contention, not damage)."""
     message = str(getattr(exc, "orig", None) or exc)
-    if _is_lock_conflict(exc):
+    if is_sqlite_lock_conflict(exc):
         return exc
     if "not a database" in message:
         return NotAHermesDatabaseError(
