@@ -15,7 +15,6 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data import storable
-from hermes_data.errors import UnstorableValueError
 from hermes_data.sessions.core import display_order as display
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.errors import CompressionSessionClosedError, SessionNotFoundError
@@ -72,10 +71,9 @@ def encode_row(m: Mapping[str, Any], index: int, dialect: str, *, batch: bool = 
     )
     for i in _CHECKED:  # the storable-text check: two C scans per text value (issue 31)
         v = row[i]
-        if v.__class__ is str and ("\x00" in v or not v.isascii()) \
-                and not storable.is_storable(v):
-            name = INSERT_COLS[i + 1] if not batch else f"messages[{index}].{INSERT_COLS[i + 1]}"
-            raise UnstorableValueError(name, v, storable.problem(v) or "")
+        if v.__class__ is str and ("\x00" in v or not v.isascii()):  # else no call at all
+            storable.check_text(INSERT_COLS[i + 1] if not batch
+                                else f"messages[{index}].{INSERT_COLS[i + 1]}", v)
     row += (display.pending(m, row, split),)
     return row if row[_TS] is None else display.finish(row)
 
