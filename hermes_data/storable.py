@@ -20,8 +20,8 @@ from typing import Any, Iterable, overload
 
 from hermes_data.errors import UnstorableValueError
 
-__all__ = ["UnstorableValueError", "check_text", "check_texts", "is_storable", "problem",
-           "searchable", "from_driver_error"]
+__all__ = ["UnstorableValueError", "check_text", "check_texts", "from_driver_error",
+           "is_storable", "no_row_holds", "problem", "searchable"]
 
 _SURROGATE = "contains a lone surrogate (UTF-8 cannot encode it)"
 _NUL = "contains NUL (\\x00), which PostgreSQL text cannot hold (refused on both backends)"
@@ -30,6 +30,12 @@ _NUL = "contains NUL (\\x00), which PostgreSQL text cannot hold (refused on both
 def is_storable(value: str) -> bool:
     """True when ``value`` holds neither NUL nor a lone surrogate."""
     return problem(value) is None
+
+
+def no_row_holds(value: Any) -> bool:
+    """True for a string no stored row can hold (NUL or a lone surrogate): a read by such a
+    key answers "not found" without asking the database."""
+    return isinstance(value, str) and not is_storable(value)
 
 
 def problem(value: str) -> str | None:

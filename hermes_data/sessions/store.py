@@ -262,7 +262,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     def get_meta(self, key: str) -> str | None:
         """A ``state_meta`` value, read on the writer (sees this handle's own commits); None
         for a key no row can have (NUL or a lone surrogate, issue 31)."""
-        if isinstance(key, str) and not storable.is_storable(key):
+        if storable.no_row_holds(key):
             return None
         with self._backend.reading_on_writer() as conn:
             return meta.get_meta(conn, self._q, key)
@@ -340,7 +340,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         ``include_compacted``: the de-duplicated display history with compacted generations
         (:mod:`.display_reads`; not with ``after_id``). An id no row can have (NUL or a
         lone surrogate) reads as an unknown session: ``[]``."""
-        if isinstance(session_id, str) and not storable.is_storable(session_id):
+        if storable.no_row_holds(session_id):
             return []
         if include_compacted:
             if after_id is not None:
@@ -445,14 +445,14 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def get_session_by_title(self, title: str) -> SessionRow | None:
         """The session holding exactly ``title`` (None for a title no row can hold)."""
-        if isinstance(title, str) and not storable.is_storable(title):
+        if storable.no_row_holds(title):
             return None
         sid = self._backend.read(lambda c: titles.session_by_title(c, self._q, title))
         return None if sid is None else self.get_session(sid)
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """Newest numbered variant ``title #N``, else the exact title's session id."""
-        if isinstance(title, str) and not storable.is_storable(title):
+        if storable.no_row_holds(title):
             return None
         return self._backend.read(lambda c: titles.resolve_by_title(c, self._q, title))
 
@@ -482,7 +482,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     def get_session(self, session_id: str) -> SessionRow | None:
         """Core columns plus the resolved system prompt, or None (queued tokens flushed first;
         None too for an id no row can have: NUL or a lone surrogate, issue 31)."""
-        if isinstance(session_id, str) and not storable.is_storable(session_id):
+        if storable.no_row_holds(session_id):
             return None
         self._tokens.flush()
         return self._backend.read_driver(
