@@ -1,6 +1,7 @@
-"""Layering of ``hermes_data``: the generic layer (engine, migration runner, connection
-tracking) imports nothing from the session store, and per-open settings reach the backend as
-arguments, never through context variables.
+"""Layering of ``hermes_data`` as the AST import graph sees it (string-named modules
+included, which import-linter's contracts in ``tests/test_import_contracts.py`` do not see):
+the generic layer (engine, migration runner, connection tracking) imports nothing from the
+session store except through the two registry tables, which hold module names, not imports.
 
 Each scan is also run on a synthetic input that must fail it, so a scan that silently
 matches nothing cannot pass.
