@@ -155,3 +155,36 @@ class UnstorableValueError(HermesDataError, ValueError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         super().__init__(f"{argument}={shown} cannot be stored: {reason}; nothing was written")
+
+
+class StoreIOError(HermesDataError, OSError):
+    """The storage beneath a store failed an I/O operation — SQLite's "disk I/O error"
+    (``SQLITE_IOERR``: a failed ``write``/``fsync``/``open``) or the like — while an operation
+    ran (issue 31). The operation was rolled back as a whole (nothing of it is visible), every
+    write acknowledged before it is intact, and the same call succeeds once the fault is gone.
+    Also an ``OSError``. ``path`` names the database file, ``operation`` what was running and
+    ``orig`` the driver's error (docs/sqlite-policy.md "I/O errors")."""
+
+    #: What the operator should do, appended to the message.
+    advice = "check the disk and the kernel log, then retry"
+
+    def __init__(self, path: str, operation: str, orig: BaseException | None = None) -> None:
+        self.path, self.operation, self.orig = path, operation, orig
+        driver = f" ({orig})" if orig is not None else ""
+        super().__init__(f"{path}: {operation} failed: {self.describe()}{driver}; nothing of it "
+                         f"was written — {self.advice}")
+
+    def describe(self) -> str:
+        """What went wrong, in a few words (the subclasses name their case)."""
+        return "an I/O error on the storage"
+
+
+class StoreFullError(StoreIOError):
+    """:class:`StoreIOError` for a full filesystem or a file-size limit (SQLite's "database
+    or disk is full", ``ENOSPC``, ``EFBIG``): free space and retry."""
+
+    advice = "free space on its filesystem, then retry"
+
+    def describe(self) -> str:
+        """What went wrong, in a few words."""
+        return "the disk is full"

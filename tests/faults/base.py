@@ -1,0 +1,63 @@
+"""What a write path of the fault matrix is: :class:`Scenario` (issue 31).
+
+A scenario builds its pristine files once (no fault), then, in the armed child, runs its
+operation on a fresh copy of them. What the checker needs from it:
+
+* ``observe(dir)`` → ``(prior, units)``: a digest of everything acknowledged *before* the
+  operation (must never change) and how many whole units of the operation are visible
+  (an append: the rows carrying its marker, divided by the rows one call writes). After a
+  failed call ``units`` is what it was (all or nothing: a part-visible call is not a whole
+  unit and is reported as such); after a rerun without the fault one more unit is visible,
+  or — for ``idempotent`` operations such as an upgrade — exactly one.
+* ``db``: the SQLite file(s) whose ``PRAGMA integrity_check`` must say ``ok`` and which the
+  typed error must name.
+
+Operations run with the store opened before arming (``open``) unless the opening is the
+operation itself (``open`` is None and ``run`` opens and closes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+#: Marks the rows the operation under test writes.
+MARK = "fault-matrix-op"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One write path of the matrix (see the module docstring)."""
+
+    name: str
+    db: str
+    prepare: Callable[[Path], None]
+    run: Callable[[Any, Path], None]
+    observe: Callable[[Path], tuple[str, int]]
+    open: Callable[[Path], Any] | None = None
+    close: Callable[[Any], None] = field(default=lambda handle: handle.close())
+    idempotent: bool = False
+
+
+def rows_digest(db: Path, query: str, params: tuple = ()) -> str:
+    """A digest of ``query``'s rows in ``db`` (read with plain ``sqlite3``, read-only)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        digest = hashlib.sha256()
+        for row in con.execute(query, params):
+            digest.update(repr(row).encode())
+        return digest.hexdigest()
+    finally:
+        con.close()
+
+
+def count(db: Path, query: str, params: tuple = ()) -> int:
+    """The single integer ``query`` returns in ``db`` (read-only)."""
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(con.execute(query, params).fetchone()[0])
+    finally:
+        con.close()
