@@ -5,7 +5,8 @@ A dry run unless ``--apply``: it reports whether the file opens cleanly, the att
 the existing forensic bundles, other processes holding the file, and the backup path a repair
 would write. ``--apply`` runs :func:`~hermes_data.sessions.storage.repair.procedure.repair_state_db_schema` and
 prints the backup path it wrote. Exit 0 when the file is (or was made) healthy, 1 when a repair
-is needed (dry run) or failed.
+is needed (dry run) or failed, 2 when the file is no session store to repair (not SQLite, or
+another application's database: refused, nothing written).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ def cmd_repair(args) -> int:
             emit_json({"sessions": {"dry_run": True, **asdict(diag)}})
         else:
             _show_diagnosis(diag)
-            if diag.exists and not diag.healthy:
+            if diag.exists and not diag.healthy and not diag.refused:
                 emit(f"  would write the backup {diag.would_write} and repair "
                      "(dry run; add --apply)")
+        if diag.refused:
+            return 2
         return 0 if not diag.exists or diag.healthy else 1
     report = repair.repair_state_db_schema(path, backup=not args.no_backup)
     if args.json:
@@ -54,6 +57,8 @@ def cmd_repair(args) -> int:
             emit(f"  {'repaired' if report.repaired else 'nothing to repair'}: {report.strategy}")
         else:
             emit(f"  PROBLEM: {report.error}")
+    if report.refused:
+        return 2
     return 0 if report.ok else 1
 
 
@@ -61,6 +66,9 @@ def _show_diagnosis(diag: Any) -> None:
     emit(f"sessions: {diag.path}")
     if not diag.exists:
         emit("  no such file: nothing to repair")
+        return
+    if diag.refused:
+        emit(f"  REFUSED: {diag.refused}")
         return
     emit(f"  opens cleanly: {'yes' if diag.healthy else 'no (' + str(diag.why) + ')'}")
     for line in facts_lines({"ledger": diag.ledger, "bundles": diag.bundles}):

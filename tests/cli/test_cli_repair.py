@@ -5,6 +5,7 @@ shows the ledger, the bundles and the last error."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import re
 
 import pytest
@@ -73,3 +74,34 @@ def test_missing_file_is_nothing_to_repair(tmp_path):
     out = run_cli("repair", "--url", str(tmp_path / "none.db"))
     assert out.returncode == 0 and "nothing to repair" in out.stdout
     assert not (tmp_path / "none.db").exists()
+
+
+def _not_a_store(tmp_path, kind):
+    if kind == "text file":
+        path = tmp_path / "notes.txt"
+        path.write_text("a note, not a database\n")
+    else:
+        path = tmp_path / "other.db"
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE inventory (item TEXT)")
+        con.execute("INSERT INTO inventory VALUES ('lamp')")
+        con.commit()
+        con.close()
+    return path
+
+
+@pytest.mark.parametrize("apply", [False, True], ids=["dry run", "apply"])
+@pytest.mark.parametrize("kind", ["text file", "another application's SQLite file"])
+def test_a_file_that_is_no_session_store_is_refused_untouched(tmp_path, kind, apply):
+    """Issue 31 item 10: ``repair --apply`` on a text file wrote a "forensic backup" then
+    blamed other processes; on another application's SQLite file it said already_healthy
+    (exit 0) and left a lock file. Both are refused: one line naming the file, exit 2, the
+    file byte-identical and nothing written beside it."""
+    path = _not_a_store(tmp_path, kind)
+    before = file_digest(path)
+    out = run_cli("repair", *(["--apply"] if apply else []), "--url", str(path))
+    assert out.returncode == 2, (out.stdout, out.stderr)
+    assert f"{path}: " in out.stdout and "refused, nothing was written" in out.stdout
+    assert "Traceback" not in out.stderr and "already_healthy" not in out.stdout
+    assert file_digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]

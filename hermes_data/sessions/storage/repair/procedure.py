@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from hermes_data.errors import ConfigurationError, UnsafeLockFileError
+from hermes_data.files import SQLITE_MAGIC
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage.repair import backup as rb
 from hermes_data.sessions.errors import StateDbMalformedError
@@ -127,6 +128,9 @@ class RepairReport:
     journal_mode_before: str | None = None
     inventory: dict[str, list[int | None] | None] = field(default_factory=dict)
     counted: bool = False  # the failure was recorded in the ledger
+    #: The file is not a session store repair may touch (not SQLite, or another
+    #: application's database); ``error`` says which. Nothing was written.
+    refused: bool = False
 
     @property
     def ok(self) -> bool:
@@ -205,6 +209,36 @@ def _probe_write(con: sqlite3.Connection) -> tuple[bool, str]:
         if con.in_transaction:
             con.execute(q.ROLLBACK)
     return True, "ok"
+
+
+def refusal(path: Path) -> str | None:
+    """Why ``path`` is no file for the schema repair, or None when it may be one (issue 31).
+
+    Refused: a file without SQLite's header (a text file given by mistake) and a SQLite
+    database whose schema reads fine but holds none of the session store's tables (another
+    application's). A schema that cannot be read is exactly what the repair is for, so it is
+    not refused here; neither is a zeroed file (its own refusal, checked before)."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc.strerror or exc}); refused, nothing was written"
+    if head != SQLITE_MAGIC:
+        return (f"{path}: not a SQLite database (its first bytes are not SQLite's header); "
+                "refused, nothing was written")
+    try:
+        con = tracked_connect(f"{path.resolve().as_uri()}?mode=ro", uri=True,
+                              timeout=PROBE_TIMEOUT_S)
+        try:
+            names = con.execute(q.STORE_TABLES).fetchall()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return None
+    if not names:
+        return (f"{path}: a SQLite database of another application (no sessions, messages or "
+                "state_meta table); refused, nothing was written")
+    return None
 
 
 def opens_cleanly(path: str | os.PathLike[str]) -> bool:
@@ -410,6 +444,10 @@ def _repair(path: Path, backup: bool, report: RepairReport) -> None:
     if is_zeroed_state_db(path):
         report.error = (f"{path}: the file is zeroed (empty or NUL bytes): nothing to repair; a "
                         "writable open moves it aside (restore a snapshot)")
+        return
+    refused = refusal(path)
+    if refused is not None:
+        report.error, report.refused = refused, True
         return
     if _exhausted(path, report):
         return
@@ -652,6 +690,8 @@ class Diagnosis:
     bundles: list[str]
     would_write: str | None
     holders: list[tuple[int, str]]
+    #: Why the file is no session store repair would touch (:func:`refusal`), or None.
+    refused: str | None = None
 
 
 def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosis:
@@ -661,7 +701,10 @@ def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosi
     ensure_test_isolation(path)
     exists = path.is_file()
     healthy = why = None
-    if exists and probe and not is_zeroed_state_db(path):
+    refused = refusal(path) if exists and not is_zeroed_state_db(path) else None
+    if refused is not None:
+        healthy, why = False, refused
+    elif exists and probe and not is_zeroed_state_db(path):
         healthy, why = _health(path)
     elif exists and probe:
         healthy, why = False, "zeroed file (empty or NUL bytes)"
@@ -670,8 +713,8 @@ def diagnose(db_path: str | os.PathLike[str], *, probe: bool = True) -> Diagnosi
     return Diagnosis(str(path), exists, healthy, why,
                      None if ledger is None else asdict(ledger),
                      [str(b) for b in rb.bundles(path)],
-                     f"{path}.malformed-backup-{stamp}" if exists else None,
-                     holder_scan(path) if exists and probe else [])
+                     f"{path}.malformed-backup-{stamp}" if exists and not refused else None,
+                     holder_scan(path) if exists and probe and not refused else [], refused)
 
 
 def open_hook(backend: Any, open_once: Callable[[], None]) -> Callable[[], None]:

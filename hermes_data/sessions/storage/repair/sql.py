@@ -37,6 +37,10 @@ COUNT_SESSIONS = "SELECT COUNT(*) FROM sessions"
 VACUUM = "VACUUM"
 REINDEX = "REINDEX"
 
+#: The session store's own tables a readable schema holds (none: another application's file,
+#: which repair refuses).
+STORE_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name IN ('sessions', 'messages', 'state_meta')")
 #: Ordinary tables the inventory counts (FTS, CJK-bigram, trash and sqlite_* tables excluded).
 INVENTORY_TABLES = (
     "SELECT DISTINCT name FROM sqlite_master WHERE type = 'table' AND rootpage <> 0 "
