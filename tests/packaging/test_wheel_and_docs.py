@@ -144,7 +144,8 @@ DOC_EXAMPLE_PAGES = ("docs/configuration.md", "docs/telemetry-api.md", "docs/ses
 
 def test_readme_python_examples_run(tmp_path, monkeypatch):
     """Every ```python block of the README and of the guide pages in DOC_EXAMPLE_PAGES runs as
-    written, against the stores at the configured default location: with HERMES_HOME at a scratch directory (and HOME and the working directory
+    written — and again, as an operator trying them twice would — against the stores at the
+    configured default location: with HERMES_HOME at a scratch directory (and HOME and the working directory
     elsewhere), after the documented `hermes-data upgrade`, nothing is created outside HERMES_HOME."""
     home, user_home, cwd = tmp_path / "hermes-home", tmp_path / "home", tmp_path / "cwd"
     for d in (home, user_home, cwd):
@@ -164,9 +165,10 @@ def test_readme_python_examples_run(tmp_path, monkeypatch):
                              capture_output=True, text=True, timeout=300)
     assert upgrade.returncode == 0, upgrade.stderr
     printed: list[str] = []
-    for source, block in blocks:
-        exec(compile(block, source, "exec"),
-             {"print": lambda *a, **k: printed.append(" ".join(map(str, a)))})
+    for _ in range(2):  # an operator runs an example again: it must not raise (issue 31)
+        for source, block in blocks:
+            exec(compile(block, source, "exec"),
+                 {"print": lambda *a, **k: printed.append(" ".join(map(str, a)))})
     assert any(str(home / "state.db") in line for line in printed)
     assert list(user_home.iterdir()) == [] and list(cwd.iterdir()) == []
     created = {p.relative_to(home).as_posix() for p in home.rglob("*") if p.is_file()}
