@@ -5,6 +5,7 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+import sqlite3
 from typing import TYPE_CHECKING, Any
 
 
@@ -32,8 +33,9 @@ class DatabaseBusyError(HermesDataError):
     """Another process held the write lock for longer than the patience budget."""
 
 
-class WalUnsupportedError(HermesDataError):
-    """WAL was required but the filesystem holding the database refuses it."""
+class WalUnsupportedError(HermesDataError, sqlite3.OperationalError):
+    """WAL was required but the filesystem holding the database refuses it. Also a
+    ``sqlite3.OperationalError``, what the upstream store raised for it."""
 
 
 if TYPE_CHECKING:

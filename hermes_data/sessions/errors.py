@@ -20,7 +20,7 @@ class SessionNotFoundError(SessionStoreError, LookupError):
         super().__init__(f"session {session_id!r} does not exist; create it with create_session() first")
 
 
-class CompressionSessionClosedError(SessionStoreError):
+class CompressionSessionClosedError(SessionStoreError, RuntimeError):
     """A write targeted a session that already continued in a compression child."""
 
     def __init__(self, session_id: str, child_id: str | None = None) -> None:
@@ -32,7 +32,7 @@ class CompressionSessionClosedError(SessionStoreError):
             "tip instead (get_compression_tip()). The store is healthy.")
 
 
-class CompressionSessionBusyError(SessionStoreError):
+class CompressionSessionBusyError(SessionStoreError, RuntimeError):
     """``publish_compression_child`` was given a lease holder that does not own a live lease."""
 
 
@@ -40,7 +40,7 @@ class CompressionPublishError(SessionStoreError, ValueError):
     """``publish_compression_child`` refused: missing/ended parent, empty handoff, or a race."""
 
 
-class SessionResumeTooLargeError(SessionStoreError):
+class SessionResumeTooLargeError(SessionStoreError, ValueError):
     """A resume would materialise more messages than ``sessions.max_resume_messages`` allows."""
 
     def __init__(self, count: int, limit: int, scope: str) -> None:
@@ -50,7 +50,7 @@ class SessionResumeTooLargeError(SessionStoreError):
             "sessions.max_resume_messages (0 disables the guard) or resume the tip only")
 
 
-class SessionExportTooLargeError(SessionStoreError):
+class SessionExportTooLargeError(SessionStoreError, ValueError):
     """An export of one session would exceed ``sessions.max_export_messages``."""
 
     def __init__(self, session_id: str, count: int, limit: int) -> None:
@@ -71,7 +71,7 @@ class SchemaBehindError(SessionStoreError):
             "writable (or run `hermes-data upgrade --store sessions`)")
 
 
-class StateDbReplacedError(SessionStoreError):
+class StateDbReplacedError(SessionStoreError, RuntimeError):
     """The database file was replaced under a live handle (docs/sessions.md §8.11); sticky.
 
     Out-of-band ``cp``/``mv``/restore must stop writes, never be "repaired" in place.

@@ -1,0 +1,44 @@
+"""Issue 33 ("Errors"): every exception the upstream session store raised under a builtin base
+keeps that base here, beside our own hierarchy — a caller's ``except ValueError:`` /
+``except RuntimeError:`` / ``except sqlite3.OperationalError:`` written against upstream still
+catches it (docs/sessions.md §8.13)."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from hermes_data.errors import HermesDataError, WalUnsupportedError
+from hermes_data.sessions import errors as se
+
+UPSTREAM_BASES = [
+    (se.SessionResumeTooLargeError, ValueError),
+    (se.SessionExportTooLargeError, ValueError),
+    (WalUnsupportedError, sqlite3.OperationalError),
+    (se.CompressionSessionClosedError, RuntimeError),
+    (se.CompressionSessionBusyError, RuntimeError),
+    (se.SessionCompressionInProgressError, RuntimeError),
+    (se.SessionTurnLeaseLostError, RuntimeError),
+    (se.StateDbReplacedError, RuntimeError),
+    (se.DeletedWalGenerationError, RuntimeError),
+    (se.StateDbCorruptError, sqlite3.DatabaseError),
+]
+
+
+@pytest.mark.journal_independent("class hierarchy only")
+@pytest.mark.parametrize("cls,base", UPSTREAM_BASES, ids=[c.__name__ for c, _ in UPSTREAM_BASES])
+def test_upstream_base_is_kept(cls, base):
+    assert issubclass(cls, base) and issubclass(cls, HermesDataError)
+
+
+def test_an_oversized_export_is_caught_as_upstream_callers_catch_it(tmp_path):
+    """A real raise, caught the way an upstream call site does."""
+    from hermes_data import SessionStore
+
+    with SessionStore(tmp_path / "state.db") as store:
+        store.create_session("s", "cli")
+        store.append_messages_batch("s", [{"role": "user", "content": str(i)} for i in range(3)])
+        with pytest.raises(ValueError) as caught:
+            store.assert_export_safe("s", max_messages=2)
+    assert isinstance(caught.value, se.SessionExportTooLargeError)
