@@ -230,7 +230,8 @@ def sanitize_title(title: str | None) -> str | None:
     if not cleaned:
         return None
     if len(cleaned) > MAX_TITLE_LENGTH:
-        raise ValueError(f"title is {len(cleaned)} characters long; the limit is {MAX_TITLE_LENGTH}")
+        raise ValueError(f"title too long: {len(cleaned)} characters, the limit is "
+                         f"{MAX_TITLE_LENGTH}")
     return cleaned
 
 

@@ -44,7 +44,7 @@ def set_title(conn: Connection, q: Fragments, session_id: str, title: str | None
         holder = conn.exec_driver_sql(q.TITLE_HOLDER, (title, session_id)).first()
         if holder is not None:
             if holder[0] not in lineage.ancestors(conn, q, session_id):
-                raise ValueError(f"title {title!r} is already used by session {holder[0]!r}")
+                raise ValueError(f"title {title!r} is already in use by session {holder[0]!r}")
             conn.exec_driver_sql(q.CLEAR_TITLE, (holder[0],))
     return conn.exec_driver_sql(
         q.SET_TITLE_IF_UNCHANGED,

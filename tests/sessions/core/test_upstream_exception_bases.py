@@ -42,3 +42,19 @@ def test_an_oversized_export_is_caught_as_upstream_callers_catch_it(tmp_path):
         with pytest.raises(ValueError) as caught:
             store.assert_export_safe("s", max_messages=2)
     assert isinstance(caught.value, se.SessionExportTooLargeError)
+
+
+def test_title_errors_carry_upstream_key_phrases(tmp_path):
+    """Issue 33 ("Errors"): callers show or match upstream's title messages by "too long" and
+    "already in use"."""
+    from hermes_data import SessionStore
+
+    with SessionStore(tmp_path / "state.db") as store:
+        store.create_session("a", "cli")
+        store.create_session("b", "cli")
+        with pytest.raises(ValueError, match="too long"):
+            store.set_session_title("a", "x" * 500)
+        assert store.set_session_title("a", "Weekly report")
+        with pytest.raises(ValueError, match="already in use"):
+            store.set_session_title("b", "Weekly report")
+        assert store.get_session("b").title is None
