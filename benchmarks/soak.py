@@ -1,7 +1,8 @@
 """Chaos soak of both stores (issue 31): every operation family at once, in worker
 processes, while a chaos thread SIGKILLs a random worker every 2–5 s and restarts it.
 
-    python benchmarks/soak.py                                  # 10 min, SQLite, default journal
+    python benchmarks/soak.py                                  # 10 min, SQLite, DELETE journal
+    python benchmarks/soak.py --minutes 0.2 --backend sqlite   # smoke, the journal-mode policy
     python benchmarks/soak.py --minutes 2 --backend sqlite-wal
     python benchmarks/soak.py --backend postgresql [--url postgresql+psycopg://…/test]
     python benchmarks/soak.py --backend all --minutes 2 --json soak.json
@@ -580,9 +581,11 @@ class Target:
             "PYTHONPATH", "")}
         self.pg_names: list[str] = []
         self.admin_url = args.url
+        self.saved_mode = os.environ.get("HERMES_DATA_JOURNAL_MODE")
         if mode.startswith("sqlite"):
-            self.env["HERMES_DATA_JOURNAL_MODE"] = mode.split("-")[1]
-            os.environ["HERMES_DATA_JOURNAL_MODE"] = mode.split("-")[1]
+            if mode != "sqlite":  # plain "sqlite": the journal-mode policy (or the environment)
+                self.env["HERMES_DATA_JOURNAL_MODE"] = mode.split("-")[1]
+                os.environ["HERMES_DATA_JOURNAL_MODE"] = mode.split("-")[1]
             self.state_path: Path | None = self.run_dir / "state.db"
             self.sessions_url = str(self.run_dir / "state.db")
             self.telemetry_url = str(self.run_dir / "telemetry.db")
@@ -613,7 +616,10 @@ class Target:
                 log.write(json.dumps({"k": "session", "sid": sid, "kind": "shared"}) + "\n")
 
     def cleanup(self) -> None:
-        os.environ.pop("HERMES_DATA_JOURNAL_MODE", None)
+        if self.saved_mode is None:
+            os.environ.pop("HERMES_DATA_JOURNAL_MODE", None)
+        else:
+            os.environ["HERMES_DATA_JOURNAL_MODE"] = self.saved_mode
         if self.pg_names and not self.keep:
             import sqlalchemy as sa
 
@@ -820,6 +826,8 @@ def check(target: Target, acks: Acks, rng: random.Random) -> tuple[dict[str, Any
                                                          "messages_cjk_fts")),
                                       ("telemetry.db", tdb, ())):
                 with db.engine.begin() as conn:
+                    figures.setdefault("journal_mode",
+                                       conn.exec_driver_sql("PRAGMA journal_mode").scalar())
                     ok = conn.exec_driver_sql("PRAGMA integrity_check").fetchall()
                     if [r[0] for r in ok] != ["ok"]:
                         fail["integrity_check"].append(f"{label}: {ok[:5]}")
@@ -831,6 +839,7 @@ def check(target: Target, acks: Acks, rng: random.Random) -> tuple[dict[str, Any
             figures["integrity_check"] = "ok" if not fail["integrity_check"] else "FAILED"
         else:
             figures["integrity_check"] = "n/a (PostgreSQL)"
+            figures["journal_mode"] = "n/a"
 
         messages = {r[0]: r[1:] for r in sdb.rows(
             "SELECT id, session_id, content, active, compacted, tool_calls, display_kind "
@@ -1085,7 +1094,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def report(r: dict[str, Any]) -> None:
-    print(f"\n== chaos soak: {r['mode']}  ({r['minutes']} min, seed {r['seed']}, "
+    print(f"\n== chaos soak: {r['mode']} (journal {r['journal_mode']}; {r['minutes']} min, seed {r['seed']}, "
           f"{r['workers']} workers, {r['incarnations']} incarnations)")
     print(f"kills                     {r['kills']} (+{r['killed_at_stop']} at stop)")
     print("operations/s per family:  " + ", ".join(
@@ -1117,7 +1126,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=10.0, help="duration of each run (default 10)")
     ap.add_argument("--backend", "--mode", dest="backend", default="sqlite-delete",
-                    choices=(*MODES, "all"), help="'all' runs the three in sequence")
+                    choices=(*MODES, "sqlite", "all"),
+                    help="'sqlite': the journal-mode policy's choice (or HERMES_DATA_JOURNAL_MODE); "
+                    "'all' runs the three named modes in sequence")
     ap.add_argument("--url", default=DEFAULT_PG,
                     help="PostgreSQL server (a private database is created and dropped)")
     ap.add_argument("--dir", help="where the SQLite files and ack logs go (default: a temp dir)")
