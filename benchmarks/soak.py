@@ -302,7 +302,11 @@ def family_gateway(ctx: Ctx) -> None:
                     (lambda: store.fail_handoff(sid, "soak", claimant=backend_id))
             ctx.log("handoff_intent", sid=sid, state=state)
             ok = ctx.call(f"handoff_{state}", fn)
-            if ok is FAILED or not ok:
+            if ok is FAILED or not ok:  # log what is there now: later replays start from it
+                seen = ctx.call("get_handoff_state", lambda: store.get_handoff_state(sid),
+                                write=False)
+                if seen is not FAILED:
+                    ctx.log("handoff", sid=sid, state=seen.state if seen else None)
                 break
             ctx.log("handoff", sid=sid, state=state)
 
