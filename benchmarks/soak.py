@@ -280,6 +280,9 @@ def family_gateway(ctx: Ctx) -> None:
     while ctx.running() and not create(ctx, store, sid, "gateway"):
         pass
     backend_id = f"soak@{ctx.ident}:{os.getpid()}"
+    # The claimant names this process (pid=…:host=…), so a claim a SIGKILL left behind is
+    # provably dead and the end check's reclaim can take it (docs/sessions-gateway.md §3.6 (b)).
+    claimant = store.make_holder("handoff")
     current: dict[str, str | None] = {}
     while ctx.running():
         key = f"agent:soak:{ctx.ident}:{ctx.rng.randrange(5)}"
@@ -293,13 +296,13 @@ def family_gateway(ctx: Ctx) -> None:
         ctx.call("register_backend_heartbeat", lambda: store.register_backend_heartbeat(
             backend_id=backend_id, pid=os.getpid(), started_at=time.time()))
         for state, fn in (("pending", lambda: store.request_handoff(sid, "discord")),
-                          ("running", lambda: store.claim_handoff(sid, claimant=backend_id)),
+                          ("running", lambda: store.claim_handoff(sid, claimant=claimant)),
                           ("completed" if ctx.rng.random() < 0.7 else "failed",
                            None)):
             if fn is None:
-                fn = (lambda: store.complete_handoff(sid, claimant=backend_id)) \
+                fn = (lambda: store.complete_handoff(sid, claimant=claimant)) \
                     if state == "completed" else \
-                    (lambda: store.fail_handoff(sid, "soak", claimant=backend_id))
+                    (lambda: store.fail_handoff(sid, "soak", claimant=claimant))
             ctx.log("handoff_intent", sid=sid, state=state)
             ok = ctx.call(f"handoff_{state}", fn)
             if ok is FAILED or not ok:  # log what is there now: later replays start from it
