@@ -401,3 +401,28 @@ def test_cjk_index_setting_drops_and_recreates(tmp_path):
     # Only booleans are read; anything else is the default (logged).
     assert cjk.configured_index({"sessions": {"cjk_index": "no"}}) is True
     assert cjk.configured_index(lambda: off) is False
+
+
+def test_step_waits_out_a_lock_held_past_the_busy_timeout(tmp_path, monkeypatch):
+    """Found by the chaos soak (issue 31): in a rollback-journal mode a sibling holding the
+    file past the 1 s busy timeout (a VACUUM, a long commit) made ``cjk_index_step``'s read of
+    the index objects raise a raw ``sqlite3.OperationalError: database is locked``. It now
+    waits with the read patience, like every other read, and then does its step."""
+    import threading
+    import time
+
+    monkeypatch.setenv("HERMES_DATA_JOURNAL_MODE", "delete")  # WAL readers are never blocked
+    path = tmp_path / "state.db"
+    with SessionStore(path) as store:
+        store.create_session("s", "cli")
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")
+        release = threading.Timer(1.6, lambda: holder.execute("COMMIT"))
+        release.start()
+        try:
+            t0 = time.monotonic()
+            assert store.cjk_index_step() is False  # nothing queued: no work, no error
+            assert time.monotonic() - t0 >= 1.0
+        finally:
+            release.join()
+            holder.close()

@@ -349,9 +349,10 @@ def _has_work(conn: Connection) -> bool:
 
 
 def backend_has_index(backend: Any) -> bool:
-    """The objects exist and this SQLite build can use them (a read on the writer)."""
-    with backend.reading_on_writer() as conn:
-        return _loadable(conn)
+    """The objects exist and this SQLite build can use them: a read with the read patience
+    (a sibling holding the file past the busy timeout is waited out, then
+    ``DatabaseBusyError`` — never a raw driver error; issue 31)."""
+    return bool(backend.read(_loadable))
 
 
 @dataclass(frozen=True)
