@@ -58,6 +58,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.util import LRUCache
 
 from hermes_data.config import resolve_url, sqlite_path
+from hermes_data.connectivity import idle_connection_dropped
 from hermes_data.errors import ConfigurationError, WalUnsupportedError
 from hermes_data.files import FileHeader, make_private_dirs
 from hermes_data.tracked import TrackedConnection
@@ -501,7 +502,13 @@ def create_handle_engine(path: str | os.PathLike, settings: SqliteSettings,
 
 def create_engine_for(store: str, url: str | os.PathLike | URL | None = None,
                       settings: SqliteSettings | None = None, **kwargs) -> Engine:
-    """Engine for ``store`` at ``url`` (default: the store's configured location)."""
+    """Engine for ``store`` at ``url`` (default: the store's configured location).
+
+    A server engine (PostgreSQL) pings a pooled connection at checkout (``pool_pre_ping``,
+    one round trip) unless the caller passes ``pool_pre_ping=False``, and always drops one
+    the server closed while it sat in the pool
+    (:func:`hermes_data.connectivity.idle_connection_dropped`, a socket poll): after a
+    server restart the pool reconnects instead of handing out dead connections."""
     resolved = resolve_url(store, url)
     path = sqlite_path(resolved)
     if resolved.get_backend_name() == "sqlite":
@@ -511,7 +518,18 @@ def create_engine_for(store: str, url: str | os.PathLike | URL | None = None,
                 "use a file path"
             )
         return create_sqlite_engine(path, settings, **kwargs)
-    return sa.create_engine(resolved, pool_pre_ping=True, **kwargs)
+    kwargs.setdefault("pool_pre_ping", True)
+    engine = sa.create_engine(resolved, **kwargs)
+    if engine.dialect.driver == "psycopg":
+        event.listen(engine, "checkout", _drop_if_closed_by_server)
+    return engine
+
+
+def _drop_if_closed_by_server(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+    """Pool checkout: a connection the server closed while it was idle is replaced (the pool
+    invalidates it and checks out another on ``DisconnectionError``)."""
+    if idle_connection_dropped(dbapi_connection):
+        raise sa.exc.DisconnectionError("the server closed this pooled connection")
 
 
 @contextmanager

@@ -190,3 +190,38 @@ class StoreFullError(StoreIOError):
     def describe(self) -> str:
         """What went wrong, in a few words."""
         return "the disk is full"
+
+
+# -- The PostgreSQL server going away (issue 31). Classified once, in
+# -- hermes_data/connectivity.py; raised by both stores' PostgreSQL paths.
+
+
+class DatabaseUnavailableError(HermesDataError):
+    """The PostgreSQL server went away during a call or cannot be reached: it was stopped,
+    restarted or crashed, it terminated this connection (``pg_terminate_backend``), it is
+    still starting (SQLSTATEs ``57P01``–``57P03``, class ``08``, libpq's own connection
+    errors). ``where`` names the store and its URL (password hidden), ``sqlstate`` is the
+    server's code when it sent one.
+
+    Nothing is half-written: a transaction the server lost was rolled back — except when it
+    went away while the transaction was committing, where ``outcome_unknown`` is True and the
+    message says to check before repeating the write. Writes are never repeated
+    automatically; the store reconnects by itself at the next call (docs/postgresql.md,
+    "When the server goes away")."""
+
+    def __init__(self, where: str, message: str, *, sqlstate: str | None = None,
+                 outcome_unknown: bool = False) -> None:
+        self.where, self.sqlstate, self.outcome_unknown = where, sqlstate, outcome_unknown
+        super().__init__(message)
+
+
+class StatementTimeoutError(HermesDataError, TimeoutError):
+    """The PostgreSQL server canceled a statement (SQLSTATE ``57014`` query_canceled): it ran
+    past ``statement_timeout`` — waiting on a lock another connection held counts — or an
+    administrator canceled it (``pg_cancel_backend``). The call's transaction was rolled
+    back and the store stays usable. Also a ``TimeoutError``, what a bounded read raised
+    before. ``where`` names the store and its URL (password hidden)."""
+
+    def __init__(self, where: str, message: str, *, sqlstate: str | None = None) -> None:
+        self.where, self.sqlstate = where, sqlstate
+        super().__init__(message)

@@ -286,7 +286,6 @@ class BufferedWriter:
 
     # -- writer thread -----------------------------------------------------------------
     def _run(self) -> None:
-        conn = self.store.connection()
         queue, wake = self._queue, self._wake
         try:
             while True:
@@ -298,7 +297,7 @@ class BufferedWriter:
                     # (list(islice(deque)) runs in C under the GIL: producers cannot append
                     # in the middle of it.)
                     batch = list(islice(queue, self.max_batch))
-                    self._write(conn, batch)
+                    self._write(batch)
                     pop = queue.popleft
                     for _ in range(len(batch)):
                         pop()
@@ -312,12 +311,14 @@ class BufferedWriter:
         finally:
             self.store.release_thread_connection()
 
-    def _write(self, conn, batch: list) -> None:
+    def _write(self, batch: list) -> None:
         flushes = [item[1] for item in batch if item[0] == _FLUSH]  # set after the commit
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
-                with self.store.writer_queue, self._tx(conn) as cur:
+                # The thread's connection, asked per batch: on PostgreSQL one the server
+                # closed (a restart) is replaced, so a restart does not doom every batch.
+                with self.store.writer_queue, self._tx(self.store.connection()) as cur:
                     for kind, grouped in groupby(items, key=itemgetter(0)):
                         group = list(grouped)
                         first, second = self._sql[kind]
@@ -331,15 +332,15 @@ class BufferedWriter:
             except Exception:
                 log.exception("%s: group commit of %d telemetry writes failed; retrying one by one",
                               self.store.path, len(items))
-                self._write_one_by_one(conn, items)
+                self._write_one_by_one(items)
         for done in flushes:
             done.set()
 
-    def _write_one_by_one(self, conn, items: list) -> None:
+    def _write_one_by_one(self, items: list) -> None:
         for kind, first_args, second_args, _queued in items:
             first, second = self._sql[kind]
             try:
-                with self.store.writer_queue, self._tx(conn) as cur:
+                with self.store.writer_queue, self._tx(self.store.connection()) as cur:
                     cur.execute(first, first_args)
                     cur.execute(second, second_args)
                 self.written += 1

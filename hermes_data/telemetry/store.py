@@ -47,9 +47,11 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.sql.elements import ClauseElement
 
 from hermes_data.config import resolve_url, sqlite_path
+from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
 from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
 from hermes_data.errors import ConfigurationError
 from hermes_data.isolation import ensure_test_isolation
+from hermes_data.locking import driver_error
 
 log = logging.getLogger("hermes_data.telemetry.store")
 
@@ -538,6 +540,15 @@ class _PgHeld:
         self.dbapi = fairy.driver_connection
         self.dbapi.autocommit = True  # transactions are explicit: conn.transaction()
 
+    def invalidate(self) -> None:
+        """The server closed this connection: drop it from the pool instead of returning it."""
+        fairy, self.fairy = self.fairy, None
+        if fairy is not None:
+            try:
+                fairy.invalidate()
+            except Exception:  # pragma: no cover - already gone
+                pass
+
     def close(self) -> None:
         fairy, self.fairy = self.fairy, None
         if fairy is not None:
@@ -560,6 +571,15 @@ class PgTelemetryStore(TelemetryStore):
     there is no process-wide writer lock and no ``BEGIN IMMEDIATE``); snapshot reads run in
     one ``REPEATABLE READ READ ONLY`` transaction. The schema must be at head
     (``hermes-data upgrade --url …``).
+
+    The server going away (docs/postgresql.md, "When the server goes away"): a held
+    connection the server closed while it was idle is replaced at the next call
+    (:func:`hermes_data.connectivity.idle_connection_dropped`); a connection loss or a
+    canceled statement during a call raises
+    :class:`~hermes_data.errors.DatabaseUnavailableError` /
+    :class:`~hermes_data.errors.StatementTimeoutError` from :meth:`write`, :meth:`read` and
+    :meth:`execute_prepared_pair` — the store's only ways to the database — and nothing is
+    rerun.
     """
 
     dialect = "postgresql"
@@ -579,6 +599,8 @@ class PgTelemetryStore(TelemetryStore):
                 "store needs the psycopg (3) driver: postgresql+psycopg://…")
         self.engine = engine
         self.path = engine.url.render_as_string(hide_password=True)
+        #: How errors name this store.
+        self.where = f"telemetry store {self.path}"
         self._local = threading.local()
         self._held = weakref.WeakSet()
         self._held_guard = threading.Lock()
@@ -587,45 +609,80 @@ class PgTelemetryStore(TelemetryStore):
         self._closed = False
 
     def connection(self) -> Any:
-        """This thread's psycopg connection (checked out once, then held; autocommit)."""
+        """This thread's psycopg connection (checked out once, then held; autocommit). One the
+        server closed while it was held idle (a restart, ``pg_terminate_backend``) is
+        replaced by a new one."""
         held = getattr(self._local, "held", None)
+        if held is not None and held.fairy is not None and idle_connection_dropped(held.dbapi):
+            log.info("%s: the server closed this thread's idle connection; reconnecting",
+                     self.where)
+            held.invalidate()
         if held is None or held.fairy is None:
             if self._closed:
                 raise ConfigurationError(f"{self.path}: the telemetry store is closed")
-            held = _PgHeld(self.engine.raw_connection())
+            with translated(self.where, "connect"):
+                held = _PgHeld(self.engine.raw_connection())
             self._local.held = held
             with self._held_guard:
                 self._held.add(held)
         return held.dbapi
 
+    def _raise_typed(self, exc: Exception, during: str) -> None:
+        """Raise the typed error for a lost server or a canceled statement (dropping this
+        thread's connection when the server closed it); return for any other error."""
+        typed = typed_error(exc, self.where, during)
+        if typed is None:
+            return
+        held = getattr(self._local, "held", None)
+        if held is not None and held.fairy is not None and held.dbapi.closed:
+            held.invalidate()
+        raise typed from driver_error(exc)
+
     @contextmanager
     def write(self) -> Iterator[_PgTx]:
         """``BEGIN … COMMIT`` on this thread's connection (rolled back on error); nested in
-        an open transaction it becomes a savepoint."""
+        an open transaction it becomes a savepoint. A lost server or a canceled statement
+        raises typed (see the class docstring); the write is not repeated."""
         conn = self.connection()
-        with conn.transaction():
-            yield _PgTx(conn)
+        committing = False
+        try:
+            with conn.transaction():
+                yield _PgTx(conn)
+                committing = True  # the body is done: leaving the block sends COMMIT
+        except Exception as exc:
+            self._raise_typed(exc, "commit" if committing else "write")
+            raise
 
     @contextmanager
     def read(self, snapshot: bool = True) -> Iterator[_PgTx]:
         """Reads on this thread's connection; with ``snapshot`` inside one
         ``REPEATABLE READ READ ONLY`` transaction so several SELECTs see one state."""
         conn = self.connection()
-        if not snapshot or conn.info.transaction_status != 0:
-            yield _PgTx(conn)
-            return
-        with conn.transaction():
-            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            yield _PgTx(conn)
+        try:
+            if not snapshot or conn.info.transaction_status != 0:
+                yield _PgTx(conn)
+                return
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                yield _PgTx(conn)
+        except Exception as exc:
+            self._raise_typed(exc, "read")
+            raise
 
     def execute_prepared_pair(self, first: Prepared, args1: tuple, second: Prepared,
                               args2: tuple) -> int:
         """Two statements in one transaction; ``first`` must return the new id
         (``INSERT … RETURNING id``)."""
         conn = self.connection()
-        with conn.transaction():
-            rowid = conn.execute(first.pg.sql, args1).fetchone()[0]
-            conn.execute(second.pg.sql, args2)
+        committing = False
+        try:
+            with conn.transaction():
+                rowid = conn.execute(first.pg.sql, args1).fetchone()[0]
+                conn.execute(second.pg.sql, args2)
+                committing = True
+        except Exception as exc:
+            self._raise_typed(exc, "commit" if committing else "write")
+            raise
         return rowid
 
     def execute_pair(self, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:

@@ -12,6 +12,14 @@ What differs from SQLite is gated here, once:
 * **Transactions** are plain ``BEGIN`` … ``COMMIT`` (row locks, not a database write lock);
   a serialization failure or deadlock is retried with the same patience budget as a busy
   SQLite file.
+* **The server going away** (docs/postgresql.md, "When the server goes away"): a connection
+  the server closed while idle — the held writer, a pooled reader — is replaced before use
+  (:func:`hermes_data.connectivity.idle_connection_dropped`, a socket poll instead of a
+  pre-ping round trip per read); a read that loses its connection anyway runs once more on
+  a new one; a write never reruns. What escapes as a connection loss or a canceled
+  statement is raised here, and only here, as
+  :class:`~hermes_data.errors.DatabaseUnavailableError` /
+  :class:`~hermes_data.errors.StatementTimeoutError` (:func:`hermes_data.connectivity.translated`).
 """
 
 from __future__ import annotations
@@ -31,8 +39,9 @@ from sqlalchemy.engine import Connection, Engine, URL
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import create_engine_for
 from hermes_data import storable
-from hermes_data.errors import ConfigurationError, DatabaseBusyError
-from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict
+from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
+from hermes_data.errors import ConfigurationError, DatabaseBusyError, DatabaseUnavailableError
+from hermes_data.locking import PG_LOCK_KINDS, driver_error, is_lock_conflict
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.storage.display_schema import ensure_pg_display_objects
 from hermes_data.sessions.search.capabilities import forget_capabilities
@@ -44,10 +53,6 @@ from hermes_data.sessions.backends.base import (ROUTINE_PATIENCE_S, TRANSCRIPT_P
 log = logging.getLogger("hermes_data.sessions.backends.postgresql")
 
 T = TypeVar("T")
-
-def sqlstate(exc: BaseException) -> str | None:
-    """The SQLSTATE of a psycopg error wrapped by SQLAlchemy, if any."""
-    return getattr(getattr(exc, "orig", None), "sqlstate", None)
 
 
 class PgDriver:
@@ -79,6 +84,8 @@ class PostgresBackend(SessionBackend):
         self.state = HandleState(open_options or OpenOptions())
         self.url = url
         self.path = Path(url.render_as_string(hide_password=True))
+        #: How errors name this store (the URL as written, password hidden).
+        self.where = f"session store {url.render_as_string(hide_password=True)}"
         self.read_only = read_only
         self._lock = threading.RLock()
         self._closed = False
@@ -86,8 +93,11 @@ class PostgresBackend(SessionBackend):
         self.open_repairs: list[str] = []
         #: Full-text search is index-maintained: always available.
         self.fts_available = {"messages_fts": True, "messages_fts_trigram": True}
+        # No pre-ping: a ping per read cost ~25 % of a hot read here; the pool's checkout
+        # poll and the one rerun of a read (read()) stand in for it.
         self._engine: Engine | None = create_engine_for(
-            "sessions", url, pool_size=pool_size, max_overflow=32, pool_timeout=60)
+            "sessions", url, pool_size=pool_size, max_overflow=32, pool_timeout=60,
+            pool_pre_ping=False)
         try:
             if not read_only:
                 spec = migrate.store_spec("sessions")
@@ -128,6 +138,19 @@ class PostgresBackend(SessionBackend):
 
     # -- transactions ------------------------------------------------------------------
 
+    def _live_writer(self) -> Connection:
+        """The writer connection (under ``self._lock``), replaced first when the server
+        closed it while it was idle: a write after a restart does not fail on it."""
+        writer = self._writer
+        if writer is None:
+            raise ConfigurationError(f"{self.path}: the session store is closed")
+        if not writer.invalidated and not writer.in_transaction() \
+                and idle_connection_dropped(writer.connection.driver_connection):
+            log.info("%s: the server closed the idle writer connection; reconnecting",
+                     self.where)
+            writer.invalidate()  # the next begin() connects anew
+        return writer
+
     def write(self, fn: Callable[[Connection], T], *,
               patience: float = ROUTINE_PATIENCE_S) -> T:
         """Run ``fn`` in one transaction on the writer; retry serialization failures and
@@ -138,11 +161,13 @@ class PostgresBackend(SessionBackend):
         deadline = start + patience
         while True:
             with self._lock:
-                if self._writer is None:
-                    raise ConfigurationError(f"{self.path}: the session store is closed")
+                writer = self._live_writer()
+                committing = False
                 try:
-                    with self._writer.begin():
-                        return fn(self._writer)
+                    with writer.begin():
+                        result = fn(writer)
+                        committing = True  # fn is done: leaving the block sends COMMIT
+                    return result
                 except (UnicodeEncodeError, sa.exc.DataError) as exc:
                     _raise_unstorable(exc)
                     raise
@@ -150,6 +175,10 @@ class PostgresBackend(SessionBackend):
                     # Retried like a busy SQLite file: serialization_failure,
                     # deadlock_detected, lock_not_available.
                     if not is_lock_conflict(exc, kinds=PG_LOCK_KINDS):
+                        # Never rerun: the server lost or canceled it (typed), or it failed.
+                        typed = typed_error(exc, self.where, "commit" if committing else "write")
+                        if typed is not None:
+                            raise typed from driver_error(exc)
                         raise
                     err = exc
             now = time.monotonic()
@@ -174,11 +203,10 @@ class PostgresBackend(SessionBackend):
     def reading_on_writer(self) -> Iterator[Connection]:
         """The writer connection in a transaction (sees this handle's commits)."""
         with self._lock:
-            if self._writer is None:
-                raise ConfigurationError(f"{self.path}: the session store is closed")
+            writer = self._live_writer()
             try:
-                with self._writer.begin():
-                    yield self._writer
+                with translated(self.where, "read"), writer.begin():
+                    yield writer
             except (UnicodeEncodeError, sa.exc.DataError) as exc:
                 _raise_unstorable(exc)
                 raise
@@ -189,22 +217,31 @@ class PostgresBackend(SessionBackend):
         if self._engine is None:
             raise ConfigurationError(f"{self.path}: the session store is closed")
         try:
-            with self._engine.connect() as conn, conn.begin():
+            with translated(self.where, "read"), self._engine.connect() as conn, conn.begin():
                 yield conn
         except (UnicodeEncodeError, sa.exc.DataError) as exc:
             _raise_unstorable(exc)
             raise
 
+    def read(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` on :meth:`reading`'s connection; when the server drops the connection
+        under it, once more on a new one (a read changes nothing, so it may rerun)."""
+        try:
+            with self.reading() as conn:
+                return fn(conn)
+        except DatabaseUnavailableError as exc:
+            log.info("%s: the connection was lost during a read (%s); reading again",
+                     self.where, exc.sqlstate or "no SQLSTATE")
+        with self.reading() as conn:
+            return fn(conn)
+
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
-        """Run ``fn`` under ``SET LOCAL statement_timeout`` (query_canceled → TimeoutError)."""
+        """Run ``fn`` under ``SET LOCAL statement_timeout``: past it the server cancels the
+        read, raised as :class:`~hermes_data.errors.StatementTimeoutError` (a
+        ``TimeoutError``)."""
         with self.reading() as conn:
             conn.exec_driver_sql(q.pg_statement_timeout(timeout_s))
-            try:
-                return fn(conn)
-            except sa.exc.OperationalError as exc:
-                if sqlstate(exc) == "57014":  # query_canceled
-                    raise TimeoutError(f"read exceeded {timeout_s} s") from exc
-                raise
+            return fn(conn)
 
     def changes(self, conn: Connection, result: Any) -> int:
         """PostgreSQL reports the rows a WITH … UPDATE changed in its rowcount."""
@@ -236,7 +273,7 @@ class PostgresBackend(SessionBackend):
         (``VACUUM FULL`` would take exclusive locks on a shared server)."""
         if self.read_only:
             raise ConfigurationError(f"{self.path}: this session store handle is read-only")
-        with self.engine.connect() as conn:
+        with translated(self.where, "write"), self.engine.connect() as conn:
             conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             conn.exec_driver_sql(q.pg_vacuum(self._tables()))
 

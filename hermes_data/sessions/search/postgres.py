@@ -15,7 +15,8 @@ from typing import Any, Callable, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict, sqlstate
+from hermes_data.connectivity import server_fault
+from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict
 from hermes_data.sessions.search import cjk
 from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
@@ -71,11 +72,6 @@ _PG_WORD_RE = re.compile(r"[^\W_]+")
 _PG_TRIGRAM_RUN_RE = re.compile(r"[A-Za-z0-9]{3}")
 #: Characters of a row ``ts_headline`` reads (a multi-MB tool row is never read whole).
 PG_HEADLINE_CHARS = 8192
-#: SQLSTATEs that mean "the server did not answer", never "bad query", besides the lock
-#: conflicts (:data:`hermes_data.locking.PG_LOCK_KINDS`): query_canceled (statement_timeout),
-#: admin/crash shutdown, cannot connect now. Not lock conflicts, so kept here: only search
-#: must never turn them into "no results"; a write does not retry them.
-_PG_UNANSWERED_SQLSTATES = {"57014", "57P01", "57P02", "57P03"}
 #: Parser boundary fenced around punctuation in the headline text (never a word character).
 _PG_FENCE = "\x01"
 _PG_SPLIT_MARKS_RE = re.compile(
@@ -84,7 +80,9 @@ _PG_SPLIT_MARKS_RE = re.compile(
 
 def _pg_busy(exc: sa.exc.DBAPIError) -> bool:
     # PostgreSQL kinds only: a message-only driver error saying "busy" was never raised here.
-    return is_lock_conflict(exc, kinds=PG_LOCK_KINDS) or sqlstate(exc) in _PG_UNANSWERED_SQLSTATES
+    # A canceled statement or a lost server (hermes_data.connectivity) is no rejected route
+    # either: search must never turn it into "no results"; the backend raises it typed.
+    return is_lock_conflict(exc, kinds=PG_LOCK_KINDS) or server_fault(exc) is not None
 
 
 def pg_search(conn: Connection, plan: SearchPlan, filters: Filters, limit: int,
