@@ -16,6 +16,7 @@ from typing import Callable, TextIO
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, PAUSE_MAX, bounded
+from hermes_data.cli.stores import looking_session_store
 from hermes_data.cli.output import elapsed, emit, emit_json, progress, progress_enabled
 from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.core import maintenance as mt
@@ -28,21 +29,22 @@ def cmd_prune(args) -> int:
                                  ("title_like", args.title_like)) if v is not None}
     if args.include_pinned:
         filters["include_pinned"] = True
-    # Neither the dry run nor --apply creates a store: a mistyped path is refused.
-    migrate.require_created("sessions", args.url)
-    with SessionStore(args.url) as store:
-        if not args.apply:
+    if not args.apply:  # the dry run only looks: read-only, the file unchanged
+        with looking_session_store(args.url) as store:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
             spared = mt.count_open_prune_matches(store, args.older_than_days, **filters)
-            if args.json:
-                emit_json({"sessions": {"would_delete": [asdict(r) for r in rows],
-                                        "open_spared": spared}})
-                return 0
-            for r in rows:
-                emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
-            emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
-                  f"{spared} open session(s) matching the filters are spared")
+        if args.json:
+            emit_json({"sessions": {"would_delete": [asdict(r) for r in rows],
+                                    "open_spared": spared}})
             return 0
+        for r in rows:
+            emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
+        emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
+             f"{spared} open session(s) matching the filters are spared")
+        return 0
+    # --apply never creates a store either: a mistyped path is refused.
+    migrate.require_created("sessions", args.url)
+    with SessionStore(args.url) as store:
         # A damaged file is refused before the delete writes into it (issue 31); the
         # library's prune_sessions runs no check (the agent prunes at every start).
         opening.refuse_if_corrupt(store)
@@ -131,7 +133,7 @@ def cmd_export(args) -> int:
     if not args.session:
         emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
         return 2
-    with SessionStore(args.url, read_only=True) as store:
+    with looking_session_store(args.url) as store:
         if store.get_session(args.session) is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2

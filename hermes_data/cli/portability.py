@@ -22,6 +22,7 @@ from typing import Any, Iterator, TextIO
 from hermes_data.migrate import runner as migrate
 from hermes_data.cli.output import emit, emit_json, progress, progress_enabled
 from hermes_data.cli.options import COUNT_MAX, bounded
+from hermes_data.cli.stores import looking_session_store
 from hermes_data.sessions.ui.portability.imports import (ImportLimits, load_import_payload,
                                                          transaction_chunks, validate)
 from hermes_data.sessions.ui.portability.render import render_session_for_save
@@ -54,7 +55,7 @@ def cmd_export_documents(args) -> int:
     """``export --all`` (JSON Lines, one session document a line), ``--lineage`` and/or
     ``--format json|md|html`` (one rendered document)."""
     fmt = args.format or "json"
-    with SessionStore(args.url, read_only=True) as store:
+    with looking_session_store(args.url) as store:
         if args.all:
             if fmt != "json":
                 emit("hermes-data: error: --all writes JSON Lines; --format md/html renders one "

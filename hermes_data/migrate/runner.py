@@ -43,7 +43,7 @@ from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import (SqliteSettings, create_engine_for, journal_state, keeping_journal_mode,
                                 planned_journal_state)
-from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError,
+from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
                      StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
@@ -652,6 +652,34 @@ def require_created(store: str, url: str | os.PathLike | URL | None = None) -> N
         raise StoreNotCreatedError(
             f"{path}: the {store.rstrip('s')} store is not created yet; nothing was created "
             f"(run: hermes-data upgrade --store {store}{where})")
+
+
+def require_settled(store: str, url: str | os.PathLike | URL | None = None) -> None:
+    """For commands that only look (``search``, ``prune`` without ``--apply``, ``export``,
+    ``stats``): refuse an existing SQLite file that is not ``store``'s at its head, before
+    anything opens it with a policy — a foreign file (:class:`NotAHermesDatabaseError`), an
+    SQLite file without tables, a legacy file not yet adopted or an older revision
+    (:class:`~hermes_data.errors.StoreBehindError`, naming the file and ``hermes-data
+    upgrade``). Read-only (:func:`probe_file`): the file stays byte-identical. A missing
+    file is :func:`require_created`'s; a server database is left to the store's own open."""
+    require_created(store, url)
+    path = sqlite_path(resolve_url(store, url))
+    spec = store_spec(store)
+    if path is None or spec.identify is None:
+        return
+    probe = probe_file(spec, path, checked=False)
+    if probe.revision == spec.head and probe.kind not in ("legacy", "upstream"):
+        return
+    upgrade = f"hermes-data upgrade --store {store} --url {path}"
+    if probe.kind == "empty":
+        raise StoreBehindError(
+            f"{path}: holds no {store.rstrip('s')} store (an SQLite file without tables); "
+            f"refused, nothing was changed (to make it one: {upgrade})")
+    state = ("a legacy file not yet adopted" if probe.kind in ("legacy", "upstream")
+             else f"at revision {probe.revision or '(none)'}, behind the head {spec.head}")
+    raise StoreBehindError(
+        f"{path}: the {store.rstrip('s')} store is {state}; this command only reads and "
+        f"left it unchanged (run: {upgrade})")
 
 
 def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Difference]:
