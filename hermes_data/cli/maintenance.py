@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict
 from typing import Callable, TextIO
@@ -17,7 +16,8 @@ from typing import Callable, TextIO
 from hermes_data.migrate import runner as migrate
 from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, PAUSE_MAX, bounded
 from hermes_data.cli.stores import looking_session_store
-from hermes_data.cli.output import elapsed, emit, emit_json, progress, progress_enabled
+from hermes_data.cli.output import (elapsed, emit, emit_json, output_file, progress,
+                                    progress_enabled, refuse_output_path)
 from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.core import maintenance as mt
 from hermes_data.sessions.storage import opening
@@ -122,10 +122,8 @@ def cmd_optimize_storage(args) -> int:
 
 
 def cmd_export(args) -> int:
-    if args.output and os.path.isdir(args.output):  # before the store is opened: nothing is left
-        emit(f"hermes-data: error: {args.output}: the output path is a directory; -o takes the "
-             "file to write (a file name inside it, for example)", file=sys.stderr)
-        return 2
+    if args.output:  # a directory or a link is refused before the store is opened
+        refuse_output_path(args.output)
     if args.format or args.lineage or args.all:  # documents (docs/sessions-ui.md §4.11, §4.13)
         from hermes_data.cli.portability import cmd_export_documents
 
@@ -140,17 +138,11 @@ def cmd_export(args) -> int:
         store.assert_export_safe(args.session, args.max_messages)
         show = progress("exported", progress_enabled(False))
         total = store.message_count(args.session) if show else 0
-        # Owner-only, like the stores: a transcript is as private as the database.
-        out = (os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-                         "w", encoding="utf-8") if args.output else sys.stdout)
-        if args.output:
-            os.chmod(args.output, 0o600)  # an existing file keeps its mode through O_TRUNC
-        try:
+        # A temporary file beside -o FILE, renamed over it when complete (owner-only: a
+        # transcript is as private as the database); a failure leaves FILE as it was.
+        with output_file(args.output) as out:
             n = write_jsonl(store, args.session, out, page_size=args.page_size,
                             progress=(lambda done: show(done, total)) if show else None)
-        finally:
-            if out is not sys.stdout:
-                out.close()
     # The result, not progress: on stderr so that stdout stays pure JSON Lines.
     emit(f"exported {n:,} message(s) of {args.session}" + (f" to {args.output}" if args.output else ""),
          file=sys.stderr)
