@@ -35,7 +35,6 @@ import os
 import shutil
 import sqlite3
 import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,9 +62,15 @@ def has_hot_journal_error(exc: BaseException) -> bool:
     return getattr(orig, "sqlite_errorcode", None) == _READONLY_ROLLBACK
 
 
-@lru_cache(maxsize=None)
+_classes: dict[type, type[sqlite3.Connection]] = {}
+
+
 def _closing_class(factory: type[sqlite3.Connection]) -> type[sqlite3.Connection]:
-    """``factory`` with a hook run after :meth:`close` (snapshot removal, sidecar cleanup)."""
+    """``factory`` with a hook run after :meth:`close` (snapshot removal, sidecar cleanup);
+    one subclass per factory."""
+    made = _classes.get(factory)
+    if made is not None:
+        return made
 
     class Reading(factory):  # type: ignore[misc, valid-type]
         _after_close: Callable[[], None] | None = None
@@ -79,7 +84,7 @@ def _closing_class(factory: type[sqlite3.Connection]) -> type[sqlite3.Connection
                     hook()
 
     Reading.__name__ = Reading.__qualname__ = f"Reading{factory.__name__}"
-    return Reading
+    return _classes.setdefault(factory, Reading)
 
 
 def connect(path: Path | str, *, timeout: float = 30.0,

@@ -785,7 +785,7 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
             st.revision = current_revision(conn, spec.version_table_for(conn))
             st.legacy = bool(spec.needs_adoption and spec.needs_adoption(conn))
         if path is not None:
-            dbapi = conn.connection.driver_connection
+            dbapi = cast(sqlite3.Connection, conn.connection.driver_connection)
             current = str(dbapi.execute("PRAGMA journal_mode").fetchone()[0]).lower()
             pages = int(dbapi.execute("PRAGMA page_count").fetchone()[0])
             js = planned_journal_state(str(path), current, has_pages=pages > 0,
