@@ -360,12 +360,34 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
                 log.error("%s: %s", path, decision.reason)
             else:
                 _warn_once(path, decision.reason)
-        reason = decision.reason
-        if mode in ROLLBACK_JOURNALS and mode != "delete":
-            reason += f"; rollback journal {mode.upper()} (no directory change per commit)"
-        state.mode, state.reason = mode, reason
+        state.mode, state.reason = mode, _flavoured(mode, decision.reason)
     finally:
         cur.close()
+
+
+def _flavoured(mode: str, reason: str) -> str:
+    if mode in ROLLBACK_JOURNALS and mode != "delete":
+        reason += f"; rollback journal {mode.upper()} (no directory change per commit)"
+    return reason
+
+
+def planned_journal_state(path: str, current: str, *, has_pages: bool,
+                          settings: SqliteSettings) -> JournalState:
+    """The journal mode (and reason) the connection policy would settle on for a file now in
+    ``current`` mode at ``path``, decided without touching the file (its warning, if any, is
+    logged like the policy's): what ``status`` and ``doctor`` report from their read-only
+    connection (docs/cli.md "Reading a store without writing
+    it"); the policy itself switches only on a writable open."""
+    configured = settings.configured_mode()
+    decision = decide_journal_mode(current, has_pages=has_pages, vulnerable=settings.vulnerable(),
+                                   configured=configured)
+    if decision.warn:  # the warning a writable open gives, once per process and file
+        _warn_once(path, decision.reason)
+    mode = decision.target or current
+    if mode == "delete" and configured is None:
+        flavour = settings.rollback_journal.lower()
+        mode = flavour if flavour in ROLLBACK_JOURNALS else mode
+    return JournalState(mode, _flavoured(mode, decision.reason))
 
 
 def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,

@@ -114,6 +114,13 @@ class StoreNotCreatedError(HermesDataError):
     was created (the message names the command that creates it)."""
 
 
+class StoreBehindError(HermesDataError):
+    """A command that only looks was pointed at a store that is not at the head (a legacy
+    file not yet adopted, an older revision, an SQLite file without any table): it is
+    refused unchanged — looking never adopts, migrates or creates — and the message names
+    the file and ``hermes-data upgrade``."""
+
+
 class StoreLinkError(HermesDataError):
     """The store's path is a symbolic link we refuse (a dangling one: following it would
     create a store somewhere nobody chose)."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from pathlib import Path
 
 from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json, progress_enabled
 from hermes_data.config import STORES, resolve_url, sqlite_path
 from hermes_data.errors import ConfigurationError
 from hermes_data.isolation import ensure_test_isolation
+from hermes_data.migrate import reading
 
 #: Tables that only one store has: how a source file says which store it holds.
 _MARKERS = {"telemetry": {"runs", "llm_calls"}, "sessions": {"sessions", "messages"}}
@@ -41,7 +41,7 @@ def infer_store(source: str, *, creating: bool = False) -> str:
         raise ConfigurationError(f"{path}: the source store is not created yet; nothing was "
                                  "created (create it with: hermes-data upgrade --url …)")
     try:
-        con = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True)
+        con = reading.connect(path)  # never writes: a hot journal is read through a snapshot
         try:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         finally:

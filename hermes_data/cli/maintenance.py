@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict
 from typing import Callable, TextIO
 
 from hermes_data.migrate import runner as migrate
 from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, PAUSE_MAX, bounded
-from hermes_data.cli.output import elapsed, emit, emit_json, progress, progress_enabled
+from hermes_data.cli.stores import looking_session_store
+from hermes_data.cli.output import (elapsed, emit, emit_json, output_file, progress,
+                                    progress_enabled, refuse_output_path)
 from hermes_data.sessions.storage.fts import layout as fts_storage
 from hermes_data.sessions.core import maintenance as mt
 from hermes_data.sessions.storage import opening
@@ -28,21 +29,22 @@ def cmd_prune(args) -> int:
                                  ("title_like", args.title_like)) if v is not None}
     if args.include_pinned:
         filters["include_pinned"] = True
-    # Neither the dry run nor --apply creates a store: a mistyped path is refused.
-    migrate.require_created("sessions", args.url)
-    with SessionStore(args.url) as store:
-        if not args.apply:
+    if not args.apply:  # the dry run only looks: read-only, the file unchanged
+        with looking_session_store(args.url) as store:
             rows = mt.list_prune_candidates(store, args.older_than_days, **filters)
             spared = mt.count_open_prune_matches(store, args.older_than_days, **filters)
-            if args.json:
-                emit_json({"sessions": {"would_delete": [asdict(r) for r in rows],
-                                        "open_spared": spared}})
-                return 0
-            for r in rows:
-                emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
-            emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
-                  f"{spared} open session(s) matching the filters are spared")
+        if args.json:
+            emit_json({"sessions": {"would_delete": [asdict(r) for r in rows],
+                                    "open_spared": spared}})
             return 0
+        for r in rows:
+            emit(f"{r.id}  {r.source:<10} {r.message_count:>6} msgs  {r.title or ''}")
+        emit(f"{len(rows)} session(s) would be deleted (dry run; add --apply); "
+             f"{spared} open session(s) matching the filters are spared")
+        return 0
+    # --apply never creates a store either: a mistyped path is refused.
+    migrate.require_created("sessions", args.url)
+    with SessionStore(args.url) as store:
         # A damaged file is refused before the delete writes into it (issue 31); the
         # library's prune_sessions runs no check (the agent prunes at every start).
         opening.refuse_if_corrupt(store)
@@ -120,10 +122,8 @@ def cmd_optimize_storage(args) -> int:
 
 
 def cmd_export(args) -> int:
-    if args.output and os.path.isdir(args.output):  # before the store is opened: nothing is left
-        emit(f"hermes-data: error: {args.output}: the output path is a directory; -o takes the "
-             "file to write (a file name inside it, for example)", file=sys.stderr)
-        return 2
+    if args.output:  # a directory or a link is refused before the store is opened
+        refuse_output_path(args.output)
     if args.format or args.lineage or args.all:  # documents (docs/sessions-ui.md §4.11, §4.13)
         from hermes_data.cli.portability import cmd_export_documents
 
@@ -131,24 +131,18 @@ def cmd_export(args) -> int:
     if not args.session:
         emit("hermes-data: error: export needs SESSION (or --all)", file=sys.stderr)
         return 2
-    with SessionStore(args.url, read_only=True) as store:
+    with looking_session_store(args.url) as store:
         if store.get_session(args.session) is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
         store.assert_export_safe(args.session, args.max_messages)
         show = progress("exported", progress_enabled(False))
         total = store.message_count(args.session) if show else 0
-        # Owner-only, like the stores: a transcript is as private as the database.
-        out = (os.fdopen(os.open(args.output, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
-                         "w", encoding="utf-8") if args.output else sys.stdout)
-        if args.output:
-            os.chmod(args.output, 0o600)  # an existing file keeps its mode through O_TRUNC
-        try:
+        # A temporary file beside -o FILE, renamed over it when complete (owner-only: a
+        # transcript is as private as the database); a failure leaves FILE as it was.
+        with output_file(args.output) as out:
             n = write_jsonl(store, args.session, out, page_size=args.page_size,
                             progress=(lambda done: show(done, total)) if show else None)
-        finally:
-            if out is not sys.stdout:
-                out.close()
     # The result, not progress: on stderr so that stdout stays pure JSON Lines.
     emit(f"exported {n:,} message(s) of {args.session}" + (f" to {args.output}" if args.output else ""),
          file=sys.stderr)

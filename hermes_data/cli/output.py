@@ -14,8 +14,9 @@ import os
 import re
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 
 def emit(*args: Any, sep: str = " ", end: str = "\n", file: Any = None,
@@ -87,6 +88,8 @@ def describe_error(exc: BaseException, target: str | None = None) -> str:
 
     if isinstance(exc, StoreFailure):
         target, exc = exc.target, exc.cause
+    if isinstance(exc, OutputFileError):  # names the output file; the store is not at fault
+        return " ".join(str(exc).split())
     if isinstance(exc, HermesDataError):
         text = str(exc)
     elif isinstance(exc, DBAPIError):
@@ -244,3 +247,89 @@ def upgrade_progress(store: str, enabled: bool):
     from contextlib import nullcontext
 
     return _StepProgress(store) if enabled else nullcontext()
+
+
+class OutputFileError(Exception):
+    """Writing a command's ``-o FILE`` failed, or FILE may not be written (a symbolic link, a
+    directory): the message names FILE and the problem — never the store, which was only
+    read. Nothing is left at FILE's place: a previous FILE is untouched."""
+
+
+class _OutputFile:
+    """The text stream of :func:`output_file`: a failed write names the output file."""
+
+    def __init__(self, stream: Any, path: str) -> None:
+        self._stream, self._path = stream, path
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as exc:
+            raise _output_error(exc, self._path) from exc
+
+
+def _output_error(exc: OSError, path: str) -> OutputFileError:
+    reason = (exc.strerror or str(exc)).lower() if exc.errno is not None else str(exc)
+    return OutputFileError(f"{reason} writing {path}; nothing was written there"
+                           + (" (the previous file is unchanged)" if os.path.lexists(path) else ""))
+
+
+def refuse_output_path(path: str) -> None:
+    """Refuse an ``-o`` path that is a directory or a symbolic link (before anything is
+    opened): :class:`OutputFileError`. A link is never followed nor replaced — a root-run
+    export could otherwise be pointed at any file (docs/cli.md, ``export``)."""
+    if os.path.islink(path):
+        raise OutputFileError(f"{path}: the output path is a symbolic link (to "
+                              f"{os.readlink(path)}); refused, nothing was written (remove the "
+                              "link or name another file)")
+    if os.path.isdir(path):
+        raise OutputFileError(f"{path}: the output path is a directory; -o takes the file to "
+                              "write (a file name inside it, for example)")
+
+
+@contextmanager
+def output_file(path: str | None) -> Iterator[Any]:
+    """A text stream for a command's output: stdout without ``path``; else a new temporary
+    file beside ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600: an export is as
+    private as the store), fsynced and renamed over ``path`` when the block succeeds. A
+    failure — of the block, or a full disk or I/O error writing it — removes the temporary
+    file and leaves any previous ``path`` untouched; a write error is raised as
+    :class:`OutputFileError` naming ``path``."""
+    if not path:
+        yield sys.stdout
+        return
+    refuse_output_path(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o600)
+            break
+        except FileExistsError:
+            continue  # a name taken (or planted) already: never opened, another one
+        except OSError as exc:
+            raise _output_error(exc, path) from exc
+    try:
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as stream:
+                yield _OutputFile(stream, path)
+                stream.flush()
+                os.fsync(stream.fileno())
+            os.replace(tmp, path)
+        except OSError as exc:  # flush, fsync, close, rename: the output's, not the store's
+            raise _output_error(exc, path) from exc
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # the rename itself survives a crash
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass

@@ -13,48 +13,24 @@ it in transactions packed within the store's per-call caps (500 sessions, 50,000
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
-from contextlib import contextmanager
-from typing import Any, Iterator, TextIO
+from typing import Any
 
 from hermes_data.migrate import runner as migrate
-from hermes_data.cli.output import emit, emit_json, progress, progress_enabled
+from hermes_data.cli.output import emit, emit_json, output_file, progress, progress_enabled
 from hermes_data.cli.options import COUNT_MAX, bounded
+from hermes_data.cli.stores import looking_session_store
 from hermes_data.sessions.ui.portability.imports import (ImportLimits, load_import_payload,
                                                          transaction_chunks, validate)
 from hermes_data.sessions.ui.portability.render import render_session_for_save
 from hermes_data.sessions.store import SessionStore
 
 
-@contextmanager
-def _output(path: str | None) -> Iterator[TextIO]:
-    if not path:
-        yield sys.stdout
-        return
-    # Owner-only, like the stores (mkstemp creates 0600): an export is as private as the
-    # database. Written beside the target and renamed on success, so that a refusal or a
-    # failure midway leaves no partial file (and an existing one untouched).
-    directory, name = os.path.split(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            yield out
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def cmd_export_documents(args) -> int:
     """``export --all`` (JSON Lines, one session document a line), ``--lineage`` and/or
     ``--format json|md|html`` (one rendered document)."""
     fmt = args.format or "json"
-    with SessionStore(args.url, read_only=True) as store:
+    with looking_session_store(args.url) as store:
         if args.all:
             if fmt != "json":
                 emit("hermes-data: error: --all writes JSON Lines; --format md/html renders one "
@@ -62,7 +38,7 @@ def cmd_export_documents(args) -> int:
                 return 2
             show = progress("exported", progress_enabled(False))
             n = 0
-            with _output(args.output) as out:
+            with output_file(args.output) as out:
                 # A backup is complete: no per-session guard unless --max-messages sets one.
                 limit = 0 if args.max_messages is None else args.max_messages
                 for doc in store.iter_export_all(max_messages=limit):
@@ -82,7 +58,7 @@ def cmd_export_documents(args) -> int:
         if one is None:
             emit(f"hermes-data: error: session {args.session!r} does not exist", file=sys.stderr)
             return 2
-        with _output(args.output) as out:
+        with output_file(args.output) as out:
             out.write(render_session_for_save(one, fmt))
             if fmt == "json":
                 out.write("\n")

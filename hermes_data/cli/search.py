@@ -10,11 +10,10 @@ import argparse
 import sys
 from datetime import datetime, timezone
 
-from hermes_data.migrate import runner as migrate
 from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json
 from hermes_data.sessions.search.messages import HIGHLIGHT_END, HIGHLIGHT_START, RESULT_FIELDS
-from hermes_data.sessions.store import SessionStore
+from hermes_data.cli.stores import looking_session_store
 
 _BOLD, _RESET = "\033[1m", "\033[0m"
 
@@ -62,8 +61,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     """Run one search and print it."""
     want_context = args.context or args.json
     fields = None if want_context else [f for f in RESULT_FIELDS if f != "context"]
-    migrate.require_created("sessions", args.url)  # looking creates nothing
-    with SessionStore(args.url) as store:
+    with looking_session_store(args.url) as store:  # looking changes nothing
         hits = store.search_messages(
             args.query, source_filter=args.sources, exclude_sources=args.excluded,
             role_filter=args.roles, limit=args.limit, offset=args.offset, sort=args.sort,

@@ -10,8 +10,10 @@ The store is only read: a missing or not-yet-upgraded file is refused, never cre
 from __future__ import annotations
 
 import argparse
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime, timedelta, timezone
+from typing import Any, Iterator
 
 from hermes_data.cli.options import COUNT_MAX, DAYS_MAX, HOURS_MAX, bounded
 from hermes_data.cli.output import emit, emit_json
@@ -54,11 +56,13 @@ def _scope(values: list[str]) -> tuple[str, str | None]:
     return scope, rest[0]
 
 
-def _open(url):
-    """The telemetry store at ``url``, refused unless it exists and is at head."""
+@contextmanager
+def _open(url) -> Iterator[Any]:
+    """A read-only connection to the telemetry store at ``url``, refused unless it exists
+    and is at head (docs/cli.md "Reading a store without writing it": nothing is created,
+    switched or written, no ``-wal``/``-shm`` is left behind)."""
     from hermes_data.migrate import runner as migrate
     from hermes_data.config import resolve_url, sqlite_path
-    from hermes_data.telemetry import TelemetryStore
 
     resolved = resolve_url("telemetry", url)
     path = sqlite_path(resolved)
@@ -71,7 +75,8 @@ def _open(url):
         raise ConfigurationError(
             f"{where}: the telemetry store is at {'a legacy ledger' if st.legacy else st.revision}, "
             f"not {st.head} (run: hermes-data upgrade --store telemetry)")
-    return TelemetryStore(resolved)
+    with migrate.looking("telemetry", resolved) as conn:
+        yield conn
 
 
 def collect(store, hours: float, scope: str, scope_id: str | None, days: int, top: int,
@@ -118,8 +123,8 @@ def bar_chart(days: list[dict], width: int = BAR_WIDTH) -> list[str]:
 def cmd_stats(args: argparse.Namespace) -> int:
     """Print the telemetry summary (``--json``: the same figures as data)."""
     scope, scope_id = _scope(args.scope)
-    with _open(args.url) as store:
-        data = collect(store, args.hours, scope, scope_id, args.days, args.top)
+    with _open(args.url) as conn:
+        data = collect(conn, args.hours, scope, scope_id, args.days, args.top)
     if args.json:
         emit_json({"telemetry": data})
         return 0

@@ -328,7 +328,7 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
     if src_url == dst_url:
         raise HermesDataError(f"source and target are the same database: {migrate.display_url(src_url)}")
     # A test process never touches the real home's stores (issue 31 item 5): the target is
-    # created or rewritten, and the source's connections apply the journal policy (a write).
+    # created or rewritten; the source is only read, but it is the real home's data.
     for url in (dst_url, src_url):
         path = sqlite_path(url)
         if path is not None:
@@ -337,7 +337,9 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
                         target=migrate.display_url(dst_url), forced=force)
     migrate.require_created(store, src_url)  # a missing source is not created by looking at it
     _require_head(store, src_url, report)
-    src = create_engine_for(store, src_url)
+    # Read-only: the source is never written, not even by a hot journal's rollback or the
+    # journal policy (docs/cli.md "Reading a store without writing it").
+    src = migrate.reading_engine(store, src_url)
     try:
         with src.connect() as s:  # decided on the source, before the target is touched
             extras = plan_extras(s, store)
@@ -399,7 +401,7 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
 
 
 def _require_head(store: str, url: URL, report: CopyReport) -> None:
-    engine = create_engine_for(store, url)
+    engine = migrate.reading_engine(store, url)
     try:
         with engine.connect() as conn:
             revision = migrate.current_revision(

@@ -31,21 +31,23 @@ import threading
 import time
 import warnings
 import zlib
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Iterator, cast
 
 import sqlalchemy as sa
-from sqlalchemy.engine import URL, Connection
+from sqlalchemy.engine import URL, Connection, Engine
 
 from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
-from hermes_data.engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
-from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError,
+from hermes_data.engine import (SqliteSettings, create_engine_for, journal_state, keeping_journal_mode,
+                                planned_journal_state)
+from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
                      StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
-from hermes_data.tracked import tracked_connect
+from hermes_data.migrate import reading
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 # SQLite lock kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
 # creating or upgrading it); a PostgreSQL deadlock or lock timeout in an upgrade has always
@@ -401,12 +403,14 @@ def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None
 
 
 def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
-    """A ``mode=ro`` connection to an existing file, for probes that must not write."""
+    """A connection to an existing file for probes that must not write: ``mode=ro``, or a
+    private rolled-back snapshot when a hot rollback journal blocks read-only readers
+    (:func:`hermes_data.migrate.reading.connect`, docs/cli.md "Reading a store without writing it")."""
     if path.is_dir():
         raise NotAHermesDatabaseError(f"{path}: is a directory, not a database file; "
                                       "nothing was changed")
     try:
-        return tracked_connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
+        return reading.connect(path, timeout=timeout)
     except sqlite3.Error as exc:
         raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
                                       "the file was left unchanged") from exc
@@ -650,6 +654,34 @@ def require_created(store: str, url: str | os.PathLike | URL | None = None) -> N
             f"(run: hermes-data upgrade --store {store}{where})")
 
 
+def require_settled(store: str, url: str | os.PathLike | URL | None = None) -> None:
+    """For commands that only look (``search``, ``prune`` without ``--apply``, ``export``,
+    ``stats``): refuse an existing SQLite file that is not ``store``'s at its head, before
+    anything opens it with a policy — a foreign file (:class:`NotAHermesDatabaseError`), an
+    SQLite file without tables, a legacy file not yet adopted or an older revision
+    (:class:`~hermes_data.errors.StoreBehindError`, naming the file and ``hermes-data
+    upgrade``). Read-only (:func:`probe_file`): the file stays byte-identical. A missing
+    file is :func:`require_created`'s; a server database is left to the store's own open."""
+    require_created(store, url)
+    path = sqlite_path(resolve_url(store, url))
+    spec = store_spec(store)
+    if path is None or spec.identify is None:
+        return
+    probe = probe_file(spec, path, checked=False)
+    if probe.revision == spec.head and probe.kind not in ("legacy", "upstream"):
+        return
+    upgrade = f"hermes-data upgrade --store {store} --url {path}"
+    if probe.kind == "empty":
+        raise StoreBehindError(
+            f"{path}: holds no {store.rstrip('s')} store (an SQLite file without tables); "
+            f"refused, nothing was changed (to make it one: {upgrade})")
+    state = ("a legacy file not yet adopted" if probe.kind in ("legacy", "upstream")
+             else f"at revision {probe.revision or '(none)'}, behind the head {spec.head}")
+    raise StoreBehindError(
+        f"{path}: the {store.rstrip('s')} store is {state}; this command only reads and "
+        f"left it unchanged (run: {upgrade})")
+
+
 def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Difference]:
     """Compare the live schema of ``store`` with its head; read-only.
 
@@ -659,10 +691,36 @@ def check(store: str, url: str | os.PathLike | URL | None = None) -> list[Differ
     """
     spec = store_spec(store)
     require_created(store, url)
-    engine = create_engine_for(store, url, _settings_for(spec))
+    with looking(store, url) as conn:
+        return store_differences(conn, spec)
+
+
+def reading_engine(store: str, url: str | os.PathLike | URL | None = None) -> Engine:
+    """An engine that only reads ``store`` at ``url``: on a SQLite file one connection from
+    :func:`read_only_connect` — no journal-mode switch, no pragma, nothing created, adopted
+    or written, a hot journal read through a rolled-back snapshot (docs/cli.md "Reading a
+    store without writing it"); on PostgreSQL the store's engine. The caller disposes it."""
+    spec = store_spec(store)
+    resolved = resolve_url(store, url)
+    path = sqlite_path(resolved)
+    if path is None:
+        return create_engine_for(store, resolved, _settings_for(spec))
+    timeout = spec.busy_timeout_ms / 1000
+    # One DB-API connection per pool, no policy: the engine only lends it to SQLAlchemy
+    # (one snapshot, when a hot journal needs one, for every statement of the command).
+    return sa.create_engine(resolved, creator=lambda: read_only_connect(path, timeout),
+                            poolclass=sa.pool.StaticPool)
+
+
+@contextmanager
+def looking(store: str, url: str | os.PathLike | URL | None = None) -> Iterator[Connection]:
+    """A connection of :func:`reading_engine` for a command that only looks at ``store``
+    (``status``, ``check``, ``doctor``, ``stats``). The caller refuses a missing file first
+    (:func:`require_created`)."""
+    engine = reading_engine(store, url)
     try:
-        with engine.connect() as conn, conn.begin():
-            return store_differences(conn, spec)
+        with engine.connect() as conn:
+            yield conn
     finally:
         engine.dispose()
 
@@ -722,14 +780,15 @@ def status(store: str, url: str | os.PathLike | URL | None = None) -> StoreStatu
         )
         # A foreign file is named, never opened with the store's connection policy.
         probe_file(spec, path, checked=False)
-    engine = create_engine_for(store, resolved, _settings_for(spec))
-    try:
-        with engine.connect() as conn, conn.begin():
+    with looking(store, resolved) as conn:  # read-only: the policy switches nothing here
+        with conn.begin():
             st.revision = current_revision(conn, spec.version_table_for(conn))
             st.legacy = bool(spec.needs_adoption and spec.needs_adoption(conn))
-        if engine.dialect.name == "sqlite":
-            js = journal_state(engine)
+        if path is not None:
+            dbapi = cast(sqlite3.Connection, conn.connection.driver_connection)
+            current = str(dbapi.execute("PRAGMA journal_mode").fetchone()[0]).lower()
+            pages = int(dbapi.execute("PRAGMA page_count").fetchone()[0])
+            js = planned_journal_state(str(path), current, has_pages=pages > 0,
+                                       settings=_settings_for(spec))
             st.journal_mode, st.journal_reason = js.mode, js.reason
-    finally:
-        engine.dispose()
     return st

@@ -29,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine, URL
 
+from hermes_data.migrate import reading
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from hermes_data import storable
@@ -193,8 +194,13 @@ class SqliteBackend(SessionBackend):
             raise self._sticky
 
     def _connect_read_only(self) -> sqlite3.Connection:
-        """One ``mode=ro`` connection attempt (a seam: tests inject transient I/O errors)."""
-        return guards.connect_read_only(self.path)
+        """One ``mode=ro`` connection attempt (a seam: tests inject transient I/O errors),
+        through the one reader that never writes the file: a hot rollback journal is read
+        through a private rolled-back snapshot, and the ``-wal``/``-shm`` a reader makes
+        beside a WAL file that had none go when it closes (docs/cli.md "Reading a store
+        without writing it")."""
+        return reading.connect(self.path, timeout=guards.READ_ONLY_TIMEOUT_S,
+                               check_same_thread=False, isolation_level=None)
 
     def _open_read_only(self) -> None:
         """``mode=ro``, 1 s timeout, no DDL, no write lock ever (docs/sessions.md §8.6). A transient ``disk i/o

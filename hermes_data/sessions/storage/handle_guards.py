@@ -343,8 +343,12 @@ class _ReadConnection(TrackedConnection):
                 p.release()
 
 
+#: The busy timeout of a read-only connection, seconds.
+READ_ONLY_TIMEOUT_S = 1.0
+
+
 def connect_read_only(path: Path, *, factory: type[sqlite3.Connection] = TrackedConnection,
-                      timeout: float = 1.0) -> sqlite3.Connection:
+                      timeout: float = READ_ONLY_TIMEOUT_S) -> sqlite3.Connection:
     """``file:<path>?mode=ro`` with a 1 s busy timeout and driver transactions off."""
     uri = f"file:{quote(str(path))}?mode=ro"
     return sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False,
