@@ -5,7 +5,10 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+from hermes_data.locking import driver_error, is_lock_conflict, sqlite_result_code
 
 
 class HermesDataError(Exception):
@@ -188,3 +191,58 @@ class StoreFullError(StoreIOError):
     def describe(self) -> str:
         """What went wrong, in a few words."""
         return "the disk is full"
+
+
+#: SQLite primary result codes that mean the storage failed a write (docs/telemetry-api.md
+#: "Errors a write can raise"): SQLITE_IOERR (10), SQLITE_FULL (13), SQLITE_CANTOPEN (14:
+#: a journal or WAL file could not be opened while writing).
+SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 8, 10, 13, 14
+#: What SQLite answers to the commit or savepoint release that follows its automatic
+#: rollback of a transaction an I/O error broke: secondary, never the cause.
+_AFTER_ROLLBACK = ("cannot commit - no transaction is active", "no such savepoint",
+                   "cannot rollback - no transaction is active")
+
+
+def _is_io_code(code: int | None, path: str) -> bool:
+    if code in (SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN):
+        return True
+    # SQLITE_READONLY from a writable file in a writable directory: the journal's open failed
+    # and SQLite fell back to a read-only descriptor (an I/O fault, gone on the next try). A
+    # file or directory this process cannot write stays what it is: read-only.
+    return code == SQLITE_READONLY and bool(path) and os.access(path, os.W_OK) and \
+        os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+
+
+def store_io_error(exc: BaseException, path: str, operation: str) -> StoreIOError | None:
+    """The :class:`StoreIOError` (or :class:`StoreFullError`) a failed SQLite write ``exc``
+    (wrapped or not) stands for, or ``None`` when it is something else — a lock conflict
+    (never I/O: the caller's busy-retry keeps it), a constraint, a read-only file.
+
+    Classified by result code (``sqlite_errorcode``, extended codes masked): SQLITE_IOERR,
+    SQLITE_FULL, SQLITE_CANTOPEN, and SQLITE_READONLY while ``path`` and its directory are
+    writable (a failed journal open). SQLite's secondary complaints after the automatic
+    rollback an I/O error causes ("cannot commit - no transaction is active", "no such
+    savepoint") count as the I/O error found in ``exc``'s ``__context__`` chain. ``orig`` is
+    always the FIRST driver error of that chain. For the except path of a write: nothing here
+    runs on success."""
+    if isinstance(exc, StoreIOError):
+        return exc
+    first: BaseException | None = None
+    full = False
+    seen, link = 0, exc
+    while link is not None and seen < 16:  # the chain: exc, then what it interrupted …
+        orig = driver_error(link)
+        code = sqlite_result_code(orig)
+        if isinstance(link, StoreIOError):
+            first, full = link.orig or link, isinstance(link, StoreFullError)
+        elif code is not None and not is_lock_conflict(orig) and _is_io_code(code, path):
+            first, full = orig, code == SQLITE_FULL
+        link, seen = link.__context__, seen + 1
+    if first is None:
+        return None
+    outer = driver_error(exc)
+    if outer is not first and sqlite_result_code(outer) is not None and \
+            not any(p in str(outer).lower() for p in _AFTER_ROLLBACK) and \
+            not _is_io_code(sqlite_result_code(outer), path):
+        return None  # a different, later failure (not SQLite's echo of the I/O error)
+    return (StoreFullError if full else StoreIOError)(path, operation, first)
