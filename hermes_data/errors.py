@@ -5,6 +5,7 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -213,7 +214,12 @@ def _is_io_code(code: int | None, path: str) -> bool:
         os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
 
 
-def store_io_error(exc: BaseException, path: str, operation: str) -> StoreIOError | None:
+#: ``OSError`` errnos of a failing or full storage (a file the operation had to read or write).
+_IO_ERRNOS = {errno.EIO: False, errno.ENOSPC: True, errno.EDQUOT: True, errno.EFBIG: True}
+
+
+def store_io_error(exc: BaseException, path: str, operation: str, *,
+                   writing: bool = True) -> StoreIOError | None:
     """The :class:`StoreIOError` (or :class:`StoreFullError`) a failed SQLite write ``exc``
     (wrapped or not) stands for, or ``None`` when it is something else — a lock conflict
     (never I/O: the caller's busy-retry keeps it), a constraint, a read-only file.
@@ -223,8 +229,11 @@ def store_io_error(exc: BaseException, path: str, operation: str) -> StoreIOErro
     writable (a failed journal open). SQLite's secondary complaints after the automatic
     rollback an I/O error causes ("cannot commit - no transaction is active", "no such
     savepoint") count as the I/O error found in ``exc``'s ``__context__`` chain. ``orig`` is
-    always the FIRST driver error of that chain. For the except path of a write: nothing here
-    runs on success."""
+    always the FIRST driver error of that chain. A plain ``OSError`` (a file the operation
+    reads or writes beside the database) counts when its errno is EIO, ENOSPC, EDQUOT or
+    EFBIG. ``writing=False`` (a read-only probe): only SQLITE_IOERR and SQLITE_FULL count —
+    there CANTOPEN and READONLY mean a path or permission problem the caller words itself.
+    For the except path: nothing here runs on success."""
     if isinstance(exc, StoreIOError):
         return exc
     first: BaseException | None = None
@@ -235,8 +244,11 @@ def store_io_error(exc: BaseException, path: str, operation: str) -> StoreIOErro
         code = sqlite_result_code(orig)
         if isinstance(link, StoreIOError):
             first, full = link.orig or link, isinstance(link, StoreFullError)
-        elif code is not None and not is_lock_conflict(orig) and _is_io_code(code, path):
+        elif code is not None and not is_lock_conflict(orig) and (
+                code in (SQLITE_IOERR, SQLITE_FULL) or (writing and _is_io_code(code, path))):
             first, full = orig, code == SQLITE_FULL
+        elif code is None and isinstance(orig, OSError) and orig.errno in _IO_ERRNOS:
+            first, full = orig, _IO_ERRNOS[orig.errno]
         link, seen = link.__context__, seen + 1
     if first is None:
         return None

@@ -247,7 +247,7 @@ def failed_write(exc: BaseException, path: str, operation: str) -> BaseException
     err = store_io_error(exc, path, operation)
     if err is None:
         return exc
-    log.warning("%s", err)
+    log.debug("%s", err)  # the caller gets it raised; a warning would report it twice
     return err
 
 
