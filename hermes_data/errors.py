@@ -204,14 +204,25 @@ _AFTER_ROLLBACK = ("cannot commit - no transaction is active", "no such savepoin
                    "cannot rollback - no transaction is active")
 
 
-def _is_io_code(code: int | None, path: str) -> bool:
-    if code in (SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN):
+def _usable(path: str, mode: int) -> bool:
+    """``path`` is a regular file this process may open with ``mode`` in a directory it may
+    write: an open that failed anyway failed in the storage, not on a permission."""
+    return bool(path) and os.path.isfile(path) and os.access(path, mode) and \
+        os.access(os.path.dirname(os.path.abspath(path)), os.W_OK | os.X_OK)
+
+
+def _is_io_code(code: int | None, path: str, writing: bool = True) -> bool:
+    if code in (SQLITE_IOERR, SQLITE_FULL):
         return True
+    if code == SQLITE_CANTOPEN:
+        # Writing: a journal or WAL file could not be opened. Reading: only when the file and
+        # its directory are usable (else it is a missing file or a permission, worded by the
+        # caller — e.g. a WAL file in a read-only directory).
+        return writing or _usable(path, os.R_OK)
     # SQLITE_READONLY from a writable file in a writable directory: the journal's open failed
     # and SQLite fell back to a read-only descriptor (an I/O fault, gone on the next try). A
     # file or directory this process cannot write stays what it is: read-only.
-    return code == SQLITE_READONLY and bool(path) and os.access(path, os.W_OK) and \
-        os.access(os.path.dirname(os.path.abspath(path)), os.W_OK)
+    return writing and code == SQLITE_READONLY and _usable(path, os.R_OK | os.W_OK)
 
 
 #: ``OSError`` errnos of a failing or full storage (a file the operation had to read or write).
@@ -231,8 +242,9 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
     savepoint") count as the I/O error found in ``exc``'s ``__context__`` chain. ``orig`` is
     always the FIRST driver error of that chain. A plain ``OSError`` (a file the operation
     reads or writes beside the database) counts when its errno is EIO, ENOSPC, EDQUOT or
-    EFBIG. ``writing=False`` (a read-only probe): only SQLITE_IOERR and SQLITE_FULL count —
-    there CANTOPEN and READONLY mean a path or permission problem the caller words itself.
+    EFBIG. ``writing=False`` (a read-only open or probe): SQLITE_IOERR and SQLITE_FULL count,
+    and SQLITE_CANTOPEN only on a readable regular file in a writable directory — otherwise
+    it is a path or permission problem the caller words itself; READONLY never.
     For the except path: nothing here runs on success."""
     if isinstance(exc, StoreIOError):
         return exc
@@ -244,8 +256,7 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
         code = sqlite_result_code(orig)
         if isinstance(link, StoreIOError):
             first, full = link.orig or link, isinstance(link, StoreFullError)
-        elif code is not None and not is_lock_conflict(orig) and (
-                code in (SQLITE_IOERR, SQLITE_FULL) or (writing and _is_io_code(code, path))):
+        elif code is not None and not is_lock_conflict(orig) and _is_io_code(code, path, writing):
             first, full = orig, code == SQLITE_FULL
         elif code is None and isinstance(orig, OSError) and orig.errno in _IO_ERRNOS:
             first, full = orig, _IO_ERRNOS[orig.errno]
@@ -255,6 +266,6 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
     outer = driver_error(exc)
     if outer is not first and sqlite_result_code(outer) is not None and \
             not any(p in str(outer).lower() for p in _AFTER_ROLLBACK) and \
-            not _is_io_code(sqlite_result_code(outer), path):
+            not _is_io_code(sqlite_result_code(outer), path, writing):
         return None  # a different, later failure (not SQLite's echo of the I/O error)
     return (StoreFullError if full else StoreIOError)(path, operation, first)

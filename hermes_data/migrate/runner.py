@@ -416,6 +416,8 @@ def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
     try:
         return tracked_connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=timeout)
     except sqlite3.Error as exc:
+        if (io := store_io_error(exc, str(path), "opening it read-only", writing=False)):
+            raise io from exc  # the storage failed the open: not a refusal (issue 31)
         raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
                                       "the file was left unchanged") from exc
 
