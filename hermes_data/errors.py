@@ -244,10 +244,13 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
     reads or writes beside the database) counts when its errno is EIO, ENOSPC, EDQUOT or
     EFBIG. ``writing=False`` (a read-only open or probe): SQLITE_IOERR and SQLITE_FULL count,
     and SQLITE_CANTOPEN only on a readable regular file in a writable directory — otherwise
-    it is a path or permission problem the caller words itself; READONLY never.
+    it is a path or permission problem the caller words itself; READONLY never. Our own
+    errors (a :class:`HermesDataError` other than this one) are never re-classified.
     For the except path: nothing here runs on success."""
     if isinstance(exc, StoreIOError):
         return exc
+    if isinstance(exc, HermesDataError):
+        return None  # already ours, and says what is wrong (e.g. StoreNotWritableError)
     first: BaseException | None = None
     full = False
     seen, link = 0, exc
@@ -264,8 +267,11 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
     if first is None:
         return None
     outer = driver_error(exc)
-    if outer is not first and sqlite_result_code(outer) is not None and \
-            not any(p in str(outer).lower() for p in _AFTER_ROLLBACK) and \
-            not _is_io_code(sqlite_result_code(outer), path, writing):
-        return None  # a different, later failure (not SQLite's echo of the I/O error)
+    if outer is not first:  # a later failure: only SQLite's echo of the I/O error counts
+        code = sqlite_result_code(outer)
+        if code is not None and not _is_io_code(code, path, writing) and \
+                not any(p in str(outer).lower() for p in _AFTER_ROLLBACK):
+            return None
+        if code is None and isinstance(outer, OSError) and outer.errno not in _IO_ERRNOS:
+            return None
     return (StoreFullError if full else StoreIOError)(path, operation, first)
