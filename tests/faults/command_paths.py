@@ -195,6 +195,14 @@ def _optimize(handle: None, directory: Path) -> None:
     run_cli("optimize-storage", "--url", str(directory / "state.db"), "--min-pause", "0")
 
 
+#: Paths whose remaining raw errors come from code another change of issue 31 translates:
+#: the sampled test expects them to fail until then (non-strict, so the fix shows as XPASS).
+PENDING = {
+    "optimize_storage": "raw sqlite3 errors from the session store's backend "
+                        "(hermes_data/sessions/backends/sqlite.py _attempt: the COMMIT of an "
+                        "index step), translated by the session backend's own change",
+}
+
 PATHS = [
     Scenario("upgrade_telemetry", "telemetry.db", _telemetry_legacy, _upgrade_telemetry,
              _telemetry_upgrade_observe, idempotent=True),
