@@ -5,8 +5,12 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+import errno
+import os
 import sqlite3
 from typing import TYPE_CHECKING, Any
+
+from hermes_data.locking import driver_error, is_lock_conflict, sqlite_result_code
 
 
 class HermesDataError(Exception):
@@ -232,3 +236,86 @@ class StatementTimeoutError(HermesDataError, TimeoutError):
     def __init__(self, where: str, message: str, *, sqlstate: str | None = None) -> None:
         self.where, self.sqlstate = where, sqlstate
         super().__init__(message)
+
+
+#: SQLite primary result codes that mean the storage failed a write (docs/telemetry-api.md
+#: "Errors a write can raise"): SQLITE_IOERR (10), SQLITE_FULL (13), SQLITE_CANTOPEN (14:
+#: a journal or WAL file could not be opened while writing).
+SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 8, 10, 13, 14
+#: What SQLite answers to the commit or savepoint release that follows its automatic
+#: rollback of a transaction an I/O error broke: secondary, never the cause.
+_AFTER_ROLLBACK = ("cannot commit - no transaction is active", "no such savepoint",
+                   "cannot rollback - no transaction is active")
+
+
+def _usable(path: str, mode: int) -> bool:
+    """``path`` is a regular file this process may open with ``mode`` in a directory it may
+    write: an open that failed anyway failed in the storage, not on a permission."""
+    return bool(path) and os.path.isfile(path) and os.access(path, mode) and \
+        os.access(os.path.dirname(os.path.abspath(path)), os.W_OK | os.X_OK)
+
+
+def _is_io_code(code: int | None, path: str, writing: bool = True) -> bool:
+    if code in (SQLITE_IOERR, SQLITE_FULL):
+        return True
+    if code == SQLITE_CANTOPEN:
+        # Writing: a journal or WAL file could not be opened. Reading: only when the file and
+        # its directory are usable (else it is a missing file or a permission, worded by the
+        # caller — e.g. a WAL file in a read-only directory).
+        return writing or _usable(path, os.R_OK)
+    # SQLITE_READONLY from a writable file in a writable directory: the journal's open failed
+    # and SQLite fell back to a read-only descriptor (an I/O fault, gone on the next try). A
+    # file or directory this process cannot write stays what it is: read-only.
+    return writing and code == SQLITE_READONLY and _usable(path, os.R_OK | os.W_OK)
+
+
+#: ``OSError`` errnos of a failing or full storage (a file the operation had to read or write).
+_IO_ERRNOS = {errno.EIO: False, errno.ENOSPC: True, errno.EDQUOT: True, errno.EFBIG: True}
+
+
+def store_io_error(exc: BaseException, path: str, operation: str, *,
+                   writing: bool = True) -> StoreIOError | None:
+    """The :class:`StoreIOError` (or :class:`StoreFullError`) a failed SQLite write ``exc``
+    (wrapped or not) stands for, or ``None`` when it is something else — a lock conflict
+    (never I/O: the caller's busy-retry keeps it), a constraint, a read-only file.
+
+    Classified by result code (``sqlite_errorcode``, extended codes masked): SQLITE_IOERR,
+    SQLITE_FULL, SQLITE_CANTOPEN, and SQLITE_READONLY while ``path`` and its directory are
+    writable (a failed journal open). SQLite's secondary complaints after the automatic
+    rollback an I/O error causes ("cannot commit - no transaction is active", "no such
+    savepoint") count as the I/O error found in ``exc``'s ``__context__`` chain. ``orig`` is
+    always the FIRST driver error of that chain. A plain ``OSError`` (a file the operation
+    reads or writes beside the database) counts when its errno is EIO, ENOSPC, EDQUOT or
+    EFBIG. ``writing=False`` (a read-only open or probe): SQLITE_IOERR and SQLITE_FULL count,
+    and SQLITE_CANTOPEN only on a readable regular file in a writable directory — otherwise
+    it is a path or permission problem the caller words itself; READONLY never. Our own
+    errors (a :class:`HermesDataError` other than this one) are never re-classified.
+    For the except path: nothing here runs on success."""
+    if isinstance(exc, StoreIOError):
+        return exc
+    if isinstance(exc, HermesDataError):
+        return None  # already ours, and says what is wrong (e.g. StoreNotWritableError)
+    first: BaseException | None = None
+    full = False
+    seen, link = 0, exc
+    while link is not None and seen < 16:  # the chain: exc, then what it interrupted …
+        orig = driver_error(link)
+        code = sqlite_result_code(orig)
+        if isinstance(link, StoreIOError):
+            first, full = link.orig or link, isinstance(link, StoreFullError)
+        elif code is not None and not is_lock_conflict(orig) and _is_io_code(code, path, writing):
+            first, full = orig, code == SQLITE_FULL
+        elif code is None and isinstance(orig, OSError) and orig.errno in _IO_ERRNOS:
+            first, full = orig, _IO_ERRNOS[orig.errno]
+        link, seen = link.__context__, seen + 1
+    if first is None:
+        return None
+    outer = driver_error(exc)
+    if outer is not first:  # a later failure: only SQLite's echo of the I/O error counts
+        code = sqlite_result_code(outer)
+        if code is not None and not _is_io_code(code, path, writing) and \
+                not any(p in str(outer).lower() for p in _AFTER_ROLLBACK):
+            return None
+        if code is None and isinstance(outer, OSError) and outer.errno not in _IO_ERRNOS:
+            return None
+    return (StoreFullError if full else StoreIOError)(path, operation, first)

@@ -203,6 +203,8 @@ def _version() -> str:
         return version("hermes-data")
     except PackageNotFoundError:  # pragma: no cover - running from an uninstalled tree
         return "unknown"
+    except OSError:  # the package's metadata unreadable (a failing disk): still run the command
+        return "unknown (its metadata cannot be read)"
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -13,7 +13,7 @@ import sys
 from hermes_data.cli.options import COUNT_MAX, bounded
 from hermes_data.cli.output import emit, emit_json, progress_enabled
 from hermes_data.config import STORES, resolve_url, sqlite_path
-from hermes_data.errors import ConfigurationError
+from hermes_data.errors import ConfigurationError, store_io_error
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.migrate import reading
 
@@ -47,6 +47,8 @@ def infer_store(source: str, *, creating: bool = False) -> str:
         finally:
             con.close()
     except sqlite3.Error as exc:
+        if (io := store_io_error(exc, str(path), "reading its tables", writing=False)):
+            raise io from exc  # the storage failed the read: not a wrong file (issue 31)
         raise ConfigurationError(f"{path}: not a readable SQLite database ({exc})") from exc
     found = [store for store, marks in _MARKERS.items() if marks <= names]
     if len(found) != 1:

@@ -72,6 +72,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Sequence, cast
@@ -85,7 +86,7 @@ from hermes_data.copy.extras import CopyUncarriableError  # noqa: F401  (re-expo
 from hermes_data.copy.extras import apply_extras, carried_metadata, describe, plan_extras, side_table, stored_name
 from hermes_data.copy.extras import value_kind as _kind
 from hermes_data.engine import create_engine_for, write_transaction
-from hermes_data.errors import HermesDataError
+from hermes_data.errors import HermesDataError, store_io_error
 from hermes_data.isolation import ensure_test_isolation
 
 log = logging.getLogger("hermes_data.copy.transfer")
@@ -335,6 +336,21 @@ def copy_store(source: str | os.PathLike | URL, target: str | os.PathLike | URL,
             ensure_test_isolation(path)
     report = CopyReport(store=store, source=migrate.display_url(src_url),
                         target=migrate.display_url(dst_url), forced=force)
+    try:
+        return _copy(store, src_url, dst_url, report, batch, force, progress, started)
+    except (sa.exc.DBAPIError, sqlite3.Error, OSError) as exc:
+        # An I/O fault on either file (issue 31): one typed error naming the target and the
+        # source. Every batch is one transaction; a rerun resumes (docs/cli.md "copy").
+        path = sqlite_path(dst_url) or sqlite_path(src_url)
+        io = None if path is None else store_io_error(exc, str(path),
+                                                        f"copy from {report.source}")
+        if io is None or io is exc:
+            raise
+        raise io from exc
+
+
+def _copy(store: str, src_url: URL, dst_url: URL, report: CopyReport, batch: int,
+          force: bool, progress: Progress | None, started: float) -> CopyReport:
     migrate.require_created(store, src_url)  # a missing source is not created by looking at it
     _require_head(store, src_url, report)
     # Read-only: the source is never written, not even by a hot journal's rollback or the

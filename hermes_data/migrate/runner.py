@@ -44,7 +44,7 @@ from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import (SqliteSettings, create_engine_for, journal_state, keeping_journal_mode,
                                 planned_journal_state)
 from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
-                     StoreNotCreatedError, StoreNotWritableError)
+                     StoreNotCreatedError, StoreNotWritableError, store_io_error)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.migrate import reading
@@ -181,8 +181,16 @@ def upgrade(store: str, url: str | os.PathLike | URL | None = None,
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return _upgrade_once(store, url, revision, probed, settings, fast_create,
-                                 hook_options)
+            try:
+                return _upgrade_once(store, url, revision, probed, settings, fast_create,
+                                     hook_options)
+            except (sa.exc.DBAPIError, sqlite3.Error, OSError) as exc:
+                # An I/O fault (issue 31): one typed error naming the file; a lock conflict
+                # is not one and is retried below.
+                if path is None or is_sqlite_lock_conflict(exc) or \
+                        (io := store_io_error(exc, str(path), "upgrade")) in (None, exc):
+                    raise
+                raise io from exc  # each step is one transaction: the failed one rolled back
         except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
             if not is_sqlite_lock_conflict(exc) or time.monotonic() >= deadline:
                 raise
@@ -412,6 +420,8 @@ def read_only_connect(path: Path, timeout: float = 30.0) -> sqlite3.Connection:
     try:
         return reading.connect(path, timeout=timeout)
     except sqlite3.Error as exc:
+        if (io := store_io_error(exc, str(path), "opening it read-only", writing=False)):
+            raise io from exc  # the storage failed the open: not a refusal (issue 31)
         raise NotAHermesDatabaseError(f"{path}: cannot be opened as SQLite ({exc}); "
                                       "the file was left unchanged") from exc
 
@@ -457,7 +467,7 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
                     "unchanged") from exc
             if (unwritable := not_writable(path, exc)) is not None:
                 raise unwritable from exc  # a read-only directory, not damage (issue 31)
-            raise corrupt_error(path, "schema read", [message], spec.name) from exc
+            raise refusal_for(spec, path, exc) from exc  # an I/O error is not damage (issue 31)
         pragma = CHECK_FOR_KIND.get(kind)
         if checked and pragma is not None and revision != spec.head:
             try:
@@ -498,7 +508,9 @@ def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseExceptio
     if "not a database" in message:
         return NotAHermesDatabaseError(
             f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
-    return not_writable(path, exc) or corrupt_error(path, "schema read", [message], spec.name)
+    return (not_writable(path, exc)
+            or store_io_error(exc, str(path), "reading the schema", writing=False)
+            or corrupt_error(path, "schema read", [message], spec.name))
 
 
 def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:

@@ -29,11 +29,25 @@ Guarantees and limits
 * **Loss window**: on SIGKILL, power loss or ``os._exit`` the uncommitted calls — at most
   ``max_pending``, counting the batch in flight — are lost; committed batches are not. Use
   the synchronous API where a single call must never be lost.
-* **Failures**: if a batch fails, it is rolled back and retried call by call so one bad
-  call cannot sink its neighbours; calls that still fail are logged and counted in
-  :attr:`BufferedWriter.failed`.
+* **Storage failures** (an I/O error, a full disk: :class:`~hermes_data.errors.StoreIOError`
+  / ``StoreFullError`` naming the file): the batch is rolled back as a whole and its calls
+  **stay queued, in order** — nothing is dropped and nothing is half-written. Every
+  :meth:`flush` waiting at that moment raises that error (its calls are not committed yet);
+  the writer retries after a short pause, or at once on the next :meth:`flush`, and a retry
+  that commits writes each call exactly once. :meth:`close` gives the storage one last try;
+  if that fails too, the calls still queued are dropped, counted in
+  :attr:`BufferedWriter.failed`, logged, and ``close`` raises the error.
+* **Bad calls** (anything else failing a batch, e.g. a constraint): the batch is rolled back
+  and retried call by call so one bad call cannot sink its neighbours; calls that still fail
+  are logged, dropped and counted in :attr:`BufferedWriter.failed`.
 * **PostgreSQL**: the same on a :class:`~hermes_data.telemetry.store.PgTelemetryStore` —
   ``BEGIN … COMMIT`` with psycopg's ``executemany`` (pipelined) instead of ``BEGIN IMMEDIATE``.
+  A server that goes away or cancels the batch (``DatabaseUnavailableError`` /
+  ``StatementTimeoutError``) is a storage failure as above: the batch stays queued and the
+  next try reconnects. Only when it went away *during* ``COMMIT`` (``outcome_unknown``) is
+  the batch dropped — counted in :attr:`BufferedWriter.failed`, logged, raised to the waiting
+  flushes — since writing it again could count its calls twice (docs/postgresql.md, "When the
+  server goes away").
 """
 
 from __future__ import annotations
@@ -52,7 +66,10 @@ from itertools import groupby, islice
 from operator import itemgetter
 from typing import Any, Iterable
 
-from hermes_data.errors import HermesDataError
+from hermes_data.connectivity import typed_error
+from hermes_data.errors import (DatabaseUnavailableError, HermesDataError, StatementTimeoutError,
+                                StoreIOError)
+from hermes_data.locking import driver_error
 from hermes_data.telemetry.store import Compiled, TelemetryStore, pg_dialect
 from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
@@ -89,21 +106,35 @@ def _pg_statements() -> dict[int, tuple[str, str]]:
     return _pg_sql
 
 
+#: Seconds the writer waits before retrying a batch the storage failed (a flush retries at once).
+RETRY_PAUSE = 0.5
+#: What fails a whole batch without being the calls' fault — the storage (an I/O error, a
+#: full disk) or a PostgreSQL server that went away or canceled it: the batch stays queued.
+STORE_FAILURES = (StoreIOError, DatabaseUnavailableError, StatementTimeoutError)
+
+
 @contextmanager
-def _sqlite_tx(conn):
-    conn.execute("BEGIN IMMEDIATE")
+def _sqlite_tx(store: TelemetryStore, conn):
+    # The store's own write transaction: its rollback and I/O-error translation.
+    with store.write("a buffered telemetry flush") as tx:
+        yield tx.conn
+
+
+@contextmanager
+def _pg_tx(store: TelemetryStore, conn):
+    # A server that goes away is raised as the typed error of the phase it went away in:
+    # before COMMIT the server rolled the batch back; during it the outcome is unknown.
+    phase = "write"
     try:
-        yield conn
-    except BaseException:
-        conn.rollback()
-        raise
-    conn.commit()
-
-
-@contextmanager
-def _pg_tx(conn):
-    with conn.transaction(), conn.cursor() as cur:
-        yield cur
+        with conn.transaction():
+            with conn.cursor() as cur:
+                yield cur
+            phase = "commit"
+    except Exception as exc:
+        typed = typed_error(exc, store.where, phase)
+        if typed is None:
+            raise
+        raise typed from driver_error(exc)
 
 
 class BufferFullError(HermesDataError):
@@ -136,6 +167,8 @@ class BufferedWriter:
         self._wake = threading.Event()
         self._room = threading.Condition(threading.Lock())
         self._closed = False
+        #: The storage failure that made close() drop calls (raised by close()).
+        self._dropped_by: HermesDataError | None = None
         self._previous_handlers: dict[int, Any] = {}
         if store.dialect == "sqlite":
             self._sql, self._tx = _SQL, _sqlite_tx
@@ -149,7 +182,10 @@ class BufferedWriter:
         def _close_at_exit() -> None:
             writer = ref()
             if writer is not None:
-                writer.close()
+                try:
+                    writer.close()
+                except STORE_FAILURES:
+                    log.exception("%s: telemetry writes dropped at exit", writer.store.path)
 
         self._atexit = _close_at_exit
         atexit.register(self._atexit)
@@ -247,13 +283,22 @@ class BufferedWriter:
                    time.monotonic()))
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every call queued before this one is committed; False on timeout."""
+        """Wait until every call queued before this one is committed; False on timeout.
+
+        Raises :class:`~hermes_data.errors.StoreIOError` / ``StoreFullError`` (naming the
+        file) when the storage failed the batch: those calls are not committed, they stay
+        queued, and a later flush (or :meth:`close`) writes them — once."""
         if not self._thread.is_alive():
             return not self._queue
         done = threading.Event()
-        self._queue.append((_FLUSH, done, None, time.monotonic()))
+        failure: list[HermesDataError] = []
+        self._queue.append((_FLUSH, done, failure, time.monotonic()))
         self._wake.set()
-        return done.wait(timeout)
+        if not done.wait(timeout):
+            return False
+        if failure:
+            raise failure[0]
+        return True
 
     @property
     def pending(self) -> int:
@@ -268,15 +313,24 @@ class BufferedWriter:
             return 0.0
 
     def close(self) -> None:
-        """Flush, stop the writer thread and release its connection (idempotent)."""
+        """Flush, stop the writer thread and release its connection (idempotent).
+
+        When the storage fails (see the module docstring) the writer tries once more; calls
+        it still cannot commit are dropped, counted in :attr:`failed`, and ``close`` raises
+        the :class:`~hermes_data.errors.StoreIOError` after stopping the thread."""
         if self._closed:
             return
-        self.flush()
+        try:
+            self.flush()
+        except STORE_FAILURES:
+            pass  # one more try below, then drop what is left
         self._closed = True
         self._wake.set()
         self._thread.join()
         atexit.unregister(self._atexit)
         self._restore_signal_handlers()
+        if self._dropped_by is not None:
+            raise self._dropped_by
 
     def __enter__(self) -> "BufferedWriter":
         return self
@@ -287,38 +341,61 @@ class BufferedWriter:
     # -- writer thread -----------------------------------------------------------------
     def _run(self) -> None:
         queue, wake = self._queue, self._wake
+        pause = self.max_delay
         try:
             while True:
-                wake.wait(self.max_delay)
+                wake.wait(pause)
                 wake.clear()
+                pause = self.max_delay
                 while queue:
                     # Peek, write, commit, and only then take the batch off the queue: the
                     # batch in flight still counts against max_pending (the loss bound).
                     # (list(islice(deque)) runs in C under the GIL: producers cannot append
                     # in the middle of it.)
                     batch = list(islice(queue, self.max_batch))
-                    self._write(batch)
+                    done, failure = self._write(batch)
                     pop = queue.popleft
-                    for _ in range(len(batch)):
+                    for _ in range(done):
                         pop()
                     if self._room.acquire(timeout=0.05):  # never block on a signal handler
                         try:
                             self._room.notify_all()
                         finally:
                             self._room.release()
-                if self._closed and not queue:
+                    if failure is not None:
+                        self._storage_failed(failure)
+                        pause = RETRY_PAUSE
+                        break
+                if self._closed and not queue:  # a failure at close emptied it
                     return
         finally:
             self.store.release_thread_connection()
 
-    def _write(self, batch: list) -> None:
-        flushes = [item[1] for item in batch if item[0] == _FLUSH]  # set after the commit
+    def _storage_failed(self, failure: HermesDataError) -> None:
+        """The storage failed a batch: its calls stay queued. Every flush waiting now learns
+        it; on close, what is still queued is dropped and reported."""
+        queue = self._queue
+        for item in list(queue):
+            if item[0] == _FLUSH and not item[1].is_set():
+                item[2].append(failure)
+                item[1].set()
+        if self._closed:
+            dropped = sum(1 for item in queue if item[0] != _FLUSH)
+            queue.clear()
+            self.failed += dropped
+            self._dropped_by = failure
+            log.error("%s: %d telemetry writes dropped at close: %s", self.store.path, dropped,
+                      failure)
+
+    def _write(self, batch: list) -> tuple[int, HermesDataError | None]:
+        """Write ``batch``; how many of its leading entries are done (committed, dropped as
+        bad calls, or flush markers passed), and the storage failure that stopped it, if any."""
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
                 # The thread's connection, asked per batch: on PostgreSQL one the server
                 # closed (a restart) is replaced, so a restart does not doom every batch.
-                with self.store.writer_queue, self._tx(self.store.connection()) as cur:
+                with self.store.writer_queue, self._tx(self.store, self.store.connection()) as cur:
                     for kind, grouped in groupby(items, key=itemgetter(0)):
                         group = list(grouped)
                         first, second = self._sql[kind]
@@ -329,22 +406,49 @@ class BufferedWriter:
                 age = time.monotonic() - items[0][3]
                 if age > self.max_commit_age:
                     self.max_commit_age = age
+            except STORE_FAILURES as failure:
+                if getattr(failure, "outcome_unknown", False):
+                    return self._commit_lost(batch, len(items), failure)
+                return 0, failure
             except Exception:
                 log.exception("%s: group commit of %d telemetry writes failed; retrying one by one",
                               self.store.path, len(items))
-                self._write_one_by_one(items)
-        for done in flushes:
-            done.set()
+                return self._write_one_by_one(batch)
+        for item in batch:
+            if item[0] == _FLUSH:
+                item[1].set()  # after the commit
+        return len(batch), None
 
-    def _write_one_by_one(self, items: list) -> None:
-        for kind, first_args, second_args, _queued in items:
+    def _commit_lost(self, batch: list, calls: int, failure: HermesDataError
+                     ) -> tuple[int, HermesDataError]:
+        """The server went away while the batch was committing: it may or may not have been
+        applied. Writing it again could count every call twice, so the batch is dropped —
+        counted in :attr:`failed`, logged, and raised to the flushes waiting on it."""
+        self.failed += calls
+        log.error("%s: %d telemetry writes may be lost: %s", self.store.path, calls, failure)
+        for item in batch:
+            if item[0] == _FLUSH:
+                item[2].append(failure)
+                item[1].set()
+        return len(batch), failure
+
+    def _write_one_by_one(self, batch: list) -> tuple[int, HermesDataError | None]:
+        for done, (kind, first_args, second_args, _queued) in enumerate(batch):
+            if kind == _FLUSH:
+                first_args.set()
+                continue
             first, second = self._sql[kind]
             try:
-                with self.store.writer_queue, self._tx(self.store.connection()) as cur:
+                with self.store.writer_queue, self._tx(self.store, self.store.connection()) as cur:
                     cur.execute(first, first_args)
                     cur.execute(second, second_args)
                 self.written += 1
+            except STORE_FAILURES as failure:
+                if getattr(failure, "outcome_unknown", False):
+                    return done + self._commit_lost(batch[done:done + 1], 1, failure)[0], failure
+                return done, failure  # this call and the rest stay queued
             except Exception:
                 self.failed += 1
                 log.exception("%s: telemetry write for session %r dropped", self.store.path,
                               first_args[0])
+        return len(batch), None

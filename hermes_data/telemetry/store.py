@@ -44,12 +44,13 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
 from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
-from hermes_data.errors import ConfigurationError
+from hermes_data.errors import ConfigurationError, store_io_error
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.locking import driver_error
 
@@ -208,8 +209,48 @@ class _Held:
             except Exception:  # pragma: no cover - interpreter shutdown
                 pass
 
+    def discard(self) -> None:
+        """Drop the connection for good (the pool closes it instead of reusing it): after a
+        rollback that failed too, its state is unknown; the thread's next call checks out a
+        fresh one."""
+        fairy, self.fairy = self.fairy, None
+        if fairy is not None:
+            try:
+                fairy.invalidate()
+            except Exception:  # pragma: no cover - already broken
+                pass
+
     def __del__(self) -> None:
         self.close()
+
+
+def _roll_back(held: _Held | None, conn: sqlite3.Connection) -> None:
+    """Roll back an open transaction after a failure; when even that fails (the storage is
+    still failing), discard the connection so nothing of the transaction survives on it."""
+    if not conn.in_transaction:
+        return  # SQLite rolled back by itself (an I/O error, a full disk)
+    try:
+        conn.rollback()
+    except sqlite3.Error:
+        log.warning("rollback after a failed telemetry write failed too; the connection is "
+                    "discarded", exc_info=True)
+        if held is not None:
+            held.discard()
+        else:
+            conn.close()
+
+
+def failed_write(exc: BaseException, path: str, operation: str) -> BaseException:
+    """What a failed SQLite write of the telemetry store raises: ``exc`` translated to a
+    :class:`~hermes_data.errors.StoreIOError` / ``StoreFullError`` naming ``path`` when it is
+    an I/O fault (docs/telemetry-api.md "Errors a write can raise"), else ``exc`` itself. The
+    one translation of the store's write transactions (:meth:`TelemetryStore.execute_pair`,
+    :meth:`TelemetryStore.write`, :func:`write_tx`); only ever called on the except path."""
+    err = store_io_error(exc, path, operation)
+    if err is None:
+        return exc
+    log.debug("%s", err)  # the caller gets it raised; a warning would report it twice
+    return err
 
 
 _locks_guard = threading.Lock()
@@ -424,17 +465,29 @@ class TelemetryStore:
 
     # -- transactions ------------------------------------------------------------------
     @contextmanager
-    def write(self) -> Iterator[_DbapiTx | _PgTx]:
-        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection (rolled back on error)."""
+    def write(self, operation: str = "a telemetry write") -> Iterator[_DbapiTx | _PgTx]:
+        """``BEGIN IMMEDIATE … COMMIT`` on this thread's connection (rolled back on error).
+
+        An I/O fault of the storage (at ``BEGIN``, any statement or the ``COMMIT``) reaches
+        the caller as :class:`~hermes_data.errors.StoreIOError` / ``StoreFullError`` naming
+        the file and ``operation``; the transaction is rolled back (or its connection
+        discarded) and the next call starts clean."""
         conn = self.connection()
         with self.writer_queue:
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                yield _DbapiTx(conn)
-            except BaseException:
-                conn.rollback()
-                raise
-            conn.commit()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield _DbapiTx(conn)
+                except BaseException:
+                    _roll_back(getattr(self._local, "held", None), conn)
+                    raise
+                conn.commit()
+            except sqlite3.Error as exc:
+                _roll_back(getattr(self._local, "held", None), conn)
+                err = failed_write(exc, self.path, operation)
+                if err is exc:
+                    raise
+                raise err from exc
 
     @contextmanager
     def read(self, snapshot: bool = True) -> Iterator[_DbapiTx | _PgTx]:
@@ -464,24 +517,29 @@ class TelemetryStore:
         queue = self._write_lock
         if queue is None:
             queue = self.writer_queue
-        if type(queue) is nullcontext:  # WAL: SQLite hands the write lock over itself
-            return _pair(held, sql1, args1, sql2, args2)
-        with queue:
-            return _pair(held, sql1, args1, sql2, args2)
+        try:  # free on success (zero-cost try); the translation is the except path only
+            if type(queue) is nullcontext:  # WAL: SQLite hands the write lock over itself
+                return _pair(held, sql1, args1, sql2, args2)
+            with queue:
+                return _pair(held, sql1, args1, sql2, args2)
+        except sqlite3.Error as exc:
+            err = failed_write(exc, self.path, "a telemetry write to " + sql1.split()[2])
+            if err is exc:
+                raise
+            raise err from exc
 
 
 def _pair(held: _Held, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:
     cur = held.cursor
-    cur.execute("BEGIN IMMEDIATE")
     try:
+        cur.execute("BEGIN IMMEDIATE")
         rowid = cast(int, cur.execute(sql1, args1).lastrowid)  # set by every INSERT
         cur.execute(sql2, args2)
         # COMMIT through the cursor's statement cache (Connection.commit prepares it anew
         # each time); a COMMIT that fails (busy past the timeout) rolls back like the rest.
         cur.execute("COMMIT")
     except BaseException:
-        if held.dbapi.in_transaction:
-            held.dbapi.rollback()
+        _roll_back(held, held.dbapi)
         raise
     return rowid
 
@@ -494,25 +552,36 @@ Target = TelemetryStore | Connection | Engine
 def write_tx(target: Target) -> Iterator[_DbapiTx | _PgTx | _SaTx]:
     """A write transaction on any :data:`Target` (``BEGIN IMMEDIATE`` on SQLite).
 
-    A ``Connection`` already inside a transaction is used as is (the caller commits).
+    A ``Connection`` already inside a transaction is used as is (the caller commits). On
+    SQLite an I/O fault reaches the caller as :class:`~hermes_data.errors.StoreIOError` /
+    ``StoreFullError`` naming the file (:func:`failed_write`).
     """
     if isinstance(target, TelemetryStore):
         with target.write() as tx:
             yield tx
-    elif isinstance(target, Connection):
-        if target.in_transaction():
-            yield _SaTx(target)
-        else:
-            target.execution_options(hermes_begin="IMMEDIATE")
-            with target.begin():
-                yield _SaTx(target)
-    elif isinstance(target, Engine):
-        with target.connect() as conn:
-            conn.execution_options(hermes_begin="IMMEDIATE")
-            with conn.begin():
-                yield _SaTx(conn)
-    else:
+        return
+    if not isinstance(target, (Connection, Engine)):
         raise TypeError(f"expected TelemetryStore, Connection or Engine, got {type(target).__name__}")
+    try:
+        if isinstance(target, Connection):
+            if target.in_transaction():
+                yield _SaTx(target)
+            else:
+                target.execution_options(hermes_begin="IMMEDIATE")
+                with target.begin():
+                    yield _SaTx(target)
+        else:
+            with target.connect() as conn:
+                conn.execution_options(hermes_begin="IMMEDIATE")
+                with conn.begin():
+                    yield _SaTx(conn)
+    except DBAPIError as exc:
+        if target.dialect.name != "sqlite":
+            raise
+        err = failed_write(exc, str(target.engine.url.database), "a telemetry write")
+        if err is exc:
+            raise
+        raise err from exc
 
 
 @contextmanager

@@ -14,11 +14,17 @@ operation on a fresh copy of them. What the checker needs from it:
 
 Operations run with the store opened before arming (``open``) unless the opening is the
 operation itself (``open`` is None and ``run`` opens and closes).
+
+A command scenario runs a whole ``hermes-data`` command in-process (:func:`run_cli`): a
+non-zero exit raises :class:`CommandFailed`, which the child judges by what the user saw —
+one ``hermes-data: error:`` line naming the file, no traceback, no raw driver message.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +46,33 @@ class Scenario:
     open: Callable[[Path], Any] | None = None
     close: Callable[[Any], None] = field(default=lambda handle: handle.close())
     idempotent: bool = False
+    #: Replaces ``PRAGMA integrity_check`` and the opening test where the pristine file is not
+    #: a sound store (a file ``repair`` is to fix): ``check(dir)`` → ``"ok"`` or what is wrong.
+    check: Callable[[Path], str] | None = None
+
+
+class CommandFailed(Exception):
+    """A ``hermes-data`` command run by :func:`run_cli` exited non-zero."""
+
+    def __init__(self, argv: list[str], rc: int, stdout: str, stderr: str) -> None:
+        super().__init__(f"hermes-data {' '.join(argv)} exited {rc}: {stderr.strip()[-500:]}")
+        self.argv, self.rc, self.stdout, self.stderr = argv, rc, stdout, stderr
+
+
+def run_cli(*argv: str) -> str:
+    """Run ``hermes-data ARGV`` in this process (its entry function, stdout and stderr
+    captured); its stdout, or :class:`CommandFailed` when it exits non-zero."""
+    from hermes_data.cli.app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(list(argv))
+        except SystemExit as exc:  # argparse, or a command that exits itself
+            rc = exc.code if isinstance(exc.code, int) else 1
+    if rc:
+        raise CommandFailed(list(argv), rc, out.getvalue(), err.getvalue())
+    return out.getvalue()
 
 
 def rows_digest(db: Path, query: str, params: tuple = ()) -> str:

@@ -21,7 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.fiu import ERRNOS, Injector
+from tests.faults.base import CommandFailed
 from tests.faults.scenarios import SCENARIOS, Scenario
+
+#: What a driver says when nothing of ours translated it: on a command's error line, a raw error.
+RAW_MARKERS = ("Traceback", "sqlite3.", "OperationalError", "DatabaseError", "[SQL:",
+               "disk I/O error", "database or disk is full", "readonly database",
+               "unable to open database file", "no such savepoint", "no transaction is active")
+#: Our wording of a storage failure (errors.StoreIOError), which quotes the driver's text.
+TYPED_IO = ("failed: an I/O error on the storage", "failed: the disk is full")
 
 
 def positions(spec: str, total: int) -> list[int]:
@@ -75,6 +83,8 @@ def describe(exc: BaseException | None, db: Path) -> dict[str, Any]:
     one of ours naming the file."""
     if exc is None:
         return {"outcome": "ok"}
+    if isinstance(exc, CommandFailed):
+        return describe_command(exc, db)
     from hermes_data.errors import HermesDataError
 
     typed = isinstance(exc, HermesDataError)
@@ -82,6 +92,21 @@ def describe(exc: BaseException | None, db: Path) -> dict[str, Any]:
             "error": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "message": str(exc)[:500], "names_file": db.name in str(exc),
             "traceback": "" if typed else "".join(traceback.format_exception(exc))[-2000:]}
+
+
+def describe_command(exc: CommandFailed, db: Path) -> dict[str, Any]:
+    """A failed command as its user saw it: typed when stderr holds exactly one
+    ``hermes-data: error:`` line, no traceback and no untranslated driver message."""
+    lines = [ln for ln in exc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("hermes-data: error:")]
+    message = errors[-1] if errors else (lines[-1] if lines else exc.stdout.strip()[-500:])
+    raw = ("Traceback" in exc.stderr or len(errors) > 1
+           or (not any(t in message for t in TYPED_IO)
+               and any(m in message for m in RAW_MARKERS)))
+    return {"outcome": "raw" if raw else "typed", "error": f"hermes-data rc={exc.rc}",
+            "message": message[:500],
+            "names_file": db.name in message or db.name in exc.stdout,
+            "traceback": exc.stderr[-2000:] if raw else ""}
 
 
 def main(argv: list[str]) -> int:
@@ -92,6 +117,12 @@ def main(argv: list[str]) -> int:
     pristine.mkdir(parents=True)
     scenario.prepare(pristine)
     injector = Injector()
+    # A warm-up run first (its imports write bytecode, its caches fill): only what every run
+    # of the operation writes is counted as its positions.
+    warm = root / "warm"
+    shutil.copytree(pristine, warm)
+    _run_once(scenario, warm)
+    shutil.rmtree(warm, ignore_errors=True)
     measure = root / "measure"
     shutil.copytree(pristine, measure)
     before = scenario.observe(measure)
@@ -109,20 +140,25 @@ def main(argv: list[str]) -> int:
         db = copy / scenario.db
         exc = _run_once(scenario, copy, injector, k, err)
         record: dict[str, Any] = {"k": k, "fired": injector.fired, **describe(exc, db)}
-        record["integrity"] = integrity(db)
-        try:
-            _close_quietly(scenario, copy)
-            record["opens"] = True
-        except Exception as exc2:  # noqa: BLE001 - reported, judged by the parent
-            record["opens"] = False
-            record["open_error"] = f"{type(exc2).__name__}: {exc2}"[:500]
+        if scenario.check is not None:  # the scenario's own judgement of the file
+            record["integrity"] = scenario.check(copy)
+            record["opens"] = record["integrity"] == "ok"
+            record["open_error"] = record["integrity"]
+        else:
+            record["integrity"] = integrity(db)
+            try:
+                _close_quietly(scenario, copy)
+                record["opens"] = True
+            except Exception as exc2:  # noqa: BLE001 - reported, judged by the parent
+                record["opens"] = False
+                record["open_error"] = f"{type(exc2).__name__}: {exc2}"[:500]
         after_prior, after_units = scenario.observe(copy)
         record["prior_intact"] = after_prior == prior
         record["units_after_fault"] = after_units - units
         rerun = _run_once(scenario, copy)
         record["rerun"] = describe(rerun, db)
         record["units_after_rerun"] = scenario.observe(copy)[1] - units
-        record["integrity_after_rerun"] = integrity(db)
+        record["integrity_after_rerun"] = (scenario.check or (lambda d: integrity(db)))(copy)
         print(json.dumps(record), flush=True)
         shutil.rmtree(copy, ignore_errors=True)
     return 0

@@ -15,7 +15,7 @@ import os
 
 import pytest
 
-from tests.faults import fiu, matrix
+from tests.faults import command_paths, fiu, matrix
 from tests.faults.scenarios import SCENARIOS
 
 #: Positions tried per (path, fault) in the default run.
@@ -27,7 +27,9 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.mark.parametrize("fault", sorted(fiu.ERRNOS))
-@pytest.mark.parametrize("path", sorted(SCENARIOS))
+@pytest.mark.parametrize("path", [
+    pytest.param(name, marks=pytest.mark.xfail(reason=command_paths.PENDING[name], strict=False))
+    if name in command_paths.PENDING else name for name in sorted(SCENARIOS)])
 def test_every_sampled_fault_position_keeps_the_store_whole(path, fault):
     result = matrix.run(path, fault, f"sample:{SAMPLE}")
     assert result.failure is None, result.failure

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hermes_data.errors import ConfigurationError, UnsafeLockFileError
+from hermes_data.errors import ConfigurationError, UnsafeLockFileError, store_io_error
 from hermes_data.files import SQLITE_MAGIC
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage.repair import backup as rb
@@ -429,8 +429,12 @@ def repair_state_db_schema(db_path: str | os.PathLike[str], *, backup: bool = Tr
         log.error("%s", exc)
         report.error = str(exc)
     except Exception as exc:  # noqa: BLE001 - the contract: a report, never a raise
-        log.exception("%s: repair failed unexpectedly", path)
-        report.error = report.error or f"unexpected failure: {exc}"
+        io = _io_failure(path, "repair", exc)
+        if io is not None:  # the storage failed (issue 31): reported, not a bug of ours
+            log.error("%s", io)
+        else:
+            log.exception("%s: repair failed unexpectedly", path)
+        report.error = report.error or io or f"unexpected failure: {exc}"
     return report
 
 
@@ -567,7 +571,8 @@ def _guarded(path: Path, report: RepairReport) -> bool:
         try:
             _copy_pages(guard, scratch, size)
         except (sqlite3.Error, TimeoutError) as exc:
-            report.error = f"snapshot failed: {exc}"
+            report.error = _io_failure(path, "the repair's snapshot", exc) or \
+                f"snapshot failed: {exc}"
             return isinstance(exc, sqlite3.Error) and _counts(exc)
         inventory, complete = _inventory(scratch)
         report.inventory = inventory
@@ -579,7 +584,8 @@ def _guarded(path: Path, report: RepairReport) -> bool:
         try:
             _copy_pages_from(scratch, guard)
         except sqlite3.Error as exc:
-            report.error = f"promotion failed, the file was rolled back: {exc}{where}"
+            report.error = (_io_failure(path, "the repair's promotion", exc)
+                            or f"promotion failed, the file was rolled back: {exc}") + where
             return _counts(exc)
         _at("verify")
         bad = [r[0] for r in guard.execute(q.QUICK_CHECK).fetchall() if r[0] != "ok"]
@@ -598,6 +604,14 @@ def _guarded(path: Path, report: RepairReport) -> bool:
         return False
     finally:
         _release_guard(guard)
+
+
+def _io_failure(path: Path, operation: str, exc: BaseException) -> str | None:
+    """The report line of a step the storage failed (issue 31): the typed
+    :class:`~hermes_data.errors.StoreIOError`'s message naming the file, or None for any
+    other failure."""
+    io = store_io_error(exc, str(path), operation)
+    return None if io is None else str(io)
 
 
 def _copy_pages(src: sqlite3.Connection, scratch: Path, size: int) -> None:
