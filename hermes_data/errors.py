@@ -5,6 +5,7 @@ Every message names the offending object or value and, where there is one, the w
 
 from __future__ import annotations
 
+import errno as errno_codes
 from typing import TYPE_CHECKING, Any
 
 
@@ -162,29 +163,113 @@ class StoreIOError(HermesDataError, OSError):
     (``SQLITE_IOERR``: a failed ``write``/``fsync``/``open``) or the like — while an operation
     ran (issue 31). The operation was rolled back as a whole (nothing of it is visible), every
     write acknowledged before it is intact, and the same call succeeds once the fault is gone.
-    Also an ``OSError``. ``path`` names the database file, ``operation`` what was running and
-    ``orig`` the driver's error (docs/sqlite-policy.md "I/O errors")."""
+    Also an ``OSError`` (``errno`` ``EIO``, ``ENOSPC`` for :class:`StoreFullError`). ``path``
+    names the database file, ``operation`` what was running and ``orig`` the first driver
+    error of the failure — not a secondary one such as "no such savepoint" that SQLite's
+    automatic rollback caused (docs/sqlite-policy.md "I/O errors"). :meth:`from_error` is the
+    one translation of a driver error into this type."""
 
     #: What the operator should do, appended to the message.
     advice = "check the disk and the kernel log, then retry"
+    #: The ``errno`` the error carries.
+    code = errno_codes.EIO
 
     def __init__(self, path: str, operation: str, orig: BaseException | None = None) -> None:
         self.path, self.operation, self.orig = path, operation, orig
         driver = f" ({orig})" if orig is not None else ""
         super().__init__(f"{path}: {operation} failed: {self.describe()}{driver}; nothing of it "
                          f"was written — {self.advice}")
+        self.errno = self.code
 
     def describe(self) -> str:
         """What went wrong, in a few words (the subclasses name their case)."""
         return "an I/O error on the storage"
 
+    @staticmethod
+    def first_fault(exc: BaseException, *, writing: bool = True) -> BaseException | None:
+        """The first I/O fault behind ``exc`` (docs/sqlite-policy.md "I/O errors"): the earliest
+        error of its chain (``__cause__``/``__context__``, each unwrapped to the driver's
+        error) that is ``SQLITE_IOERR``, ``SQLITE_FULL`` or an ``OSError`` with
+        ``EIO``/``ENOSPC``/``EDQUOT``/``EFBIG`` — and, when ``writing``, ``SQLITE_CANTOPEN``
+        or a plain ``SQLITE_READONLY`` (what a failed open of the journal gives: SQLite
+        reopens it read-only) or ``SQLITE_READONLY_CANTINIT`` (the ``-shm``); else a
+        secondary error of SQLite's automatic rollback ("no such savepoint", "cannot commit -
+        no transaction is active"); else None. A lock conflict is never one, and neither is
+        one of our typed errors. A ``SQLITE_READONLY``/``SQLITE_CANTOPEN`` may be a
+        permission problem: the caller rules that out first
+        (:func:`hermes_data.migrate.runner.not_writable`)."""
+        from hermes_data.locking import driver_error, is_lock_conflict
+
+        if isinstance(exc, HermesDataError):
+            return None
+        if not isinstance(driver_error(exc), OSError) and is_lock_conflict(exc):
+            return None  # contention, waited out by the caller: never a fault
+        primary = secondary = None
+        seen: set[int] = set()
+        link: BaseException | None = exc
+        while link is not None and id(link) not in seen and len(seen) < 16:
+            seen.add(id(link))
+            orig = driver_error(link)
+            kind = _fault_kind(orig, writing)
+            if kind == "secondary" and secondary is None:
+                secondary = orig
+            elif kind is not None:
+                primary = orig  # keep walking: an earlier one wins
+            link = link.__cause__ or link.__context__
+        return primary or secondary
+
+    @classmethod
+    def from_error(cls, path: str, operation: str, exc: BaseException, *,
+                   writing: bool = True) -> "StoreIOError | None":
+        """The typed error for ``exc`` — :class:`StoreFullError` when its first fault is a
+        full disk, else :class:`StoreIOError` — or None when ``exc`` is no I/O fault
+        (:meth:`first_fault`)."""
+        orig = cls.first_fault(exc, writing=writing)
+        if orig is None:
+            return None
+        full = _fault_kind(orig, writing) == "full"
+        return (StoreFullError if full else StoreIOError)(path, operation, orig)
+
 
 class StoreFullError(StoreIOError):
     """:class:`StoreIOError` for a full filesystem or a file-size limit (SQLite's "database
-    or disk is full", ``ENOSPC``, ``EFBIG``): free space and retry."""
+    or disk is full", ``ENOSPC``, ``EDQUOT``, ``EFBIG``): free space and retry."""
 
     advice = "free space on its filesystem, then retry"
+    code = errno_codes.ENOSPC
 
     def describe(self) -> str:
         """What went wrong, in a few words."""
         return "the disk is full"
+
+
+#: SQLite primary result codes of an I/O fault (docs/sqlite-policy.md "I/O errors").
+SQLITE_READONLY, SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN = 8, 10, 13, 14
+#: ``SQLITE_READONLY`` codes a failed open of the journal or ``-shm`` gives during a write
+#: (plain 8: the journal was reopened read-only after its read-write open failed; 1288
+#: READONLY_CANTINIT). READONLY_ROLLBACK (776: a hot journal met by a read-only
+#: connection), READONLY_DIRECTORY (1544) and READONLY_DBMOVED (1032) are no I/O fault.
+_READONLY_FAULTS = frozenset({SQLITE_READONLY, 1288})
+_FULL_ERRNOS = frozenset({errno_codes.ENOSPC, errno_codes.EDQUOT, errno_codes.EFBIG})
+_IO_ERRNOS = _FULL_ERRNOS | {errno_codes.EIO}
+#: What SQLite answers after it rolled a transaction back by itself (an I/O error or a full
+#: disk does that): the statement that follows fails with one of these.
+_AFTER_ROLLBACK = ("no such savepoint", "cannot commit - no transaction is active",
+                   "cannot rollback - no transaction is active")
+
+
+def _fault_kind(orig: BaseException, writing: bool = True) -> str | None:
+    """``"full"``, ``"io"``, ``"secondary"`` or None for one driver error (unwrapped)."""
+    code = getattr(orig, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        primary = code & 0xFF
+        if primary == SQLITE_FULL:
+            return "full"
+        if primary == SQLITE_IOERR or (writing and (primary == SQLITE_CANTOPEN
+                                                    or code in _READONLY_FAULTS)):
+            return "io"
+        text = str(orig).lower()
+        return "secondary" if any(p in text for p in _AFTER_ROLLBACK) else None
+    if isinstance(orig, OSError) and orig.errno in _IO_ERRNOS:
+        return "full" if orig.errno in _FULL_ERRNOS else "io"
+    return None

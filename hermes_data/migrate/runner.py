@@ -42,7 +42,7 @@ from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import SqliteSettings, create_engine_for, journal_state, keeping_journal_mode
 from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError,
-                     StoreNotCreatedError, StoreNotWritableError)
+                     StoreIOError, StoreNotCreatedError, StoreNotWritableError)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.tracked import tracked_connect
@@ -453,6 +453,9 @@ def probe_file(spec: StoreSpec, path: Path, *, checked: bool = True,
                     "unchanged") from exc
             if (unwritable := not_writable(path, exc)) is not None:
                 raise unwritable from exc  # a read-only directory, not damage (issue 31)
+            if (fault := StoreIOError.from_error(str(path), "schema read", exc,
+                                                 writing=False)) is not None:
+                raise fault from exc  # the storage failed a read, not damage (issue 31)
             raise corrupt_error(path, "schema read", [message], spec.name) from exc
         pragma = CHECK_FOR_KIND.get(kind)
         if checked and pragma is not None and revision != spec.head:
@@ -494,7 +497,9 @@ def refusal_for(spec: StoreSpec, path: Path, exc: BaseException) -> BaseExceptio
     if "not a database" in message:
         return NotAHermesDatabaseError(
             f"{path}: not an SQLite database ({message}); refused, the file was left unchanged")
-    return not_writable(path, exc) or corrupt_error(path, "schema read", [message], spec.name)
+    return (not_writable(path, exc)
+            or StoreIOError.from_error(str(path), "schema read", exc, writing=False)
+            or corrupt_error(path, "schema read", [message], spec.name))
 
 
 def _preflight(spec: StoreSpec, url: URL, *, checked: bool = True) -> None:

@@ -32,7 +32,7 @@ from sqlalchemy.engine import Connection, Engine, URL
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from hermes_data import storable
-from hermes_data.errors import ConfigurationError
+from hermes_data.errors import ConfigurationError, HermesDataError, StoreIOError
 from hermes_data.files import FileHeader, make_owner_only
 from hermes_data.sessions.storage import filesafety
 from hermes_data.sessions.storage import handle_guards as guards
@@ -106,8 +106,13 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
-                self, self._open_read_only if read_only else self._open))
+            try:
+                self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
+                    self, self._open_read_only if read_only else self._open))
+            except Exception as exc:
+                if (typed := self.typed_fault("open", exc)) is not None:
+                    raise typed from exc
+                raise
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (docs/sessions.md §8.12)
@@ -526,9 +531,28 @@ class SqliteBackend(SessionBackend):
                             f"{patience:.1f} s; the database is healthy, retry later")
         except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
             raise storable.from_driver_error(exc) from exc
+        except Exception as exc:  # an I/O fault: one typed error, never retried (issue 31)
+            if (typed := self.typed_fault("write", exc)) is not None:
+                raise typed from exc
+            raise
         finally:
             if reopened:
                 self._end_close_race()
+
+    def typed_fault(self, operation: str, exc: BaseException) -> HermesDataError | None:
+        """The one typed error for an I/O fault under ``exc`` (docs/sqlite-policy.md "I/O
+        errors"), or None when it is none: a ``SQLITE_READONLY``/``SQLITE_CANTOPEN`` that is
+        a permission problem is :class:`StateDbPermissionError`, any other fault
+        :class:`StoreIOError` / :class:`~hermes_data.errors.StoreFullError` naming the file
+        (its ``orig`` the first driver error, not what SQLite's automatic rollback caused
+        after it). Lock conflicts and our own typed errors are never faults."""
+        orig = StoreIOError.first_fault(exc)
+        if orig is None:
+            return None
+        if (err := migrate.not_writable(self.path, orig)) is not None:
+            return StateDbPermissionError(err.path, err.command, str(err))
+        log.warning("%s: %s failed on an I/O fault: %s", self.path, operation, orig)
+        return StoreIOError.from_error(str(self.path), operation, exc)
 
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
@@ -616,6 +640,8 @@ class SqliteBackend(SessionBackend):
                 raise storable.from_driver_error(exc) from exc
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
                 if not sqlite_reads.read_retryable(exc):
+                    if (typed := self.typed_fault("read", exc)) is not None:
+                        raise typed from exc
                     raise
                 err = exc
             patience.wait(err, sqlite_reads.busy_message(self, READ_PATIENCE_S))
@@ -633,6 +659,10 @@ class SqliteBackend(SessionBackend):
             return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)
         except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
             raise storable.from_driver_error(exc) from exc
+        except sqlite3.OperationalError as exc:  # an I/O fault: one typed error (issue 31)
+            if (typed := self.typed_fault("read", exc)) is not None:
+                raise typed from exc
+            raise
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""
