@@ -11,7 +11,10 @@ retry up to a patience budget (20 s routine, 60 s for transcript writes). An I/O
 ``BEGIN IMMEDIATE`` itself is retried once on the same connection. A writer closed under a
 running write by a racing ``close()`` is reopened once. Structural corruption quarantines
 the handle; FTS-scoped corruption drops the FTS triggers and marks the index stale
-(fail-open), and the write is retried once.
+(fail-open), and the write is retried once. An I/O fault (a failed write, fsync or journal
+open; a full disk) in a write, a read or the open is rolled back and raised as one
+``StoreIOError`` / ``StoreFullError`` naming the file, never retried (:meth:`typed_fault`,
+docs/sqlite-policy.md "I/O errors").
 """
 
 from __future__ import annotations
@@ -110,7 +113,7 @@ class SqliteBackend(SessionBackend):
                 self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
                     self, self._open_read_only if read_only else self._open))
             except Exception as exc:
-                if (typed := self.typed_fault("open", exc)) is not None:
+                if (typed := self.typed_fault("open", exc, writing=not read_only)) is not None:
                     raise typed from exc
                 raise
             initialized = True
@@ -539,20 +542,22 @@ class SqliteBackend(SessionBackend):
             if reopened:
                 self._end_close_race()
 
-    def typed_fault(self, operation: str, exc: BaseException) -> HermesDataError | None:
+    def typed_fault(self, operation: str, exc: BaseException, *,
+                    writing: bool = True) -> HermesDataError | None:
         """The one typed error for an I/O fault under ``exc`` (docs/sqlite-policy.md "I/O
         errors"), or None when it is none: a ``SQLITE_READONLY``/``SQLITE_CANTOPEN`` that is
         a permission problem is :class:`StateDbPermissionError`, any other fault
         :class:`StoreIOError` / :class:`~hermes_data.errors.StoreFullError` naming the file
         (its ``orig`` the first driver error, not what SQLite's automatic rollback caused
-        after it). Lock conflicts and our own typed errors are never faults."""
-        orig = StoreIOError.first_fault(exc)
+        after it). Lock conflicts and our own typed errors are never faults; ``writing``
+        False (a read): neither is a readonly / cannot-open error."""
+        orig = StoreIOError.first_fault(exc, writing=writing)
         if orig is None:
             return None
         if (err := migrate.not_writable(self.path, orig)) is not None:
             return StateDbPermissionError(err.path, err.command, str(err))
         log.warning("%s: %s failed on an I/O fault: %s", self.path, operation, orig)
-        return StoreIOError.from_error(str(self.path), operation, exc)
+        return StoreIOError.from_error(str(self.path), operation, exc, writing=writing)
 
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
@@ -640,7 +645,7 @@ class SqliteBackend(SessionBackend):
                 raise storable.from_driver_error(exc) from exc
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
                 if not sqlite_reads.read_retryable(exc):
-                    if (typed := self.typed_fault("read", exc)) is not None:
+                    if (typed := self.typed_fault("read", exc, writing=False)) is not None:
                         raise typed from exc
                     raise
                 err = exc
@@ -660,7 +665,7 @@ class SqliteBackend(SessionBackend):
         except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
             raise storable.from_driver_error(exc) from exc
         except sqlite3.OperationalError as exc:  # an I/O fault: one typed error (issue 31)
-            if (typed := self.typed_fault("read", exc)) is not None:
+            if (typed := self.typed_fault("read", exc, writing=False)) is not None:
                 raise typed from exc
             raise
 
