@@ -175,17 +175,23 @@ class StoreIOError(HermesDataError, OSError):
     (``SQLITE_IOERR``: a failed ``write``/``fsync``/``open``) or the like — while an operation
     ran (issue 31). The operation was rolled back as a whole (nothing of it is visible), every
     write acknowledged before it is intact, and the same call succeeds once the fault is gone.
-    Also an ``OSError``. ``path`` names the database file, ``operation`` what was running and
-    ``orig`` the driver's error (docs/sqlite-policy.md "I/O errors")."""
+    Also an ``OSError`` (``errno`` ``EIO``, ``ENOSPC`` for :class:`StoreFullError`). ``path``
+    names the database file, ``operation`` what was running and ``orig`` the first driver
+    error of the failure — not a secondary one such as "no such savepoint" that SQLite's
+    automatic rollback caused (docs/sqlite-policy.md "I/O errors"). :func:`store_io_error` is the
+    one translation of a driver error into this type."""
 
     #: What the operator should do, appended to the message.
     advice = "check the disk and the kernel log, then retry"
+    #: The ``errno`` the error carries.
+    code = errno.EIO
 
     def __init__(self, path: str, operation: str, orig: BaseException | None = None) -> None:
         self.path, self.operation, self.orig = path, operation, orig
         driver = f" ({orig})" if orig is not None else ""
         super().__init__(f"{path}: {operation} failed: {self.describe()}{driver}; nothing of it "
                          f"was written — {self.advice}")
+        self.errno = self.code
 
     def describe(self) -> str:
         """What went wrong, in a few words (the subclasses name their case)."""
@@ -194,9 +200,10 @@ class StoreIOError(HermesDataError, OSError):
 
 class StoreFullError(StoreIOError):
     """:class:`StoreIOError` for a full filesystem or a file-size limit (SQLite's "database
-    or disk is full", ``ENOSPC``, ``EFBIG``): free space and retry."""
+    or disk is full", ``ENOSPC``, ``EDQUOT``, ``EFBIG``): free space and retry."""
 
     advice = "free space on its filesystem, then retry"
+    code = errno.ENOSPC
 
     def describe(self) -> str:
         """What went wrong, in a few words."""

@@ -487,6 +487,7 @@ class TelemetryStore:
                 err = failed_write(exc, self.path, operation)
                 if err is exc:
                     raise
+                self._drop_faulted_connection()
                 raise err from exc
 
     @contextmanager
@@ -526,7 +527,19 @@ class TelemetryStore:
             err = failed_write(exc, self.path, "a telemetry write to " + sql1.split()[2])
             if err is exc:
                 raise
+            self._drop_faulted_connection()
             raise err from exc
+
+    def _drop_faulted_connection(self) -> None:
+        """After an I/O fault, this thread's connection is not reused: the fault may have left
+        it degraded for good (SQLite opens the file read-only when its read-write open
+        fails), and a fresh one costs one open on an already failing path."""
+        held = getattr(self._local, "held", None)
+        if held is not None:
+            held.discard()
+            with self._held_guard:
+                self._held.discard(held)
+            self._local.held = None
 
 
 def _pair(held: _Held, sql1: str, args1: tuple, sql2: str, args2: tuple) -> int:

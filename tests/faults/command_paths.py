@@ -197,11 +197,8 @@ def _optimize(handle: None, directory: Path) -> None:
 
 #: Paths whose remaining raw errors come from code another change of issue 31 translates:
 #: the sampled test expects them to fail until then (non-strict, so the fix shows as XPASS).
-PENDING = {
-    "optimize_storage": "raw sqlite3 errors from the session store's backend "
-                        "(hermes_data/sessions/backends/sqlite.py _attempt: the COMMIT of an "
-                        "index step), translated by the session backend's own change",
-}
+#: Paths still expected to fail the sampled matrix, with why (none: every path passes).
+PENDING: dict[str, str] = {}
 
 PATHS = [
     Scenario("upgrade_telemetry", "telemetry.db", _telemetry_legacy, _upgrade_telemetry,

@@ -11,7 +11,10 @@ retry up to a patience budget (20 s routine, 60 s for transcript writes). An I/O
 ``BEGIN IMMEDIATE`` itself is retried once on the same connection. A writer closed under a
 running write by a racing ``close()`` is reopened once. Structural corruption quarantines
 the handle; FTS-scoped corruption drops the FTS triggers and marks the index stale
-(fail-open), and the write is retried once.
+(fail-open), and the write is retried once. An I/O fault (a failed write, fsync or journal
+open; a full disk) in a write, a read or the open is rolled back and raised as one
+``StoreIOError`` / ``StoreFullError`` naming the file, never retried (:meth:`typed_fault`,
+docs/sqlite-policy.md "I/O errors").
 """
 
 from __future__ import annotations
@@ -33,7 +36,8 @@ from hermes_data.migrate import reading
 from hermes_data.migrate import runner as migrate
 from hermes_data.engine import HandleEngine, JournalState, SqliteSettings, create_handle_engine
 from hermes_data import storable
-from hermes_data.errors import ConfigurationError
+from hermes_data.errors import ConfigurationError, HermesDataError, store_io_error
+from hermes_data.locking import driver_error
 from hermes_data.files import FileHeader, make_owner_only
 from hermes_data.sessions.storage import filesafety
 from hermes_data.sessions.storage import handle_guards as guards
@@ -107,8 +111,13 @@ class SqliteBackend(SessionBackend):
         self.open_repairs: list[str] = []
         initialized = False
         try:
-            self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
-                self, self._open_read_only if read_only else self._open))
+            try:
+                self._open_with_patience(open_patience_s, repair.open_hook(  # docs/sessions-storage.md §3.3-§3.4
+                    self, self._open_read_only if read_only else self._open))
+            except Exception as exc:
+                if (typed := self.typed_fault("open", exc, writing=not read_only)) is not None:
+                    raise typed from exc
+                raise
             initialized = True
         finally:
             if not initialized:  # every exception path closes what it opened (docs/sessions.md §8.12)
@@ -532,9 +541,30 @@ class SqliteBackend(SessionBackend):
                             f"{patience:.1f} s; the database is healthy, retry later")
         except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
             raise storable.from_driver_error(exc) from exc
+        except Exception as exc:  # an I/O fault: one typed error, never retried (issue 31)
+            if (typed := self.typed_fault("write", exc)) is not None:
+                raise typed from exc
+            raise
         finally:
             if reopened:
                 self._end_close_race()
+
+    def typed_fault(self, operation: str, exc: BaseException, *,
+                    writing: bool = True) -> HermesDataError | None:
+        """The one typed error for an I/O fault under ``exc`` (docs/sqlite-policy.md "I/O
+        errors"), or None when it is none: a ``SQLITE_READONLY``/``SQLITE_CANTOPEN`` that is
+        a permission problem is :class:`StateDbPermissionError`, any other fault
+        :class:`StoreIOError` / :class:`~hermes_data.errors.StoreFullError` naming the file
+        (its ``orig`` the first driver error, not what SQLite's automatic rollback caused
+        after it). Lock conflicts and our own typed errors are never faults; ``writing``
+        False (a read): neither is a readonly / cannot-open error."""
+        typed = store_io_error(exc, str(self.path), operation, writing=writing)
+        if typed is None:
+            if writing and (err := migrate.not_writable(self.path, driver_error(exc))) is not None:
+                return StateDbPermissionError(err.path, err.command, str(err))
+            return None
+        log.warning("%s: %s failed on an I/O fault: %s", self.path, operation, typed.orig)
+        return typed
 
     def _fail_open_fts(self, exc: BaseException) -> None:
         """FTS-scoped corruption during a write: mark ``fts_stale`` and drop the FTS triggers
@@ -622,6 +652,8 @@ class SqliteBackend(SessionBackend):
                 raise storable.from_driver_error(exc) from exc
             except (sa.exc.OperationalError, sqlite3.OperationalError) as exc:
                 if not sqlite_reads.read_retryable(exc):
+                    if (typed := self.typed_fault("read", exc, writing=False)) is not None:
+                        raise typed from exc
                     raise
                 err = exc
             patience.wait(err, sqlite_reads.busy_message(self, READ_PATIENCE_S))
@@ -639,6 +671,10 @@ class SqliteBackend(SessionBackend):
             return sqlite_reads.read_driver(self, fn, READ_PATIENCE_S, single_statement)
         except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
             raise storable.from_driver_error(exc) from exc
+        except sqlite3.OperationalError as exc:  # an I/O fault: one typed error (issue 31)
+            if (typed := self.typed_fault("read", exc, writing=False)) is not None:
+                raise typed from exc
+            raise
 
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:
         """Run ``fn`` with a progress handler that interrupts it past ``timeout_s``."""

@@ -3,7 +3,8 @@ docs/sessions-coordination.md §3.7 / A7): one bucket name for an exception or m
 callers (gateways, the agent) can decide between retry, rotate-to-tip and report.
 
 Buckets: ``turn_lease``, ``compression_closed``, ``compression``, ``corrupt``, ``replaced``,
-``locked``, ``disk``, ``unknown``. Typed errors decide first; messages are matched by the
+``locked``, ``disk``, ``unknown``. Typed errors decide first (a ``StoreIOError`` — so a
+``StoreFullError`` — is ``disk`` whatever its driver error says); messages are matched by the
 phrases the store's own errors use, the coordination ones before the corruption markers,
 and those before the lock and disk buckets (``database disk image is malformed`` contains
 "disk"). The lock bucket is :func:`hermes_data.locking.is_lock_conflict` (every kind).
@@ -11,7 +12,7 @@ and those before the lock and disk buckets (``database disk image is malformed``
 
 from __future__ import annotations
 
-from hermes_data.errors import DatabaseBusyError
+from hermes_data.errors import DatabaseBusyError, StoreIOError
 from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.errors import (CompressionSessionBusyError, CompressionSessionClosedError,
                      SessionTurnLeaseLostError, StateDbCorruptError, StateDbReplacedError)
@@ -21,7 +22,8 @@ _TYPED = ((SessionTurnLeaseLostError, "turn_lease"),
           (CompressionSessionBusyError, "compression"),
           (StateDbCorruptError, "corrupt"),
           (StateDbReplacedError, "replaced"),
-          (DatabaseBusyError, "locked"))
+          (DatabaseBusyError, "locked"),
+          (StoreIOError, "disk"))  # StoreFullError too (docs/sqlite-policy.md "I/O errors")
 _PHRASES = (("turn lease", "turn_lease"),
             ("ended with 'compression'", "compression_closed"),
             ("being compressed", "compression"),
