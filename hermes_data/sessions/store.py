@@ -264,8 +264,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         for a key no row can have (NUL or a lone surrogate, issue 31)."""
         if storable.no_row_holds(key):
             return None
-        with self._backend.reading_on_writer() as conn:
-            return meta.get_meta(conn, self._q, key)
+        return self._backend.read_on_writer(lambda conn: meta.get_meta(conn, self._q, key))
 
     def set_meta(self, key: str, value: str | None) -> None:
         """Upsert a ``state_meta`` value. A key or value holding NUL or a lone surrogate ⇒
@@ -275,8 +274,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
         """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE)."""
-        with self._backend.reading_on_writer() as conn:
-            return meta.list_meta_prefix(conn, self._q, prefix)
+        return self._backend.read_on_writer(
+            lambda conn: meta.list_meta_prefix(conn, self._q, prefix))
 
     # -- lifecycle (docs/sessions.md §4.1–§4.3) ---------------------------------------------------------
 

@@ -190,7 +190,16 @@ class SessionBackend(ABC):
 
     @abstractmethod
     def reading_on_writer(self) -> AbstractContextManager[Connection]:
-        """The writer's own connection in a read transaction (sees this handle's commits)."""
+        """The writer's own connection in a read transaction (sees this handle's commits).
+        No patience: for a caller that handles a lock conflict itself; others use
+        :meth:`read_on_writer`."""
+
+    def read_on_writer(self, fn: Callable[[Connection], T]) -> T:
+        """Run ``fn`` on :meth:`reading_on_writer`'s connection, with :meth:`read`'s patience
+        where the backend has one (a lock conflict waits, then
+        :class:`~hermes_data.errors.DatabaseBusyError`; never a raw driver error)."""
+        with self.reading_on_writer() as conn:
+            return fn(conn)
 
     @abstractmethod
     def read_bounded(self, fn: Callable[[Connection], T], timeout_s: float) -> T:

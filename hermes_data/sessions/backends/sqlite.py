@@ -643,10 +643,19 @@ class SqliteBackend(SessionBackend):
         """Run ``fn`` in a read transaction; a lock conflict (or the schema changing under a
         VACUUM) retries the whole read with jitter for up to :data:`READ_PATIENCE_S`, then
         :class:`DatabaseBusyError` — never a raw driver error."""
+        return self._patient_read(self.reading, fn)
+
+    def read_on_writer(self, fn: Callable[[Connection], T]) -> T:
+        """:meth:`read` on the writer's own connection (sees this handle's commits): in
+        rollback-journal mode a sibling's VACUUM or long commit holds the file past the busy
+        timeout, and the read waits it out like any other instead of failing raw."""
+        return self._patient_read(self.reading_on_writer, fn)
+
+    def _patient_read(self, connect: Callable[[], Any], fn: Callable[[Connection], T]) -> T:
         patience = Patience(READ_PATIENCE_S)
         while True:
             try:
-                with self.reading() as conn:
+                with connect() as conn:
                     return fn(conn)
             except UnicodeEncodeError as exc:  # a text parameter sqlite3 cannot bind (issue 31)
                 raise storable.from_driver_error(exc) from exc

@@ -147,8 +147,7 @@ def restore_compression_failure_cooldown_row(store: Any, session_id: str,
 
     if _before_verify is not None:
         _before_verify()
-    with store.backend.reading_on_writer() as conn:
-        now = reread(conn)
+    now = store.backend.read_on_writer(reread)
     if now is None:
         log.warning("cooldown of %r restored, but the session row vanished before the check",
                     session_id)

@@ -91,19 +91,22 @@ def _guard(backend: Any) -> None:
 
 
 def _queryable(backend: Any, tables: tuple[str, ...]) -> list[str]:
-    """The tables of ``tables`` this handle can query (any ``DatabaseError`` ⇒ absent); the
-    CJK-bigram index not while ``cjk_bigram_stale`` marks it damaged."""
-    out = []
-    for table in tables:
-        try:
-            with backend.reading_on_writer() as conn:
+    """The tables of ``tables`` this handle can query (a ``DatabaseError`` other than a lock
+    conflict ⇒ absent; a lock waits, then ``DatabaseBusyError``: a busy file is no missing
+    index); the CJK-bigram index not while ``cjk_bigram_stale`` marks it damaged."""
+
+    def usable(table: str) -> Callable[[Connection], bool]:
+        def probe(conn: Connection) -> bool:
+            try:
                 conn.exec_driver_sql(q.probe(table)).fetchall()
-                if table == q.CJK_FTS and conn.exec_driver_sql(q.READ_CJK_STALE).first():
-                    continue
-            out.append(table)
-        except sa.exc.DatabaseError:
-            continue
-    return out
+            except sa.exc.DatabaseError as exc:
+                if is_busy(exc):
+                    raise
+                return False
+            return not (table == q.CJK_FTS and conn.exec_driver_sql(q.READ_CJK_STALE).first())
+        return probe
+
+    return [table for table in tables if backend.read_on_writer(usable(table))]
 
 
 class _CjkIndexError(Exception):
