@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from hermes_data.sessions.errors import (CooldownRestoreError, SessionCompressionInProgressError,
                          SessionTurnLeaseLostError, TranscriptChangedError)
     from hermes_data.sessions.coordination.sweeps import AutoArchiveReport
+    from hermes_data.sessions.core.persistence_errors import (PERSISTENCE_ERROR_CAUSES,
+                                                             classify_persistence_error,
+                                                             is_disk_full_error)
     from hermes_data.sessions.async_store import AsyncSessionDB, AsyncSessionStore
     from hermes_data.sessions.store import reconcile_state_schema
     # Storage resilience (docs/sessions-storage.md §3.2–§3.5).
@@ -62,6 +65,9 @@ _EXPORTS = {
     "RewindResult": "rows", "TranscriptRewrite": "rows",
     "CooldownRow": "coordination.cooldowns", "CooldownState": "coordination.cooldowns",
     "AutoArchiveReport": "coordination.sweeps",
+    "classify_persistence_error": "core.persistence_errors",
+    "is_disk_full_error": "core.persistence_errors",
+    "PERSISTENCE_ERROR_CAUSES": "core.persistence_errors",
     # User-interface reads (docs/sessions-ui.md §4.15).
     "AsyncSessionStore": "async_store", "AsyncSessionDB": "async_store",
     # Gateway (docs/sessions-gateway.md §3.10).

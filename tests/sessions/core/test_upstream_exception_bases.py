@@ -58,3 +58,37 @@ def test_title_errors_carry_upstream_key_phrases(tmp_path):
         with pytest.raises(ValueError, match="already in use"):
             store.set_session_title("b", "Weekly report")
         assert store.get_session("b").title is None
+
+
+@pytest.mark.journal_independent("pure classification of messages")
+@pytest.mark.parametrize("message,bucket", [
+    ("attempt to write a readonly database", "disk"),
+    ("the file system is read-only", "disk"),
+    ("session abc was closed by compression; adopt its continuation", "compression_closed"),
+    ("state.db was replaced underneath this process", "replaced"),
+    ("a process still holds a deleted state.db-wal", "replaced"),
+    ("[Errno 28] No space left on device", "disk"),
+    ("ENOSPC", "disk"),
+    (None, "unknown"),
+])
+def test_persistence_causes_match_upstream_phrases(message, bucket):
+    """Issue 33 ("Robustness"): the classifier answered ``unknown`` for these phrases of
+    upstream's, so a caller gave the wrong advice."""
+    from hermes_data.sessions import PERSISTENCE_ERROR_CAUSES, classify_persistence_error
+
+    assert classify_persistence_error(message) == bucket
+    assert bucket in PERSISTENCE_ERROR_CAUSES
+
+
+@pytest.mark.journal_independent("pure classification")
+def test_is_disk_full_error():
+    import errno
+
+    from hermes_data.errors import StoreFullError
+    from hermes_data.sessions import is_disk_full_error
+
+    assert is_disk_full_error(OSError(errno.ENOSPC, "No space left on device"))
+    assert is_disk_full_error(sqlite3.OperationalError("database or disk is full"))
+    assert is_disk_full_error(StoreFullError("/x/state.db", "append_message"))
+    assert not is_disk_full_error(sqlite3.OperationalError("database is locked"))
+    assert not is_disk_full_error(None)
