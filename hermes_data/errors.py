@@ -51,6 +51,9 @@ if TYPE_CHECKING:
     class OfflineModeError(ConfigurationError, CommandError):
         """Alembic's offline (``--sql``) mode was requested; migrations need the live database."""
 
+    class ProductionStateDbCommandError(ProductionStateDbError, CommandError):
+        """A bare ``alembic`` run from a test process resolved a production store."""
+
 
 def _forward_only_error() -> type:
     from alembic.util import CommandError
@@ -81,8 +84,24 @@ def _offline_mode_error() -> type:
     return OfflineModeError
 
 
+def _production_state_db_command_error() -> type:
+    from alembic.util import CommandError
+
+    class ProductionStateDbCommandError(ProductionStateDbError, CommandError):
+        """:class:`ProductionStateDbError` raised by a store's Alembic ``env.py``: a bare
+        ``alembic upgrade head`` (or any ``alembic`` command) run from a test process
+        resolved a production store (issue 31 item 5). Nothing was created, read or opened.
+
+        Also an Alembic ``CommandError``, so the ``alembic`` command line prints one
+        ``FAILED:`` line and exits non-zero; built on first use, like ForwardOnlyError.
+        """
+
+    return ProductionStateDbCommandError
+
+
 #: Exceptions that are also Alembic ``CommandError``s, built on first use (see above).
-_ALEMBIC_ERRORS = {"ForwardOnlyError": _forward_only_error, "OfflineModeError": _offline_mode_error}
+_ALEMBIC_ERRORS = {"ForwardOnlyError": _forward_only_error, "OfflineModeError": _offline_mode_error,
+                   "ProductionStateDbCommandError": _production_state_db_command_error}
 
 
 def __getattr__(name: str) -> Any:

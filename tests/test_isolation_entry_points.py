@@ -181,3 +181,54 @@ def test_cli_upgrade_and_copy_still_work_under_a_temporary_hermes_home(fake_home
     assert proc.returncode == 0, proc.stderr
     assert target.is_file()
     assert _tree(fake_home) == []
+
+
+# -- a bare `alembic` run (migrations/*/env.py → run_env): no --url, the default location --
+
+def _alembic(home: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("HERMES_HOME", isolation.BYPASS_ENV)
+           and not (k.startswith("HERMES_DATA_") and k.endswith("_URL"))}
+    env["HOME"] = str(home)
+    env[isolation.TEST_ISOLATION_ENV] = "1"  # what tests/conftest.py sets for the test process
+    env["PYTHONPATH"] = os.pathsep.join((str(REPO), env.get("PYTHONPATH", "")))  # this tree
+    return subprocess.run([sys.executable, "-m", "alembic", "-c", str(REPO / "alembic.ini"),
+                           *args], env=env, cwd=str(home), capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("args", [
+    ["upgrade", "head"],                                    # telemetry, ~/.hermes/telemetry/
+    ["-n", "sessions", "upgrade", "head"],                  # sessions, ~/.hermes/state.db
+    ["-n", "sessions", "-x", "url=~/.hermes/profiles/p/state.db", "upgrade", "head"],
+    ["-n", "sessions", "current"],                          # a command that only compares
+], ids=["telemetry", "sessions", "profile", "current"])
+def test_bare_alembic_refuses_the_real_home(fake_home, args):
+    proc = _alembic(fake_home, *args)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Traceback" not in out, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("FAILED: "), out
+    assert "refusing to open a production store" in lines[0], out
+    assert _tree(fake_home) == []
+
+
+def test_bare_alembic_leaves_an_existing_real_home_file_untouched(fake_home):
+    db, before = _existing_production_file(fake_home)
+    proc = _alembic(fake_home, "-n", "sessions", "upgrade", "head")
+    assert proc.returncode != 0 and "refusing to open a production store" in proc.stdout + proc.stderr
+    assert _tree(fake_home / ".hermes") == ["state.db"] and db.read_bytes() == before
+
+
+def test_bare_alembic_still_works_under_a_temporary_hermes_home(fake_home, tmp_path):
+    home = tmp_path / "hermes-home"
+    env_home = {"HERMES_HOME": str(home)}
+    proc = subprocess.run([sys.executable, "-m", "alembic", "-c", str(REPO / "alembic.ini"),
+                           "-n", "sessions", "upgrade", "head"],
+                          env={**{k: v for k, v in os.environ.items()
+                                  if not (k.startswith("HERMES_DATA_") and k.endswith("_URL"))},
+                               "HOME": str(fake_home), "PYTHONPATH": str(REPO), **env_home},
+                          cwd=str(tmp_path), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert (home / "state.db").is_file()
+    assert _tree(fake_home) == []

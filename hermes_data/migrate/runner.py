@@ -43,8 +43,9 @@ from hermes_data.migrate.collation import server_collation_warning
 from hermes_data.config import check_store, resolve_url, sqlite_path
 from hermes_data.engine import (SqliteSettings, create_engine_for, journal_state, keeping_journal_mode,
                                 planned_journal_state)
-from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
-                     StoreNotCreatedError, StoreNotWritableError, store_io_error)
+from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, ProductionStateDbError,
+                     StoreBehindError, StoreNotCreatedError, StoreNotWritableError,
+                     store_io_error)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.migrate import reading
@@ -272,6 +273,20 @@ def _pg_lock_key(store: str) -> int:
     return zlib.crc32(f"hermes-data:{store}".encode()) & 0x7FFFFFFF
 
 
+def _guard_env_target(store: str, url: Any) -> None:
+    # The test isolation guard of upgrade(), for a bare `alembic` run (issue 31 item 5): a
+    # production SQLite file refused as one `FAILED:` line (docs/alembic.md, Running Alembic).
+    path = sqlite_path(resolve_url(store, url))
+    if path is None:
+        return
+    try:
+        ensure_test_isolation(path)
+    except ProductionStateDbError as exc:
+        from hermes_data.errors import ProductionStateDbCommandError
+
+        raise ProductionStateDbCommandError(exc.path, exc.root) from None
+
+
 def run_env(store: str) -> None:
     """Body of each store's Alembic ``env.py``.
 
@@ -290,10 +305,13 @@ def run_env(store: str) -> None:
             "the live database (adoption, every revision); run `alembic upgrade head` or "
             "`hermes-data upgrade` against it instead"
         )
+    external = cfg.attributes.get("connection")
+    url = cfg.attributes.get("hermes_url") or context.get_x_argument(as_dictionary=True).get("url")
+    if not isinstance(external, (Connection, sa.engine.Engine)):
+        _guard_env_target(store, url)  # first: before any mkdir, probe or connection
     if cfg.config_file_name and not cfg.attributes.get("hermes_report") and not logging.getLogger().handlers:
         # Invoked by the alembic command line: use alembic.ini's logging section.
         logging.config.fileConfig(cfg.config_file_name, disable_existing_loggers=False)
-    external = cfg.attributes.get("connection")
     if isinstance(external, Connection):
         # A caller owns the connection, its transaction and its locking.
         _run_on(external, spec, context, on_apply=None)
@@ -302,8 +320,7 @@ def run_env(store: str) -> None:
         # Not an upgrade/downgrade (e.g. autogenerate or `alembic check`): compare only,
         # no adoption, no reconciliation, no write lock.
         engine = external if isinstance(external, sa.engine.Engine) else create_engine_for(
-            store, cfg.attributes.get("hermes_url")
-            or context.get_x_argument(as_dictionary=True).get("url"), _settings_for(spec))
+            store, url, _settings_for(spec))
         with engine.connect() as conn, conn.begin(), warnings.catch_warnings():
             # SQLAlchemy cannot reflect expression indexes (idx_sessions_effective_activity)
             # on SQLite, so autogenerate skips them and warns twice; the store's own shape
@@ -320,7 +337,6 @@ def run_env(store: str) -> None:
         with external.connect() as conn:
             _run_locked(conn, spec, context, context.script, context.get_revision_argument(), report)
         return
-    url = cfg.attributes.get("hermes_url") or context.get_x_argument(as_dictionary=True).get("url")
     resolved = resolve_url(store, url)
     report = cfg.attributes.get("hermes_report") or UpgradeReport(
         store=store, url=display_url(resolved)

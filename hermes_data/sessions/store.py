@@ -116,6 +116,12 @@ def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
     return where, options
 
 
+def _write_checked(backend: SessionBackend, fn: Callable[[Any], Any], **texts: Any) -> Any:
+    # A write of the caller's text: each value checked before the transaction (issue 31).
+    storable.check_texts(texts.items())
+    return backend.write(fn)
+
+
 def open_options(config: Any) -> OpenOptions:
     """The open-time settings of a store ``config`` (mapping, callable or None), read once by
     the constructor: ``sessions.cjk_index`` (docs/sessions-storage.md §3.9.2) and
@@ -313,6 +319,7 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
                              source: str | None = None, model_config: Any = None,
                              **fields: Any) -> str:
         """Create a ``branch`` / ``delegate`` / ``reset`` child carrying its lineage marker."""
+        storable.check_texts((("parent_id", parent_id), ("child_id", child_id)))
         cfg = lifecycle.child_config(kind, parent_id, model_config)
         parent = self.get_session(parent_id)
         if parent is None:
@@ -322,12 +329,13 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def end_session(self, session_id: str, end_reason: str) -> bool:
         """End an open session; the first reason wins. Returns whether the row changed."""
-        return self._backend.write(
-            lambda c: lifecycle.end_session(c, self._q, session_id, end_reason))
+        return _write_checked(self._backend, lambda c: lifecycle.end_session(
+            c, self._q, session_id, end_reason), session_id=session_id, end_reason=end_reason)
 
     def reopen_session(self, session_id: str) -> bool:
         """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
-        return self._backend.write(lambda c: lifecycle.reopen_session(c, self._q, session_id))
+        return _write_checked(self._backend, lambda c: lifecycle.reopen_session(
+            c, self._q, session_id), session_id=session_id)
 
     # -- messages (docs/sessions.md §6) -----------------------------------------------------------------
 
@@ -425,8 +433,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     def set_session_title(self, session_id: str, title: str | None) -> bool:
         """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
         cleaned = enc.sanitize_title(title)
-        return self._backend.write(
-            lambda c: titles.set_title(c, self._q, session_id, cleaned, "user"))
+        return _write_checked(self._backend, lambda c: titles.set_title(
+            c, self._q, session_id, cleaned, "user"), session_id=session_id)
 
     def set_auto_title(self, session_id: str, title: str | None, source: str) -> bool:
         """Automatic title (``derived``/``llm``): lands only on untitled or lower-ranked rows."""
@@ -435,8 +443,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         cleaned = enc.sanitize_title(title)
         if cleaned is None:
             return False
-        return self._backend.write(
-            lambda c: titles.set_title(c, self._q, session_id, cleaned, source))
+        return _write_checked(self._backend, lambda c: titles.set_title(
+            c, self._q, session_id, cleaned, source), session_id=session_id)
 
     def get_next_title_in_lineage(self, base: str) -> str:
         """Next numbered title: ``base`` when unused, else ``base #(max(N, 1) + 1)``."""
@@ -457,7 +465,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
 
     def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
         b = self._backend
-        return b.write(lambda c: lineage.set_flag(c, self._q, b.changes, session_id, flag, value))
+        return _write_checked(b, lambda c: lineage.set_flag(
+            c, self._q, b.changes, session_id, flag, value), session_id=session_id)
 
     def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
         """Archive/unarchive the whole compression lineage."""
@@ -474,7 +483,8 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
     def set_session_pinned(self, session_id: str, pinned: bool = True) -> bool:
         """Pin/unpin the lineage; pinning also un-hides it unless it holds a hidden 'Bot Chat'."""
         b = self._backend
-        return b.write(lambda c: lineage.set_pinned(c, self._q, b.changes, session_id, pinned))
+        return _write_checked(b, lambda c: lineage.set_pinned(
+            c, self._q, b.changes, session_id, pinned), session_id=session_id)
 
     # -- reads (docs/sessions.md §5) --------------------------------------------------------------------
 

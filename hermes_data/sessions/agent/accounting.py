@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text, check_texts
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import lifecycle
 from hermes_data.sessions.rows import ModelRoute, UsageTotals
@@ -37,7 +38,8 @@ DELTA_KEYS = frozenset((*COUNTERS, *COSTS, *TEXTS, "absolute"))
 def validate_delta(delta: Mapping[str, Any]) -> dict[str, Any]:
     """A complete, checked delta: unknown keyword ⇒ ``TypeError``; a counter that is not an
     ``int`` ≥ 0 (bools refused), a cost that is not None or a finite number, a text that is
-    not None or a string ⇒ ``ValueError`` naming the keyword and value."""
+    not None or a string ⇒ ``ValueError`` naming the keyword and value (NUL or a lone
+    surrogate in a text: :class:`~hermes_data.errors.UnstorableValueError`, issue 31)."""
     unknown = sorted(set(delta) - DELTA_KEYS)
     if unknown:
         raise TypeError(f"unexpected token-count keyword(s): {', '.join(unknown)}")
@@ -58,6 +60,7 @@ def validate_delta(delta: Mapping[str, Any]) -> dict[str, Any]:
         v = delta.get(key)
         if v is not None and not isinstance(v, str):
             raise ValueError(f"{key} must be None or a string, not {v!r}")
+        check_text(key, v)
         out[key] = v
     out["absolute"] = bool(delta.get("absolute", False))
     return out
@@ -128,6 +131,7 @@ def update_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> No
     transaction: the row is ensured (``source='unknown'``), the first accounted route is
     stamped, counters add (``absolute=True``: are set), and the usage row of the route gains
     the delta. An empty id is a no-op."""
+    check_text("session_id", session_id)
     d = validate_delta(delta)
     if not session_id:
         return
@@ -140,6 +144,7 @@ def queue_token_counts(store: StoreHandle, session_id: str, **delta: Any) -> Non
     now (``TypeError`` / ``ValueError`` / ``ConfigurationError`` at the call site), applied
     in enqueue order, adjacent same-route deltas merged. Read-your-writes through the token
     barrier (``get_session``, ``usage_totals`` … flush first)."""
+    check_text("session_id", session_id)
     d = validate_delta(delta)
     if store.read_only:
         from hermes_data.errors import ConfigurationError
@@ -169,6 +174,7 @@ def record_auxiliary_usage(store: StoreHandle, session_id: str, task: str, *,
     if not session_id or not (task or "").strip():
         return False
     try:
+        check_texts((("session_id", session_id), ("task", task)))  # NUL: False, nothing written
         d = validate_delta(dict(
             model=model, billing_provider=billing_provider, billing_base_url=billing_base_url,
             input_tokens=input_tokens, output_tokens=output_tokens,
@@ -221,6 +227,8 @@ def update_session_billing_route(store: StoreHandle, session_id: str, *, provide
     prompts are removed."""
     from hermes_data.sessions.agent import session_meta
 
+    check_texts((("session_id", session_id), ("provider", provider), ("base_url", base_url),
+                 ("billing_mode", billing_mode)))
     if not session_id:
         return
     store.token_writer.flush()

@@ -11,6 +11,7 @@ import logging
 import math
 from typing import Any
 
+from hermes_data.storable import check_text
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.rows import ActivitySnapshot
@@ -37,10 +38,11 @@ def _m(store: StoreHandle) -> MetaStatements:
 
 
 def clean_description(description: Any) -> str | None:
-    """Stripped, surrogate-scrubbed, at most 120 characters (``…`` marks a cut)."""
+    """Stripped, scrubbed (lone surrogates and NUL → U+FFFD), at most 120 characters (``…``
+    marks a cut)."""
     if description is None:
         return None
-    text = enc.scrub(str(description).strip()) or ""
+    text = enc.scrub_label(str(description).strip()) or ""
     return text if len(text) <= MAX_DESCRIPTION else text[:MAX_DESCRIPTION - 1] + "…"
 
 
@@ -63,6 +65,7 @@ def touch_session_activity(store: StoreHandle, session_id: str, ts: float | None
     """Move the session's activity heartbeat forward to ``ts`` (default now) with its label;
     never backwards (a stored value outside the epoch window is overwritten). A timestamp
     that is not a number in the window writes nothing; a busy store ⇒ False after 0.5 s."""
+    check_text("session_id", session_id)
     when = enc.now() if ts is None else ts
     if not session_id or isinstance(when, bool) or not isinstance(when, (int, float)) \
             or not math.isfinite(when) or not EPOCH_MIN <= when < EPOCH_MAX:
@@ -77,6 +80,7 @@ def touch_session_activity(store: StoreHandle, session_id: str, ts: float | None
 def clear_session_activity_labels(store: StoreHandle, session_id: str) -> bool:
     """Clear the activity description and provenance (the timestamp stays). A row already
     clear (or missing) is not written at all: this runs in every turn's ``finally``."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     m = _m(store)
@@ -129,6 +133,7 @@ def set_session_title_source(store: StoreHandle, session_id: str, source: str) -
     if source not in TITLE_SOURCES:
         raise ValueError(f"title source must be one of {', '.join(TITLE_SOURCES)}, "
                          f"not {source!r}")
+    check_text("session_id", session_id)
     if not session_id:
         return False
     return store.backend.write(lambda c: c.exec_driver_sql(

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import lifecycle
@@ -95,6 +96,7 @@ def promote_to_session_reset(store: StoreHandle, session_id: str,
     Explicit boundaries are never overwritten. Busy ⇒ WARNING and False."""
     if reason not in RESET_REASONS | {"new_session"}:
         raise ValueError(f"{reason!r} is not a session-reset reason")
+    check_text("session_id", session_id)
     if not session_id:
         return False
     s = _s(store)

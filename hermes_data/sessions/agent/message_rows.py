@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.agent.message_rows_sql import BLANK_CHARS, RowHelperStatements, for_dialect
@@ -29,10 +30,12 @@ def set_latest_user_api_content(store: StoreHandle, session_id: str, content: An
                                 api_content: str | None) -> int:
     """Set ``api_content`` on the newest active user row of ``session_id`` only while its
     content still equals ``content`` (a racing rewrite makes this a no-op); rows changed."""
+    api = enc.scrub(api_content)  # lone surrogates → U+FFFD, NUL refused, as appends do
+    check_texts((("session_id", session_id), ("api_content", api)))
     if not session_id:
         return 0
     d = store.backend.dialect
-    params = (enc.scrub(api_content), session_id, enc.encode_content(content, d))
+    params = (api, session_id, enc.encode_content(content, d))
     return store.backend.write(lambda c: c.exec_driver_sql(
         _s(store).SET_LATEST_USER_API_CONTENT, params).rowcount)
 
@@ -42,6 +45,8 @@ def set_latest_matching_message_display_kind(store: StoreHandle, session_id: str
                                              display_metadata: Any = None) -> bool:
     """Stamp ``display_kind`` on the newest active row with ``role`` and ``content``;
     ``display_metadata`` is written only when given (stored reactions survive)."""
+    check_texts((("session_id", session_id), ("role", role),
+                 ("display_kind", enc.scrub(display_kind))))  # scrubbed, as appends do
     if not session_id or not content or not display_kind:
         return False
     s = _s(store)

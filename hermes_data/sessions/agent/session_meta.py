@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text, check_texts
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import lifecycle
 from hermes_data.sessions.rows import CwdUsage
@@ -80,6 +81,7 @@ def _old_hash(conn: Connection, m: MetaStatements, session_id: str) -> tuple[boo
 def update_system_prompt(store: StoreHandle, session_id: str, system_prompt: str | None) -> None:
     """Store the session's system prompt (content-addressed, docs/sessions-agent.md §2.3) — None clears it — and
     remove the previous prompt if no session references it any more."""
+    check_texts((("session_id", session_id), ("system_prompt", system_prompt)))
     if not session_id:
         return
     m = _m(store)
@@ -113,6 +115,7 @@ def update_session_model(store: StoreHandle, session_id: str, model: str,
     A missing row is a no-op; an empty model is a ``ValueError``."""
     if not model or not isinstance(model, str):
         raise ValueError(f"update_session_model needs a non-empty model, not {model!r}")
+    check_texts((("session_id", session_id), ("model", model), ("provider", provider)))
     if not session_id:
         return
     store.token_writer.flush()
@@ -146,6 +149,7 @@ def update_session_meta(store: StoreHandle, session_id: str, model_config_json: 
                 from None
         if not isinstance(new, dict):
             raise ValueError(f"model_config_json must be a JSON object, not {type(new).__name__}")
+    check_texts((("session_id", session_id), ("model", model)))
     if not session_id:
         return
     store.token_writer.flush()
@@ -167,6 +171,7 @@ def patch_session_model_config(store: StoreHandle, session_id: str,
                                patch: Mapping[str, Any]) -> bool:
     """Merge ``patch`` into model_config (``None`` deletes a key). False for an empty patch or
     a missing row; ``ValueError`` for a patch naming a lineage marker."""
+    check_text("session_id", session_id)
     if not session_id or not patch:
         return False
     _refuse_markers(patch)
@@ -196,6 +201,8 @@ def update_session_runtime_lock(store: StoreHandle, session_id: str, *, model: s
             dict(model_options or {}), "route_source": route_source or "",
             "confirmed": bool(confirmed), "updated_at": enc.now()}
     json.dumps(lock)  # non-serialisable options raise TypeError before anything is written
+    check_texts((("session_id", session_id), ("model", model), ("provider", provider),
+                 ("route_source", route_source)))
     if not session_id:
         return False
     store.token_writer.flush()
@@ -215,6 +222,7 @@ def update_session_runtime_lock(store: StoreHandle, session_id: str, *, model: s
 
 def set_session_yolo(store: StoreHandle, session_id: str, enabled: bool) -> bool:
     """Set ``yolo_mode`` in model_config; False for a missing row."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     return store.backend.write(lambda c: merge_model_config_json(
@@ -273,6 +281,7 @@ def update_session_tool_names(store: StoreHandle, session_id: str,
         bad = [n for n in names if not isinstance(n, str)]
         if bad:
             raise TypeError(f"tool_names elements must be strings, not {bad[0]!r}")
+    check_text("session_id", session_id)
     if not session_id:
         return
     text = None if names is None else json.dumps([enc.scrub(n) for n in names],
@@ -283,6 +292,7 @@ def update_session_tool_names(store: StoreHandle, session_id: str,
 
 def set_expiry_finalized(store: StoreHandle, session_id: str, finalized: bool = True) -> bool:
     """Set the gateway expiry flag (0/1); whether a row changed."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     v = int(bool(finalized))
@@ -302,6 +312,8 @@ def update_session_cwd(store: StoreHandle, session_id: str, cwd: str,
     (or ``replace_git_meta``) replaces branch and root (NULL when not given: the old
     directory's metadata never survives a move); the same cwd only takes non-empty values.
     None for a blank id/cwd or a missing row."""
+    check_texts((("session_id", session_id), ("cwd", cwd), ("git_branch", git_branch),
+                 ("git_repo_root", git_repo_root)))
     if not session_id or not (cwd or "").strip():
         return None
     m = _m(store)
@@ -323,7 +335,10 @@ def publish_session_git_metadata(store: StoreHandle, session_id: str, cwd: str, 
                                  git_repo_root: str | None = None) -> bool:
     """Publish asynchronously probed Git metadata onto the claim it was probed for: True iff
     the session still has ``cwd`` at ``generation`` (an old probe never overwrites a newer
-    claim, even after A → B → A). Invalid input ⇒ False."""
+    claim, even after A → B → A). Invalid input ⇒ False; NUL or a lone surrogate in a text
+    ⇒ :class:`~hermes_data.errors.UnstorableValueError` (issue 31)."""
+    check_texts((("session_id", session_id), ("cwd", cwd), ("git_branch", git_branch),
+                 ("git_repo_root", git_repo_root)))
     branch, root = _blank(git_branch), _blank(git_repo_root)
     if not session_id or not (cwd or "").strip() or isinstance(generation, bool) \
             or not isinstance(generation, int) or generation < 1 or (branch is None and root is None):
@@ -336,6 +351,7 @@ def backfill_repo_roots(store: StoreHandle, cwd_to_root: Mapping[str, str]) -> i
     """Fill the empty ``git_repo_root`` of sessions by cwd (non-empty pairs only), in one
     transaction of one statement per 450 pairs; returns the rows updated."""
     pairs = [(c, r) for c, r in cwd_to_root.items() if c and r]
+    check_texts(("cwd_to_root", v) for p in pairs for v in p)
     if not pairs:
         return 0
     m = _m(store)

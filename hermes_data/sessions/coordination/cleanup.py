@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core.doomed import delete_claimed, fill_doomed, remove_transcripts
 from hermes_data.sessions.coordination.lock_rows import conversation_key
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
@@ -70,6 +71,7 @@ def delete_session_if_empty(store: Any, session_id: str,
     """Delete ``session_id`` when it is untitled, has no messages and no children, is not
     pinned and holds no unexpired lock or lease — open rows qualify (a CLI exiting before
     its first message). One conditional DELETE; ``<id>.json`` goes after the commit."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     cs = _cs(store)

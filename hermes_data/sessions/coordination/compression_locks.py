@@ -16,6 +16,7 @@ from typing import Any, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import lifecycle
 from hermes_data.sessions.core import messages as msg
@@ -52,6 +53,7 @@ def try_acquire_compression_lock(store: StoreHandle, session_id: str, holder: st
     Blank id or holder ⇒ ``False`` without a transaction; storage failures ⇒ WARNING and
     ``False`` (the caller skips compression). No session row is required."""
     ttl = check_ttl(ttl_seconds)
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return False
     cs = _cs(store)
@@ -79,6 +81,7 @@ def refresh_compression_lock(store: StoreHandle, session_id: str, holder: str,
     (an owner starved past its TTL revives its own unreclaimed row). ``False`` once
     reclaimed or released; storage failures ⇒ WARNING and ``False``."""
     ttl = check_ttl(ttl_seconds)
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return False
     cs = _cs(store)
@@ -99,6 +102,7 @@ def refresh_compression_lock(store: StoreHandle, session_id: str, holder: str,
 def release_compression_lock(store: StoreHandle, session_id: str, holder: str) -> None:
     """Delete ``holder``'s lock (holder-matched, idempotent: a late returner never deletes a
     successor's lock); storage failures ⇒ WARNING."""
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return
     cs = _cs(store)
@@ -165,6 +169,11 @@ def publish_compression_child(store: Any, parent_session_id: str, child_session_
             and lease_holder != compression_lock_holder:
         raise ValueError(f"lease_holder {lease_holder!r} and compression_lock_holder "
                          f"{compression_lock_holder!r} name different holders")
+    check_texts((("parent_session_id", parent_session_id),
+                 ("child_session_id", child_session_id), ("source", source), ("model", model),
+                 ("model_config", model_config), ("system_prompt", system_prompt), ("cwd", cwd),
+                 ("profile_name", profile_name), ("lease_holder", lease_holder),
+                 ("compression_lock_holder", compression_lock_holder)))
     holder = compression_lock_holder if compression_lock_holder is not None else lease_holder
     required = (holder is not None) if require_compression_lease is None \
         else bool(require_compression_lease)

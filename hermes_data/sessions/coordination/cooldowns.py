@@ -17,6 +17,7 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.backends import ROUTINE_PATIENCE_S
 from hermes_data.sessions.coordination.compression_locks import STORAGE_FAILURES
@@ -77,10 +78,11 @@ def record_compression_failure_cooldown(store: Any, session_id: str, cooldown_un
     if isinstance(cooldown_until, bool) or not isinstance(cooldown_until, (int, float)) \
             or not math.isfinite(cooldown_until):
         raise ValueError(f"cooldown_until must be a finite number, not {cooldown_until!r}")
+    check_text("session_id", session_id)
     if not session_id:
         return
     until = float(cooldown_until)
-    params = (until, until, enc.scrub(error), session_id)
+    params = (until, until, enc.scrub_label(error), session_id)
     cs = _cs(store)
     try:
         store.backend.write(lambda c: c.exec_driver_sql(cs.RECORD_COOLDOWN, params),
@@ -129,6 +131,7 @@ def restore_compression_failure_cooldown_row(store: Any, session_id: str,
     no merge-max), then verify it on the writer. An absent snapshot is a no-op while the row
     is absent and :class:`CooldownRestoreError` once it exists; a row that vanished ⇒
     WARNING; a concurrent overwrite ⇒ :class:`CooldownRestoreError`. Failures propagate."""
+    check_text("session_id", session_id)
     snap = _snapshot(snapshot)
     cs = _cs(store)
     if not snap.session_exists:
@@ -160,6 +163,7 @@ def restore_compression_failure_cooldown_row(store: Any, session_id: str,
 
 def clear_compression_failure_cooldown(store: Any, session_id: str) -> None:
     """Clear the cooldown (both columns NULL); failures ⇒ WARNING."""
+    check_text("session_id", session_id)
     if not session_id:
         return
     cs = _cs(store)
@@ -190,6 +194,7 @@ def _set_count(store: Any, which: str, session_id: str, value: Any) -> None:
     if isinstance(value, bool):
         raise ValueError(f"a compression streak must be an int, not {value!r}")
     n = max(0, int(value))  # conversion errors before writing
+    check_text("session_id", session_id)
     if not session_id:
         return
     stmt = _cs(store).SET_COLUMN[which]
@@ -236,6 +241,7 @@ def get_compression_recovery_deadline(store: Any, session_id: str) -> float:
 def set_compression_recovery_deadline(store: Any, session_id: str, deadline: Any) -> None:
     """Arm (wall epoch) or disarm the recovery deadline: None, ≤ 0 or junk ⇒ NULL; NaN/±inf
     ⇒ NULL with a WARNING (never armed forever)."""
+    check_text("session_id", session_id)
     if not session_id:
         return
     value: float | None = None

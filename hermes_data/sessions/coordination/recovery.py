@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core import listing
 from hermes_data.sessions.coordination.lock_rows import Clock, conversation_key
 from hermes_data.sessions.rows import SessionRow
@@ -52,6 +53,7 @@ def reopen_orphaned_compression_session(store: Any, session_id: str) -> bool:
     not) and no LIVE compression lock; a STALE lock is compare-and-deleted first (its old
     owner's refresh then returns False and its lease-required publish fails). One
     transaction; ``False`` — with nothing committed — when any condition fails."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     cs = _cs(store)

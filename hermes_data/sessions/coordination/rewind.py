@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.backends import TRANSCRIPT_PATIENCE_S
 from hermes_data.sessions.rows import RewindResult
@@ -48,6 +49,7 @@ def rewind_to_message(store: Any, session_id: str, target_message_id: int, *,
     ``preserve_compaction_handoff`` re-inserts the target's compaction handoff (split by the
     store's ``conversation_hooks``) as the new head. A target outside the session, not a user
     row, or (with those options) not active / not splittable ⇒ ``ValueError``."""
+    check_text("session_id", session_id)
     backend = store.backend
     q = backend.sql
     cs = cs_of(store)
@@ -107,6 +109,7 @@ def restore_rewound(store: Any, session_id: str, since_message_id: int) -> int:
     fenced transaction); returns rows restored. ``ValueError`` when the transcript moved on
     (an active row at or above it), when a compacted row lies at or above it, or when a
     rewound row between the head and it would stay a hole; ``rewind_count`` is unchanged."""
+    check_text("session_id", session_id)
     since = int(since_message_id)
     cs = cs_of(store)
     clock = Clock(store, cs)

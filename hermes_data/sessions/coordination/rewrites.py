@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text, check_texts
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.backends import ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S
@@ -133,6 +134,7 @@ def replace_messages(store: Any, session_id: str, messages: Sequence[Any],
     (a live lease ⇒ :class:`SessionTurnLeaseLostError`; a live compression lock ⇒
     :class:`SessionCompressionInProgressError` after ≈5 s of retries). Unknown session ⇒
     :class:`SessionNotFoundError`; compression-ended ⇒ :class:`CompressionSessionClosedError`."""
+    check_text("session_id", session_id)
     backend = store.backend
     q = backend.sql
     rows = encode_new(messages, q.dialect, store_split(store))
@@ -163,6 +165,7 @@ def clear_messages(store: Any, session_id: str) -> int:
     """Delete every row of ``session_id`` (counters 0) in one transaction; returns rows
     deleted. Unknown id ⇒ 0; compression-ended ⇒ :class:`CompressionSessionClosedError`
     (it would erase the lineage's pre-compaction history). No lease fence."""
+    check_text("session_id", session_id)
     cs = cs_of(store)
 
     def work(conn: Connection) -> int:
@@ -219,6 +222,7 @@ def archive_and_compact(store: Any, session_id: str, compacted_messages: Sequenc
     by search); ``compacted_messages`` are inserted, then ``T`` cloned after them (new ids,
     column-exact); counters and the merged ``model_config_patch`` are written."""
     _check_compaction(compacted_messages, tail_count, watermark, model_config_patch)
+    check_texts((("session_id", session_id), ("lock_holder", lock_holder)))
     backend = store.backend
     q = backend.sql
     rows = encode_new(compacted_messages, q.dialect, store_split(store))

@@ -17,6 +17,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text, check_texts
 from hermes_data.sessions.coordination.lock_rows import Clock, clear_stale, conversation_key
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
@@ -54,6 +55,8 @@ def sweep_orphaned_sessions(store: Any, *, max_idle_seconds: float,
     ``respect_gateway_heartbeats``, rows a fresh-heartbeat gateway may own. Returns the ids
     actually closed (one transaction)."""
     srcs = [s for s in dict.fromkeys(sources or ()) if isinstance(s, str) and s]
+    excluded = set(exclude_ids or ())
+    check_texts((*(("sources", s) for s in srcs), *(("exclude_ids", x) for x in excluded)))
     if not srcs or isinstance(max_idle_seconds, bool) \
             or not isinstance(max_idle_seconds, (int, float)) \
             or not math.isfinite(max_idle_seconds) or max_idle_seconds <= 0:
@@ -62,7 +65,6 @@ def sweep_orphaned_sessions(store: Any, *, max_idle_seconds: float,
         and heartbeat_staleness_seconds > 0 else 2 * max_idle_seconds
     hb_grace = heartbeat_ownership_grace_seconds if heartbeat_ownership_grace_seconds \
         is not None and heartbeat_ownership_grace_seconds >= 0 else hb_stale
-    excluded = set(exclude_ids or ())
     cs = _cs(store)
     clock = Clock(store, cs)
     now = _wall(store)
@@ -96,6 +98,7 @@ def unarchive_recoverable_session(store: Any, session_id: str) -> bool:
     """Unarchive an archived conversation whose tip ended with a recoverable reason
     (``agent_close``, ``ws_orphan_reap`` …), clearing the tip's end fields — one transaction;
     ``False`` (unchanged) otherwise. Storage errors propagate."""
+    check_text("session_id", session_id)
     if not session_id:
         return False
     cs = _cs(store)

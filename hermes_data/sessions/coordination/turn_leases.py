@@ -23,7 +23,7 @@ import sqlalchemy as sa
 
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.locking import is_lock_conflict
-from hermes_data.storable import check_text
+from hermes_data.storable import check_texts
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import maintenance as fts_maintenance
 from hermes_data.sessions.core import encoding as enc
@@ -59,6 +59,7 @@ def try_acquire_session_turn_lease(store: StoreHandle, session_id: str, holder: 
     compare-and-deleted, an own live row extended (never lowered). Returns ownership;
     blank id/holder ⇒ ``False``; errors propagate."""
     ttl = check_ttl(ttl_seconds)
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return False
     cs = _cs(store)
@@ -95,6 +96,7 @@ def acquire_session_turn_lease(store: StoreHandle, session_id: str, holder: str,
     if isinstance(wait_seconds, float) and math.isnan(wait_seconds):
         raise ValueError("wait_seconds must not be NaN")
     check_ttl(ttl_seconds)
+    check_texts((("session_id", session_id), ("holder", holder)))
     mono = getattr(store, "mono", time.monotonic)
     start = mono()
     deadline = start + max(0.0, float(wait_seconds))
@@ -133,6 +135,7 @@ def refresh_session_turn_lease(store: StoreHandle, session_id: str, holder: str,
     """Extend ``holder``'s lease to ``now + ttl`` (holder-matched, no expiry predicate);
     ``False`` after a reclaim, a release or a re-keying of the conversation."""
     ttl = check_ttl(ttl_seconds)
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return False
     cs = _cs(store)
@@ -150,6 +153,7 @@ def refresh_session_turn_lease(store: StoreHandle, session_id: str, holder: str,
 
 def release_session_turn_lease(store: StoreHandle, session_id: str, holder: str) -> None:
     """Delete ``holder``'s lease of the conversation (holder-matched, idempotent)."""
+    check_texts((("session_id", session_id), ("holder", holder)))
     if not session_id or not usable_holder(holder):
         return
     cs = _cs(store)
@@ -197,7 +201,7 @@ def append_message(store: Any, session_id: str, role: str, content: Any = None, 
     """
     b = store.backend
     q = b.sql
-    check_text("session_id", session_id)
+    check_texts((("session_id", session_id), ("turn_lease_holder", turn_lease_holder)))
     skip = bool(fields.pop("skip_if_platform_message_exists", False))
     pmid = fields.get("platform_message_id", fields.get("message_id")) if skip else None
     row = msg.encode_row({**fields, "role": role, "content": content}, 0, q.dialect,
@@ -228,7 +232,7 @@ def append_messages_batch(store: Any, session_id: str, messages: Sequence[NewMes
     """Append ``messages`` all-or-nothing (or per chunk of ``chunk_rows``, each chunk
     re-checking the turn lease when ``turn_lease_holder`` is given); returns rows inserted.
     ``compression_lock_holder`` is ignored (appends never consult compression locks)."""
-    check_text("session_id", session_id)
+    check_texts((("session_id", session_id), ("turn_lease_holder", turn_lease_holder)))
     b = store.backend
     fence: Callable[[Any], None] | None = None
     if turn_lease_holder is not None:

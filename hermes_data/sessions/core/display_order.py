@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.agent.projections import ConversationHooks, display_content
 from hermes_data.sessions.sql import Fragments
@@ -263,6 +264,7 @@ def ensure_display_order(store: Any, session_id: str) -> bool:
     its key's first id and its identity — D1 holds afterwards."""
     if not isinstance(session_id, str) or not session_id:
         raise ValueError(f"session_id must be a non-empty string, got {session_id!r}")
+    check_text("session_id", session_id)
     if not store.backend.read(lambda c: has_pending(c, session_id)):
         return True
     if store.read_only:

@@ -52,6 +52,13 @@ def scrub(value: str | None) -> str | None:
     return _SURROGATES.sub("\ufffd", value)
 
 
+def scrub_label(value: str | None) -> str | None:
+    """:func:`scrub`, and NUL → U+FFFD: free diagnostic text (an error message, an activity
+    label) that neither backend may refuse — PostgreSQL ``text`` cannot hold NUL (issue 31)."""
+    value = scrub(value)
+    return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
+
+
 def _dumps(value: Any) -> str:
     """JSON text of ``value`` that UTF-8 can hold: lone surrogates inside strings (a
     multimodal part, a tool argument) become U+FFFD, as in plain text (:func:`scrub`)."""

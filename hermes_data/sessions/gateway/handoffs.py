@@ -23,9 +23,10 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import listing
-from hermes_data.sessions.core.encoding import scrub
+from hermes_data.sessions.core.encoding import scrub_label
 from hermes_data.sessions.gateway.common import chunks, db_now, finite, ids_of
 from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead, make_holder
 from hermes_data.sessions.handle import StoreHandle
@@ -82,6 +83,7 @@ def request_handoff(store: StoreHandle, session_id: str, platform: str) -> bool:
     """Ask for a handoff of ``session_id`` to ``platform``: ``pending`` from nothing or a
     terminal state. ``True`` when set, or already ``pending``/``running`` for the same
     platform (a replay); ``False`` for a missing row or a handoff in flight elsewhere."""
+    check_texts((("session_id", session_id), ("platform", platform)))
     plat = (platform or "").strip() if isinstance(platform, str) else ""
     if not plat:
         raise ValueError(f"handoff platform must be a non-empty string, got {platform!r}")
@@ -100,6 +102,7 @@ def request_handoff(store: StoreHandle, session_id: str, platform: str) -> bool:
 def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None = None) -> bool:
     """``pending`` ⇒ ``running`` for ``claimant`` (default: this handle's holder). Exactly
     one of concurrent claimers gets ``True``; a replay by the owner is ``True``."""
+    check_texts((("session_id", session_id), ("claimant", claimant)))
     who = claimant or default_claimant(store)
     g, d = _g(store), store.backend.dialect
 
@@ -116,6 +119,7 @@ def complete_handoff(store: StoreHandle, session_id: str, *,
                      claimant: str | None = None) -> bool:
     """``running`` (claimed by ``claimant`` when given) ⇒ ``completed``. A replay is
     ``True``; otherwise ``False`` with a WARNING (reclaimed or failed meanwhile)."""
+    check_texts((("session_id", session_id), ("claimant", claimant)))
     g = _g(store)
 
     def run(conn: Connection) -> bool:
@@ -137,7 +141,7 @@ def complete_handoff(store: StoreHandle, session_id: str, *,
 
 
 def _error_text(error: Any) -> str:
-    text = (scrub(str(error)) or "").strip() if error is not None else ""
+    text = (scrub_label(str(error)) or "").strip() if error is not None else ""
     return text[:MAX_ERROR_CHARS] if text else DEFAULT_ERROR
 
 
@@ -145,8 +149,10 @@ def fail_handoff(store: StoreHandle, session_id: str, error: Any, *,
                  only_states: Iterable[str] | None = None, claimant: str | None = None) -> bool:
     """Fail a handoff with ``error`` (stripped, scrubbed, ≤ 500 characters; blank/None ⇒
     ``'handoff failed'``). Allowed from ``only_states`` ∩ {pending, running} (waiters pass
-    ``('pending',)``); with ``claimant`` from ``running`` claimed by it; with neither from
+    ``('pending',)``); NUL in ``error`` becomes U+FFFD like a lone surrogate; with ``claimant``
+    from ``running`` claimed by it; with neither from
     pending or running. A replay (already failed with the same error) is ``True``."""
+    check_texts((("session_id", session_id), ("claimant", claimant)))
     text = _error_text(error)
     if only_states is not None:
         if isinstance(only_states, str):
@@ -206,6 +212,7 @@ def reclaim_stale_running_handoffs(store: StoreHandle, error: Any, *,
     claimant without a fresh heartbeat row, or (d) claimed longer than
     ``max_running_seconds`` ago. Never re-queued. Returns the ids failed; a storage error is
     a WARNING and ``[]`` (sticky handle errors propagate)."""
+    check_texts((("claimant", claimant),))
     who = claimant or default_claimant(store)
     stale_hb = (None if heartbeat_staleness_seconds is None
                 else finite("heartbeat_staleness_seconds", heartbeat_staleness_seconds))

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.gateway.common import db_now, finite
 from hermes_data.sessions.handle import StoreHandle
@@ -51,6 +52,7 @@ def register_backend_heartbeat(store: StoreHandle, *, backend_id: str, pid: int,
     if isinstance(pid, bool) or not isinstance(pid, int) or pid < 0:
         raise ValueError(f"pid must be an int >= 0, got {pid!r}")
     start = finite("started_at", started_at)
+    check_texts((("backend_id", backend_id), ("profile", profile), ("host", host)))
     beat = None if last_heartbeat is None else finite("last_heartbeat", last_heartbeat)
     if not backend_id or not str(backend_id).strip():
         return False
@@ -72,6 +74,7 @@ def register_backend_heartbeat(store: StoreHandle, *, backend_id: str, pid: int,
 
 def clear_backend_heartbeat(store: StoreHandle, backend_id: str) -> bool:
     """Remove a backend's row (graceful exit); whether a row went."""
+    check_texts((("backend_id", backend_id),))
     if not backend_id:
         return False
     g = for_dialect(store.backend.dialect)

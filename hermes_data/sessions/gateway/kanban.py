@@ -11,6 +11,7 @@ import os
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.gateway.repair_sql import for_dialect
 
@@ -26,6 +27,7 @@ def retag_kanban_worker_sessions(store: StoreHandle, workspaces_root: str | os.P
     ``state_meta`` gate set in the same transaction, even for 0 rows). Returns rows changed;
     an empty root or a set gate ⇒ 0 without a write."""
     p = str(workspaces_root).rstrip("/\\")
+    check_text("workspaces_root", p)
     if not p:
         return 0
     r = for_dialect(store.backend.dialect)

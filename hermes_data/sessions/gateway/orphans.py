@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.sessions.gateway.common import finite, wall
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
@@ -105,6 +106,7 @@ def adopt_orphaned_gateway_session(store: StoreHandle, orphan_id: str, donor_id:
     ``superseded_by_repair`` (a deliberate reason such as ``session_reset`` is kept). A replay
     ⇒ ``True``; a missing row, an unkeyed donor, a keyed orphan or another source ⇒
     ``False`` with nothing written."""
+    check_texts((("orphan_id", orphan_id), ("donor_id", donor_id)))
     if not orphan_id or not donor_id or orphan_id == donor_id:
         return False
     r = for_dialect(store.backend.dialect)

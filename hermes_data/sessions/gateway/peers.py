@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.sessions.core import listing
 from hermes_data.sessions.backends.base import Driver
 from hermes_data.sessions.gateway.common import wall
@@ -83,6 +84,10 @@ def record_gateway_session_peer(store: StoreHandle, session_id: str, *, source: 
     authoritative (None clears), display name and origin only fill; ``source`` changes only
     where the trigram invariant allows (else kept, WARNING). A missing id is created with the
     owner profile. Returns rows updated + inserted; blank id or key ⇒ 0."""
+    check_texts((("session_id", session_id), ("source", source), ("user_id", user_id),
+                 ("session_key", session_key), ("chat_id", chat_id), ("chat_type", chat_type),
+                 ("thread_id", thread_id), ("display_name", display_name),
+                 ("origin_json", origin_json)))
     if not session_id or not session_key or not str(session_key).strip():
         return 0
     if not source or not str(source).strip():

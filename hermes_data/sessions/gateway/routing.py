@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text, check_texts
 from hermes_data.sessions.backends import ROUTINE_PATIENCE_S
 from hermes_data.sessions.backends.base import Driver
 from hermes_data.sessions.gateway.common import chunks, db_now, driver_now, str_collection, text_arg
@@ -41,6 +42,8 @@ def save_gateway_routing_entry(store: StoreHandle, session_key: str, entry_json:
     text_arg("entry_json", entry_json)
     if if_current is not _OMITTED and if_current is not None:
         text_arg("if_current", if_current)
+    check_texts((("session_key", session_key), ("entry_json", entry_json), ("scope", scope),
+                 ("if_current", if_current)))
     if not session_key or not session_key.strip() or not entry_json.strip():
         return False
     g, d = _g(store), store.backend.dialect
@@ -77,6 +80,7 @@ def replace_gateway_routing_entries(store: StoreHandle, entries: Mapping[str, st
             raise TypeError(f"entries must map str to str, got {k!r}: {type(v).__name__}")
         if k.strip() and v.strip():
             pairs.append((k, v))
+    check_texts((("scope", scope), *(("entries", v) for p in pairs for v in p)))
     g, d = _g(store), store.backend.dialect
 
     def run(conn: Connection) -> int:
@@ -101,6 +105,7 @@ def delete_gateway_routing_entries(store: StoreHandle, session_keys: Any, *,
     """Delete keys of ``scope`` (an iterable of ``str``; a bare ``str`` ⇒ ``TypeError``);
     blanks skipped, duplicates once, ≤ 900 per statement; returns rows deleted."""
     keys = str_collection("session_keys", session_keys)
+    check_texts((("scope", scope), *(("session_keys", k) for k in keys)))
     if not keys:
         return 0
     g = _g(store)
@@ -115,6 +120,7 @@ def delete_gateway_routing_entries(store: StoreHandle, session_keys: Any, *,
 def increment_hygiene_failure_streak(store: StoreHandle, session_key: str) -> int:
     """Count one more hygiene failure for a chat and return the streak; blank ⇒ 1, no write.
     Not idempotent (each call counts)."""
+    check_text("session_key", session_key)
     if not session_key or not session_key.strip():
         return 1
     g = _g(store)
@@ -132,6 +138,7 @@ def increment_hygiene_failure_streak(store: StoreHandle, session_key: str) -> in
 
 def reset_hygiene_failure_streak(store: StoreHandle, session_key: str) -> None:
     """Forget a chat's hygiene streak; blank ⇒ no-op."""
+    check_text("session_key", session_key)
     if not session_key or not session_key.strip():
         return
     g = _g(store)

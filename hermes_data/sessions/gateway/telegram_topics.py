@@ -17,6 +17,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_texts
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.rows import SessionRichRow
 from hermes_data.sessions.errors import SessionNotFoundError
@@ -172,6 +173,7 @@ def enable_telegram_topic_mode(store: StoreHandle, *, chat_id: Any, user_id: Any
                                allows_users_to_create_topics: bool | None = None) -> None:
     """Turn topic mode on for a chat (the opt-in migration first); the latest capability
     probe wins (None stores NULL); ``activated_at`` and the message ids are kept."""
+    check_texts((("chat_id", chat_id), ("user_id", user_id), ("profile_name", profile_name)))
     apply_telegram_topic_migration(store)
     t, p, chat = _t(store), _normalize_telegram_topic_profile_name(profile_name), str(chat_id)
 
@@ -191,6 +193,7 @@ def disable_telegram_topic_mode(store: StoreHandle, *, chat_id: Any,
     """Turn topic mode off for a chat (any user) and, with ``clear_bindings``, delete its
     bindings, in one transaction; whether a mode row changed. Never creates the tables
     (absent ⇒ ``False``)."""
+    check_texts((("chat_id", chat_id), ("profile_name", profile_name)))
     t, d = _t(store), store.backend.dialect
     p, chat = _normalize_telegram_topic_profile_name(profile_name), str(chat_id)
 
@@ -282,6 +285,9 @@ def bind_telegram_topic(store: StoreHandle, *, chat_id: Any, thread_id: Any, use
     ``SessionNotFoundError``; re-pointing a topic to another session resets ``linked_at``."""
     if not isinstance(managed_mode, str) or not managed_mode.strip():
         raise ValueError(f"managed_mode must be a non-empty string, got {managed_mode!r}")
+    check_texts((("chat_id", chat_id), ("thread_id", thread_id), ("user_id", user_id),
+                 ("session_key", session_key), ("session_id", session_id),
+                 ("managed_mode", managed_mode), ("profile_name", profile_name)))
     apply_telegram_topic_migration(store)
     t = _t(store)
     p, chat, thread = _normalize_telegram_topic_profile_name(profile_name), str(chat_id), \
@@ -308,6 +314,7 @@ def delete_telegram_topic_binding(store: StoreHandle, *, chat_id: Any, thread_id
     it was the chat's last, the chat's mode is disabled in the same transaction. Returns
     bindings deleted (absent tables ⇒ 0). Cleanup hot path: a driver error or a busy store
     is a WARNING and 0; sticky handle errors propagate."""
+    check_texts((("chat_id", chat_id), ("thread_id", thread_id), ("profile_name", profile_name)))
     t, d = _t(store), store.backend.dialect
     p, chat, thread = _normalize_telegram_topic_profile_name(profile_name), str(chat_id), \
         str(thread_id)

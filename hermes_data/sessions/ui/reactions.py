@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 
 from sqlalchemy.engine import Connection
 
+from hermes_data.storable import check_text
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.ui import reactions_sql as q
@@ -99,6 +100,7 @@ def set_message_reaction(store: StoreHandle, session_id: str, message_row_id: An
     toggles it off; None/``''`` clears. Other authors' reactions are kept."""
     emoji = _check_emoji(emoji)
     author = _check_author(author)
+    check_text("session_id", session_id)
     if not session_id or message_row_id is None:
         return None
     row_id = _row_id(message_row_id)
@@ -144,6 +146,7 @@ def take_unseen_reactions(store: StoreHandle, session_id: str, *,
     """Mark ``author``'s unseen reactions on active rows of ``session_id`` as seen and return
     them by row id (one write transaction; rewound rows neither returned nor marked)."""
     author = _check_author(author)
+    check_text("session_id", session_id)
     if not session_id:
         return []
     d = store.backend.dialect

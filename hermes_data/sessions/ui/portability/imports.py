@@ -26,6 +26,7 @@ from typing import Any, Sequence
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
+from hermes_data import storable
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.core.display_order import store_split
@@ -204,6 +205,10 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
         for k in ("parent_session_id", *_TEXT):
             if e.get(k) is not None and not isinstance(e[k], str):
                 bad(f"{k} must be a string or null")
+            elif k != "title" and isinstance(e.get(k), str) and not storable.is_storable(e[k]):
+                bad(f"{k} {storable.problem(e[k])}")  # both backends alike (issue 31)
+        if not storable.is_storable(sid):
+            bad(f"id {storable.problem(sid)}")
         if isinstance(e.get("title"), str):
             try:
                 enc.sanitize_title(e["title"])
