@@ -31,6 +31,7 @@ twins from ``store.backend.sql``; the doomed-id list is a session temp table,
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 import time
@@ -457,6 +458,24 @@ def sweep_stale_open_sessions(store: MaintainedStore, retention_days: float) -> 
         respect_gateway_heartbeats=False))
 
 
+def _stamp(store: MaintainedStore, key: str) -> float | None:
+    """The time a maintenance marker in ``state_meta`` records, or None when there is none —
+    or when it is no finite number (empty, garbled by hand or by another tool): such a marker
+    counts as "never ran", so it cannot make every start fail or skip forever."""
+    raw = store.get_meta(key)
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value):
+        log.info("%s: state_meta %s=%r is no time stamp; treated as never run", store.path,
+                 key, raw)
+        return None
+    return value
+
+
 def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = DEFAULT_RETENTION_DAYS,
                                 min_interval_hours: float = DEFAULT_MIN_INTERVAL_HOURS,
                                 vacuum_enabled: bool = True,
@@ -476,16 +495,16 @@ def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = 
             return {**result, "skipped": True}
         try:
             now = time.time()
-            last = store.get_meta("last_auto_prune")
-            if last is not None and now - float(last) < min_interval_hours * 3600:
+            last = _stamp(store, "last_auto_prune")
+            if last is not None and now - last < min_interval_hours * 3600:
                 return {**result, "skipped": True}
             result["pruned"] = prune_sessions(store, older_than_days=retention_days,
                                               sessions_dir=sessions_dir,
                                               exclude_active_write_guards=True)
             result["closed"] = sweep_stale_open_sessions(store, retention_days)
             if vacuum_enabled and result["pruned"] > 0:
-                last_vac = store.get_meta("last_vacuum")
-                if last_vac is None or now - float(last_vac) >= min_vacuum_interval_days * 86400:
+                last_vac = _stamp(store, "last_vacuum")
+                if last_vac is None or now - last_vac >= min_vacuum_interval_days * 86400:
                     ratio = freelist_ratio(store)
                     result["freelist_ratio"] = ratio
                     # The freelist gate is SQLite's; PostgreSQL's VACUUM is never a rewrite.

@@ -176,9 +176,9 @@ def test_auto_maintenance_interval_lock_vacuum_gate_and_errors(store):
         assert _last_vacuum_of_messages(store) not in (None, vacuumed_before)
     else:
         assert r["freelist_ratio"] > 0.25 and mt.logical_size_bytes(store) < before
-    store.set_meta("last_auto_prune", "not a number")
+    store.set_meta("last_auto_prune", "not a number")  # counts as never run (upstream's rule)
     r = mt.maybe_auto_prune_and_vacuum(store)
-    assert "error" in r and "ValueError" in r["error"]
+    assert "error" not in r and not r["skipped"]
 
 
 def test_vacuum_skipped_at_exactly_the_ratio_and_within_the_interval(store):
@@ -248,3 +248,16 @@ def test_cli_prune_dry_run_then_apply_and_export_jsonl(tmp_path, capsys):
     assert [m["content"] for m in lines] == [f"m{i}" for i in range(7)]
     assert "exported 7" in capsys.readouterr().err
     assert main(["vacuum", "--url", str(path)]) == 0
+
+
+@pytest.mark.parametrize("marker", ["", "yesterday", "inf", "nan"])
+def test_a_garbled_maintenance_marker_counts_as_never_run(store, marker):
+    """Issue 33 ("Robustness"): an empty or garbled ``last_auto_prune`` (or ``last_vacuum``)
+    made startup maintenance fail at every start without pruning (``inf`` would have skipped
+    it forever); upstream treats such a marker as no prior run."""
+    _session(store, "old")
+    store.set_meta("last_auto_prune", marker)
+    store.set_meta("last_vacuum", marker)
+    r = mt.maybe_auto_prune_and_vacuum(store)
+    assert "error" not in r and not r["skipped"] and r["pruned"] == 1
+    assert float(store.get_meta("last_auto_prune")) > time.time() - 60  # a real stamp now
