@@ -138,10 +138,10 @@ class StoreNotCreatedError(HermesDataError):
 
 
 class StoreBehindError(HermesDataError):
-    """A command that only looks was pointed at a store that is not at the head (a legacy
-    file not yet adopted, an older revision, an SQLite file without any table): it is
-    refused unchanged — looking never adopts, migrates or creates — and the message names
-    the file and ``hermes-data upgrade``."""
+    """A store is not at the head (a legacy file not yet adopted, an older revision, an
+    SQLite file without any table) where the caller may not change it: a command that only
+    looks, or a ``TelemetryStore`` opened on an existing file (it never migrates one). It is
+    refused unchanged and the message names the file and ``hermes-data upgrade``."""
 
 
 class StoreLinkError(HermesDataError):

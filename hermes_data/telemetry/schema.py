@@ -19,6 +19,11 @@ import sqlalchemy as sa
 from hermes_data.types import INTEGER, REAL, TEXT
 
 metadata = sa.MetaData()
+#: The Alembic revision this metadata is the shape of (the last ledger level's; a test keeps
+#: it equal to the newest script). A SQLite store opens only at this revision.
+HEAD_REVISION = "v18"
+#: Alembic's bookkeeping table, read to learn a file's revision (not part of the shape).
+alembic_version = sa.table("alembic_version", sa.column("version_num"))
 
 #: The ledger version this metadata describes.
 HEAD_LEDGER_VERSION = 18

@@ -44,13 +44,14 @@ from typing import Any, Callable, Iterator, Mapping, Sequence, cast
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy import select as sa_select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
 from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
-from hermes_data.errors import ConfigurationError, store_io_error
+from hermes_data.errors import ConfigurationError, StoreBehindError, store_io_error
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.locking import driver_error
 
@@ -401,6 +402,8 @@ class TelemetryStore:
         self._local = threading.local()
         self._held: weakref.WeakSet[_Held | _PgHeld] = weakref.WeakSet()
         self._held_guard = threading.Lock()
+        #: The file was found at the head revision (checked on the first connection).
+        self._at_head = False
         # Chosen lazily, once a connection has settled the journal mode (see writer_queue).
         self._write_lock: AbstractContextManager | None = None
         self._closed = False
@@ -413,10 +416,37 @@ class TelemetryStore:
             if self._closed:
                 raise ConfigurationError(f"{self.path}: the telemetry store is closed")
             held = _Held(self.engine.raw_connection())
+            if not self._at_head:
+                self._check_head(held)
             self._local.held = held
             with self._held_guard:
                 self._held.add(held)
         return held.dbapi
+
+    def _check_head(self, held: _Held) -> None:
+        """Refuse a file behind (or beyond) the head revision, once per store, before its
+        first statement: an older shape would fail the first write with a raw "no such
+        column" (issue 33). The store never migrates an existing file itself; the message
+        names the command that does. A check on the first connection, not per call."""
+        from hermes_data.telemetry.schema import HEAD_REVISION, alembic_version
+
+        try:
+            row = held.dbapi.execute(str(sa_select(alembic_version.c.version_num).compile(
+                dialect=self.engine.dialect))).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc).lower():
+                held.close()
+                raise
+            row = None
+        found = None if row is None else row[0]
+        if found != HEAD_REVISION:
+            held.close()
+            raise StoreBehindError(
+                f"{self.path}: the telemetry store is at revision "
+                f"{found or 'none (a legacy file never upgraded)'}, not the head "
+                f"{HEAD_REVISION}; run `hermes-data upgrade --store telemetry --url "
+                f"{self.path}` first. Nothing was written")
+        self._at_head = True
 
     @property
     def writer_queue(self) -> AbstractContextManager:
