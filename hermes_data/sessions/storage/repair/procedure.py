@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from hermes_data.errors import ConfigurationError, UnsafeLockFileError, store_io_error
+from hermes_data.errors import (ConfigurationError, StoreIOError, UnsafeLockFileError,
+                                store_io_error)
 from hermes_data.files import SQLITE_MAGIC
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.sessions.storage.repair import backup as rb
@@ -155,8 +156,13 @@ def _connect(path: Path, timeout: float) -> sqlite3.Connection:
     return con
 
 
-def _health(path: Path, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
-    """``(healthy, why)`` of :func:`opens_cleanly`; ``why`` starts with ``lock:`` for a lock."""
+def _health(path: Path, timeout: float = PROBE_TIMEOUT_S, *, storage_faults: str | None = None
+            ) -> tuple[bool, str]:
+    """``(healthy, why)`` of :func:`opens_cleanly`; ``why`` starts with ``lock:`` for a lock.
+    ``storage_faults`` (the step's name): an I/O fault is raised as
+    :class:`~hermes_data.errors.StoreIOError` instead of answering "unhealthy" — a failing
+    disk says nothing about the file (the repair then stops instead of trying a heavier
+    strategy)."""
     try:
         con = _connect(path, timeout)
     except sqlite3.Error as exc:
@@ -183,6 +189,8 @@ def _health(path: Path, timeout: float = PROBE_TIMEOUT_S) -> tuple[bool, str]:
     except sqlite3.Error as exc:
         if _primary_code(exc) in (5, 6):
             return False, f"lock: {exc}"
+        if storage_faults and (io := store_io_error(exc, str(path), storage_faults)):
+            raise io from exc
         return False, str(exc)
     finally:
         con.close()
@@ -391,9 +399,11 @@ def _run_repair_strategies(scratch: Path, inventory: dict[str, Any], complete: b
             finally:
                 con.close()
         except (sqlite3.Error, RuntimeError) as exc:
+            if (io := store_io_error(exc, str(scratch), f"the repair strategy {name}")):
+                raise io from exc  # the storage failed: stop, never escalate (issue 31)
             notes.append(f"{name}: {exc}")
             continue
-        healthy, why = _health(scratch)
+        healthy, why = _health(scratch, storage_faults=f"the check after {name}")
         if not healthy:
             notes.append(f"{name}: still unhealthy ({why})")
             continue
@@ -553,6 +563,12 @@ def _guarded(path: Path, report: RepairReport) -> bool:
     try:
         guard = _open_guard(path)
     except sqlite3.Error as exc:
+        # An open the storage failed (a usable file in a writable directory: no permission
+        # problem) is reported as such, not blamed on other processes (issue 31).
+        if (io := store_io_error(exc, str(path), "taking the repair's exclusive guard",
+                                 writing=False)):
+            report.error = str(io)
+            return False
         report.error = f"{path}: cannot take the exclusive guard ({exc}); stop every process using it"
         return _counts(exc)
     try:
@@ -576,7 +592,11 @@ def _guarded(path: Path, report: RepairReport) -> bool:
             return isinstance(exc, sqlite3.Error) and _counts(exc)
         inventory, complete = _inventory(scratch)
         report.inventory = inventory
-        strategy, notes = _run_repair_strategies(scratch, inventory, complete)
+        try:
+            strategy, notes = _run_repair_strategies(scratch, inventory, complete)
+        except StoreIOError as exc:
+            report.error = str(exc) + where  # not the image's fault: not counted
+            return False
         if strategy is None:
             report.error = f"every repair strategy failed: {'; '.join(notes)}{where}"
             return True
