@@ -323,3 +323,20 @@ def truncate_tables(url: str, tables: str) -> None:
             conn.exec_driver_sql(f"TRUNCATE {tables} RESTART IDENTITY")
     finally:
         engine.dispose()
+
+
+@contextmanager
+def tiny_tmpfs(mnt: Path, size: str):
+    """Mount a tmpfs of ``size`` (``"64k"``) at ``mnt`` — a real full disk (ENOSPC) for a
+    test; skips the test where mounting is not permitted (root with CAP_SYS_ADMIN can: CI)."""
+    mnt.mkdir()
+    if shutil.which("mount") is None or os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import resource
-import shutil
 import signal
 import socket
 import sqlite3
@@ -21,7 +20,7 @@ import pytest
 
 from hermes_data.migrate import runner as migrate
 
-from tests.conftest import PG_ADMIN_URL, REPO, run_cli
+from tests.conftest import PG_ADMIN_URL, REPO, run_cli, tiny_tmpfs
 
 
 #: What these tests count does not depend on the journal mode (see the fixture's docstring).
@@ -195,20 +194,10 @@ def test_full_disk_via_a_file_size_limit(tmp_path):
 
 @pytest.fixture
 def tiny_filesystem(tmp_path):
-    """A 256 KiB tmpfs — a real full disk (ENOSPC). Needs the right to mount (root in a
-    container with CAP_SYS_ADMIN); skipped elsewhere, where the file-size-limit test stands in."""
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    if shutil.which("mount") is None or os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip()}")
-    try:
+    """A 256 KiB tmpfs — a real full disk (ENOSPC); skipped where mounting is not permitted,
+    and there the file-size-limit test stands in."""
+    with tiny_tmpfs(tmp_path / "tiny", "256k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], capture_output=True)
 
 
 def test_full_disk_on_a_tiny_filesystem(tiny_filesystem):

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_fixture, run_cli
+from tests.conftest import copy_fixture, run_cli, tiny_tmpfs
 
 JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")
 
@@ -261,16 +260,8 @@ def test_search_on_a_wal_store_another_process_holds_keeps_its_sidecars(tmp_path
 @pytest.fixture
 def tiny_disk(tmp_path):
     """A real 64 KiB tmpfs (CI runs as root); skipped where mounting is not permitted."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
-    try:
+    with tiny_tmpfs(tmp_path / "disk", "64k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", str(mnt)], check=True)
 
 
 @pytest.fixture
