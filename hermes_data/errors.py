@@ -323,7 +323,8 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
         return None  # already ours, and says what is wrong (e.g. StoreNotWritableError)
     first: BaseException | None = None
     full = False
-    seen, link = 0, exc
+    seen = 0
+    link: BaseException | None = exc
     while link is not None and seen < 16:  # the chain: exc, then what it interrupted …
         orig = driver_error(link)
         code = sqlite_result_code(orig)

@@ -64,13 +64,13 @@ from contextlib import contextmanager
 from datetime import datetime
 from itertools import groupby, islice
 from operator import itemgetter
-from typing import Any, Iterable
+from typing import Any, Iterable, cast
 
 from hermes_data.connectivity import typed_error
 from hermes_data.errors import (DatabaseUnavailableError, HermesDataError, StatementTimeoutError,
                                 StoreIOError)
 from hermes_data.locking import driver_error
-from hermes_data.telemetry.store import Compiled, TelemetryStore, pg_dialect
+from hermes_data.telemetry.store import Compiled, PgTelemetryStore, TelemetryStore, pg_dialect
 from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
@@ -131,7 +131,7 @@ def _pg_tx(store: TelemetryStore, conn):
                 yield cur
             phase = "commit"
     except Exception as exc:
-        typed = typed_error(exc, store.where, phase)
+        typed = typed_error(exc, cast(PgTelemetryStore, store).where, phase)
         if typed is None:
             raise
         raise typed from driver_error(exc)

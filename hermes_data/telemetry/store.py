@@ -751,10 +751,11 @@ class PgTelemetryStore(TelemetryStore):
         raise typed from driver_error(exc)
 
     @contextmanager
-    def write(self) -> Iterator[_PgTx]:
+    def write(self, operation: str = "a telemetry write") -> Iterator[_PgTx]:
         """``BEGIN … COMMIT`` on this thread's connection (rolled back on error); nested in
         an open transaction it becomes a savepoint. A lost server or a canceled statement
-        raises typed (see the class docstring); the write is not repeated."""
+        raises typed (see the class docstring; ``operation`` is the SQLite store's wording
+        and unused here); the write is not repeated."""
         conn = self.connection()
         committing = False
         try:

@@ -21,11 +21,6 @@ from hermes_data.locking import is_lock_conflict
 from hermes_data.sessions.errors import (CompressionSessionBusyError, CompressionSessionClosedError,
                      SessionTurnLeaseLostError, StateDbCorruptError, StateDbReplacedError)
 
-#: Every bucket :func:`classify_persistence_error` answers, for callers that enumerate them
-#: (a scheduler choosing an explanation per cause iterates this, never a list of its own).
-PERSISTENCE_ERROR_CAUSES = ("locked", "compression", "compression_closed", "turn_lease",
-                            "corrupt", "replaced", "disk", "unknown")
-
 _TYPED = ((SessionTurnLeaseLostError, "turn_lease"),
           (CompressionSessionClosedError, "compression_closed"),
           (CompressionSessionBusyError, "compression"),
@@ -33,6 +28,10 @@ _TYPED = ((SessionTurnLeaseLostError, "turn_lease"),
           (StateDbReplacedError, "replaced"),
           (DatabaseBusyError, "locked"),
           (StoreIOError, "disk"))  # StoreFullError too (docs/sqlite-policy.md "I/O errors")
+#: Every bucket :func:`classify_persistence_error` answers, in the order it decides them, for
+#: callers that enumerate them (a scheduler choosing an explanation per cause iterates this,
+#: never a list of its own). Every bucket has a typed error, so the table above names them all.
+PERSISTENCE_ERROR_CAUSES = tuple(bucket for _, bucket in _TYPED) + ("unknown",)
 _PHRASES = (("turn lease", "turn_lease"),
             ("ended with 'compression'", "compression_closed"),
             ("closed by compression", "compression_closed"),
