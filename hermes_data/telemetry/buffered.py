@@ -64,13 +64,11 @@ from contextlib import contextmanager
 from datetime import datetime
 from itertools import groupby, islice
 from operator import itemgetter
-from typing import Any, Iterable, cast
+from typing import Any, Iterable
 
-from hermes_data.connectivity import typed_error
 from hermes_data.errors import (DatabaseUnavailableError, HermesDataError, StatementTimeoutError,
                                 StoreIOError)
-from hermes_data.locking import driver_error
-from hermes_data.telemetry.store import Compiled, PgTelemetryStore, TelemetryStore, pg_dialect
+from hermes_data.telemetry.store import Compiled, TelemetryStore, pg_dialect
 from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,
@@ -114,27 +112,19 @@ STORE_FAILURES = (StoreIOError, DatabaseUnavailableError, StatementTimeoutError)
 
 
 @contextmanager
-def _sqlite_tx(store: TelemetryStore, conn):
+def _sqlite_tx(store: TelemetryStore):
     # The store's own write transaction: its rollback and I/O-error translation.
     with store.write("a buffered telemetry flush") as tx:
         yield tx.conn
 
 
 @contextmanager
-def _pg_tx(store: TelemetryStore, conn):
-    # A server that goes away is raised as the typed error of the phase it went away in:
-    # before COMMIT the server rolled the batch back; during it the outcome is unknown.
-    phase = "write"
-    try:
-        with conn.transaction():
-            with conn.cursor() as cur:
-                yield cur
-            phase = "commit"
-    except Exception as exc:
-        typed = typed_error(exc, cast(PgTelemetryStore, store).where, phase)
-        if typed is None:
-            raise
-        raise typed from driver_error(exc)
+def _pg_tx(store: TelemetryStore):
+    # The store's own write transaction too: a server that goes away is raised as the typed
+    # error of the phase it went away in (before COMMIT the server rolled the batch back;
+    # during it the outcome is unknown), and a connection it closed is dropped.
+    with store.write("a buffered telemetry flush") as tx, tx.conn.cursor() as cur:
+        yield cur
 
 
 class BufferFullError(HermesDataError):
@@ -393,9 +383,9 @@ class BufferedWriter:
         items = [item for item in batch if item[0] != _FLUSH]
         if items:
             try:
-                # The thread's connection, asked per batch: on PostgreSQL one the server
-                # closed (a restart) is replaced, so a restart does not doom every batch.
-                with self.store.writer_queue, self._tx(self.store, self.store.connection()) as cur:
+                # store.write asks for the thread's connection per batch: on PostgreSQL one
+                # the server closed (a restart) is replaced, so a restart dooms no batch.
+                with self.store.writer_queue, self._tx(self.store) as cur:
                     for kind, grouped in groupby(items, key=itemgetter(0)):
                         group = list(grouped)
                         first, second = self._sql[kind]
@@ -439,7 +429,7 @@ class BufferedWriter:
                 continue
             first, second = self._sql[kind]
             try:
-                with self.store.writer_queue, self._tx(self.store, self.store.connection()) as cur:
+                with self.store.writer_queue, self._tx(self.store) as cur:
                     cur.execute(first, first_args)
                     cur.execute(second, second_args)
                 self.written += 1

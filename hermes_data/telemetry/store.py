@@ -506,15 +506,12 @@ class TelemetryStore:
         with self.writer_queue:
             try:
                 conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield _DbapiTx(conn)
-                except BaseException:
-                    _roll_back(getattr(self._local, "held", None), conn)
-                    raise
+                yield _DbapiTx(conn)
                 conn.commit()
-            except sqlite3.Error as exc:
+            except BaseException as exc:  # BEGIN, the caller's body or COMMIT: rolled back once
                 _roll_back(getattr(self._local, "held", None), conn)
-                err = failed_write(exc, self.path, operation)
+                err = failed_write(exc, self.path, operation) if isinstance(exc, sqlite3.Error) \
+                    else exc
                 if err is exc:
                     raise
                 self._drop_faulted_connection()
