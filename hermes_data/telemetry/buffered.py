@@ -123,8 +123,10 @@ def _pg_tx(store: TelemetryStore):
     # The store's own write transaction too: a server that goes away is raised as the typed
     # error of the phase it went away in (before COMMIT the server rolled the batch back;
     # during it the outcome is unknown), and a connection it closed is dropped.
-    with store.write("a buffered telemetry flush") as tx, tx.conn.cursor() as cur:
-        yield cur
+    with store.write("a buffered telemetry flush") as tx:
+        conn: Any = tx.conn  # a psycopg connection: its cursor is a context manager
+        with conn.cursor() as cur:
+            yield cur
 
 
 class BufferFullError(HermesDataError):
