@@ -10,8 +10,6 @@ import os
 import sqlite3
 from typing import TYPE_CHECKING, Any
 
-from hermes_data.locking import driver_error, is_lock_conflict, sqlite_result_code
-
 
 class HermesDataError(Exception):
     """Base class of every error raised by hermes-data."""
@@ -316,7 +314,9 @@ def store_io_error(exc: BaseException, path: str, operation: str, *,
     and SQLITE_CANTOPEN only on a readable regular file in a writable directory — otherwise
     it is a path or permission problem the caller words itself; READONLY never. Our own
     errors (a :class:`HermesDataError` other than this one) are never re-classified.
-    For the except path: nothing here runs on success."""
+    For the except path: nothing here runs on success (nor loads the classifiers it uses)."""
+    from hermes_data.locking import driver_error, is_lock_conflict, sqlite_result_code
+
     if isinstance(exc, StoreIOError):
         return exc
     if isinstance(exc, HermesDataError):

@@ -11,6 +11,7 @@ import sqlite3
 from dataclasses import asdict, dataclass, field
 
 from hermes_data.engine import is_wal_reset_vulnerable, linked_sqlite_version
+from hermes_data.locking import driver_error
 from hermes_data.files import MIN_FD_HEADROOM, descriptor_budget, file_facts, file_holders
 
 
@@ -60,7 +61,7 @@ class DoctorReport:
 
 def _one_line(exc: BaseException) -> str:
     """A driver error as one line: the driver's own message, without SQL or links."""
-    orig = getattr(exc, "orig", None) or exc
+    orig = driver_error(exc)
     return " ".join(str(orig).split()) or type(orig).__name__
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from hermes_data.errors import CorruptDatabaseError
+from hermes_data.errors import SQLITE_CANTOPEN, SQLITE_READONLY, CorruptDatabaseError
 
 __all__ = ["CHECK_LINES", "cannot_open_or_write", "corrupt_error", "is_sqlite_lock_conflict",
            "sqlite_check"]
@@ -55,15 +55,13 @@ def corrupt_error(path: Path, pragma: str, problems: list[str], store: str) -> C
         f"(details: hermes-data doctor --store {store} --url {path})")
 
 
-#: Primary SQLite result codes that mean "cannot open or write", never damage.
-_SQLITE_READONLY, _SQLITE_CANTOPEN = 8, 14
-
-
 def cannot_open_or_write(exc: BaseException) -> bool:
     """Is ``exc`` SQLite's ``SQLITE_CANTOPEN`` / ``SQLITE_READONLY`` (any extended code)?"""
-    orig = getattr(exc, "orig", None) or exc
-    code = getattr(orig, "sqlite_errorcode", None)
-    if isinstance(code, int):
-        return code & 0xFF in (_SQLITE_READONLY, _SQLITE_CANTOPEN)
+    from hermes_data.locking import driver_error, sqlite_result_code  # failure paths only
+
+    orig = driver_error(exc)
+    code = sqlite_result_code(orig)
+    if code is not None:
+        return code in (SQLITE_READONLY, SQLITE_CANTOPEN)
     text = str(orig).lower()
     return "unable to open database file" in text or "readonly database" in text

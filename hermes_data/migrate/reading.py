@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from hermes_data.files import FileHeader
+from hermes_data.locking import driver_error
 from hermes_data.tracked import TrackedConnection, tracked_connect
 
 __all__ = ["SNAPSHOT_PREFIX", "connect", "has_hot_journal_error"]
@@ -58,8 +59,7 @@ _CHUNK = 1 << 20
 
 def has_hot_journal_error(exc: BaseException) -> bool:
     """Is ``exc`` SQLite refusing a read-only reader because of a hot rollback journal?"""
-    orig = getattr(exc, "orig", None) or exc
-    return getattr(orig, "sqlite_errorcode", None) == _READONLY_ROLLBACK
+    return getattr(driver_error(exc), "sqlite_errorcode", None) == _READONLY_ROLLBACK
 
 
 _classes: dict[type, type[sqlite3.Connection]] = {}

@@ -48,6 +48,7 @@ from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, Pro
                      store_io_error)
 from hermes_data.files import link_target, make_owner_only, refuse_dangling_link
 from hermes_data.isolation import ensure_test_isolation
+from hermes_data.locking import driver_error
 from hermes_data.migrate import reading
 from hermes_data.migrate.fresh import create_fresh, is_new_file, owner_only_journal
 # SQLite lock kinds only: the upgrade's patience waits out a lock on the *file* (a sibling
@@ -404,7 +405,7 @@ def not_writable(path: Path, exc: BaseException) -> StoreNotWritableError | None
     writable (the caller's own refusal stands)."""
     if not cannot_open_or_write(exc):
         return None
-    orig = getattr(exc, "orig", None) or exc
+    orig = driver_error(exc)
     target = link_target(path) or Path(path)
     directory = target.parent
     if not os.access(directory, os.W_OK | os.X_OK):
