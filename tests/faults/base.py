@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import shutil
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,3 +95,17 @@ def count(db: Path, query: str, params: tuple = ()) -> int:
         return int(con.execute(query, params).fetchone()[0])
     finally:
         con.close()
+
+
+def legacy_copy(member: str, dest: Path) -> Path:
+    """Copy the legacy database ``member`` of the repository's fixtures (tests/fixtures/
+    README.md; with any ``-wal``/``-shm`` beside it) to ``dest``, owner-writable."""
+    from tests.conftest import FIXTURES  # unpacked and checksummed once per process
+
+    src = FIXTURES / member
+    assert src.exists(), member
+    for suffix in ("", "-wal", "-shm"):
+        if Path(f"{src}{suffix}").exists():
+            shutil.copyfile(f"{src}{suffix}", f"{dest}{suffix}")
+            Path(f"{dest}{suffix}").chmod(0o600)
+    return dest

@@ -10,28 +10,14 @@ optimization completes), and what it carries is intact.
 from __future__ import annotations
 
 import hashlib
-import shutil
 import sqlite3
-import tarfile
 from pathlib import Path
 
-from tests.faults.base import Scenario, count, rows_digest, run_cli
+from tests.faults.base import Scenario, count, legacy_copy, rows_digest, run_cli
 
-ARCHIVE = Path(__file__).resolve().parents[1] / "fixtures" / "legacy.tar.xz"
 #: The legacy files the commands start from (tests/fixtures/README.md).
 TELEMETRY_LEGACY = "legacy-telemetry/telemetry_v8_7590260.db"
 SESSIONS_LEGACY = "legacy-sessions/state_fork_v21.db"
-
-
-def _fixture(member: str, dest: Path) -> Path:
-    """Extract one legacy database of the fixture archive to ``dest`` (owner-writable)."""
-    with tarfile.open(ARCHIVE) as tar:
-        src = tar.extractfile(member)
-        assert src is not None, member
-        with open(dest, "wb") as out:
-            shutil.copyfileobj(src, out)
-    dest.chmod(0o600)
-    return dest
 
 
 def _at_head(db: Path, store: str) -> bool:
@@ -47,7 +33,7 @@ def _at_head(db: Path, store: str) -> bool:
 # -- upgrade -----------------------------------------------------------------------------------
 
 def _telemetry_legacy(directory: Path) -> None:
-    _fixture(TELEMETRY_LEGACY, directory / "telemetry.db")
+    legacy_copy(TELEMETRY_LEGACY, directory / "telemetry.db")
 
 
 def _telemetry_upgrade_observe(directory: Path) -> tuple[str, int]:
@@ -63,7 +49,7 @@ def _upgrade_telemetry(handle: None, directory: Path) -> None:
 
 
 def _sessions_legacy(directory: Path) -> None:
-    _fixture(SESSIONS_LEGACY, directory / "state.db")
+    legacy_copy(SESSIONS_LEGACY, directory / "state.db")
 
 
 def _sessions_rows(db: Path) -> str:
@@ -117,7 +103,7 @@ def _copy(handle: None, directory: Path) -> None:
 # -- repair --apply ----------------------------------------------------------------------------
 
 def _repair_prepare(directory: Path) -> None:
-    db = _fixture(SESSIONS_LEGACY, directory / "state.db")
+    db = legacy_copy(SESSIONS_LEGACY, directory / "state.db")
     # A duplicated sqlite_master row: "malformed database schema", what repair fixes.
     con = sqlite3.connect(db, isolation_level=None)
     try:

@@ -9,13 +9,12 @@ other state is reported as a negative — half-visible — number.
 from __future__ import annotations
 
 import json
-import shutil
 import sqlite3
 import uuid
 from pathlib import Path
 from typing import Any, Callable
 
-from tests.faults.base import MARK, Scenario, count, rows_digest
+from tests.faults.base import MARK, Scenario, count, legacy_copy, rows_digest
 
 #: The legacy file the adoption path adopts (tests/fixtures/README.md): an upstream state.db
 #: at schema 21, sessions of several sources, a compression chain, CJK messages.
@@ -175,12 +174,7 @@ def _create_observe(directory: Path) -> tuple[str, int]:
 
 
 def _adopt_prepare(directory: Path) -> None:
-    from tests.conftest import FIXTURES
-
-    src = FIXTURES / LEGACY_FIXTURE
-    for suffix in ("", "-wal", "-shm"):
-        if Path(f"{src}{suffix}").exists():
-            shutil.copyfile(f"{src}{suffix}", directory / f"state.db{suffix}")
+    legacy_copy(LEGACY_FIXTURE, directory / "state.db")
     (directory / "legacy.json").write_text(json.dumps(_legacy_rows(directory / "state.db")))
 
 
