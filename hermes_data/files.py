@@ -23,9 +23,10 @@ import struct
 import sys
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
 from hermes_data.errors import StoreLinkError, UnsafeLockFileError
 
@@ -266,6 +267,47 @@ def open_lock_file(path: str | os.PathLike[str]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+@contextmanager
+def replacing_file(path: str | os.PathLike[str], *, mode: int = 0o600) -> Iterator[IO[str]]:
+    """A text stream (UTF-8) that becomes ``path`` only whole.
+
+    It writes a new temporary file beside ``path`` — ``O_CREAT | O_EXCL | O_NOFOLLOW``,
+    ``mode``, a random name, so a name already taken (or planted as a link) is never
+    opened — and, when the block succeeds, flushes, fsyncs and renames it over ``path``,
+    then fsyncs the directory (best effort). On any failure the temporary file is removed
+    and ``path`` is as it was. ``OSError``s propagate unchanged: callers name the file in
+    their own words."""
+    directory, base = os.path.split(os.path.abspath(os.fspath(path)))
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    while True:
+        tmp = os.path.join(directory, f".{base}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, flags, mode)
+            break
+        except FileExistsError:
+            continue  # a name taken (or planted) already: never opened, another one
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as stream:
+            yield stream
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    try:  # the rename itself survives a crash
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
 
 
 def make_private_dirs(directory: str | os.PathLike[str]) -> list[Path]:

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from hermes_data.files import replacing_file
+
 
 def emit(*args: Any, sep: str = " ", end: str = "\n", file: Any = None,
          flush: bool = False) -> None:
@@ -289,47 +291,24 @@ def refuse_output_path(path: str) -> None:
 
 @contextmanager
 def output_file(path: str | None) -> Iterator[Any]:
-    """A text stream for a command's output: stdout without ``path``; else a new temporary
-    file beside ``path`` (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600: an export is as
-    private as the store), fsynced and renamed over ``path`` when the block succeeds. A
-    failure — of the block, or a full disk or I/O error writing it — removes the temporary
-    file and leaves any previous ``path`` untouched; a write error is raised as
-    :class:`OutputFileError` naming ``path``."""
+    """A text stream for a command's output: stdout without ``path``; else
+    :func:`hermes_data.files.replacing_file` — a new temporary file beside ``path`` (mode
+    0600: an export is as private as the store), renamed over ``path`` when the block
+    succeeds. A failure — of the block, or a full disk or I/O error writing it — removes the
+    temporary file and leaves any previous ``path`` untouched; a failure of the output file
+    itself is raised as :class:`OutputFileError` naming ``path``, while one of the block
+    (reading the store) propagates as it is."""
     if not path:
         yield sys.stdout
         return
     refuse_output_path(path)
-    directory, name = os.path.split(os.path.abspath(path))
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-    while True:
-        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o600)
-            break
-        except FileExistsError:
-            continue  # a name taken (or planted) already: never opened, another one
-        except OSError as exc:
-            raise _output_error(exc, path) from exc
+    in_block = False
     try:
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as stream:
-                yield _OutputFile(stream, path)
-                stream.flush()
-                os.fsync(stream.fileno())
-            os.replace(tmp, path)
-        except OSError as exc:  # flush, fsync, close, rename: the output's, not the store's
-            raise _output_error(exc, path) from exc
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    try:  # the rename itself survives a crash
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:
-        pass
+        with replacing_file(path) as stream:
+            in_block = True
+            yield _OutputFile(stream, path)
+            in_block = False
+    except OSError as exc:  # open, flush, fsync, close, rename: the output's, not the store's
+        if in_block:
+            raise  # the block's own failure (e.g. StoreIOError reading the store)
+        raise _output_error(exc, path) from exc

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from hermes_data.files import replacing_file
 from hermes_data.sessions.errors import LiveConnectionError
 from hermes_data.sessions.storage.filesafety import offline_file_access
 
@@ -149,20 +150,9 @@ def clear_ledger(db: Path) -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = Path(f"{path}.tmp-{os.getpid()}")
-    # A predictable name: O_EXCL | O_NOFOLLOW, never O_TRUNC, so a link planted there is
-    # removed (the link, not its target), never followed or truncated (issue 31).
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-    try:
-        fd = os.open(tmp, flags, 0o600)
-    except FileExistsError:
-        tmp.unlink()
-        fd = os.open(tmp, flags, 0o600)
-    with os.fdopen(fd, "w") as f:
+    # A new file renamed over the ledger: never a followed link or a truncated file (issue 31).
+    with replacing_file(path) as f:
         json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------------------------------
