@@ -1,0 +1,44 @@
+"""``SessionDB``: upstream's class name and constructor over :class:`SessionStore`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hermes_data.compat.agent_methods import AgentMethods
+from hermes_data.compat.coordination_methods import CoordinationMethods
+from hermes_data.compat.core_methods import CoreMethods
+from hermes_data.compat.gateway_methods import GatewayMethods
+from hermes_data.compat.maintenance_methods import MaintenanceMethods
+from hermes_data.compat.ui_methods import UiMethods
+from hermes_data.sessions.store import SessionStore
+
+
+class SessionDB(CoreMethods, AgentMethods, MaintenanceMethods, CoordinationMethods,
+                GatewayMethods, UiMethods):
+    """The agent's ``SessionDB``, method for method (docs/compat.md).
+
+    ``SessionDB(db_path=None, read_only=False)`` opens ``db_path`` (a SQLite file; here also a
+    ``postgresql+psycopg://`` URL), or the configured ``state.db`` when it is ``None``.
+    """
+
+    def __init__(self, db_path: str | os.PathLike[str] | None = None,
+                 read_only: bool = False) -> None:
+        self.store = SessionStore(db_path, read_only=read_only)
+
+    @classmethod
+    def over(cls, store: SessionStore) -> "SessionDB":
+        """A ``SessionDB`` adapting an already open ``store`` (closing it closes ``store``)."""
+        db = cls.__new__(cls)
+        db.store = store
+        return db
+
+    @property
+    def db_path(self) -> Path:
+        """The database file (for a PostgreSQL store: the path-like name the store reports)."""
+        return self.store.path
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle refuses writes."""
+        return self.store.read_only

@@ -1,0 +1,11 @@
+"""``SessionDB``'s upstream-shaped methods of the ui area (the names are listed in
+:data:`hermes_data.compat.names.SESSION_DB_METHODS`); each calls the typed store and adapts
+only names, arguments and return shapes (docs/compat.md)."""
+
+from __future__ import annotations
+
+from hermes_data.compat.base import CompatBase
+
+
+class UiMethods(CompatBase):
+    """The ui methods of :class:`~hermes_data.compat.SessionDB`."""
