@@ -105,6 +105,8 @@ class ScratchDatabases:
         return self._admin
 
     def _admin_execute(self, *statements: str) -> None:
+        """Run ``statements`` on the administrator connection (autocommit), every driver
+        error turned into a :class:`ScratchDatabaseError` naming the server and its source."""
         import sqlalchemy as sa
 
         try:
@@ -116,10 +118,29 @@ class ScratchDatabases:
                 f"PostgreSQL test server {self.describe()} is unreachable or refused "
                 f"{statements[0]!r}: {str(exc.orig).strip() or exc}. Start the server, or "
                 "unconfigure it to skip the PostgreSQL runs") from None
-        except sa.exc.ProgrammingError as exc:
+        except sa.exc.DBAPIError as exc:
+            why = str(exc.orig).strip()
+            hint = (" (the configured role needs CREATEDB)" if "permission denied" in why
+                    else "")
             raise ScratchDatabaseError(
                 f"PostgreSQL test server {self.describe()} refused {statements[0]!r}: "
-                f"{str(exc.orig).strip()}. The configured role needs CREATEDB") from None
+                f"{why}{hint}") from None
+
+    def _create(self, name: str) -> None:
+        """``CREATE DATABASE name`` in the byte-order collation docs/postgresql.md asks for
+        (``C.UTF-8``, as production), or in the server's default where it has no such
+        locale; ``synchronous_commit=off`` for this database only (tests check results, not
+        fsyncs)."""
+        tune = f'ALTER DATABASE "{name}" SET synchronous_commit = off'
+        try:
+            self._admin_execute(f'CREATE DATABASE "{name}" TEMPLATE template0 '
+                                "ENCODING 'UTF8' LOCALE 'C.UTF-8'", tune)
+        except ScratchDatabaseError as exc:
+            if "invalid locale name" not in str(exc):
+                raise
+            log.warning("%s; the scratch database %s takes the server's default collation",
+                        exc, name)
+            self._admin_execute(f'CREATE DATABASE "{name}"', tune)
 
     def url(self, store: str) -> str:
         """The URL of ``store``'s scratch database, created and upgraded to head on first
@@ -130,9 +151,7 @@ class ScratchDatabases:
         from hermes_data.migrate import runner
 
         name = scratch_name(store)
-        # synchronous_commit=off for this database only: tests check results, not fsyncs.
-        self._admin_execute(f'CREATE DATABASE "{name}"',
-                            f'ALTER DATABASE "{name}" SET synchronous_commit = off')
+        self._create(name)
         url = self.admin_url.set(database=name).render_as_string(hide_password=False)
         self.urls[store] = url
         self.names[store] = name

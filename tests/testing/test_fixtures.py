@@ -11,7 +11,8 @@ import sqlalchemy as sa
 
 from hermes_data import ConfigurationError, SessionStore
 from hermes_data.telemetry import TelemetryStore, get_run, record_llm_call, start_run
-from hermes_data.testing.scratch import SCRATCH_PREFIX
+from hermes_data.testing.scratch import (SCRATCH_PREFIX, ScratchDatabaseError, ScratchDatabases,
+                                          scratch_name)
 
 
 def test_the_backend_parameter_has_both_ids(request, hermes_data_backend):
@@ -64,6 +65,32 @@ def test_the_urls_name_fresh_unopened_stores(session_store_url, telemetry_store_
     # Upgraded to head already: the store opens it without an upgrade.
     with SessionStore(session_store_url) as s:
         assert s.list_sessions() == []
+    # The byte-order collation docs/postgresql.md asks for (this server has C.UTF-8).
+    engine = sa.create_engine(session_store_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            assert conn.exec_driver_sql(
+                "SELECT datcollate FROM pg_database WHERE datname = current_database()"
+            ).scalar() == "C.UTF-8"
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("url, says", [
+    ("sqlite:////tmp/x.db", "is not a PostgreSQL URL"),
+    ("not a url", "is not a database URL"),
+])
+def test_a_scratch_server_url_must_be_postgresql(url, says):
+    with pytest.raises(ScratchDatabaseError, match=says) as raised:
+        ScratchDatabases(url, "$HERMES_DATA_TEST_PG_URL")
+    assert str(raised.value).startswith("$HERMES_DATA_TEST_PG_URL: ")
+
+
+def test_scratch_names_carry_the_prefix_and_a_random_suffix():
+    a, b = scratch_name("sessions"), scratch_name("sessions")
+    assert a != b and a.startswith("hermes_data_test_sessions_") and len(a) == len(b) <= 63
+    with pytest.raises(ValueError, match="'other'"):
+        scratch_name("other")
 
 
 def test_both_stores_in_one_test_share_the_backend(session_store, telemetry_store,
