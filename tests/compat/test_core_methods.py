@@ -270,6 +270,7 @@ def test_set_auto_title_respects_rank(db):
     db.set_session_title("s2", "mine")
     assert db.set_auto_title("s2", "llm", source=db.TITLE_SOURCE_LLM) is False
     assert db.get_session("s2")["title"] == "mine"
+    assert db.set_auto_title("missing", "t", source=db.TITLE_SOURCE_LLM) is False
 
 
 def test_get_next_title_in_lineage(db):
