@@ -38,7 +38,7 @@ def say(db: SessionDB, session_id: str, *texts: str, role: str = "user") -> list
 def test_close_closes_the_handle(db):
     db.create_session("s1", "cli")
     assert db.close() is None
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="closed"):
         db.get_session("s1")
 
 

@@ -57,7 +57,7 @@ def test_shared_handles_are_sessiondbs_over_one_store(tmp_path):
     assert compat.release_shared_session_db(second) is False  # no longer known
     owned = SessionDB(path)
     compat.release_or_close(owned)  # not shared: closed
-    with pytest.raises(Exception):
+    with pytest.raises(Exception, match="closed"):
         owned.get_session("s1")
     again = compat.get_shared_session_db(path)
     assert again.get_session("s1") is not None
