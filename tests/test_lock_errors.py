@@ -5,6 +5,7 @@ guard that keeps it the only one."""
 from __future__ import annotations
 
 import ast
+import re
 import sqlite3
 import threading
 from pathlib import Path
@@ -263,8 +264,15 @@ LOCK_MARKERS = ("locked", "busy", "deadlock", "could not serialize", "lock not a
 LOCK_SQLSTATES = {"55p03", "40p01", "40001"}
 
 
+#: A class name in CamelCase ("CompressionSessionBusyError" in a table of exported names)
+#: names a type, it is no phrase of a driver's message.
+_CLASS_NAME = re.compile(r"(?:[A-Z][a-z0-9]+){2,}")
+
+
 def _marker(node: ast.AST) -> bool:
     if not isinstance(node, ast.Constant) or not isinstance(node.value, str):
+        return False
+    if _CLASS_NAME.fullmatch(node.value):
         return False
     text = node.value.lower()
     return text in LOCK_SQLSTATES or any(m in text for m in LOCK_MARKERS)
@@ -328,6 +336,7 @@ def test_the_guard_leaves_labels_and_prose_alone():
     source = ('def f(ok):\n    """Busy ⇒ False; the database is locked."""\n'
               '    log.info("write lock busy: %s", ok)\n'
               '    hint = {"busy": "retry later"}\n'
+              '    exported = ("SessionDB", "CompressionSessionBusyError")\n'
               '    return "locked" if ok else ("busy", 3)\n')
     assert lock_classifiers_in(source) == []
 

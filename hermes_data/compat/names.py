@@ -129,4 +129,16 @@ MODULE_NAMES: tuple[str, ...] = (
 #: Upstream names the layer deliberately does not provide, each with the reason (a caller
 #: that imports one gets an ImportError naming it, and docs/compat.md says what replaces it).
 NOT_PROVIDED: dict[str, str] = {
+    "SCHEMA_VERSION": "upstream's hand-rolled schema ledger number; the store's schema is its "
+                      "Alembic revision (hermes-data status / check)",
+    "FTS_STORAGE_VERSION": "an internal marker of upstream's FTS layout; the store owns its "
+                           "index layout (SessionStore.optimize_fts_storage)",
+    "FTS_STALE_KEY": "an internal state_meta key of upstream's FTS recovery; the store owns it "
+                     "(SessionStore.retry_deferred_fts_recovery, fts_available)",
+    "FTS_CJK_STALE_KEY": "an internal state_meta key of upstream's CJK index; the store owns "
+                         "it (SessionStore.fts_available)",
+    "FTS_REBUILD_DEFERRAL_KEY": "an internal state_meta key of upstream's deferred FTS rebuild; "
+                                "the store owns it (SessionStore.retry_deferred_fts_recovery)",
+    "MAX_FTS5_QUERY_CHARS": "an internal bound of upstream's FTS5 query builder; the store's "
+                            "search caps its own input (SessionStore.search_messages)",
 }

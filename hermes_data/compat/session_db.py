@@ -11,6 +11,7 @@ from hermes_data.compat.core_methods import CoreMethods
 from hermes_data.compat.gateway_methods import GatewayMethods
 from hermes_data.compat.maintenance_methods import MaintenanceMethods
 from hermes_data.compat.ui_methods import UiMethods
+from hermes_data.sessions.core.encoding import MAX_TITLE_LENGTH
 from hermes_data.sessions.store import SessionStore
 
 
@@ -21,6 +22,21 @@ class SessionDB(CoreMethods, AgentMethods, MaintenanceMethods, CoordinationMetho
     ``SessionDB(db_path=None, read_only=False)`` opens ``db_path`` (a SQLite file; here also a
     ``postgresql+psycopg://`` URL), or the configured ``state.db`` when it is ``None``.
     """
+
+    # Upstream's class constants (SESSION_DB_ATTRIBUTES), the store's values.
+    #: Longest title ``sanitize_title`` keeps.
+    MAX_TITLE_LENGTH = MAX_TITLE_LENGTH
+    #: Title provenances, lowest to highest rank (what ``set_auto_title`` /
+    #: ``set_session_title_source`` take).
+    TITLE_SOURCE_DERIVED = "derived"
+    TITLE_SOURCE_LLM = "llm"
+    TITLE_SOURCE_USER = "user"
+    #: The title of a bot's hidden canonical chat, which renames never move.
+    CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
+    #: The ``display_metadata`` key message reactions live under.
+    REACTIONS_METADATA_KEY = "reactions"
+    #: Accidental end reasons gateway recovery treats as resumable.
+    RECOVERABLE_END_REASONS = SessionStore.RECOVERABLE_END_REASONS
 
     def __init__(self, db_path: str | os.PathLike[str] | None = None,
                  read_only: bool = False) -> None:

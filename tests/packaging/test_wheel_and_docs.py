@@ -139,7 +139,8 @@ def test_readme_test_command_is_what_ci_runs():
 
 #: Guide pages whose ```python blocks run as written, like the README's (the examples moved there
 #: from the README).
-DOC_EXAMPLE_PAGES = ("docs/configuration.md", "docs/telemetry-api.md", "docs/sessions-guide.md")
+DOC_EXAMPLE_PAGES = ("docs/configuration.md", "docs/telemetry-api.md", "docs/sessions-guide.md",
+                     "docs/compat.md")
 
 
 def test_readme_python_examples_run(tmp_path, monkeypatch):
