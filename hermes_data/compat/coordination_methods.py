@@ -8,7 +8,7 @@ import os
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from hermes_data.compat.base import CompatBase
-from hermes_data.compat.shapes import as_dict, as_plain, pick, without_none
+from hermes_data.compat.shapes import as_dict, as_plain, pick, session_list_dict, without_none
 from hermes_data.sessions.rows import NewMessage
 
 #: The keys of upstream's rewind result (``replacement_message_id`` only when asked for).
@@ -197,7 +197,7 @@ class CoordinationMethods(CompatBase):
     def find_live_compression_child(self, parent_session_id: str) -> Optional[Dict[str, Any]]:
         """The one live continuation of a compression-ended parent as a session dict, or
         None. Calls ``store.find_live_compression_child``."""
-        return as_dict(self.store.find_live_compression_child(parent_session_id))
+        return session_list_dict(self.store.find_live_compression_child(parent_session_id))
 
     def reopen_orphaned_compression_session(self, session_id: str) -> bool:
         """Reopen a compression parent no continuation was published for. Calls

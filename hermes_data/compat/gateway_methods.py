@@ -8,7 +8,8 @@ import os
 from typing import Any, Dict, List, Optional, Tuple
 
 from hermes_data.compat.base import CompatBase
-from hermes_data.compat.shapes import as_dict, as_dicts, pick, session_list_dict
+from hermes_data.compat.shapes import (as_dict, as_dicts, pick, session_list_dict,
+                                       session_list_dicts)
 
 #: The keys of upstream's handoff state (the store's row also carries the claim).
 _HANDOFF_KEYS = ("state", "platform", "error")
@@ -76,7 +77,7 @@ class GatewayMethods(CompatBase):
     ) -> Optional[Dict[str, Any]]:
         """The latest recoverable session of a routing peer as a session dict, or None.
         Calls ``store.find_latest_gateway_session_for_peer``."""
-        return as_dict(self.store.find_latest_gateway_session_for_peer(
+        return session_list_dict(self.store.find_latest_gateway_session_for_peer(
             source=source, user_id=user_id, session_key=session_key, chat_id=chat_id,
             chat_type=chat_type, thread_id=thread_id))
 
@@ -92,8 +93,8 @@ class GatewayMethods(CompatBase):
                               active_only: bool = True) -> List[Dict[str, Any]]:
         """The newest session per routing key as session dicts with ``last_active``. Calls
         ``store.list_gateway_sessions``."""
-        return as_dicts(self.store.list_gateway_sessions(platform=platform,
-                                                         active_only=active_only))
+        return session_list_dicts(self.store.list_gateway_sessions(
+            platform=platform, active_only=active_only))
 
     # -- never-active rows and orphan repair ----------------------------------------------
 
@@ -140,7 +141,7 @@ class GatewayMethods(CompatBase):
     def list_pending_handoffs(self) -> List[Dict[str, Any]]:
         """The sessions with a ``pending`` handoff, oldest first, as session dicts. Calls
         ``store.list_pending_handoffs``."""
-        return as_dicts(self.store.list_pending_handoffs())
+        return session_list_dicts(self.store.list_pending_handoffs())
 
     def claim_handoff(self, session_id: str) -> bool:
         """``pending`` ⇒ ``running`` (this handle claims it). Calls
@@ -279,4 +280,4 @@ class GatewayMethods(CompatBase):
         ``store.list_unlinked_telegram_sessions_for_user``."""
         rows = self.store.list_unlinked_telegram_sessions_for_user(
             chat_id=chat_id, user_id=user_id, profile_name=profile_name, limit=limit)
-        return [session_list_dict(r) for r in rows]
+        return session_list_dicts(rows)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 from hermes_data.compat.base import CompatBase
-from hermes_data.compat.shapes import as_dicts, as_plain, session_list_dict
+from hermes_data.compat.shapes import as_dicts, as_plain, session_list_dicts
 
 
 class UiMethods(CompatBase):
@@ -79,13 +79,13 @@ class UiMethods(CompatBase):
             archived_only=archived_only, id_query=id_query, search_query=search_query,
             include_pinned=include_pinned, session_key=session_key,
             include_hidden=include_hidden)
-        return [session_list_dict(r) for r in rows]
+        return session_list_dicts(rows)
 
     def search_sessions(self, source: Optional[str] = None, limit: int = 20, offset: int = 0,
                         workspace_key: Optional[str] = None) -> List[Dict[str, Any]]:
         """Sessions by most recent activity as session dicts with ``last_active``, archived
         and delegate rows included as upstream. Calls ``store.search_sessions`` with
         ``include_archived=True, include_delegates=True``."""
-        return as_dicts(self.store.search_sessions(source, limit, offset, workspace_key,
-                                                   include_archived=True,
-                                                   include_delegates=True))
+        return session_list_dicts(self.store.search_sessions(
+            source, limit, offset, workspace_key, include_archived=True,
+            include_delegates=True))
