@@ -16,6 +16,11 @@ from pathlib import Path
 
 import pytest
 
+#: The package's own pytest plugin (hermes_data/testing, docs/testing.md): its fixtures are
+#: tested here (tests/testing/), and a checkout that is not installed has no entry point.
+#: Loaded through the entry point as well, it blocks this second name itself.
+pytest_plugins = ("hermes_data.testing",)
+
 REPO = Path(__file__).resolve().parent.parent
 #: The legacy databases the tests use, carried by the repository (tests/fixtures/README.md).
 FIXTURE_ARCHIVE = REPO / "tests" / "fixtures" / "legacy.tar.xz"
@@ -85,8 +90,11 @@ def pytest_configure(config) -> None:
     # child process inherits, and the pre-sandbox homes as deny roots.
     from hermes_data import isolation
 
-    for name in _SESSION_ENV:
+    for name in (*_SESSION_ENV, "HERMES_DATA_TEST_PG_URL"):
         _saved_env.setdefault(name, os.environ.get(name))
+    # The plugin's PostgreSQL runs use this suite's server unless the run names another.
+    if not os.environ.get("HERMES_DATA_TEST_PG_URL", "").strip():
+        os.environ["HERMES_DATA_TEST_PG_URL"] = PG_ADMIN_URL
     sandbox = Path(tempfile.mkdtemp(prefix="hermes-data-session-home-"))
     atexit.register(shutil.rmtree, sandbox, True)
     os.environ["HERMES_HOME"] = str(sandbox)
@@ -118,12 +126,14 @@ def journal_independence(item: pytest.Item) -> str | None:
 
     A test is independent when it is marked ``journal_independent`` or when it is the
     PostgreSQL instance of a backend-parametrized test (``backend`` = ``postgresql``): the
-    journal mode is a property of a SQLite file and PostgreSQL has none."""
+    journal mode is a property of a SQLite file and PostgreSQL has none. The package's
+    pytest plugin names its parameter ``hermes_data_backend``; it counts the same way."""
     marker = item.get_closest_marker("journal_independent")
     if marker is not None:
         return marker.args[0] if marker.args else "marked journal_independent"
     callspec = getattr(item, "callspec", None)
-    if callspec is not None and callspec.params.get("backend") == "postgresql":
+    if callspec is not None and "postgresql" in (
+            callspec.params.get("backend"), callspec.params.get("hermes_data_backend")):
         return "PostgreSQL backend"
     return None
 
