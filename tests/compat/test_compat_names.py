@@ -20,10 +20,6 @@ from hermes_data.sessions.agent.activity import TITLE_SOURCES
 
 pytestmark = pytest.mark.journal_independent("static name table")
 
-#: Areas another helper fills on its own branch; until that merge their classes are empty.
-#: Remove an area here once its methods are on this branch (then a missing one fails).
-PENDING_AREAS = frozenset({"coordination_methods", "gateway_methods", "ui_methods"})
-
 #: Module names another branch adds to the package; wired into hermes_data.compat after its
 #: merge (remove the name here then: a strict xfail that passes fails the run).
 PENDING_MODULE_NAMES = {
@@ -65,8 +61,6 @@ def test_the_table_has_upstreams_175_methods_once_each():
 @pytest.mark.parametrize("area,name", METHODS, ids=[f"{a}.{n}" for a, n in METHODS])
 def test_each_method_is_defined_by_its_area_and_reached_from_sessiondb(area, name):
     cls = area_class(area)
-    if area in PENDING_AREAS and name not in vars(cls):
-        pytest.xfail(f"{area} is filled on another branch")
     assert name in vars(cls), f"{cls.__name__} does not define {name}"
     assert issubclass(SessionDB, cls)
     assert inspect.getattr_static(SessionDB, name) is vars(cls)[name], \
