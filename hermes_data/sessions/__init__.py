@@ -40,6 +40,12 @@ if TYPE_CHECKING:
     # Storage (docs/sessions-storage.md §3.6).
     from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
     from hermes_data.sessions.rows import FtsRebuildStatus
+    # Upstream's SessionDB class constants, as module names (issue 33).
+    from hermes_data.sessions.core.titles import (CANONICAL_BOT_CHAT_TITLE, TITLE_SOURCE_DERIVED,
+                                                 TITLE_SOURCE_LLM, TITLE_SOURCE_USER)
+    from hermes_data.sessions.core.encoding import MAX_TITLE_LENGTH
+    from hermes_data.sessions.ui.reactions import REACTIONS_METADATA_KEY
+    from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -75,6 +81,11 @@ _EXPORTS = {
     # Storage (docs/sessions-storage.md §3.6).
     "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
     "OptimizeStorageResult": "storage.fts.layout",
+    # Upstream's SessionDB class constants, as module names (issue 33).
+    "TITLE_SOURCE_DERIVED": "core.titles", "TITLE_SOURCE_LLM": "core.titles",
+    "TITLE_SOURCE_USER": "core.titles", "CANONICAL_BOT_CHAT_TITLE": "core.titles",
+    "MAX_TITLE_LENGTH": "core.encoding", "REACTIONS_METADATA_KEY": "ui.reactions",
+    "RECOVERABLE_END_REASONS": "agent.identity_sql",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -434,11 +434,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
         cleaned = enc.sanitize_title(title)
         return _write_checked(self._backend, lambda c: titles.set_title(
-            c, self._q, session_id, cleaned, "user"), session_id=session_id)
+            c, self._q, session_id, cleaned, titles.TITLE_SOURCE_USER), session_id=session_id)
 
     def set_auto_title(self, session_id: str, title: str | None, source: str) -> bool:
         """Automatic title (``derived``/``llm``): lands only on untitled or lower-ranked rows."""
-        if source not in ("derived", "llm"):
+        if source not in (titles.TITLE_SOURCE_DERIVED, titles.TITLE_SOURCE_LLM):
             raise ValueError(f"automatic title source must be 'derived' or 'llm', not {source!r}")
         cleaned = enc.sanitize_title(title)
         if cleaned is None:
