@@ -46,6 +46,12 @@ if TYPE_CHECKING:
     from hermes_data.sessions.core.encoding import MAX_TITLE_LENGTH
     from hermes_data.sessions.ui.reactions import REACTIONS_METADATA_KEY
     from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
+    # Upstream's module functions (issue 33).
+    from hermes_data.sessions.core.lifecycle import is_automatic_end_reason
+    from hermes_data.sessions.store import (resolved_max_export_messages,
+                                            resolved_max_resume_messages)
+    from hermes_data.sessions.storage.handle_guards import refuse_deleted_wal_generation
+    from hermes_data.sessions.storage.opening import resolve_synchronous_level
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -86,6 +92,11 @@ _EXPORTS = {
     "TITLE_SOURCE_USER": "core.titles", "CANONICAL_BOT_CHAT_TITLE": "core.titles",
     "MAX_TITLE_LENGTH": "core.encoding", "REACTIONS_METADATA_KEY": "ui.reactions",
     "RECOVERABLE_END_REASONS": "agent.identity_sql",
+    # Upstream's module functions (issue 33).
+    "is_automatic_end_reason": "core.lifecycle",
+    "resolved_max_resume_messages": "store", "resolved_max_export_messages": "store",
+    "refuse_deleted_wal_generation": "storage.handle_guards",
+    "resolve_synchronous_level": "storage.opening",
 }
 
 __all__ = sorted(_EXPORTS)
