@@ -238,6 +238,30 @@ def _warn_once(path: str, message: str) -> None:
     log.warning("%s: %s", path, message)
 
 
+#: The (database label, kind) pairs whose degradation ERROR this process has logged: a real
+#: loss of concurrency is logged at ERROR once per process and database, as upstream does
+#: (its kanban opens a connection per operation; an ERROR per connection floods the log).
+_errors_logged: set[tuple[str, str]] = set()
+_errors_logged_lock = threading.Lock()
+#: The kinds of :func:`_error_once`: WAL refused by the filesystem (raised or silent), and a
+#: configured DELETE that an on-disk WAL file overrides.
+WAL_REFUSED, DELETE_OVERRIDDEN = "wal refused", "configured delete overridden"
+
+
+def _error_once(path: str, kind: str, message: str, *args: object) -> None:
+    """Log ``message`` (``%``-formatted with ``args``) for the database ``path`` at ERROR the
+    first time this process meets ``kind`` there, at DEBUG every later time (upstream logs
+    nothing then; DEBUG keeps the repeat visible to whoever asks)."""
+    key = (path, kind)
+    with _errors_logged_lock:
+        first = key not in _errors_logged
+        _errors_logged.add(key)
+    if first:
+        log.error("%s: " + message + " (logged once per process and database)", path, *args)
+    else:
+        log.debug("%s: " + message + " (again)", path, *args)
+
+
 _RETRYABLE_WAL_ERRORS = ("locking protocol", "not authorized", "disk i/o error")
 
 
@@ -290,13 +314,15 @@ def _switch_to_wal(cur: sqlite3.Cursor, path: str, settings: SqliteSettings, cur
             raise error  # type: ignore[misc]
         if settings.require_wal:
             raise WalUnsupportedError(f"{path}: WAL is required but the filesystem refused it ({error})")
-        log.error("%s: WAL refused by the filesystem (%s); using DELETE mode", path, error)
+        _error_once(path, WAL_REFUSED, "WAL refused by the filesystem (%s); using DELETE mode",
+                    error)
         return _switch_to_delete(cur, path, settings, disk)
     if mode != "wal":
         # The switch "succeeded" but returned another mode (network filesystems, overlays).
         if settings.require_wal:
             raise WalUnsupportedError(f"{path}: WAL is required but SQLite stayed in {mode} mode")
-        log.error("%s: WAL refused, running in %s mode (readers will block on the writer)", path, mode)
+        _error_once(path, WAL_REFUSED,
+                    "WAL refused, running in %s mode (readers will block on the writer)", mode)
     elif has_pages and current not in ("wal", "memory"):
         _warn_once(path, f"switched an existing {current} file to WAL (its header was rewritten); "
                          f"set {JOURNAL_MODE_ENV}=delete to keep it in DELETE mode")
@@ -357,7 +383,7 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
             mode = _rollback_flavour(cur, path, settings)
         if decision.warn:
             if configured == "delete" and current == "wal":
-                log.error("%s: %s", path, decision.reason)
+                _error_once(path, DELETE_OVERRIDDEN, "%s", decision.reason)
             else:
                 _warn_once(path, decision.reason)
         state.mode, state.reason = mode, _flavoured(mode, decision.reason)
@@ -608,7 +634,10 @@ def apply_wal_with_fallback(dbapi_conn: sqlite3.Connection, path: str | os.PathL
     connection: busy timeout first, then read the mode and switch only when the policy says so
     (WAL-reset-vulnerable builds keep fresh files in DELETE; an existing WAL file stays WAL;
     ``HERMES_DATA_JOURNAL_MODE`` overrides), then ``synchronous`` and ``journal_size_limit``.
-    Returns the mode in effect and why. ``path`` only names the file in log lines."""
+    Returns the mode in effect and why. ``path`` only names the file in log lines; it is also
+    the database label upstream keys its log deduplication on: a refused WAL (the filesystem
+    raised or silently kept another mode) is an ERROR once per process and label, later
+    refusals are DEBUG lines."""
     # The policy's fallback is DELETE (docs/sessions.md §8.2): a caller's own connection keeps it (the stores' TRUNCATE
     # flavour is their own choice, see the module docstring).
     settings = replace(settings or SqliteSettings(), rollback_journal="delete")

@@ -30,12 +30,13 @@ store can use it without loading a driver.
 from __future__ import annotations
 
 import enum
+import errno
 from typing import Collection
 
 __all__ = ["LockConflict", "SQLITE_BUSY", "SQLITE_LOCKED", "SQLITE_DONE",
            "PG_LOCK_NOT_AVAILABLE", "SQLITE_LOCK_KINDS", "PG_LOCK_KINDS", "PG_DEADLOCK_DETECTED", "PG_SERIALIZATION_FAILURE",
            "driver_error", "sqlite_result_code", "sqlstate", "lock_conflict_kind",
-           "is_lock_conflict"]
+           "is_lock_conflict", "is_advisory_lock_contention"]
 
 
 class LockConflict(str, enum.Enum):
@@ -171,3 +172,20 @@ def is_lock_conflict(exc: BaseException | str, *, kinds: Collection[LockConflict
     outcome. See :func:`lock_conflict_kind` for ``sqlite_done_means_busy``."""
     kind = lock_conflict_kind(exc, sqlite_done_means_busy=sqlite_done_means_busy)
     return kind is not None and (kinds is None or kind in kinds)
+
+
+#: The ``errno`` values a non-blocking advisory lock (``flock``/``fcntl`` with ``LOCK_NB``,
+#: Windows ``msvcrt.locking(LK_NBLCK)``) reports when another holder has it.
+_ADVISORY_CONTENTION = frozenset(
+    {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, errno.EDEADLK,
+     getattr(errno, "EDEADLOCK", errno.EDEADLK)})
+
+
+def is_advisory_lock_contention(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by a non-blocking advisory file lock, means "someone else holds
+    it" (wait or give up) rather than a real failure (a bad descriptor, no lock support):
+    ``BlockingIOError``, or an ``OSError`` whose ``errno`` is EAGAIN / EWOULDBLOCK / EACCES /
+    EDEADLK (``msvcrt`` reports a held range as EACCES or EDEADLOCK). Upstream's name."""
+    if isinstance(exc, BlockingIOError):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _ADVISORY_CONTENTION

@@ -304,6 +304,80 @@ def test_apply_wal_with_fallback_applies_the_policy_to_a_callers_connection(tmp_
         con.close()
 
 
+def _dotfile_connection(path) -> sqlite3.Connection:
+    """A real connection on a real file through SQLite's ``unix-dotfile`` VFS, which has no
+    shared-memory methods: ``PRAGMA journal_mode=WAL`` is refused without an error and the
+    file stays in DELETE — what macOS NFS / SMB do to upstream's connections."""
+    return sqlite3.connect(f"file:{path}?vfs=unix-dotfile", uri=True, isolation_level=None)
+
+
+def test_a_refused_wal_is_an_error_once_per_process_and_database(tmp_path, caplog):
+    """Issue 33: the "WAL refused" ERROR came on every call (upstream: once per process and
+    database label, its kanban opening a connection per operation). Later refusals of the
+    same database are DEBUG lines; another database gets its own ERROR."""
+    from hermes_data.engine import apply_wal_with_fallback
+
+    safe = SqliteSettings(sqlite_version=(3, 51, 3))  # a build the policy puts in WAL
+    first, second = tmp_path / "first.db", tmp_path / "second.db"
+    with caplog.at_level(logging.DEBUG, logger="hermes_data.engine"):
+        for path in (first, first, first, second, second):
+            con = _dotfile_connection(path)
+            try:
+                state = apply_wal_with_fallback(con, path, safe)
+                assert state.mode == "delete"
+                assert con.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+            finally:
+                con.close()
+    refused = [r for r in caplog.records if "WAL refused" in r.getMessage()]
+    assert [(r.levelno, str(first) in r.getMessage()) for r in refused] == [
+        (logging.ERROR, True), (logging.DEBUG, True), (logging.DEBUG, True),
+        (logging.ERROR, False), (logging.DEBUG, False)]
+    assert "once per process and database" in refused[0].getMessage()
+    assert str(second) in refused[3].getMessage()
+
+
+def test_a_refused_wal_of_a_store_engine_is_one_error_too(tmp_path, caplog):
+    """The stores' connect policy shares the path: a pool opening several connections to a
+    file whose filesystem refuses WAL logs one ERROR."""
+    from hermes_data.engine import JournalState, configure_sqlite_connection
+
+    path = tmp_path / "store.db"
+    settings = SqliteSettings(sqlite_version=(3, 51, 3))
+    with caplog.at_level(logging.DEBUG, logger="hermes_data.engine"):
+        for _ in range(4):
+            con = _dotfile_connection(path)
+            try:
+                configure_sqlite_connection(con, str(path), settings, JournalState())
+            finally:
+                con.close()
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and "WAL refused" in errors[0].getMessage()
+    assert len([r for r in caplog.records if "WAL refused" in r.getMessage()]) == 4
+
+
+def test_a_configured_delete_kept_in_wal_is_an_error_once(tmp_path, caplog):
+    """The sibling ERROR upstream also logs once per database: DELETE configured, but the file
+    is in WAL and is never downgraded live."""
+    from hermes_data.engine import apply_wal_with_fallback
+
+    path = tmp_path / "wal.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x)")
+    with caplog.at_level(logging.DEBUG, logger="hermes_data.engine"):
+        for _ in range(3):
+            other = sqlite3.connect(path, isolation_level=None)
+            try:
+                state = apply_wal_with_fallback(
+                    other, path, SqliteSettings(journal_mode="delete", sqlite_version=(3, 51, 3)))
+                assert state.mode == "wal"
+            finally:
+                other.close()
+    con.close()
+    kept = [r for r in caplog.records if "live downgrade is refused" in r.getMessage()]
+    assert [r.levelno for r in kept] == [logging.ERROR, logging.DEBUG, logging.DEBUG]
+
+
 @pytest.mark.parametrize("platform,mode,sync,fullfsync", [
     ("darwin", "wal", 2, 1), ("darwin", "delete", 1, 0), ("linux", "wal", 1, 0)])
 def test_macos_in_wal_gets_synchronous_full_and_fullfsync(tmp_path, platform, mode, sync,

@@ -40,6 +40,18 @@ if TYPE_CHECKING:
     # Storage (docs/sessions-storage.md §3.6).
     from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
     from hermes_data.sessions.rows import FtsRebuildStatus
+    # Upstream's SessionDB class constants, as module names (issue 33).
+    from hermes_data.sessions.core.titles import (CANONICAL_BOT_CHAT_TITLE, TITLE_SOURCE_DERIVED,
+                                                 TITLE_SOURCE_LLM, TITLE_SOURCE_USER)
+    from hermes_data.sessions.core.encoding import MAX_TITLE_LENGTH
+    from hermes_data.sessions.ui.reactions import REACTIONS_METADATA_KEY
+    from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
+    # Upstream's module functions (issue 33).
+    from hermes_data.sessions.core.lifecycle import is_automatic_end_reason
+    from hermes_data.sessions.store import (resolved_max_export_messages,
+                                            resolved_max_resume_messages)
+    from hermes_data.sessions.storage.handle_guards import refuse_deleted_wal_generation
+    from hermes_data.sessions.storage.opening import resolve_synchronous_level
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -75,6 +87,16 @@ _EXPORTS = {
     # Storage (docs/sessions-storage.md §3.6).
     "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
     "OptimizeStorageResult": "storage.fts.layout",
+    # Upstream's SessionDB class constants, as module names (issue 33).
+    "TITLE_SOURCE_DERIVED": "core.titles", "TITLE_SOURCE_LLM": "core.titles",
+    "TITLE_SOURCE_USER": "core.titles", "CANONICAL_BOT_CHAT_TITLE": "core.titles",
+    "MAX_TITLE_LENGTH": "core.encoding", "REACTIONS_METADATA_KEY": "ui.reactions",
+    "RECOVERABLE_END_REASONS": "agent.identity_sql",
+    # Upstream's module functions (issue 33).
+    "is_automatic_end_reason": "core.lifecycle",
+    "resolved_max_resume_messages": "store", "resolved_max_export_messages": "store",
+    "refuse_deleted_wal_generation": "storage.handle_guards",
+    "resolve_synchronous_level": "storage.opening",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -62,7 +62,8 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_MAX_EXPORT_MESSAGES", "DEFAULT_MAX_RESUME_MESSAGES", "OPEN_PATIENCE_S",
            "ROUTINE_PATIENCE_S", "TRANSCRIPT_PATIENCE_S", "SessionStore",
            "acquire", "is_transient_sqlite_error", "last_init_error", "namespaces_agree",
-           "reconcile_state_schema", "release"]
+           "reconcile_state_schema", "release", "resolved_max_export_messages",
+           "resolved_max_resume_messages"]
 
 log = logging.getLogger("hermes_data.sessions.store")
 
@@ -85,6 +86,20 @@ def configured_limit(config: Any, key: str, default: int) -> int:
     except (TypeError, ValueError):
         return default
     return default if value < 0 else value
+
+
+def resolved_max_resume_messages(config: Any = None) -> int:
+    """The resume guard's limit a store with ``config`` (mapping or zero-argument callable,
+    as ``SessionStore(config=…)`` takes) applies now: ``sessions.max_resume_messages``, else
+    :data:`DEFAULT_MAX_RESUME_MESSAGES`; 0 disables the guard (docs/sessions.md §6.5). Upstream's
+    name; upstream reads its global config.yaml, hermes-data the configuration it is given."""
+    return configured_limit(config, "max_resume_messages", DEFAULT_MAX_RESUME_MESSAGES)
+
+
+def resolved_max_export_messages(config: Any = None) -> int:
+    """The export guard's limit, as :func:`resolved_max_resume_messages` (``sessions.``
+    ``max_export_messages``, default :data:`DEFAULT_MAX_EXPORT_MESSAGES`)."""
+    return configured_limit(config, "max_export_messages", DEFAULT_MAX_EXPORT_MESSAGES)
 
 
 def _backend_options(url: Any, config: Any, *, settings: SqliteSettings | None,
@@ -434,11 +449,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
         cleaned = enc.sanitize_title(title)
         return _write_checked(self._backend, lambda c: titles.set_title(
-            c, self._q, session_id, cleaned, "user"), session_id=session_id)
+            c, self._q, session_id, cleaned, titles.TITLE_SOURCE_USER), session_id=session_id)
 
     def set_auto_title(self, session_id: str, title: str | None, source: str) -> bool:
         """Automatic title (``derived``/``llm``): lands only on untitled or lower-ranked rows."""
-        if source not in ("derived", "llm"):
+        if source not in (titles.TITLE_SOURCE_DERIVED, titles.TITLE_SOURCE_LLM):
             raise ValueError(f"automatic title source must be 'derived' or 'llm', not {source!r}")
         cleaned = enc.sanitize_title(title)
         if cleaned is None:

@@ -15,6 +15,7 @@ _EXPORTS = {
     "TelemetryStore": "store",
     "backfill_known_free_models": "writes",
     "cost_by_job": "reads",
+    "cron_job_id_from_session_id": "values",
     "count_distinct_llm_models": "reads",
     "daily_spend_series": "reads",
     "delegation_join": "reads",

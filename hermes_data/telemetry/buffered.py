@@ -144,6 +144,10 @@ class BufferedWriter:
                  max_batch: int = 5_000, max_delay: float = 0.05,
                  put_timeout: float | None = 30.0,
                  flush_on_signals: Iterable[int] | bool = False) -> None:
+        # A store behind the head is refused here, in the caller's thread (StoreBehindError
+        # naming `hermes-data upgrade`): on the writer thread the refusal would only reach a
+        # flush, after every queued call had been dropped as a bad one.
+        store.require_head()
         self.store = store
         self.max_pending = max_pending
         self.max_batch = max_batch

@@ -51,7 +51,8 @@ from sqlalchemy.sql.elements import ClauseElement
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
 from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_engine, journal_state
-from hermes_data.errors import ConfigurationError, StoreBehindError, store_io_error
+from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
+                                store_io_error)
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.locking import driver_error
 
@@ -363,6 +364,8 @@ class TelemetryStore:
 
     #: Dialect name of the store's engine.
     dialect = "sqlite"
+    #: What a store without any revision is, in the refusal's words.
+    _kind = "legacy file"
 
     def __new__(cls, url: str | os.PathLike | URL | None = None, *,
                 settings: SqliteSettings | None = None, engine: Engine | None = None):
@@ -415,7 +418,7 @@ class TelemetryStore:
         if held is None or held.fairy is None:
             if self._closed:
                 raise ConfigurationError(f"{self.path}: the telemetry store is closed")
-            held = _Held(self.engine.raw_connection())
+            held = self._probe_connection()
             if not self._at_head:
                 self._check_head(held)
             self._local.held = held
@@ -423,30 +426,66 @@ class TelemetryStore:
                 self._held.add(held)
         return held.dbapi
 
-    def _check_head(self, held: _Held) -> None:
-        """Refuse a file behind (or beyond) the head revision, once per store, before its
+    def _check_head(self, held: _Held | _PgHeld) -> None:
+        """Refuse a store behind (or beyond) the head revision, once per store, before its
         first statement: an older shape would fail the first write with a raw "no such
         column" (issue 33). The store never migrates an existing file itself; the message
         names the command that does. A check on the first connection, not per call."""
         from hermes_data.telemetry.schema import HEAD_REVISION, alembic_version
 
+        sql = str(sa_select(alembic_version.c.version_num).compile(dialect=self.engine.dialect))
         try:
-            row = held.dbapi.execute(str(sa_select(alembic_version.c.version_num).compile(
-                dialect=self.engine.dialect))).fetchone()
-        except sqlite3.OperationalError as exc:
-            if "no such table" not in str(exc).lower():
-                held.close()
-                raise
-            row = None
-        found = None if row is None else row[0]
+            found = self._stored_revision(held, sql)
+        except BaseException:
+            held.close()
+            raise
         if found != HEAD_REVISION:
             held.close()
             raise StoreBehindError(
                 f"{self.path}: the telemetry store is at revision "
-                f"{found or 'none (a legacy file never upgraded)'}, not the head "
+                f"{found or f'none (a {self._kind} never upgraded)'}, not the head "
                 f"{HEAD_REVISION}; run `hermes-data upgrade --store telemetry --url "
                 f"{self.path}` first. Nothing was written")
         self._at_head = True
+
+    @staticmethod
+    def _stored_revision(held: Any, sql: str) -> str | None:
+        """The Alembic revision the file records (``None``: no ``alembic_version`` table)."""
+        try:
+            row = held.dbapi.execute(sql).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc).lower():
+                raise
+            return None
+        return None if row is None else row[0]
+
+    def require_head(self) -> None:
+        """Check now, on a connection of its own, that the store is at the head revision:
+        :class:`~hermes_data.errors.StoreBehindError` (naming ``hermes-data upgrade``)
+        otherwise. What the first connection of a thread checks anyway; for a caller that
+        wants the refusal before its first operation (:class:`~.buffered.BufferedWriter`,
+        whose writes run on a thread of its own). Once per store."""
+        if self._at_head:
+            return
+        if self._closed:
+            raise ConfigurationError(f"{self.path}: the telemetry store is closed")
+        held = self._probe_connection()
+        try:
+            self._check_head(held)
+        finally:
+            held.close()
+
+    def _probe_connection(self) -> Any:
+        """A new connection out of the engine's pool (a foreign file: one refusal naming it,
+        not the driver's "file is not a database" from the connection policy's first PRAGMA)."""
+        try:
+            return _Held(self.engine.raw_connection())
+        except sqlite3.DatabaseError as exc:
+            if "not a database" not in str(exc):
+                raise
+            raise NotAHermesDatabaseError(
+                f"{self.path}: not an SQLite database ({exc}); refused, the file was left "
+                "unchanged") from exc
 
     @property
     def writer_queue(self) -> AbstractContextManager:
@@ -679,7 +718,8 @@ class PgTelemetryStore(TelemetryStore):
     between transactions); writes run in ``BEGIN … COMMIT`` (PostgreSQL has row locks, so
     there is no process-wide writer lock and no ``BEGIN IMMEDIATE``); snapshot reads run in
     one ``REPEATABLE READ READ ONLY`` transaction. The schema must be at head
-    (``hermes-data upgrade --url …``).
+    (``hermes-data upgrade --url …``): the first connection refuses a database behind it
+    (:class:`~hermes_data.errors.StoreBehindError`), as the SQLite store does.
 
     The server going away (docs/postgresql.md, "When the server goes away"): a held
     connection the server closed while it was idle is replaced at the next call
@@ -692,6 +732,7 @@ class PgTelemetryStore(TelemetryStore):
     """
 
     dialect = "postgresql"
+    _kind = "database"
 
     def __init__(self, url: str | os.PathLike | URL | None = None, *,
                  settings: SqliteSettings | None = None, engine: Engine | None = None) -> None:
@@ -715,6 +756,8 @@ class PgTelemetryStore(TelemetryStore):
         self._held_guard = threading.Lock()
         # Only the buffered writer takes it (one group commit at a time per store).
         self._write_lock = threading.RLock()
+        #: The database was found at the head revision (checked on the first connection).
+        self._at_head = False
         self._closed = False
 
     def connection(self) -> Any:
@@ -729,12 +772,28 @@ class PgTelemetryStore(TelemetryStore):
         if held is None or held.fairy is None:
             if self._closed:
                 raise ConfigurationError(f"{self.path}: the telemetry store is closed")
-            with translated(self.where, "connect"):
-                held = _PgHeld(self.engine.raw_connection())
+            held = self._probe_connection()
+            if not self._at_head:
+                self._check_head(held)
             self._local.held = held
             with self._held_guard:
                 self._held.add(held)
         return held.dbapi
+
+    def _probe_connection(self) -> Any:
+        with translated(self.where, "connect"):
+            return _PgHeld(self.engine.raw_connection())
+
+    @staticmethod
+    def _stored_revision(held: Any, sql: str) -> str | None:
+        # Autocommit: a failed SELECT leaves no aborted transaction behind.
+        try:
+            row = held.dbapi.execute(sql).fetchone()
+        except Exception as exc:
+            if getattr(exc, "sqlstate", None) != "42P01":  # undefined_table
+                raise
+            return None
+        return None if row is None else row[0]
 
     def _raise_typed(self, exc: Exception, during: str) -> None:
         """Raise the typed error for a lost server or a canceled statement (dropping this

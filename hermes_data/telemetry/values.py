@@ -19,6 +19,11 @@ _DECIMAL = re.compile(r"[+-]?[0-9]+")
 #: dataclasses of the read API (~30 ms of a cold start, issue 14).
 TERMINAL_STATUSES = ("error", "interrupted")
 
+#: A cron session id, ``cron_{job_id}_{YYYYMMDD}_{HHMMSS}`` (docs/telemetry.md §5.2): the
+#: hook layer's anchored pattern, kept as it is — the greedy ``.+`` leaves underscores in the
+#: job id, and only the last two ``_``-separated groups are the date and the time.
+CRON_SESSION_ID = re.compile(r"^cron_(?P<job_id>.+)_\d{8}_\d{6}$")
+
 
 def to_iso(value: str | datetime | None) -> str:
     """``value`` in the canonical stored form (``None`` → now; strings pass through)."""
@@ -29,6 +34,20 @@ def to_iso(value: str | datetime | None) -> str:
             raise ValueError(f"naive datetime {value!r}: pass an aware datetime (UTC)")
         return value.astimezone(timezone.utc).isoformat()
     return value
+
+
+def cron_job_id_from_session_id(session_id: object) -> str | None:
+    """The cron job id a cron session id carries, else ``None``.
+
+    ``cron_my_job_2_20260101_120000`` → ``my_job_2``; an id without the ``cron_`` prefix, without
+    a job part, or whose suffix is not ``_<8 digits>_<6 digits>`` gives ``None``, as does a
+    value that is not a string. The caller decides when to ask (upstream: only for runs whose
+    platform is ``cron``, docs/telemetry.md §5.2).
+    """
+    if not isinstance(session_id, str):
+        return None
+    found = CRON_SESSION_ID.match(session_id)
+    return found.group("job_id") if found else None
 
 
 def clean_text(value: object) -> str:

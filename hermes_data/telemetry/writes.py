@@ -41,8 +41,8 @@ from hermes_data.telemetry.store import (PgTelemetryStore, Prepared, Target, Tel
 if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
     from hermes_data.telemetry.types import ApiErrorOutcome, ModelUnavailable, PricingEntry
 from hermes_data.telemetry.values import (LLM_CALL_TEXT, TERMINAL_STATUSES, TOOL_CALL_TEXT, check_texts,
-                     clean_text, duration_ms_from_seconds, opt_int, opt_text, retryable_flag,
-                     to_iso)
+                     clean_text, cron_job_id_from_session_id, duration_ms_from_seconds, opt_int,
+                     opt_text, retryable_flag, to_iso)
 
 log = logging.getLogger("hermes_data.telemetry.writes")
 
@@ -260,8 +260,20 @@ def start_run(target: Target, session_id: str, model: str | None = None,
 
     Idempotent. On an existing row — e.g. one a call created lazily — nothing is
     overwritten; only facts still NULL (platform, cron job, model, parent, profile) are filled.
+
+    ``cron_job_id`` left ``None`` on a run whose ``platform`` is ``'cron'`` is read from the
+    session id as upstream's hook layer reads it (``cron_<job>_<YYYYMMDD>_<HHMMSS>`` → ``<job>``,
+    :func:`~hermes_data.telemetry.values.cron_job_id_from_session_id`); an id that does not
+    read so leaves it NULL with a warning. A ``cron_job_id`` the caller passes always wins
+    (``''`` stores NULL and reads nothing), and other platforms are never parsed
+    (docs/telemetry.md §5.2).
     """
     check_texts(("session_id",), (session_id,))
+    if cron_job_id is None and platform == "cron":
+        cron_job_id = cron_job_id_from_session_id(session_id)
+        if cron_job_id is None:
+            log.warning("cron run %r: the session id is not cron_<job>_<YYYYMMDD>_<HHMMSS>; "
+                        "its cron_job_id stays NULL", session_id)
     params = {"session_id": session_id, "platform": opt_text(platform),
               "cron_job_id": opt_text(cron_job_id), "model": opt_text(model),
               "started_at": to_iso(started_at), "parent_session_id": opt_text(parent_session_id),

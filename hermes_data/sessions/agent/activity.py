@@ -14,6 +14,7 @@ from typing import Any
 from hermes_data.storable import check_text
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import encoding as enc
+from hermes_data.sessions.core.titles import TITLE_RANKS
 from hermes_data.sessions.rows import ActivitySnapshot
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.sql.predicates import EPOCH_MAX, EPOCH_MIN
@@ -30,7 +31,7 @@ PROVENANCES = frozenset({"unknown", "agent.compression", "agent.compression_time
 #: Longest description kept (longer ones end with an ellipsis).
 MAX_DESCRIPTION = 120
 #: Title sources ``set_session_title_source`` accepts.
-TITLE_SOURCES = ("derived", "llm", "user")
+TITLE_SOURCES = tuple(TITLE_RANKS)  # derived, llm, user: lowest to highest rank
 
 
 def _m(store: StoreHandle) -> MetaStatements:

@@ -18,6 +18,7 @@ from hermes_data.sessions.agent import identity
 from hermes_data.sessions.agent import projections
 from hermes_data.sessions.agent import message_rows as row_helpers
 from hermes_data.sessions.agent import session_meta
+from hermes_data.sessions.core import encoding, titles
 from hermes_data.sessions.handle import Op, static
 
 
@@ -69,7 +70,12 @@ class AgentTurnAPI:
     has_archived_messages = Op(row_helpers.has_archived_messages)
     has_platform_message_id = Op(row_helpers.has_platform_message_id)
 
-    # -- F titles (docs/sessions-agent.md §3.10)
+    # -- F titles (docs/sessions-agent.md §3.10); upstream's class constants
+    TITLE_SOURCE_DERIVED = titles.TITLE_SOURCE_DERIVED
+    TITLE_SOURCE_LLM = titles.TITLE_SOURCE_LLM
+    TITLE_SOURCE_USER = titles.TITLE_SOURCE_USER
+    CANONICAL_BOT_CHAT_TITLE = titles.CANONICAL_BOT_CHAT_TITLE
+    MAX_TITLE_LENGTH = encoding.MAX_TITLE_LENGTH
     set_auto_title_if_empty = Op(activity.set_auto_title_if_empty)
     get_session_title = Op(activity.get_session_title)
     get_session_title_source = Op(activity.get_session_title_source)

@@ -194,13 +194,12 @@ class SqliteBackend(SessionBackend):
                                                                      p, exc))
 
     def _refuse_deleted_sidecars(self, what: str) -> None:
-        holders = guards.deleted_sidecar_holders(
-            self.path, None if self._header is None else self._header.fd)
-        if holders:  # a second opener would mint a second WAL generation (docs/sessions.md §8.10)
-            pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
-            self._sticky = DeletedWalGenerationError(str(self.path),
-                                                     f"refusing to {what}: {pids} (deleted)")
-            raise self._sticky
+        try:  # a second opener would mint a second WAL generation (docs/sessions.md §8.10)
+            guards.refuse_deleted_wal_generation(
+                self.path, fd=None if self._header is None else self._header.fd, what=what)
+        except DeletedWalGenerationError as exc:
+            self._sticky = exc
+            raise
 
     def _connect_read_only(self) -> sqlite3.Connection:
         """One ``mode=ro`` connection attempt (a seam: tests inject transient I/O errors),

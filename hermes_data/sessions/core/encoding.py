@@ -36,6 +36,7 @@ JSON_CONTENT_PREFIX = "\x00json:"
 #: Prefix marking JSON-encoded content on PostgreSQL (text cannot hold NUL there).
 PG_JSON_CONTENT_PREFIX = "\ufdd0json:"
 _PG_ESCAPE_LEAD = "\ufdd0"
+#: Longest title kept, in characters (upstream's ``MAX_TITLE_LENGTH``): longer is refused.
 MAX_TITLE_LENGTH = 100
 
 _SURROGATES = re.compile(r"[\ud800-\udfff]")

@@ -28,6 +28,15 @@ from hermes_data.sessions.sql.core import CHILD_MARKERS, FILLABLE, PUBLISH_PAREN
 log = logging.getLogger("hermes_data.sessions.core.lifecycle")
 
 
+def is_automatic_end_reason(reason: object) -> bool:
+    """Whether ``reason`` is an end the store wrote automatically (``agent_close``,
+    ``ws_orphan_reap``, an idle or LRU eviction …, the reasons of
+    :data:`~hermes_data.sessions.sql.AUTOMATIC_END_REASONS`) rather than a deliberate boundary
+    (compression, a reset, an explicit close): a compression publish clears such an end on its
+    parent instead of refusing. Upstream's name."""
+    return isinstance(reason, str) and reason in AUTOMATIC_END_REASONS
+
+
 def profile_namespace(key: str) -> str:
     """The ``agent:<ns>:`` prefix of a session key (or its first six characters)."""
     idx = key.find(":", 6)
@@ -204,7 +213,7 @@ def publish_compression_child(conn: Connection, q: Fragments, c: Continuation) -
         raise SessionNotFoundError(c.parent_id)
     parent = dict(zip(PUBLISH_PARENT_COLS, row))
     if parent["ended_at"] is not None or parent["end_reason"] is not None:
-        if parent["end_reason"] in AUTOMATIC_END_REASONS:
+        if is_automatic_end_reason(parent["end_reason"]):
             conn.exec_driver_sql(q.CLEAR_END, (c.parent_id,))
             log.info("publish: cleared automatic end reason %r of %s", parent["end_reason"],
                      c.parent_id)

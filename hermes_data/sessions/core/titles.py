@@ -12,9 +12,15 @@ from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import lineage
 from hermes_data.sessions.errors import SessionNotFoundError
 from hermes_data.sessions.sql import Fragments
+from hermes_data.sessions.sql.predicates import CANONICAL_BOT_CHAT_TITLE
 
+#: Title provenance (upstream's names), lowest to highest authority: the instant title derived
+#: from the first message, the model's title, the user's.
+TITLE_SOURCE_DERIVED = "derived"
+TITLE_SOURCE_LLM = "llm"
+TITLE_SOURCE_USER = "user"
 #: Title provenance ranks: a write lands only over a lower (or equal, for users) rank.
-TITLE_RANKS = {"derived": 0, "llm": 1, "user": 2}
+TITLE_RANKS = {TITLE_SOURCE_DERIVED: 0, TITLE_SOURCE_LLM: 1, TITLE_SOURCE_USER: 2}
 _NUMBERED = re.compile(r" #\d+$")
 
 
@@ -24,21 +30,21 @@ def set_title(conn: Connection, q: Fragments, session_id: str, title: str | None
 
     A user write raises for an unknown session or a title held by an unrelated session; an
     automatic write never replaces an equal- or higher-ranked title and never raises."""
-    user = source == "user"
+    user = source == TITLE_SOURCE_USER
     cur = conn.exec_driver_sql(q.TITLE_STATE, (session_id,)).first()
     if cur is None:
         if user:
             raise SessionNotFoundError(session_id)
         return False
     old_title, old_source, hidden = cur
-    if hidden and old_title == "Bot Chat" and title != "Bot Chat":
+    if hidden and old_title == CANONICAL_BOT_CHAT_TITLE and title != CANONICAL_BOT_CHAT_TITLE:
         if user:
             raise ValueError(
                 f"session {session_id!r} is the canonical hidden 'Bot Chat'; its title "
                 "identifies it to the bot and cannot be changed")
         return False
     if not user and old_title is not None:
-        if TITLE_RANKS.get(old_source or "user", 2) >= TITLE_RANKS[source]:
+        if TITLE_RANKS.get(old_source or TITLE_SOURCE_USER, 2) >= TITLE_RANKS[source]:
             return False
     if title is not None:
         holder = conn.exec_driver_sql(q.TITLE_HOLDER, (title, session_id)).first()

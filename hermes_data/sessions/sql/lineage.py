@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from hermes_data.sessions.sql.predicates import (MAX_LINEAGE_DEPTH, RESUME_MAX_HOPS, edge, fork, last_active,
-                         reset_child)
+from hermes_data.sessions.sql.predicates import (CANONICAL_BOT_CHAT_TITLE, MAX_LINEAGE_DEPTH,
+                                                 RESUME_MAX_HOPS, edge, fork, last_active,
+                                                 reset_child)
 
 # ---------------------------------------------------------------------------------------
 # Lineage CTEs (docs/sessions.md §3.3), one statement each, O(1) work per hop.
@@ -178,7 +179,7 @@ class LineageStatements:
         #: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
         self.LINEAGE_HAS_HIDDEN_BOT_CHAT = text(
             self.LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
-            "(SELECT id FROM lineage) AND hidden = 1 AND title = 'Bot Chat')")
+            f"(SELECT id FROM lineage) AND hidden = 1 AND title = '{CANONICAL_BOT_CHAT_TITLE}')")
         #: Compression ancestors of :id (excluding :id) — used by title transfer.
         self.ANCESTORS_OF = text(
             f"WITH RECURSIVE {_up_cte('up', ':id', d)} "

@@ -17,6 +17,10 @@ AUTOMATIC_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resume"
                          # docs/sessions-coordination.md §3.4: written only by the automatic
                          # finalize sweep; a live publisher may clear it (#88197).
                          "orphaned_compression")
+#: The title of Bot Mode's hidden forever-chat (upstream's ``CANONICAL_BOT_CHAT_TITLE``; public
+#: as :data:`hermes_data.sessions.core.titles.CANONICAL_BOT_CHAT_TITLE`): a hidden row with it
+#: keeps it (docs/sessions.md §4.5), and pinning its lineage does not un-hide it.
+CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
 #: Plausible-epoch window for LAST_ACTIVE: 2000-01-01 … 2100-01-01 (docs/sessions.md §5.6; the window is our choice, docs/sessions.md §11 item 8).
 EPOCH_MIN = 946684800
 EPOCH_MAX = 4102444800

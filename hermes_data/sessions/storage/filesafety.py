@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ from typing import Any, Callable, Iterator
 
 from hermes_data import files
 from hermes_data.errors import UnsafeLockFileError
+from hermes_data.locking import is_advisory_lock_contention
 # The connection tracking (TrackedConnection, tracked_connect, live_connections) lives in
 # the generic layer, hermes_data/tracked.py: the engine and the migration runner use it too.
 from hermes_data.tracked import offline_access, path_key
@@ -211,7 +211,7 @@ def _try_lock(fd: int) -> bool:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return True
     except OSError as exc:
-        if exc.errno in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+        if is_advisory_lock_contention(exc):
             return False
         raise
 

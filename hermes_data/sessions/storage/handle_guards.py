@@ -48,6 +48,7 @@ from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
 from hermes_data.files import deleted_sidecar_holders, descriptor_headroom_ok, reset_descriptor_cache  # noqa: F401
 from hermes_data.files import APPLICATION_ID_OFFSET, SQLITE_MAGIC, FileHeader, application_id
 from hermes_data.tracked import TrackedConnection
+from hermes_data.sessions.errors import DeletedWalGenerationError
 from hermes_data.sessions.storage import opening_sql as open_sql
 
 log = logging.getLogger("hermes_data.sessions.storage.handle_guards")
@@ -118,6 +119,20 @@ def is_structural_corruption(exc: BaseException) -> bool:
 # ---------------------------------------------------------------------------------------
 # Holders and identities
 # ---------------------------------------------------------------------------------------
+
+
+def refuse_deleted_wal_generation(db_path: str | os.PathLike[str], *, fd: int | None = None,
+                                  what: str = "open it") -> None:
+    """Raise :class:`~hermes_data.sessions.errors.DeletedWalGenerationError` (naming each
+    holder) when any process, this one included, holds a deleted ``-wal``/``-shm`` of
+    ``db_path``: opening the database now would mint a second WAL generation beside the one
+    still being written (docs/sessions.md §8.10). ``fd``: a descriptor on the database that
+    narrows the scan (:func:`hermes_data.files.deleted_sidecar_holders`); ``what`` words the
+    refusal. Upstream's name, for a caller about to open the file by other means."""
+    holders = deleted_sidecar_holders(Path(db_path), fd)
+    if holders:
+        pids = ", ".join(f"pid {pid} holds {p}" for pid, p in holders)
+        raise DeletedWalGenerationError(str(db_path), f"refusing to {what}: {pids} (deleted)")
 
 
 def _ident(path: str) -> tuple[int, int] | None:

@@ -17,7 +17,6 @@ write statements (docs/sessions.md §8.4).
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import logging
 import os
@@ -37,6 +36,7 @@ from sqlalchemy.engine import Connection
 from hermes_data.migrate.integrity import corrupt_error, sqlite_check
 from hermes_data.config import config_section
 from hermes_data.files import open_lock_file
+from hermes_data.locking import is_advisory_lock_contention
 from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import deferral as fts_deferral
@@ -224,7 +224,7 @@ def rebuild_admission(db_path: Path | None, wait_s: float = REBUILD_LOCK_WAIT_S)
                 admitted = True
                 break
             except OSError as exc:
-                if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                if not is_advisory_lock_contention(exc):
                     raise
                 if time.monotonic() >= deadline:
                     break
@@ -478,6 +478,29 @@ CONFIG_INT_PRAGMAS = open_sql.CONFIG_INT_PRAGMAS
 _SYNC_LEVELS = {"OFF": 0, "NORMAL": 1, "FULL": 2, "EXTRA": 3}
 
 
+def resolve_synchronous_level(raw_value: Any) -> int | None:
+    """The ``PRAGMA synchronous`` level a configured ``database.synchronous`` value means, or
+    None when it means none (the caller warns and leaves the level alone). Upstream's rule:
+    ``OFF``/``NORMAL``/``FULL``/``EXTRA`` in any case (surrounding blanks ignored), the
+    integers 0–3 (also as text, ``" 2 "``), ``False`` as OFF (YAML's bare ``off``); ``True``,
+    other numbers, floats and anything else are None."""
+    if isinstance(raw_value, bool):
+        return 0 if raw_value is False else None
+    if isinstance(raw_value, int):
+        return raw_value if 0 <= raw_value <= 3 else None
+    try:
+        text = str(raw_value).strip()
+    except Exception:  # noqa: BLE001 - a hostile __str__ is "no level"
+        return None
+    if text.upper() in _SYNC_LEVELS:
+        return _SYNC_LEVELS[text.upper()]
+    try:
+        value = int(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= 3 else None
+
+
 def _database_section(config: Any) -> Mapping[str, Any]:
     try:
         return config_section(config, "database")
@@ -507,15 +530,7 @@ def configured_pragmas(config: Any, *, platform: str | None = None) -> list[str]
         out.append(open_sql.set_pragma(name, value))
     if "synchronous" in section and section["synchronous"] is not None:
         value = section["synchronous"]
-        level: int | None = None
-        if value is False:
-            level = 0
-        elif isinstance(value, str) and value.strip().upper() in _SYNC_LEVELS:
-            level = _SYNC_LEVELS[value.strip().upper()]
-        elif isinstance(value, str) and value.strip() in ("0", "1", "2", "3"):
-            level = int(value.strip())
-        elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 3:
-            level = value
+        level = resolve_synchronous_level(value)
         if level is None:
             log.warning("database.synchronous = %r is not OFF/NORMAL/FULL/EXTRA or 0-3; "
                         "left untouched", value)

@@ -33,6 +33,7 @@ class UiAPI:
     find_pr_url_messages = Op(views.find_pr_url_messages)
 
     # -- reactions (docs/sessions-ui.md §4.10; the targets are the agent API's row helpers)
+    REACTIONS_METADATA_KEY = reactions.REACTIONS_METADATA_KEY  # upstream's class constant
     set_message_reaction = Op(reactions.set_message_reaction)
     get_message_reactions = Op(reactions.get_message_reactions)
     take_unseen_reactions = Op(reactions.take_unseen_reactions)

@@ -20,6 +20,7 @@ from hermes_data.storable import check_text
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.ui import reactions_sql as q
+from hermes_data.sessions.ui.reactions_sql import REACTIONS_METADATA_KEY
 
 log = logging.getLogger("hermes_data.sessions.ui.reactions")
 
@@ -84,7 +85,7 @@ def _decode(raw: Any, row_id: int) -> dict[str, Any]:
 
 
 def _entries(meta: dict[str, Any]) -> list[dict[str, Any]]:
-    value = meta.get("reactions")
+    value = meta.get(REACTIONS_METADATA_KEY)
     return [r for r in value if isinstance(r, dict)] if isinstance(value, list) else []
 
 
@@ -118,9 +119,9 @@ def set_message_reaction(store: StoreHandle, session_id: str, message_row_id: An
         if emoji and (previous is None or previous.get("emoji") != emoji):
             kept.append({"emoji": emoji, "author": author, "at": enc.now()})
         if kept:
-            meta["reactions"] = kept
+            meta[REACTIONS_METADATA_KEY] = kept
         else:
-            meta.pop("reactions", None)
+            meta.pop(REACTIONS_METADATA_KEY, None)
         conn.execute(q.SET_META, {"m": _encode(meta), "id": row_id})
         return kept
 

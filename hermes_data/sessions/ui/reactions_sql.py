@@ -9,6 +9,10 @@ from functools import lru_cache
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
+#: The ``display_metadata`` key reactions are stored under (upstream's name; public as
+#: :data:`hermes_data.sessions.ui.reactions.REACTIONS_METADATA_KEY`, the same object).
+REACTIONS_METADATA_KEY = "reactions"
+
 #: One row's metadata (any visibility).
 GET_META = text("SELECT display_metadata FROM messages WHERE id = :id AND session_id = :s")
 #: Store a row's metadata.
@@ -28,7 +32,8 @@ def unseen_candidates(dialect: str) -> TextClause:
     """Active rows of :s whose metadata mentions ``reactions`` (others are never decoded),
     by id; locked on PostgreSQL."""
     pg = dialect == "postgresql"
-    find = "strpos(display_metadata, 'reactions')" if pg else "instr(display_metadata, 'reactions')"
+    key = f"'{REACTIONS_METADATA_KEY}'"
+    find = f"strpos(display_metadata, {key})" if pg else f"instr(display_metadata, {key})"
     return text("SELECT id, role, content, display_metadata FROM messages WHERE session_id = :s "
                 f"AND active = 1 AND display_metadata IS NOT NULL AND {find} > 0 ORDER BY id"
                 + (" FOR UPDATE" if pg else ""))
