@@ -33,7 +33,11 @@ if TYPE_CHECKING:
         is_malformed_db_error, is_malformed_schema_error, is_transient_sqlite_error,
         is_zeroed_state_db, offline_file_access, quarantine_cross_process_lock,
         quarantine_zeroed_state_db, release_or_close, release_shared_session_db,
-        repair_state_db_schema, workspace_key)
+        repair_state_db_schema, workspace_key, get_last_init_error,
+        is_advisory_lock_contention, is_automatic_end_reason, is_sqlite_wal_reset_vulnerable,
+        iter_deleted_sqlite_sidecar_holders, preflight_db_writability,
+        refuse_deleted_wal_generation, resolve_synchronous_level, resolved_max_export_messages,
+        resolved_max_resume_messages)
     from hermes_data.compat.session_db import SessionDB
 
 __all__ = [
@@ -48,7 +52,11 @@ __all__ = [
     "format_session_db_unavailable", "is_disk_full_error", "is_malformed_db_error",
     "is_malformed_schema_error", "is_transient_sqlite_error", "is_zeroed_state_db",
     "offline_file_access", "quarantine_cross_process_lock", "quarantine_zeroed_state_db",
-    "repair_state_db_schema", "workspace_key",
+    "repair_state_db_schema", "workspace_key", "get_last_init_error",
+    "is_advisory_lock_contention", "is_automatic_end_reason", "is_sqlite_wal_reset_vulnerable",
+    "iter_deleted_sqlite_sidecar_holders", "preflight_db_writability",
+    "refuse_deleted_wal_generation", "resolve_synchronous_level", "resolved_max_export_messages",
+    "resolved_max_resume_messages",
     # the shared-handle registry
     "get_shared_session_db", "release_shared_session_db", "close_shared_session_dbs",
     "release_or_close",

@@ -141,4 +141,25 @@ NOT_PROVIDED: dict[str, str] = {
                                 "the store owns it (SessionStore.retry_deferred_fts_recovery)",
     "MAX_FTS5_QUERY_CHARS": "an internal bound of upstream's FTS5 query builder; the store's "
                             "search caps its own input (SessionStore.search_messages)",
+    "apply_database_pragmas": "takes a raw sqlite3 connection, which the layer never hands "
+                              "out; the store applies the configured pragmas on connect "
+                              "(hermes_data.sessions.storage.opening.configured_pragmas)",
+    "apply_durability_barriers": "takes a raw sqlite3 connection; the store's connect policy "
+                                 "applies the synchronous level (and fullfsync on macOS)",
+    "fts5_cjk_so_path": "locates upstream's cjk_unicode61 extension, which hermes-data never "
+                        "loads: CJK search is the store's bigram index "
+                        "(docs/sessions-storage.md)",
+    "load_fts5_cjk_extension": "loads upstream's cjk_unicode61 extension into a raw connection; "
+                               "CJK search is the store's bigram index",
+    "collect_state_db_stats": "opens a second raw descriptor on a live state.db (closing it "
+                              "drops this process's POSIX locks) and reports upstream's FTS "
+                              "layout; use hermes-data status / doctor, "
+                              "SessionStore.fts_rebuild_status() and logical_size_bytes()",
+    "count_db_holders": "a count that includes this process; the store's scan "
+                        "(hermes_data.sessions.storage.filesafety.holder_scan) lists the "
+                        "other processes holding the file and its sidecars, and fails closed",
+    "resolve_journal_mode": "upstream reads config.yaml and defaults to wal; hermes-data's "
+                            "journal mode is a policy of the SQLite version and the settings "
+                            "(hermes_data.engine.SqliteSettings.configured_mode, "
+                            "docs/sqlite-policy.md)",
 }

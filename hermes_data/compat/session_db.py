@@ -11,7 +11,11 @@ from hermes_data.compat.core_methods import CoreMethods
 from hermes_data.compat.gateway_methods import GatewayMethods
 from hermes_data.compat.maintenance_methods import MaintenanceMethods
 from hermes_data.compat.ui_methods import UiMethods
+from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
 from hermes_data.sessions.core.encoding import MAX_TITLE_LENGTH
+from hermes_data.sessions.core.titles import (CANONICAL_BOT_CHAT_TITLE, TITLE_SOURCE_DERIVED,
+                                              TITLE_SOURCE_LLM, TITLE_SOURCE_USER)
+from hermes_data.sessions.ui.reactions import REACTIONS_METADATA_KEY
 from hermes_data.sessions.store import SessionStore
 
 
@@ -28,15 +32,15 @@ class SessionDB(CoreMethods, AgentMethods, MaintenanceMethods, CoordinationMetho
     MAX_TITLE_LENGTH = MAX_TITLE_LENGTH
     #: Title provenances, lowest to highest rank (what ``set_auto_title`` /
     #: ``set_session_title_source`` take).
-    TITLE_SOURCE_DERIVED = "derived"
-    TITLE_SOURCE_LLM = "llm"
-    TITLE_SOURCE_USER = "user"
+    TITLE_SOURCE_DERIVED = TITLE_SOURCE_DERIVED
+    TITLE_SOURCE_LLM = TITLE_SOURCE_LLM
+    TITLE_SOURCE_USER = TITLE_SOURCE_USER
     #: The title of a bot's hidden canonical chat, which renames never move.
-    CANONICAL_BOT_CHAT_TITLE = "Bot Chat"
+    CANONICAL_BOT_CHAT_TITLE = CANONICAL_BOT_CHAT_TITLE
     #: The ``display_metadata`` key message reactions live under.
-    REACTIONS_METADATA_KEY = "reactions"
+    REACTIONS_METADATA_KEY = REACTIONS_METADATA_KEY
     #: Accidental end reasons gateway recovery treats as resumable.
-    RECOVERABLE_END_REASONS = SessionStore.RECOVERABLE_END_REASONS
+    RECOVERABLE_END_REASONS = RECOVERABLE_END_REASONS
 
     def __init__(self, db_path: str | os.PathLike[str] | None = None,
                  read_only: bool = False) -> None:

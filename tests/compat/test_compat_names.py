@@ -23,13 +23,6 @@ pytestmark = pytest.mark.journal_independent("static name table")
 #: Module names another branch adds to the package; wired into hermes_data.compat after its
 #: merge (remove the name here then: a strict xfail that passes fails the run).
 PENDING_MODULE_NAMES = {
-    **dict.fromkeys((
-        "resolve_journal_mode", "resolve_synchronous_level", "resolved_max_export_messages",
-        "resolved_max_resume_messages", "is_sqlite_wal_reset_vulnerable", "count_db_holders",
-        "collect_state_db_stats", "preflight_db_writability", "refuse_deleted_wal_generation",
-        "iter_deleted_sqlite_sidecar_holders", "get_last_init_error", "is_automatic_end_reason",
-        "is_advisory_lock_contention", "apply_database_pragmas", "apply_durability_barriers",
-        "fts5_cjk_so_path", "load_fts5_cjk_extension"), "tel"),
     **dict.fromkeys(("divert_session_transcript_jsonl", "sqlite_source_id"), "fid2"),
 }
 
@@ -82,8 +75,6 @@ def test_class_constants_agree_with_the_store():
     assert "agent_close" in SessionDB.RECOVERABLE_END_REASONS
 
 
-@pytest.mark.xfail(strict=True, reason="pending tel: the constants become public names of "
-                   "hermes_data.sessions; SessionDB then re-uses those objects")
 @pytest.mark.parametrize("name", ["TITLE_SOURCE_DERIVED", "TITLE_SOURCE_LLM",
                                   "TITLE_SOURCE_USER", "CANONICAL_BOT_CHAT_TITLE",
                                   "REACTIONS_METADATA_KEY", "MAX_TITLE_LENGTH",
@@ -91,7 +82,7 @@ def test_class_constants_agree_with_the_store():
 def test_class_constants_are_the_packages_public_names(name):
     import hermes_data.sessions as sessions
 
-    assert getattr(SessionDB, name) == getattr(sessions, name)
+    assert getattr(SessionDB, name) is getattr(sessions, name)
 
 
 @pytest.mark.parametrize("name", MODULE_NAMES)

@@ -101,3 +101,41 @@ def test_persistence_error_classification():
     assert compat.is_disk_full_error("syntax error") is False
     assert compat.workspace_key({"git_repo_root": " /repo ", "cwd": "/repo/sub"}) == "/repo"
     assert compat.format_session_db_unavailable("Sessions off").startswith("Sessions off")
+
+
+def test_wal_reset_vulnerability_by_version():
+    # Upstream's bounds: 3.7.0–3.51.2 vulnerable, 3.51.3+ fixed, backports 3.50.7 and 3.44.6.
+    assert compat.is_sqlite_wal_reset_vulnerable((3, 40, 1)) is True
+    assert compat.is_sqlite_wal_reset_vulnerable((3, 51, 3)) is False
+    assert compat.is_sqlite_wal_reset_vulnerable((3, 44, 6)) is False
+    assert compat.is_sqlite_wal_reset_vulnerable() is \
+        compat.is_sqlite_wal_reset_vulnerable(sqlite3.sqlite_version_info)
+
+
+def test_last_init_error_is_the_failures_text(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    with pytest.raises(Exception) as failure:
+        SessionDB(blocker / "state.db")
+    text = compat.get_last_init_error()
+    assert isinstance(text, str) and text == str(failure.value)
+
+
+def test_preflight_repairs_owner_bits_inside_the_home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    db = home / "state.db"
+    db.write_bytes(b"")
+    db.chmod(0o444)
+    assert compat.preflight_db_writability(db) is None
+    assert db.stat().st_mode & 0o200
+
+
+def test_deleted_sidecar_holders_of_a_healthy_file_is_empty(tmp_path):
+    db = SessionDB(tmp_path / "state.db")
+    try:
+        db.append_message(db.create_session("s1", "cli"), "user", "hi")
+        assert compat.iter_deleted_sqlite_sidecar_holders(tmp_path / "state.db") == []
+    finally:
+        db.close()
