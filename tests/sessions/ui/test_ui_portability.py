@@ -124,6 +124,25 @@ def test_ab30_lineage_export(store):
     assert store.export_session_lineage("br").lineage_session_ids == ["br"]
 
 
+def test_lineage_to_json_carries_segments(store):
+    """Issue 33: the lineage document carries ``segments`` (each segment's own export
+    document, root → tip) as upstream's ``export_session_lineage`` dict does, beside the ids,
+    the total count and the concatenated messages; importing it back warns about nothing."""
+    ids = make_chain(store, 3, prefix="jl")
+    _raw_messages(store, [(sid, f"in {sid}") for sid in ids])
+    doc = store.export_session_lineage(ids[0]).to_json()
+    assert [seg["id"] for seg in doc["segments"]] == ids == doc["lineage_session_ids"]
+    assert [seg == store.export_session(sid).to_json()
+            for seg, sid in zip(doc["segments"], ids)] == [True] * 3
+    assert [m["content"] for seg in doc["segments"] for m in seg["messages"]] == \
+        [m["content"] for m in doc["messages"]] == [f"in {s}" for s in ids]
+    assert doc["id"] == ids[-1] and doc["message_count"] == 3
+    json.dumps(doc, default=str)
+    doc["id"] = "copy"
+    r = store.import_sessions([doc])
+    assert r.ok and r.imported_ids == ["copy"] and r.warnings == []
+
+
 def test_ab31_iter_export_all_order_and_source(store):
     """Behaviour 31 (lean; the 150,000-session memory run belongs in benchmarks/): keyset
     order ``started_at, id`` across pages, ``source`` filter."""

@@ -278,8 +278,8 @@ def _row(e: dict[str, Any], sid: str, owner: str | None, columns: set[str], now:
     for k in _FLOATS:
         row[k] = _num(e.get(k), float, None)
     handled = {"id", "messages", "system_prompt", "title", "parent_session_id", "model_config",
-               "started_at", "ended_at", "archived", "lineage_session_ids", *_TEXT, *_INTS,
-               *_FLOATS}
+               "started_at", "ended_at", "archived", "lineage_session_ids", "segments", *_TEXT,
+               *_INTS, *_FLOATS}
     for k, v in e.items():
         if k in handled or k in _NEVER or k in _HEAD:
             continue
