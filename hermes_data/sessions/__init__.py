@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     # Storage (docs/sessions-storage.md §3.6).
     from hermes_data.sessions.storage.fts.layout import OptimizeProgress, OptimizeStorageResult
     from hermes_data.sessions.rows import FtsRebuildStatus
+    # Transcript diversion (docs/sessions-storage.md §3.11).
+    from hermes_data.sessions.storage.diversion import divert_session_transcript_jsonl
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -75,6 +77,8 @@ _EXPORTS = {
     # Storage (docs/sessions-storage.md §3.6).
     "FtsRebuildStatus": "rows", "OptimizeProgress": "storage.fts.layout",
     "OptimizeStorageResult": "storage.fts.layout",
+    # Transcript diversion (docs/sessions-storage.md §3.11).
+    "divert_session_transcript_jsonl": "storage.diversion",
 }
 
 __all__ = sorted(_EXPORTS)
