@@ -86,6 +86,23 @@ def linked_sqlite_version() -> VersionTuple:
     return _LINKED
 
 
+def sqlite_source_id() -> str:
+    """The linked SQLite library's ``sqlite_source_id()`` (check-in date, time and hash, the
+    exact build a bug report needs), or ``""`` when it cannot be read — upstream's module
+    function of the same name. Opens a private ``:memory:`` database (no file is touched)."""
+    try:
+        con = sqlite3.connect(":memory:")
+        try:
+            row = con.execute("SELECT sqlite_source_id()").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return ""
+    if not row or row[0] is None:
+        return ""
+    return str(row[0])
+
+
 def is_wal_reset_vulnerable(version: VersionTuple) -> bool:
     """True when ``version`` has the WAL-reset corruption bug (fixed in 3.51.3,
     back-ported to 3.50.7 and 3.44.6)."""

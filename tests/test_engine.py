@@ -4,6 +4,7 @@ builds, our own BEGIN (transactional DDL, BEGIN IMMEDIATE for writers), PASSIVE 
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import threading
 import time
@@ -42,6 +43,26 @@ SAFE = (3, 51, 3)
 ])
 def test_wal_reset_vulnerability_ranges(version, expected):
     assert is_wal_reset_vulnerable(version) is expected
+
+
+def test_sqlite_source_id_names_the_linked_build(monkeypatch):
+    """Issue 33: upstream's module function ``sqlite_source_id``: the linked library's
+    check-in (date, time, hash), or "" when SQLite cannot answer."""
+    from hermes_data import engine
+
+    got = engine.sqlite_source_id()
+    con = sqlite3.connect(":memory:")
+    try:
+        assert got == con.execute("SELECT sqlite_source_id()").fetchone()[0]
+    finally:
+        con.close()
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [0-9a-f]{40}", got), got
+
+    def refuse(*args, **kwargs):
+        raise sqlite3.OperationalError("unable to open database")
+
+    monkeypatch.setattr(engine.sqlite3, "connect", refuse)
+    assert engine.sqlite_source_id() == ""
 
 
 def _mode(path) -> str:

@@ -54,7 +54,8 @@ def cmd_repair(args) -> int:
         if report.backup_path:
             emit(f"  backup written: {report.backup_path}")
         if report.ok:
-            emit(f"  {'repaired' if report.repaired else 'nothing to repair'}: {report.strategy}")
+            emit(f"  {'repaired' if report.rewritten else 'nothing to repair'}: "
+                 f"{report.strategy}")
         else:
             emit(f"  PROBLEM: {report.error}")
     if report.refused:

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
                                             resolved_max_resume_messages)
     from hermes_data.sessions.storage.handle_guards import refuse_deleted_wal_generation
     from hermes_data.sessions.storage.opening import resolve_synchronous_level
+    # Transcript diversion (docs/sessions-storage.md §3.11).
+    from hermes_data.sessions.storage.diversion import divert_session_transcript_jsonl
 
 _EXPORTS = {
     "SessionStore": "store",
@@ -97,6 +99,8 @@ _EXPORTS = {
     "resolved_max_resume_messages": "store", "resolved_max_export_messages": "store",
     "refuse_deleted_wal_generation": "storage.handle_guards",
     "resolve_synchronous_level": "storage.opening",
+    # Transcript diversion (docs/sessions-storage.md §3.11).
+    "divert_session_transcript_jsonl": "storage.diversion",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -70,6 +70,16 @@ class SessionRow:
     handoff_requested_at: float | None = None
     handoff_claimed_by: str | None = None
     handoff_claimed_at: float | None = None
+    # The coordination columns (docs/sessions-coordination.md §2.1), as upstream's get_session
+    # returns them: the compression-failure cooldown and its error, the streak counters, the
+    # recovery deadline and the rewind counter.
+    compression_failure_cooldown_until: float | None = None
+    compression_failure_error: str | None = None
+    compression_fallback_streak: int = 0
+    compression_ineffective_count: int = 0
+    compression_recovery_deadline: float | None = None
+    compression_overload_streak: int = 0
+    rewind_count: int = 0
 
 
 @dataclass(frozen=True)

@@ -96,10 +96,12 @@ def test_import_caps_on_request_and_all_or_nothing(tmp_path):
     dst = tmp_path / "dst.db"
     assert run_cli("upgrade", "--store", "sessions", "--url", str(dst)).returncode == 0
     proc = run_cli("import", str(payload), "--url", str(dst), "--max-messages", "2")
-    assert proc.returncode == 1 and "entry 1: 3 messages; the limit is 2" in proc.stdout
+    assert proc.returncode == 1 and ("entry 1: messages exceeds the per-session import limit: "
+                                     "3 messages; the limit is 2") in proc.stdout
     assert "nothing imported" in proc.stdout and _counts(dst) == (0, 0)
     proc = run_cli("import", str(payload), "--url", str(dst), "--max-entry-bytes", "200")
-    assert proc.returncode == 1 and "entry 1: entry is" in proc.stdout and _counts(dst) == (0, 0)
+    assert proc.returncode == 1 and _counts(dst) == (0, 0)
+    assert "entry 1: session exceeds the import size limit: entry is" in proc.stdout
     proc = run_cli("import", str(payload), "--url", str(dst), "--max-messages", "3")
     assert proc.returncode == 0 and _counts(dst) == (3, 5)
 

@@ -49,7 +49,8 @@ def get_session(execute: Callable[..., Any], q: Fragments,
 #: Integer counters a NULL (legacy rows) reads as 0.
 _COUNTERS = ("message_count", "tool_call_count", "input_tokens", "output_tokens",
              "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "api_call_count",
-             "git_metadata_generation")
+             "git_metadata_generation", "compression_fallback_streak",
+             "compression_ineffective_count", "compression_overload_streak", "rewind_count")
 
 
 def _tool_names(raw: Any) -> tuple[str, ...] | None:

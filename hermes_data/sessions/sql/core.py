@@ -37,8 +37,16 @@ HANDOFF_SESSION_COLS = (
     "handoff_state", "handoff_platform", "handoff_error", "handoff_requested_at",
     "handoff_claimed_by", "handoff_claimed_at",
 )
+#: The coordination columns (docs/sessions-coordination.md §2.1, revision s04): upstream's
+#: ``get_session`` (``SELECT s.*``) returns them with every session (issue 33).
+COORDINATION_SESSION_COLS = (
+    "compression_failure_cooldown_until", "compression_failure_error",
+    "compression_fallback_streak", "compression_ineffective_count",
+    "compression_recovery_deadline", "compression_overload_streak", "rewind_count",
+)
 #: Every column a ``SessionRow`` is read from, in order (the resolved prompt follows them).
-SESSION_ROW_COLS = SESSION_COLS + AGENT_SESSION_COLS + HANDOFF_SESSION_COLS
+SESSION_ROW_COLS = (SESSION_COLS + AGENT_SESSION_COLS + HANDOFF_SESSION_COLS
+                    + COORDINATION_SESSION_COLS)
 #: ``messages`` columns a :class:`~hermes_data.sessions.rows.MessageRow` carries, in order.
 MESSAGE_COLS = (
     "id", "session_id", "role", "content", "tool_call_id", "tool_calls", "tool_name",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from dataclasses import replace
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -29,6 +30,7 @@ from hermes_data.sessions.backends.base import OpenOptions
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage import display_sql
 from hermes_data.sessions.storage import adoption_sql as mq
+from hermes_data.sessions.storage import sessions_json
 from hermes_data.sessions.storage.fts.cjk_sql import CJK_TABLES
 from hermes_data.sessions.storage.fts.fold_sql import PG_FOLD_INDEX  # s09_accent_fold's GIN index on the folded document
 from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata, pg_metadata
@@ -235,6 +237,8 @@ def after_upgrade(conn: Connection, report: UpgradeReport,
     if conn.dialect.name != "sqlite":
         return
     reconcile(conn, report)
+    if report.adopted_from is not None:  # this upgrade adopted an upstream file
+        _backfill_from_sessions_json(conn, report)
     if opening.needs_null_active_heal(conn):
         n = opening.heal_null_active(conn)
         report.repairs.append(f"set active = 1 on {n} message(s) with NULL active")
@@ -252,6 +256,26 @@ def after_upgrade(conn: Connection, report: UpgradeReport,
             report.extra_objects.append(
                 f"{table.name}: {len(extra)} upstream column(s) kept: {', '.join(extra)}")
     settle(conn)
+
+
+def _backfill_from_sessions_json(conn: Connection, report: UpgradeReport) -> None:
+    """Upstream's v18 step on an adopted file below schema version 18: the gateway metadata
+    of its sessions from the ``sessions.json`` beside it (docs/sessions-storage.md §3.12)."""
+    if "schema_version" not in _tables(conn):
+        return  # upstream wrote no version yet: a fresh file there, no backfill either
+    raw: Any = conn.exec_driver_sql(mq.UPSTREAM_SCHEMA_VERSION).scalar()
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        return  # no row, or not a number: nothing says the file predates v18
+    db = conn.engine.url.database
+    if version >= sessions_json.BACKFILL_BELOW_VERSION or not db or db == ":memory:":
+        return
+    path = sessions_json.sessions_json_for(db)
+    matched = sessions_json.backfill_gateway_metadata(conn, path)
+    if matched:
+        report.repairs.append(f"backfilled gateway metadata of {matched} session(s) from {path} "
+                              f"(upstream's v18 step; schema_version {version})")
 
 
 def settle(conn: Connection) -> None:

@@ -14,6 +14,15 @@ SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
 #: The newest upstream schema_version row.
 UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
+#: Upstream's v18 gateway metadata backfill of one session (docs/sessions-storage.md §3.12):
+#: NULL columns filled, ``expiry_finalized`` only raised 0 → 1. Values: session_key, chat_id,
+#: chat_type, thread_id, display_name, origin_json, finalized (0/1), id.
+BACKFILL_GATEWAY_METADATA = (
+    "UPDATE sessions SET session_key = COALESCE(session_key, ?), chat_id = COALESCE(chat_id, ?), "
+    "chat_type = COALESCE(chat_type, ?), thread_id = COALESCE(thread_id, ?), "
+    "display_name = COALESCE(display_name, ?), origin_json = COALESCE(origin_json, ?), "
+    "expiry_finalized = CASE WHEN COALESCE(expiry_finalized, 0) = 0 AND ? = 1 THEN 1 "
+    "ELSE expiry_finalized END WHERE id = ?")
 #: The file header's application id.
 APPLICATION_ID = "PRAGMA application_id"
 #: Is the pg_trgm extension installed?

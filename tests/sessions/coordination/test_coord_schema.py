@@ -97,3 +97,33 @@ def test_c3_read_only_probe_and_locked_alter(tmp_path):
         assert time.monotonic() - t0 >= 0.5
     holder.close()
     assert "compression_ineffective_count" in _info(old)
+
+
+def test_session_rows_carry_the_coordination_columns(store):
+    """Issue 33: ``get_session`` / ``get_session_rich_row`` / ``list_sessions_rich`` rows carry
+    the seven coordination columns (upstream's ``get_session`` is ``SELECT s.*``); a fresh
+    session reads the defaults."""
+    store.create_session("fresh", "cli")
+    store.create_session("busy", "cli")
+    store.append_message("busy", "user", "hello")
+    store.record_compression_failure_cooldown("busy", 2_000_000_000.0, "summary failed")
+    store.set_compression_fallback_streak("busy", 2)
+    store.set_compression_ineffective_count("busy", 3)
+    store.set_compression_overload_streak("busy", 4)
+    store.set_compression_recovery_deadline("busy", 1_900_000_000.0)
+    store.append_message("busy", "assistant", "hi")
+    target = store.append_message("busy", "user", "again")
+    store.rewind_to_message("busy", target)
+    want = {"compression_failure_cooldown_until": 2_000_000_000.0,
+            "compression_failure_error": "summary failed", "compression_fallback_streak": 2,
+            "compression_ineffective_count": 3, "compression_recovery_deadline": 1_900_000_000.0,
+            "compression_overload_streak": 4, "rewind_count": 1}
+    defaults = {"compression_failure_cooldown_until": None, "compression_failure_error": None,
+                "compression_fallback_streak": 0, "compression_ineffective_count": 0,
+                "compression_recovery_deadline": None, "compression_overload_streak": 0,
+                "rewind_count": 0}
+    rich = {r.id: r for r in store.list_sessions_rich(limit=10)}
+    for sid, expected in (("busy", want), ("fresh", defaults)):
+        for row in (store.get_session(sid), store.get_session_rich_row(sid), rich[sid]):
+            assert {k: getattr(row, k) for k in expected} == expected, (sid, type(row))
+            assert not set(expected) & set(getattr(row, "extra", {}))

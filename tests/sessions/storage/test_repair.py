@@ -76,7 +76,7 @@ def test_error_classification(dup):
 def test_duplicate_schema_row_repair_restores_every_row(dup, undamaged):
     before = file_digest(dup)
     report = repair.repair_state_db_schema(dup)
-    assert report.repaired and report.strategy == "dedup_schema", report.error
+    assert report.repaired and report.rewritten and report.strategy == "dedup_schema", report.error
     assert report.journal_mode_before == "wal"
     assert table_digests(dup) == undamaged  # counts and checksums of every table
     assert repair.opens_cleanly(dup)
@@ -109,9 +109,13 @@ def test_postgresql_url_is_a_configuration_error():
 def test_healthy_file_is_already_healthy(tmp_path):
     path = legacy_copy(tmp_path)
     before = file_digest(path)
+    rb.record_failure(path, "an earlier failed attempt")  # a stale record of a failure
     report = repair.repair_state_db_schema(path)
-    assert report.ok and report.strategy == "already_healthy" and not report.repaired
+    # Upstream's report (issue 33): a healthy file is repaired=True, strategy already_healthy.
+    assert report.ok and report.strategy == "already_healthy" and report.repaired
+    assert not report.rewritten and report.to_dict()["repaired"] is True
     assert file_digest(path) == before and not rb.bundles(path)
+    assert not rb.ledger_path(path).exists()  # the health check clears it, as upstream's
 
 
 # --------------------------------------------------------------------------- behaviour 3
@@ -177,7 +181,8 @@ def test_lock_not_acquired_but_healthy_is_repaired_by_other_process(tmp_path, mo
         assert report.error and "repair.lock" in report.error and not report.counted
         healthy = legacy_copy(tmp_path, "healthy.db")
         with filesafety.maintenance_flock(f"{healthy}.repair.lock", 5):
-            assert repair.repair_state_db_schema(healthy).strategy == "repaired_by_other_process"
+            report = repair.repair_state_db_schema(healthy)
+            assert report.strategy == "repaired_by_other_process" and report.repaired
     assert not rb.ledger_path(dup).exists()
 
 

@@ -124,6 +124,25 @@ def test_ab30_lineage_export(store):
     assert store.export_session_lineage("br").lineage_session_ids == ["br"]
 
 
+def test_lineage_to_json_carries_segments(store):
+    """Issue 33: the lineage document carries ``segments`` (each segment's own export
+    document, root → tip) as upstream's ``export_session_lineage`` dict does, beside the ids,
+    the total count and the concatenated messages; importing it back warns about nothing."""
+    ids = make_chain(store, 3, prefix="jl")
+    _raw_messages(store, [(sid, f"in {sid}") for sid in ids])
+    doc = store.export_session_lineage(ids[0]).to_json()
+    assert [seg["id"] for seg in doc["segments"]] == ids == doc["lineage_session_ids"]
+    assert [seg == store.export_session(sid).to_json()
+            for seg, sid in zip(doc["segments"], ids)] == [True] * 3
+    assert [m["content"] for seg in doc["segments"] for m in seg["messages"]] == \
+        [m["content"] for m in doc["messages"]] == [f"in {s}" for s in ids]
+    assert doc["id"] == ids[-1] and doc["message_count"] == 3
+    json.dumps(doc, default=str)
+    doc["id"] = "copy"
+    r = store.import_sessions([doc])
+    assert r.ok and r.imported_ids == ["copy"] and r.warnings == []
+
+
 def test_ab31_iter_export_all_order_and_source(store):
     """Behaviour 31 (lean; the 150,000-session memory run belongs in benchmarks/): keyset
     order ``started_at, id`` across pages, ``source`` filter."""
@@ -162,6 +181,49 @@ def test_ab32_validation_writes_nothing(store):
     assert not r.ok and any("in total" in i.error for i in r.errors)
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("SELECT COUNT(*) FROM sessions").scalar() == 0
+
+
+def test_import_rejections_carry_upstream_phrases(store):
+    """Issue 33: each rejection leads with upstream's wording (callers show or match it), ours
+    (sizes, limits, the offending index) follows."""
+    with pytest.raises(ValueError, match="sessions must be a list"):
+        store.import_sessions({"id": "x"})
+    with pytest.raises(ValueError, match="sessions must contain at most 500 entries"):
+        store.import_sessions([{"id": str(i)} for i in range(501)])
+    bad = [
+        "not an object",
+        {"messages": []},
+        {"id": "dup"}, {"id": "dup"},
+        {"id": "big", "system_prompt": "x" * (5 * 1024 * 1024)},
+        {"id": "many", "messages": [{"role": "user"}] * 10_001},
+        {"id": "m1", "messages": "nope"},
+        {"id": "m2", "messages": [{"role": "user"}, 7]},
+        {"id": "m3", "messages": [{"role": ""}]},
+        {"id": "m4", "messages": [{"role": "tool", "tool_name": 5}]},
+        {"id": "m5", "messages": [{"role": "user", "token_count": "x"}]},
+        {"id": "mc", "model_config": "[1]"},
+        {"id": "t", "cwd": 3},
+    ]
+    r = store.import_sessions(bad)
+    got = {i.index: i.error for i in r.errors}
+    assert not r.ok and r.imported == 0
+    expected = {0: "session must be an object", 1: "session id is required",
+                3: "duplicate session id", 4: "session exceeds the import size limit",
+                5: "messages exceeds the per-session import limit", 6: "messages must be a list",
+                7: "messages must contain only objects",
+                8: "messages[0].role must be a non-empty string",
+                9: "tool_name must be a string", 10: "token_count must be an integer",
+                11: "model_config must be a JSON object", 12: "cwd must be a string"}
+    for index, phrase in expected.items():
+        assert phrase in got[index], (index, got[index])
+    assert "5242880" in got[4] and "10000" in got[5]  # ours: the limit itself
+    many = [{"id": f"m{i}", "messages": [{"role": "user", "content": "x"}] * 10_000}
+            for i in range(5)] + [{"id": "m5", "messages": [{"role": "user"}]}]
+    r = store.import_sessions(many)
+    assert any("messages exceeds the total import limit" in i.error for i in r.errors)
+    big = [{"id": f"b{i}", "system_prompt": "y" * (4 * 1024 * 1024)} for i in range(7)]
+    r = store.import_sessions(big)
+    assert any("import exceeds the total size limit" in i.error for i in r.errors)
 
 
 def test_ab33_skips_links_and_detaches(store):

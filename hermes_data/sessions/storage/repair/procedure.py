@@ -57,6 +57,8 @@ PROMOTE_PAGES = -1
 PROBE_TIMEOUT_S = 5.0
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
 _STRATEGIES = ("rebuild_fts", "reindex_btree", "dedup_schema", "drop_fts_rebuild")
+#: Outcomes reported ``repaired=True`` (upstream's report) with nothing rewritten.
+_NOTHING_REWRITTEN = ("already_healthy", "repaired_by_other_process")
 
 #: Test seam: called with a phase name at each step (``copy``, ``snapshot``, ``strategy:<n>``,
 #: ``promote``…); crash tests ``os._exit`` there.
@@ -119,8 +121,10 @@ def _counts(exc: BaseException) -> bool:
 
 @dataclass
 class RepairReport:
-    """What :func:`repair_state_db_schema` did. ``strategy`` names the winner, or
-    ``already_healthy`` / ``repaired_by_other_process``; ``error`` says why it refused."""
+    """What :func:`repair_state_db_schema` did. ``repaired`` is upstream's flag: the file opens
+    cleanly after the call (also when it was found healthy). ``strategy`` names the winner, or
+    ``already_healthy`` / ``repaired_by_other_process`` (nothing was rewritten); ``error``
+    says why it refused."""
 
     repaired: bool = False
     strategy: str | None = None
@@ -137,6 +141,12 @@ class RepairReport:
     def ok(self) -> bool:
         """The file opens cleanly now (repaired, or found healthy)."""
         return self.error is None and self.strategy is not None
+
+    @property
+    def rewritten(self) -> bool:
+        """A strategy of this call rewrote the file (``repaired`` is also True for a file
+        found healthy, as upstream reports it)."""
+        return self.repaired and self.strategy not in _NOTHING_REWRITTEN
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view."""
@@ -467,8 +477,8 @@ def _repair(path: Path, backup: bool, report: RepairReport) -> None:
         return
     with maintenance_flock(f"{path}.repair.lock", REPAIR_LOCK_WAIT_S, REPAIR_LOCK_POLL_S) as got:
         if not got:
-            if opens_cleanly(path):
-                report.strategy = "repaired_by_other_process"
+            if opens_cleanly(path):  # healthy now: repaired, as upstream reports it
+                report.repaired, report.strategy = True, "repaired_by_other_process"
             else:
                 report.error = f"{path}: another process holds {path}.repair.lock"
             return
@@ -511,8 +521,8 @@ def _locked_repair(path: Path, backup: bool, report: RepairReport) -> bool:
     except OSError as exc:
         report.error = f"{rb.scratch_path(path)}: stale scratch cannot be removed ({exc})"
         return False
-    if opens_cleanly(path):
-        report.strategy = "already_healthy"
+    if opens_cleanly(path):  # upstream's report: repaired=True, strategy "already_healthy"
+        report.repaired, report.strategy = True, "already_healthy"
         return False
     if backup:
         _at("copy")

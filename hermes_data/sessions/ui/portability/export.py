@@ -83,8 +83,10 @@ class LineageExport:
     messages: list[MessageRow]
 
     def to_json(self) -> dict[str, Any]:
-        """The tip's document with the lineage's messages and ids."""
-        return {**self.session, "lineage_session_ids": list(self.lineage_session_ids),
+        """Upstream's lineage document: the tip's fields, ``segments`` (each segment's own
+        document, root → tip), the lineage's ids, total count and concatenated messages."""
+        return {**self.session, "segments": [s.to_json() for s in self.segments],
+                "lineage_session_ids": list(self.lineage_session_ids),
                 "message_count": self.message_count,
                 "messages": [message_json(m) for m in self.messages]}
 

@@ -143,19 +143,20 @@ def _model_config(value: Any) -> tuple[Any, str | None]:
 
 
 def _check_message(m: Any, j: int) -> str | None:
+    # Upstream's phrases lead each message (callers show or match them), ours follow.
     if not isinstance(m, dict):
-        return f"message {j} is not an object"
+        return f"messages must contain only objects (message {j} is a {type(m).__name__})"
     if not isinstance(m.get("role"), str) or not m["role"]:
-        return f"message {j} has no role"
+        return f"messages[{j}].role must be a non-empty string"
     for k in _MSG_TEXT:
         if m.get(k) is not None and not isinstance(m[k], str):
-            return f"message {j}: {k} must be a string or null"
+            return f"messages[{j}]: {k} must be a string or null"
     tc = m.get("token_count")
     if tc is not None:
         try:
             int(tc)
         except (TypeError, ValueError):
-            return f"message {j}: token_count is not an integer"
+            return f"messages[{j}]: token_count must be an integer, got {tc!r}"
     return None
 
 
@@ -163,28 +164,31 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
     """Index-addressed issues of a payload (no database access); ValueError for a non-list or
     more than 500 entries. ``limits`` sets the size caps (0 disables one)."""
     if not isinstance(sessions, list):
-        raise ValueError(f"import_sessions needs a list of sessions, got {type(sessions).__name__}")
+        raise ValueError(f"sessions must be a list (import_sessions got "
+                         f"{type(sessions).__name__})")
     if len(sessions) > MAX_SESSIONS:
-        raise ValueError(f"import_sessions takes at most {MAX_SESSIONS} sessions per call, "
-                         f"got {len(sessions)}")
+        raise ValueError(f"sessions must contain at most {MAX_SESSIONS} entries "
+                         f"(import_sessions got {len(sessions)})")
     issues: list[ImportIssue] = []
     seen: set[str] = set()
     total_msgs = total_bytes = 0
     for i, e in enumerate(sessions):
         if not isinstance(e, dict):
-            issues.append(ImportIssue(i, "entry is not an object"))
+            issues.append(ImportIssue(i, f"session must be an object (entry is a "
+                                         f"{type(e).__name__})"))
             continue
         sid = str(e.get("id") or "").strip()
         bad = lambda err: issues.append(ImportIssue(i, err, sid or None))  # noqa: E731
         if not sid:
-            bad("entry has no id")
+            bad("session id is required (the entry has no id)")
         elif sid in seen:
-            bad(f"duplicate id {sid!r}")
+            bad(f"duplicate session id {sid!r}")
         seen.add(sid)
         size = _size(e)
         total_bytes += size
         if limits.bytes_each and size > limits.bytes_each:
-            bad(f"entry is {size} bytes; the limit is {limits.bytes_each}")
+            bad(f"session exceeds the import size limit: entry is {size} bytes; the limit is "
+                f"{limits.bytes_each}")
         msgs = e.get("messages", [])
         if msgs is None:
             msgs = []
@@ -193,7 +197,8 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
             msgs = []
         total_msgs += len(msgs)
         if limits.messages_each and len(msgs) > limits.messages_each:
-            bad(f"{len(msgs)} messages; the limit is {limits.messages_each} per session")
+            bad(f"messages exceeds the per-session import limit: {len(msgs)} messages; the "
+                f"limit is {limits.messages_each} per session")
         else:
             for j, m in enumerate(msgs):
                 err = _check_message(m, j)
@@ -201,7 +206,7 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
                     bad(err)
                     break
         if _model_config(e.get("model_config"))[1]:
-            bad("model_config must be null, an object or a JSON object string")
+            bad("model_config must be a JSON object (null, an object or a JSON object string)")
         for k in ("parent_session_id", *_TEXT):
             if e.get(k) is not None and not isinstance(e[k], str):
                 bad(f"{k} must be a string or null")
@@ -215,11 +220,12 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
             except ValueError as exc:
                 bad(f"title: {exc}")
     if limits.messages_total and total_msgs > limits.messages_total:
-        issues.append(ImportIssue(-1, f"{total_msgs} messages in total; the limit is "
+        issues.append(ImportIssue(-1, f"messages exceeds the total import limit: {total_msgs} "
+                                      f"messages in total; the limit is "
                                       f"{limits.messages_total}"))
     if limits.bytes_total and total_bytes > limits.bytes_total:
-        issues.append(ImportIssue(-1, f"{total_bytes} bytes in total; the limit is "
-                                      f"{limits.bytes_total}"))
+        issues.append(ImportIssue(-1, f"import exceeds the total size limit: {total_bytes} "
+                                      f"bytes in total; the limit is {limits.bytes_total}"))
     return issues
 
 
@@ -272,8 +278,8 @@ def _row(e: dict[str, Any], sid: str, owner: str | None, columns: set[str], now:
     for k in _FLOATS:
         row[k] = _num(e.get(k), float, None)
     handled = {"id", "messages", "system_prompt", "title", "parent_session_id", "model_config",
-               "started_at", "ended_at", "archived", "lineage_session_ids", *_TEXT, *_INTS,
-               *_FLOATS}
+               "started_at", "ended_at", "archived", "lineage_session_ids", "segments", *_TEXT,
+               *_INTS, *_FLOATS}
     for k, v in e.items():
         if k in handled or k in _NEVER or k in _HEAD:
             continue
