@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         is_advisory_lock_contention, is_automatic_end_reason, is_sqlite_wal_reset_vulnerable,
         iter_deleted_sqlite_sidecar_holders, preflight_db_writability,
         refuse_deleted_wal_generation, resolve_synchronous_level, resolved_max_export_messages,
-        resolved_max_resume_messages)
+        resolved_max_resume_messages, divert_session_transcript_jsonl, sqlite_source_id)
     from hermes_data.compat.session_db import SessionDB
 
 __all__ = [
@@ -56,7 +56,7 @@ __all__ = [
     "is_advisory_lock_contention", "is_automatic_end_reason", "is_sqlite_wal_reset_vulnerable",
     "iter_deleted_sqlite_sidecar_holders", "preflight_db_writability",
     "refuse_deleted_wal_generation", "resolve_synchronous_level", "resolved_max_export_messages",
-    "resolved_max_resume_messages",
+    "resolved_max_resume_messages", "divert_session_transcript_jsonl", "sqlite_source_id",
     # the shared-handle registry
     "get_shared_session_db", "release_shared_session_db", "close_shared_session_dbs",
     "release_or_close",

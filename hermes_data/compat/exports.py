@@ -18,7 +18,8 @@ from hermes_data.compat.maintenance_methods import AUTO_VACUUM_MIN_FREELIST_RATI
 from hermes_data.compat.session_db import SessionDB
 from hermes_data.compat.shapes import as_dict
 from hermes_data.config import default_db_path, hermes_home
-from hermes_data.engine import apply_wal_with_fallback, is_wal_reset_vulnerable, linked_sqlite_version
+from hermes_data.engine import (apply_wal_with_fallback, is_wal_reset_vulnerable,
+                                linked_sqlite_version, sqlite_source_id)
 from hermes_data.errors import WalUnsupportedError
 from hermes_data.files import deleted_sidecar_holders
 from hermes_data.locking import is_advisory_lock_contention
@@ -36,6 +37,7 @@ from hermes_data.sessions.errors import (CompressionSessionBusyError,
                                          SessionResumeTooLargeError, SessionTurnLeaseLostError,
                                          StateDbCorruptError, StateDbReplacedError)
 from hermes_data.sessions.storage import registry
+from hermes_data.sessions.storage.diversion import divert_session_transcript_jsonl
 from hermes_data.sessions.storage.handle_guards import refuse_deleted_wal_generation
 from hermes_data.sessions.storage.opening import resolve_synchronous_level
 from hermes_data.sessions.storage.writability import writability_preflight
@@ -71,6 +73,7 @@ __all__ = [
     "is_sqlite_wal_reset_vulnerable", "iter_deleted_sqlite_sidecar_holders",
     "preflight_db_writability", "refuse_deleted_wal_generation", "resolve_synchronous_level",
     "resolved_max_export_messages", "resolved_max_resume_messages",
+    "divert_session_transcript_jsonl", "sqlite_source_id",
 ]
 
 #: Upstream's size-guard defaults (``SessionStore``'s, docs/sessions.md §6.5).

@@ -20,11 +20,6 @@ from hermes_data.sessions.agent.activity import TITLE_SOURCES
 
 pytestmark = pytest.mark.journal_independent("static name table")
 
-#: Module names another branch adds to the package; wired into hermes_data.compat after its
-#: merge (remove the name here then: a strict xfail that passes fails the run).
-PENDING_MODULE_NAMES = {
-    **dict.fromkeys(("divert_session_transcript_jsonl", "sqlite_source_id"), "fid2"),
-}
 
 #: SessionDB's public names beyond upstream's methods and constants: the typed store, the
 #: constructor over an open store, and upstream's two instance attributes.
@@ -93,18 +88,11 @@ def test_each_module_name_is_importable_unless_not_provided(name):
         with pytest.raises(ImportError):
             exec(f"from hermes_data.compat import {name}", {})
         return
-    if name in PENDING_MODULE_NAMES:
-        pytest.xfail(f"pending {PENDING_MODULE_NAMES[name]}: wired after that branch merges")
     namespace: dict[str, object] = {}
     exec(f"from hermes_data.compat import {name}", namespace)
     assert namespace[name] is getattr(hermes_data.compat, name)
     assert name in hermes_data.compat.__all__
 
-
-def test_pending_module_names_are_still_pending():
-    """A pending name that is now wired must leave the pending list (and a strict check)."""
-    wired = [n for n in PENDING_MODULE_NAMES if n in hermes_data.compat.__all__]
-    assert wired == []
 
 
 def test_not_provided_names_are_upstream_names_with_a_reason():

@@ -179,8 +179,6 @@ def test_list_sessions_rich_archived_and_hidden_filters(db):
                                                                              "hid"}
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: listing rows carry no coordination columns "
-                   "(rewind_count …); upstream's rows are the whole sessions row")
 def test_list_sessions_rich_rows_carry_the_rewind_count(db):
     ids = _transcript(db, "s1", 2)
     db.store.rewind_to_message("s1", ids[0])
