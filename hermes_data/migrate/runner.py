@@ -34,7 +34,7 @@ import zlib
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, cast
+from typing import TYPE_CHECKING, Any, Callable, Iterator, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL, Connection, Engine
@@ -288,11 +288,13 @@ def _guard_env_target(store: str, url: Any) -> None:
         raise ProductionStateDbCommandError(exc.path, exc.root) from None
 
 
-def run_env(store: str) -> None:
+def run_env(store: str, include_object: Callable[..., bool] | None = None) -> None:
     """Body of each store's Alembic ``env.py``.
 
     The URL comes from the caller (``Config.attributes``), ``-x url=…`` or the store's
     environment variable / default location (see :mod:`hermes_data.config`).
+    ``include_object``: the store's Alembic ``include_object`` hook (its ``env.py`` says which
+    differences Alembic's comparison must not report, object by object, and why).
     """
     from alembic import context
 
@@ -315,7 +317,7 @@ def run_env(store: str) -> None:
         logging.config.fileConfig(cfg.config_file_name, disable_existing_loggers=False)
     if isinstance(external, Connection):
         # A caller owns the connection, its transaction and its locking.
-        _run_on(external, spec, context, on_apply=None)
+        _run_on(external, spec, context, on_apply=None, include_object=include_object)
         return
     if not _is_migration_command(context):
         # Not an upgrade/downgrade (e.g. autogenerate or `alembic check`): compare only,
@@ -330,7 +332,7 @@ def run_env(store: str) -> None:
                                     message="Skipped unsupported reflection of expression-based index")
             warnings.filterwarnings("ignore", message="autogenerate skipping metadata-specified "
                                                       "expression-based index")
-            _run_on(conn, spec, context, on_apply=None)
+            _run_on(conn, spec, context, on_apply=None, include_object=include_object)
         return
     if isinstance(external, sa.engine.Engine):
         # A caller (e.g. pytest-alembic) hands an Engine: same locked path as ours.
@@ -644,13 +646,34 @@ def _run_locked(conn: Connection, spec: StoreSpec, context, script: ScriptDirect
              report.after_revision, ", ".join(report.applied) or "no revisions")
 
 
-def _run_on(conn: Connection, spec: StoreSpec, context, on_apply) -> None:
+def compared_names(conn: Connection, spec: StoreSpec) -> Callable[[Any, str, Any], bool]:
+    """Alembic's ``include_name`` for ``spec``'s store on ``conn``: every live table but
+    SQLite's and Alembic's own, the store's non-ordinary tables
+    (:meth:`StoreSpec.compared_table`) and, on a server database the two stores may share,
+    the other store's tables and version table (not foreign objects of this one)."""
+    others: set[str] = set()
+    if conn.dialect.name != "sqlite":
+        for other in (store_spec(n) for n in _SPEC_MODULES if n != spec.name):
+            others.update(other.server_tables(), {other.version_table_for(conn)})
+
+    def include_name(name: Any, type_: str, parent_names: Any) -> bool:
+        if type_ == "table":
+            return spec.compared_table(str(name)) and name not in others
+        return True
+
+    return include_name
+
+
+def _run_on(conn: Connection, spec: StoreSpec, context, on_apply,
+            include_object: Callable[..., bool] | None = None) -> None:
     context.configure(
         connection=conn,
-        target_metadata=spec.metadata,
+        # What autogenerate and `alembic check` compare with (the revisions never read it).
+        target_metadata=spec.metadata_on(conn.dialect.name),
         transactional_ddl=True,
         transaction_per_migration=False,
-        include_name=spec.include_name,
+        include_name=compared_names(conn, spec),
+        include_object=include_object,
         on_version_apply=on_apply,
         compare_type=True,
         compare_server_default=False,

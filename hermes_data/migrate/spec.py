@@ -73,6 +73,14 @@ class StoreSpec:
     #: Tables the store's head has on a server backend only (not in ``metadata``, which is
     #: the SQLite authority): the session store's PostgreSQL Telegram tables (docs/sessions-gateway.md §2.4).
     server_only_tables: tuple[str, ...] = ()
+    #: The head metadata Alembic's comparison (``alembic check``, autogenerate) uses on a
+    #: dialect (``"sqlite"``, ``"postgresql"``): every ordinary table, column and index the
+    #: head has there. Default: ``metadata`` on SQLite, :func:`server_metadata` of it elsewhere.
+    head_metadata: Callable[[str], sa.MetaData] | None = None
+    #: Live tables Alembic's comparison skips because they are not ordinary tables (FTS5
+    #: virtual tables and their shadow tables: created by fragments, never declarable in Core).
+    #: Default: ``ignore_table``.
+    not_ordinary_table: Callable[[str], bool] | None = None
 
     def server_tables(self) -> set[str]:
         """Every table of this store's head on a server backend (shared-database filters)."""
@@ -94,11 +102,37 @@ class StoreSpec:
             return self.expected_shape_on(conn)
         return metadata_shape_on(conn, self.metadata)
 
-    def include_name(self, name, type_, parent_names) -> bool:
-        """Alembic autogenerate filter: compare everything but internal and ignored tables."""
-        if type_ == "table":
-            return name not in INTERNAL_TABLES and not self.ignore_table(name)
-        return True
+    def metadata_on(self, dialect: str) -> sa.MetaData:
+        """The head metadata Alembic compares with on ``dialect`` (see :attr:`head_metadata`)."""
+        if self.head_metadata is not None:
+            return self.head_metadata(dialect)
+        return self.metadata if dialect == "sqlite" else server_metadata(self.metadata)
+
+    def compared_table(self, name: str) -> bool:
+        """Alembic autogenerate: is the live table ``name`` compared at all? Not SQLite's and
+        Alembic's own tables, nor the store's non-ordinary tables."""
+        skip = self.not_ordinary_table or self.ignore_table
+        return name not in INTERNAL_TABLES and name != self.pg_version_table and not skip(name)
+
+
+_server_copies: dict[int, tuple[sa.MetaData, sa.MetaData]] = {}
+
+
+def server_metadata(metadata: sa.MetaData) -> sa.MetaData:
+    """``metadata`` as a server backend has it (built once per metadata): every primary-key
+    column NOT NULL, which PostgreSQL makes it whatever the declaration — the stores declare
+    upstream's ``TEXT PRIMARY KEY`` columns nullable because SQLite reports them so
+    (``PRAGMA table_info`` notnull=0) on every file the revisions create."""
+    found = _server_copies.get(id(metadata))
+    if found is None or found[0] is not metadata:
+        copy = sa.MetaData()
+        for table in metadata.sorted_tables:
+            table.to_metadata(copy)
+        for table in copy.tables.values():
+            for column in table.primary_key.columns:
+                column.nullable = False
+        found = _server_copies[id(metadata)] = (metadata, copy)
+    return found[1]
 
 
 def current_revision(conn: Connection, version_table: str = "alembic_version") -> str | None:

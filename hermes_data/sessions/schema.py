@@ -332,15 +332,45 @@ sa.Index("idx_async_delegations_delivery", async_delegations.c.delivery_state,
 #: Core table names.
 CORE_TABLES = tuple(t.name for t in metadata.sorted_tables)
 
-# Telegram DM topics (docs/sessions-gateway.md §2.1, §2.5): on SQLite the user's opt-in creates them
-# (``apply_telegram_topic_migration``), so they are not in the SQLite head; on PostgreSQL
-# s06_gateway creates them. ``pg_metadata`` is the PostgreSQL head: the metadata plus these.
-pg_metadata = sa.MetaData()
-for _table in metadata.sorted_tables:
-    _table.to_metadata(pg_metadata)
+# Tables a named step creates instead of ``create_all`` (so they are not in ``metadata``, which
+# the fresh path, reconciliation and ``hermes-data check`` create or require on every store).
+# Each table's ``info`` says on which dialects it exists (``dialects``), where it may be absent
+# from a store at the head (``optional_on``) and which step creates it (``created_by``).
+# :func:`head_metadata` merges them into the head of each dialect. Their DDL on SQLite is a
+# frozen fragment that never changes; tests/migrations/test_metadata_authority.py proves each
+# fragment creates exactly the table declared here.
+step_metadata = sa.MetaData()
+
+# The CJK-bigram index's documents and queue (docs/sessions-storage.md §2.2; the FTS5 table
+# over the documents is a virtual table, not an ordinary one, so it is not declared). SQLite
+# only: PostgreSQL serves the same route with the GIN index ``messages_cjk_grams``.
+_CJK_STEP = {"dialects": ("sqlite",), "optional_on": ("sqlite",),
+             "created_by": "s07_storage and the writable open's CJK-bigram step "
+                           "(storage.fts.cjk_sql; absent while sessions.cjk_index is off or "
+                           "without FTS5)"}
+# ``id INTEGER PRIMARY KEY`` in the fragments: a rowid alias, which PRAGMA table_info reports
+# as notnull=0 (SQLite assigns a rowid for a NULL), hence nullable as declared there.
+messages_cjk_doc = sa.Table(
+    "messages_cjk_doc", step_metadata,
+    sa.Column("id", INTEGER, primary_key=True, nullable=True),
+    sa.Column("doc", TEXT, nullable=False),
+    info=_CJK_STEP,
+)
+messages_cjk_queue = sa.Table(
+    "messages_cjk_queue", step_metadata,
+    sa.Column("id", INTEGER, primary_key=True, nullable=True),
+    info=_CJK_STEP,
+)
+
+# Telegram DM topics (docs/sessions-gateway.md §2.1, §2.5): on SQLite the user's opt-in creates
+# them (``apply_telegram_topic_migration``, frozen v3 DDL in gateway.telegram_sql); on
+# PostgreSQL s06_gateway creates them, so they are part of its head.
+_TELEGRAM_STEP = {"dialects": ("sqlite", "postgresql"), "optional_on": ("sqlite",),
+                  "created_by": "SQLite: apply_telegram_topic_migration (the opt-in); "
+                                "PostgreSQL: s06_gateway"}
 _DEFAULT_PROFILE = sa.text("'default'")
 telegram_dm_topic_mode = sa.Table(
-    "telegram_dm_topic_mode", pg_metadata,
+    "telegram_dm_topic_mode", step_metadata,
     sa.Column("profile_name", TEXT, primary_key=True, nullable=False,
               server_default=_DEFAULT_PROFILE),
     sa.Column("chat_id", TEXT, primary_key=True, nullable=False),
@@ -353,25 +383,126 @@ telegram_dm_topic_mode = sa.Table(
     sa.Column("capability_checked_at", REAL),
     sa.Column("intro_message_id", TEXT),
     sa.Column("pinned_message_id", TEXT),
+    info=_TELEGRAM_STEP,
 )
 telegram_dm_topic_bindings = sa.Table(
-    "telegram_dm_topic_bindings", pg_metadata,
+    "telegram_dm_topic_bindings", step_metadata,
     sa.Column("profile_name", TEXT, primary_key=True, nullable=False,
               server_default=_DEFAULT_PROFILE),
     sa.Column("chat_id", TEXT, primary_key=True, nullable=False),
     sa.Column("thread_id", TEXT, primary_key=True, nullable=False),
     sa.Column("user_id", TEXT, nullable=False),
     sa.Column("session_key", TEXT, nullable=False),
-    sa.Column("session_id", TEXT, sa.ForeignKey("sessions.id", ondelete="CASCADE"),
+    # The column object, not "sessions.id": ``sessions`` lives in ``metadata``.
+    sa.Column("session_id", TEXT, sa.ForeignKey(sessions.c.id, ondelete="CASCADE"),
               nullable=False),
     sa.Column("managed_mode", TEXT, nullable=False, server_default=sa.text("'auto'")),
     sa.Column("linked_at", REAL, nullable=False),
     sa.Column("updated_at", REAL, nullable=False),
+    info=_TELEGRAM_STEP,
 )
 sa.Index("idx_telegram_dm_topic_bindings_session", telegram_dm_topic_bindings.c.session_id,
          unique=True)
 sa.Index("idx_telegram_dm_topic_bindings_user", telegram_dm_topic_bindings.c.profile_name,
          telegram_dm_topic_bindings.c.user_id, telegram_dm_topic_bindings.c.chat_id)
 
-#: Tables only the PostgreSQL head has.
+#: Tables only the PostgreSQL head always has (on SQLite: the opt-in).
 TELEGRAM_TABLES = ("telegram_dm_topic_mode", "telegram_dm_topic_bindings")
+#: The CJK-bigram index's ordinary tables (SQLite only).
+CJK_DOCUMENT_TABLES = ("messages_cjk_doc", "messages_cjk_queue")
+
+
+def _merged(dialect: str) -> sa.MetaData:
+    from hermes_data.migrate.spec import server_metadata
+
+    md = sa.MetaData()
+    for table in metadata.sorted_tables:
+        table.to_metadata(md)
+    for table in step_metadata.sorted_tables:
+        if dialect in table.info["dialects"]:
+            table.to_metadata(md)
+    # On a server every primary-key column is NOT NULL whatever the declaration (the nullable
+    # TEXT keys above are SQLite's reading of upstream's ``TEXT PRIMARY KEY``).
+    return md if dialect == "sqlite" else server_metadata(md)
+
+
+_heads: dict[str, sa.MetaData] = {}
+
+
+def __getattr__(name: str) -> Any:
+    # ``pg_metadata``, built on first use: a SQLite process never pays for the copy.
+    if name == "pg_metadata":
+        found = _heads.get("postgresql-tables")
+        if found is None:
+            found = _heads["postgresql-tables"] = _merged("postgresql")
+        return found
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+#: ``pg_metadata`` (module attribute, built on first use): the PostgreSQL head's tables as
+#: ``create_all`` makes them — the metadata plus the Telegram tables, primary keys NOT NULL
+#: (:func:`head_metadata` adds PostgreSQL's own objects).
+pg_metadata: sa.MetaData
+
+
+def head_metadata(dialect: str) -> sa.MetaData:
+    """Every table, column and index of the session store's head on ``dialect`` (``sqlite``
+    or ``postgresql``), built once from the declarations of this module: what Alembic's
+    comparison (``alembic -n sessions check``) and the PostgreSQL shape check compare with.
+
+    SQLite: the metadata plus the step tables (CJK-bigram documents and queue, Telegram),
+    which a store may lack (their ``info["optional_on"]``). PostgreSQL: :data:`pg_metadata`
+    plus the objects only PostgreSQL has (:func:`_postgresql_objects`). Only a PostgreSQL
+    head imports the PostgreSQL dialect (issue 14)."""
+    found = _heads.get(dialect)
+    if found is None:
+        if dialect not in ("sqlite", "postgresql"):
+            raise ValueError(f"no session-store head for dialect {dialect!r} "
+                             "(sqlite or postgresql)")
+        found = _merged(dialect)
+        if dialect == "postgresql":
+            _postgresql_objects(found)
+        _heads[dialect] = found
+    return found
+
+
+def _postgresql_objects(md: sa.MetaData) -> None:
+    """The PostgreSQL-only column and indexes of the head, each with the revision that creates
+    it (``info["created_by"]``) and, for the trigram indexes, the extension they need
+    (``info["requires_extension"]``: the revisions skip them without ``pg_trgm``). The
+    revisions' frozen DDL creates them; these declarations describe the result."""
+    from sqlalchemy.dialects.postgresql import TSVECTOR
+
+    from hermes_data.sessions.storage.fts.ddl import PG_FTS_COLUMN, PG_FTS_GENERATED
+    from hermes_data.sessions.storage.fts.fold_sql import pg_folded_document
+
+    m, s = md.tables["messages"], md.tables["sessions"]
+    # A stored generated column: never named by an insert (it is not in ``metadata``).
+    m.append_column(sa.Column(PG_FTS_COLUMN, TSVECTOR, sa.Computed(PG_FTS_GENERATED,
+                                                                   persisted=True),
+                              info={"created_by": "s02_pg_stored_tsvector"}))
+    not_tool = m.c.role != sa.literal_column("'tool'")
+    trigram = {"requires_extension": "pg_trgm"}
+    sa.Index("messages_fts_document", m.c[PG_FTS_COLUMN], postgresql_using="gin",
+             info={"created_by": "s02_pg_stored_tsvector"})
+    sa.Index("messages_fts_trgm", m.c.content, postgresql_using="gin",
+             postgresql_ops={"content": "gin_trgm_ops"}, postgresql_where=not_tool,
+             info={"created_by": "s01_baseline", **trigram})
+    sa.Index("idx_sessions_cron_id_c", s.c.id.collate("C"),
+             postgresql_where=s.c.source == sa.literal_column("'cron'"),
+             info={"created_by": "s03_agent_turn"})
+    # Expression indexes over functions the revisions define: bound to their table by hand
+    # (no column of theirs names it).
+    for index in (
+            sa.Index("messages_cjk_grams",
+                     sa.text("hermes_cjk_grams(role, content, tool_name, tool_calls)"),
+                     postgresql_using="gin", postgresql_where=not_tool,
+                     info={"created_by": "s07_storage"}),
+            sa.Index("messages_symbol_grams", sa.text("hermes_symbol_grams(role, content)"),
+                     postgresql_using="gin", info={"created_by": "s08_symbol_grams"}),
+            sa.Index("messages_fts_fold", sa.text(pg_folded_document()),
+                     postgresql_using="gin", info={"created_by": "s09_accent_fold"})):
+        m.append_constraint(index)
+    sa.Index("messages_tool_trgm", m.c.tool_name, m.c.tool_calls, postgresql_using="gin",
+             postgresql_ops={"tool_name": "gin_trgm_ops", "tool_calls": "gin_trgm_ops"},
+             postgresql_where=not_tool, info={"created_by": "s10_tool_trigrams", **trigram})

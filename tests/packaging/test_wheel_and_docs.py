@@ -135,6 +135,11 @@ def test_readme_test_command_is_what_ci_runs():
     assert "pip install -e '.[test,postgres]'" in readme and "-e '.[test,postgres]'" in ci
     assert "hermes-data upgrade && hermes-data status" in readme and \
         "hermes-data upgrade && hermes-data status" in ci
+    # Migration CI (issue 32): the stores the set-up just created are checked against their
+    # head, and the README says so.
+    after = ci.split("hermes-data upgrade && hermes-data status", 1)[1]
+    assert re.search(r"^hermes-data check$", after, re.M)
+    assert "then `hermes-data check`" in readme
 
 
 #: Guide pages whose ```python blocks run as written, like the README's (the examples moved there

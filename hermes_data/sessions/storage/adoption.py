@@ -14,12 +14,15 @@ file stamped at an earlier revision is "behind" and is simply upgraded (no re-ad
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from dataclasses import replace
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import BinaryExpression
 
 from hermes_data.errors import AdoptionError, NotAHermesDatabaseError
 from hermes_data.locking import SQLITE_LOCK_KINDS, is_lock_conflict
@@ -31,9 +34,8 @@ from hermes_data.sessions.storage import opening
 from hermes_data.sessions.storage import display_sql
 from hermes_data.sessions.storage import adoption_sql as mq
 from hermes_data.sessions.storage import sessions_json
-from hermes_data.sessions.storage.fts.cjk_sql import CJK_TABLES
-from hermes_data.sessions.storage.fts.fold_sql import PG_FOLD_INDEX  # s09_accent_fold's GIN index on the folded document
-from hermes_data.sessions.schema import TELEGRAM_TABLES, metadata, pg_metadata
+from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS, CJK_FTS_SHADOWS, CJK_TABLES
+from hermes_data.sessions.schema import TELEGRAM_TABLES, head_metadata, metadata, pg_metadata
 
 log = logging.getLogger("hermes_data.sessions.storage.adoption")
 
@@ -44,6 +46,17 @@ BUSY_TIMEOUT_MS = 1000
 def is_fts_table(name: str) -> bool:
     """FTS5 virtual tables of the store and their shadow tables (not part of the metadata)."""
     if name in fts_ddl.FTS_VIRTUAL_TABLES or name in CJK_TABLES:  # CJK-bigram fragments too
+        return True
+    return any(name == base + sfx for base in fts_ddl.FTS_VIRTUAL_TABLES
+               for sfx in fts_ddl.FTS_SHADOW_SUFFIXES)
+
+
+def is_virtual_table(name: str) -> bool:
+    """The store's FTS5 virtual tables (``messages_fts``, ``messages_fts_trigram``,
+    ``messages_cjk_fts``) and their shadow tables: not ordinary tables, so never in the Core
+    metadata and never compared by Alembic. (The CJK-bigram documents and queue are ordinary
+    tables of the head: ``schema.head_metadata``.)"""
+    if name in fts_ddl.FTS_VIRTUAL_TABLES or name == CJK_FTS or name in CJK_FTS_SHADOWS:
         return True
     return any(name == base + sfx for base in fts_ddl.FTS_VIRTUAL_TABLES
                for sfx in fts_ddl.FTS_SHADOW_SUFFIXES)
@@ -295,45 +308,99 @@ def ignore_table(name: str) -> bool:
     return is_fts_table(name) or name == PG_VERSION_TABLE
 
 
-#: s03_agent_turn's PostgreSQL-only expression index (``(id COLLATE "C") WHERE source =
-#: 'cron'``): no SQLite form, so it is not in the metadata. (name, table, reflected columns)
-PG_ONLY_INDEX = ("idx_sessions_cron_id_c", "sessions", ("id",))
-#: s07_storage's PostgreSQL GIN index over ``hermes_cjk_grams(…)`` (docs/sessions-storage.md §2.5).
-PG_CJK_GRAMS_INDEX = "messages_cjk_grams"
-#: s08_symbol_grams' PostgreSQL GIN index over ``hermes_symbol_grams(…)`` (issue 16).
-PG_SYMBOL_GRAMS_INDEX = "messages_symbol_grams"
-#: s10_tool_trigrams' PostgreSQL GIN index over the tool columns (``pg_trgm``; issue 16).
-PG_TOOL_TRGM_INDEX = ("messages_tool_trgm", "messages", ("tool_name", "tool_calls"))
+def _reflected_key(expression: Any) -> str | None:
+    # What reflection reports for one key of an index: a column's name (a collated column,
+    # ``id COLLATE "C"``, reflects as its column), None for an expression.
+    if isinstance(expression, sa.Column):
+        return str(expression.name)
+    if isinstance(expression, BinaryExpression) and expression.operator is operators.collate \
+            and isinstance(expression.left, sa.Column):
+        return str(expression.left.name)
+    return None
 
 
 def expected_shape_on(conn: Connection) -> Shape:
-    """Head shape on PostgreSQL: the reflected metadata plus what only PostgreSQL has — the
-    stored generated ``messages.fts_document`` column (s02; appended last, as the ALTER of
-    that revision puts it) and the full-text GIN indexes (``messages_fts_trgm`` only where
-    the ``pg_trgm`` extension is installed), s07's CJK gram index, s08's symbol-gram index,
-    s09's accent-folded document index, s10's tool-column trigram index (with ``pg_trgm``).
-    The column stays out of the Core metadata: that metadata is the SQLite authority, and no
-    insert may name a generated column. The two Telegram DM-topic tables are part of the
-    PostgreSQL head only (``pg_metadata``)."""
+    """Head shape on PostgreSQL: what ``create_all`` of :data:`~hermes_data.sessions.schema.pg_metadata`
+    makes (the metadata and the Telegram DM-topic tables), plus what only PostgreSQL has, as
+    ``schema.head_metadata("postgresql")`` declares it: the stored generated
+    ``messages.fts_document`` column (s02; appended last, as the ALTER of that revision puts
+    it) and the full-text, gram and cron indexes of s01–s10 (the trigram ones only where the
+    ``pg_trgm`` extension is installed, as the revisions create them)."""
     base = metadata_shape_on(conn, pg_metadata)  # + the Telegram tables (docs/sessions-gateway.md §2.4 step 5)
+    head = head_metadata("postgresql")
     tables = dict(base.tables)
-    tables["messages"] = tables["messages"] + (
-        ColumnShape(fts_ddl.PG_FTS_COLUMN, "TSVECTOR", False, None, 0),)
     indexes = dict(base.indexes)
-    names = ["messages_fts_document"]
-    trigram = conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first() is not None
-    if trigram:
-        names.append("messages_fts_trgm")
-    for name in names:
-        cols = fts_ddl.PG_FTS_INDEX_COLUMNS[name]
-        indexes[name] = IndexShape(name, "messages", cols, False)
-    for name, table, cols in (PG_ONLY_INDEX,) + ((PG_TOOL_TRGM_INDEX,) if trigram else ()):
-        indexes[name] = IndexShape(name, table, cols, False)
-    # Expression indexes (no reflected column): s07_storage's CJK grams, s08's symbol grams,
-    # s09's accent-folded document.
-    for name in (PG_CJK_GRAMS_INDEX, PG_SYMBOL_GRAMS_INDEX, PG_FOLD_INDEX):
-        indexes[name] = IndexShape(name, "messages", (None,), False)
+    trigram = extension_installed(conn, "pg_trgm")
+    for table in head.sorted_tables:
+        created = pg_metadata.tables[table.name]
+        extra = tuple(ColumnShape(c.name, str(c.type.compile(conn.dialect)).upper(),
+                                  not c.nullable, None, 0)
+                      for c in table.columns if c.name not in created.c)
+        if extra:
+            tables[table.name] = tables[table.name] + extra
+        for ix in table.indexes:
+            if ix.name in base.indexes or (ix.info.get("requires_extension") == "pg_trgm"
+                                           and not trigram):
+                continue
+            indexes[str(ix.name)] = IndexShape(
+                str(ix.name), table.name, tuple(_reflected_key(e) for e in ix.expressions),
+                bool(ix.unique))
     return replace(base, tables=tables, indexes=indexes)
+
+
+_PG_CAST = re.compile(r"::[a-z_]+")
+_PG_TABLE_SCHEMA = re.compile(r'^(create (?:unique )?index \S+ on )[\w"]+\.')
+
+
+def _loose_index_ddl(ddl: str) -> str:
+    # An index definition with what PostgreSQL adds when it prints one removed: the schema,
+    # the default ``USING btree``, casts, whitespace, line breaks and parentheses.
+    ddl = _PG_TABLE_SCHEMA.sub(r"\1", ddl.lower(), count=1).replace(" using btree", "")
+    return re.sub(r"[\s()]", "", _PG_CAST.sub("", ddl))
+
+
+def same_pg_index(conn: Connection, index: sa.Index) -> bool:
+    """Does the live PostgreSQL index named like ``index`` have the definition the metadata
+    declares? Compared on PostgreSQL's own text (``pg_get_indexdef``) against the metadata's
+    ``CREATE INDEX``, both without what the server adds in printing (:func:`_loose_index_ddl`):
+    for the indexes whose reflection Alembic cannot compare (an expression the server
+    re-renders; a key whose ``COLLATE`` reflection drops). False when there is none."""
+    live = conn.exec_driver_sql(mq.PG_INDEX_DEFINITION, (str(index.name),)).scalar()
+    if live is None:
+        return False
+    declared = str(sa.schema.CreateIndex(index).compile(dialect=conn.dialect))
+    return _loose_index_ddl(str(live)) == _loose_index_ddl(declared)
+
+
+def same_sqlite_foreign_key(conn: Connection, fk: sa.ForeignKeyConstraint) -> bool:
+    """Does SQLite enforce the foreign key ``fk`` (a reflected or a declared one) exactly as
+    the SQLite head declares it — columns, referred table and columns, ``ON DELETE`` — by
+    ``PRAGMA foreign_key_list``? For frozen DDL that declares the key inline
+    (``REFERENCES … ON DELETE CASCADE``), whose ``ON DELETE`` SQLAlchemy's reflection does not
+    read (it parses only a table-level ``FOREIGN KEY`` clause)."""
+    table = str(fk.table.name)
+    declared = head_metadata("sqlite").tables.get(table)
+    if declared is None:
+        return False
+    key = (tuple(fk.column_keys), str(fk.referred_table.name),
+           tuple(str(e.column.name) for e in fk.elements))
+    match = [c for c in declared.foreign_key_constraints
+             if (tuple(c.column_keys), str(c.referred_table.name),
+                 tuple(str(e.column.name) for e in c.elements)) == key]
+    if len(match) != 1:
+        return False
+    want = (match[0].ondelete or "NO ACTION").upper()
+    rows = conn.exec_driver_sql(mq.foreign_key_list(table)).fetchall()
+    # (id, seq, table, from, to, on_update, on_delete, match); one row per column of a key.
+    live = {(str(r[3]), str(r[2]), str(r[4]), str(r[6]).upper()) for r in rows}
+    return all((col, key[1], ref, want) in live for col, ref in zip(key[0], key[2]))
+
+
+def extension_installed(conn: Connection, name: str) -> bool:
+    """Is the PostgreSQL extension ``name`` installed (only ``pg_trgm`` is ever asked)?"""
+    if name != "pg_trgm":
+        raise ValueError(f"unknown extension {name!r}: only pg_trgm is probed")
+    return conn.exec_driver_sql(mq.PG_TRGM_INSTALLED).first() is not None
 
 
 def expected_shape() -> Shape:
@@ -356,6 +423,8 @@ SPEC = StoreSpec(
     needs_adoption=needs_adoption,
     identify=identify,
     ignore_table=ignore_table,
+    not_ordinary_table=is_virtual_table,
+    head_metadata=head_metadata,
     expected_shape=expected_shape,
     pg_version_table=PG_VERSION_TABLE,
     expected_shape_on=expected_shape_on,

@@ -27,6 +27,8 @@ BACKFILL_GATEWAY_METADATA = (
 APPLICATION_ID = "PRAGMA application_id"
 #: Is the pg_trgm extension installed?
 PG_TRGM_INSTALLED = "SELECT 1 FROM pg_extension WHERE extname = 'pg_trgm'"
+#: PostgreSQL's own text of one index (``%s``: its name, bound), NULL when there is none.
+PG_INDEX_DEFINITION = "SELECT pg_get_indexdef(to_regclass(%s))"
 
 
 def core_catalog(tables: int) -> str:
@@ -42,6 +44,11 @@ def core_catalog(tables: int) -> str:
 def table_info(table: str) -> str:
     """The columns of a SQLite table, in order."""
     return f"PRAGMA table_info({quote_ident(table)})"
+
+
+def foreign_key_list(table: str) -> str:
+    """The foreign keys of a SQLite table as SQLite enforces them (``on_delete`` included)."""
+    return f"PRAGMA foreign_key_list({quote_ident(table)})"
 
 
 def add_column(table: str, column_ddl: str) -> str:
