@@ -40,6 +40,7 @@ from hermes_data.sessions.core import titles
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.agent.api import AgentTurnAPI
 from hermes_data.sessions.coordination.api import CoordinationAPI
+from hermes_data.sessions.core.api import LineageAPI, MaintenanceAPI
 from hermes_data.sessions.gateway.api import GatewayAPI
 from hermes_data.sessions.storage.api import StorageAPI
 from hermes_data.sessions.ui.api import UiAPI
@@ -131,7 +132,8 @@ def open_options(config: Any) -> OpenOptions:
                        reap_orphans=reaping.enabled(config))
 
 
-class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI):
+class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI,
+                   StorageAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -462,29 +464,6 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         if storable.no_row_holds(title):
             return None
         return self._backend.read(lambda c: titles.resolve_by_title(c, self._q, title))
-
-    def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
-        b = self._backend
-        return _write_checked(b, lambda c: lineage.set_flag(
-            c, self._q, b.changes, session_id, flag, value), session_id=session_id)
-
-    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
-        """Archive/unarchive the whole compression lineage."""
-        return self._set_flag(session_id, "archived", int(bool(archived)))
-
-    def set_session_hidden(self, session_id: str, hidden: bool = True) -> bool:
-        """Hide/unhide the whole compression lineage."""
-        return self._set_flag(session_id, "hidden", int(bool(hidden)))
-
-    def set_session_read(self, session_id: str, read: bool = True) -> bool:
-        """Mark the lineage read (``last_read_at = now``) or explicitly unread (0)."""
-        return self._set_flag(session_id, "last_read_at", enc.now() if read else 0)
-
-    def set_session_pinned(self, session_id: str, pinned: bool = True) -> bool:
-        """Pin/unpin the lineage; pinning also un-hides it unless it holds a hidden 'Bot Chat'."""
-        b = self._backend
-        return _write_checked(b, lambda c: lineage.set_pinned(
-            c, self._q, b.changes, session_id, pinned), session_id=session_id)
 
     # -- reads (docs/sessions.md §5) --------------------------------------------------------------------
 
