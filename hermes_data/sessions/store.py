@@ -54,6 +54,7 @@ from hermes_data.sessions.rows import (MessageRow, RecentSessionRow, SessionList
                    SessionRow)
 from hermes_data.sessions.core.listing_sql import SessionFilter
 from hermes_data.sessions.agent.token_writer import TokenWriter
+from hermes_data.sessions.handle import UNSET, either_spelling
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -334,21 +335,23 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
         return _write_checked(self._backend, lambda c: lifecycle.end_session(
             c, self._q, session_id, end_reason), session_id=session_id, end_reason=end_reason)
 
-    def reopen_session(self, session_id: str) -> bool:
-        """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
+    def reopen_session(self, session_id: str, *, allow_continued_parent: bool = False) -> bool:
+        """Clear the end fields, first stamping ``_reset_from`` on legacy reset children. A
+        compression parent with a continuation stays ended (``False``) unless
+        ``allow_continued_parent=True`` (upstream's reopen, docs/sessions.md §4.2)."""
         return _write_checked(self._backend, lambda c: lifecycle.reopen_session(
-            c, self._q, session_id), session_id=session_id)
+            c, self._q, session_id, allow_continued_parent), session_id=session_id)
 
     # -- messages (docs/sessions.md §6) -----------------------------------------------------------------
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
-                     limit: int | None = None, offset: int = 0, latest: bool = False,
-                     after_id: int | None = None, *,
-                     include_compacted: bool = False) -> list[MessageRow]:
+                     include_compacted: bool = False, limit: int | None = None,
+                     offset: int = 0, latest: bool = False,
+                     after_id: int | None = None) -> list[MessageRow]:
         """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (docs/sessions.md §6.4).
-        ``include_compacted``: the de-duplicated display history with compacted generations
-        (:mod:`.display_reads`; not with ``after_id``). An id no row can have (NUL or a
-        lone surrogate) reads as an unknown session: ``[]``."""
+        ``include_compacted`` (third, as upstream): the de-duplicated display history with
+        compacted generations (:mod:`.display_reads`; not with ``after_id``). An id no row
+        can have (NUL or a lone surrogate) reads as an unknown session: ``[]``."""
         if storable.no_row_holds(session_id):
             return []
         if include_compacted:
@@ -430,10 +433,11 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
         """Where resuming ``session_id`` lands: the tip, or a newer non-fork continuation."""
         return self._backend.read(lambda c: lineage.resume_target(c, self._q, session_id))
 
-    # -- titles (docs/sessions.md §4.5) and flags (docs/sessions.md §4.6) ------------------------------------------------
+    # -- titles (docs/sessions.md §4.5; the flags are core/api.py's LineageAPI) --------------------
 
     def set_session_title(self, session_id: str, title: str | None) -> bool:
-        """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
+        """User title write (rank ``user``); None/blank clears. Returns whether a row changed
+        (False for an unknown session, as upstream)."""
         cleaned = enc.sanitize_title(title)
         return _write_checked(self._backend, lambda c: titles.set_title(
             c, self._q, session_id, cleaned, "user"), session_id=session_id)
@@ -448,9 +452,11 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
         return _write_checked(self._backend, lambda c: titles.set_title(
             c, self._q, session_id, cleaned, source), session_id=session_id)
 
-    def get_next_title_in_lineage(self, base: str) -> str:
-        """Next numbered title: ``base`` when unused, else ``base #(max(N, 1) + 1)``."""
-        return self._backend.read(lambda c: titles.next_title_in_lineage(c, self._q, base))
+    def get_next_title_in_lineage(self, base: str = UNSET, *, base_title: str = UNSET) -> str:
+        """Next numbered title: ``base`` when unused, else ``base #(max(N, 1) + 1)``.
+        ``base_title=`` is upstream's name for ``base`` (either, not both)."""
+        text = either_spelling("base", base, "base_title", base_title)
+        return self._backend.read(lambda c: titles.next_title_in_lineage(c, self._q, text))
 
     def get_session_by_title(self, title: str) -> SessionRow | None:
         """The session holding exactly ``title`` (None for a title no row can hold)."""

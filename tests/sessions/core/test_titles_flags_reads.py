@@ -101,6 +101,18 @@ def test_next_title_in_lineage(store):
     assert store.get_next_title_in_lineage("fresh") == "fresh"
     assert store.resolve_session_by_title("my_proj") == "b"
     assert store.get_session_by_title("myXproj #9").id == "c"
+    # upstream's keyword spelling (issue 33); both spellings ⇒ TypeError naming both
+    assert store.get_next_title_in_lineage(base_title="my_proj") == "my_proj #4"
+    with pytest.raises(TypeError, match="base= or base_title="):
+        store.get_next_title_in_lineage("my_proj", base_title="my_proj")
+
+
+def test_set_session_title_on_a_missing_session_is_false(store):
+    """Issue 33: a user title on an unknown session answers False, as upstream (it raised
+    ``SessionNotFoundError`` here); nothing is written."""
+    assert store.set_session_title("nope", "Anything") is False
+    assert store.set_session_title("nope", None) is False
+    assert store.get_session_by_title("Anything") is None
 
 
 def test_a_superscript_suffix_is_not_a_number(store):
