@@ -2,7 +2,7 @@
 
 :class:`StoreHandle` is what operation modules need from a store handle (a structural type,
 so they never import the facade that delegates to them). :class:`Op` and :func:`static` are
-how each concern's ``api.py`` (``agent``, ``coordination``, ``gateway``, ``ui``,
+how each concern's ``api.py`` (``core``, ``agent``, ``coordination``, ``gateway``, ``ui``,
 ``storage``) declares its public ``SessionStore`` methods, as a class body that the store
 inherits:
 
@@ -17,6 +17,10 @@ mapping from a public name to that function — no state, no ``__init__``, no lo
 own — and ``SessionStore`` inherits it so the methods are the store's own to callers,
 ``help()`` and type checkers (a class body is the one table form mypy reads; a ``setattr``
 loop would hide the methods from it).
+
+:data:`UNSET` and :func:`either_spelling` let a method take a parameter under our name and
+under the name upstream's ``SessionDB`` gave it (issue 33), so an upstream call site works
+unchanged while mypy still sees one typed parameter.
 """
 
 from __future__ import annotations
@@ -83,3 +87,29 @@ def static(fn: Callable[P, R]) -> Callable[P, R]:
     """A delegation-table entry for a function that needs no store: ``store.name(...)`` and
     ``SessionStore.name(...)`` both call ``fn(...)`` (a ``staticmethod``, typed as ``fn``)."""
     return staticmethod(fn)
+
+
+class _Unset:
+    """The type of :data:`UNSET` (one instance; its repr names it)."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: The default of a parameter that upstream spelled differently: "not passed under this
+#: name" (see :func:`either_spelling`).
+UNSET: Any = _Unset()
+
+
+def either_spelling(ours: str, value: Any, upstream: str, upstream_value: Any) -> Any:
+    """The argument a caller passed under our parameter name ``ours`` or under upstream's
+    ``upstream`` (issue 33: an upstream call site keeps working unchanged). Both ⇒
+    :class:`TypeError` naming both; neither ⇒ :class:`TypeError` naming ours, as Python does
+    for a missing argument."""
+    if value is not UNSET and upstream_value is not UNSET:
+        raise TypeError(f"pass {ours}= or {upstream}= (upstream's spelling), not both")
+    if value is not UNSET:
+        return value
+    if upstream_value is not UNSET:
+        return upstream_value
+    raise TypeError(f"missing required argument: {ours!r} (or {upstream!r})")

@@ -40,6 +40,7 @@ from hermes_data.sessions.core import titles
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.agent.api import AgentTurnAPI
 from hermes_data.sessions.coordination.api import CoordinationAPI
+from hermes_data.sessions.core.api import LineageAPI, MaintenanceAPI
 from hermes_data.sessions.gateway.api import GatewayAPI
 from hermes_data.sessions.storage.api import StorageAPI
 from hermes_data.sessions.ui.api import UiAPI
@@ -53,6 +54,7 @@ from hermes_data.sessions.rows import (MessageRow, RecentSessionRow, SessionList
                    SessionRow)
 from hermes_data.sessions.core.listing_sql import SessionFilter
 from hermes_data.sessions.agent.token_writer import TokenWriter
+from hermes_data.sessions.handle import UNSET, either_spelling
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -146,7 +148,8 @@ def open_options(config: Any) -> OpenOptions:
                        reap_orphans=reaping.enabled(config))
 
 
-class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI):
+class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI,
+                   StorageAPI):
     """Typed handle on one session store (the agent turn API's methods: :mod:`.agent_api`).
 
     ``path_or_url``: a filesystem path, ``sqlite:///`` URL or ``postgresql+psycopg://`` URL
@@ -347,21 +350,23 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         return _write_checked(self._backend, lambda c: lifecycle.end_session(
             c, self._q, session_id, end_reason), session_id=session_id, end_reason=end_reason)
 
-    def reopen_session(self, session_id: str) -> bool:
-        """Clear the end fields, first stamping ``_reset_from`` on legacy reset children."""
+    def reopen_session(self, session_id: str, *, allow_continued_parent: bool = False) -> bool:
+        """Clear the end fields, first stamping ``_reset_from`` on legacy reset children. A
+        compression parent with a continuation stays ended (``False``) unless
+        ``allow_continued_parent=True`` (upstream's reopen, docs/sessions.md §4.2)."""
         return _write_checked(self._backend, lambda c: lifecycle.reopen_session(
-            c, self._q, session_id), session_id=session_id)
+            c, self._q, session_id, allow_continued_parent), session_id=session_id)
 
     # -- messages (docs/sessions.md §6) -----------------------------------------------------------------
 
     def get_messages(self, session_id: str, include_inactive: bool = False,
-                     limit: int | None = None, offset: int = 0, latest: bool = False,
-                     after_id: int | None = None, *,
-                     include_compacted: bool = False) -> list[MessageRow]:
+                     include_compacted: bool = False, limit: int | None = None,
+                     offset: int = 0, latest: bool = False,
+                     after_id: int | None = None) -> list[MessageRow]:
         """Transcript rows in insertion (id) order; ``after_id`` is keyset paging (docs/sessions.md §6.4).
-        ``include_compacted``: the de-duplicated display history with compacted generations
-        (:mod:`.display_reads`; not with ``after_id``). An id no row can have (NUL or a
-        lone surrogate) reads as an unknown session: ``[]``."""
+        ``include_compacted`` (third, as upstream): the de-duplicated display history with
+        compacted generations (:mod:`.display_reads`; not with ``after_id``). An id no row
+        can have (NUL or a lone surrogate) reads as an unknown session: ``[]``."""
         if storable.no_row_holds(session_id):
             return []
         if include_compacted:
@@ -443,10 +448,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         """Where resuming ``session_id`` lands: the tip, or a newer non-fork continuation."""
         return self._backend.read(lambda c: lineage.resume_target(c, self._q, session_id))
 
-    # -- titles (docs/sessions.md §4.5) and flags (docs/sessions.md §4.6) ------------------------------------------------
+    # -- titles (docs/sessions.md §4.5; the flags are core/api.py's LineageAPI) --------------------
 
     def set_session_title(self, session_id: str, title: str | None) -> bool:
-        """User title write (rank ``user``); None/blank clears. Returns whether a row changed."""
+        """User title write (rank ``user``); None/blank clears. Returns whether a row changed
+        (False for an unknown session, as upstream)."""
         cleaned = enc.sanitize_title(title)
         return _write_checked(self._backend, lambda c: titles.set_title(
             c, self._q, session_id, cleaned, titles.TITLE_SOURCE_USER), session_id=session_id)
@@ -461,9 +467,11 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         return _write_checked(self._backend, lambda c: titles.set_title(
             c, self._q, session_id, cleaned, source), session_id=session_id)
 
-    def get_next_title_in_lineage(self, base: str) -> str:
-        """Next numbered title: ``base`` when unused, else ``base #(max(N, 1) + 1)``."""
-        return self._backend.read(lambda c: titles.next_title_in_lineage(c, self._q, base))
+    def get_next_title_in_lineage(self, base: str = UNSET, *, base_title: str = UNSET) -> str:
+        """Next numbered title: ``base`` when unused, else ``base #(max(N, 1) + 1)``.
+        ``base_title=`` is upstream's name for ``base`` (either, not both)."""
+        text = either_spelling("base", base, "base_title", base_title)
+        return self._backend.read(lambda c: titles.next_title_in_lineage(c, self._q, text))
 
     def get_session_by_title(self, title: str) -> SessionRow | None:
         """The session holding exactly ``title`` (None for a title no row can hold)."""
@@ -477,29 +485,6 @@ class SessionStore(CoordinationAPI, AgentTurnAPI, UiAPI, GatewayAPI, StorageAPI)
         if storable.no_row_holds(title):
             return None
         return self._backend.read(lambda c: titles.resolve_by_title(c, self._q, title))
-
-    def _set_flag(self, session_id: str, flag: str, value: Any) -> bool:
-        b = self._backend
-        return _write_checked(b, lambda c: lineage.set_flag(
-            c, self._q, b.changes, session_id, flag, value), session_id=session_id)
-
-    def set_session_archived(self, session_id: str, archived: bool = True) -> bool:
-        """Archive/unarchive the whole compression lineage."""
-        return self._set_flag(session_id, "archived", int(bool(archived)))
-
-    def set_session_hidden(self, session_id: str, hidden: bool = True) -> bool:
-        """Hide/unhide the whole compression lineage."""
-        return self._set_flag(session_id, "hidden", int(bool(hidden)))
-
-    def set_session_read(self, session_id: str, read: bool = True) -> bool:
-        """Mark the lineage read (``last_read_at = now``) or explicitly unread (0)."""
-        return self._set_flag(session_id, "last_read_at", enc.now() if read else 0)
-
-    def set_session_pinned(self, session_id: str, pinned: bool = True) -> bool:
-        """Pin/unpin the lineage; pinning also un-hides it unless it holds a hidden 'Bot Chat'."""
-        b = self._backend
-        return _write_checked(b, lambda c: lineage.set_pinned(
-            c, self._q, b.changes, session_id, pinned), session_id=session_id)
 
     # -- reads (docs/sessions.md §5) --------------------------------------------------------------------
 

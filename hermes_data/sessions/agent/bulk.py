@@ -9,7 +9,7 @@ from typing import Any, Iterable
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.rows import SessionRichRow, SessionStatus
-from hermes_data.sessions.handle import StoreHandle
+from hermes_data.sessions.handle import UNSET, StoreHandle, either_spelling
 from hermes_data.sessions.agent.bulk_sql import STATUS_CHUNK, BulkStatements, count_by_source, for_dialect
 from hermes_data.sessions.core.listing import session_fields
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
@@ -54,10 +54,13 @@ def _has_calls(raw: Any) -> bool:
     return raw is not None and str(raw).strip() not in _NO_CALLS
 
 
-def session_lifecycle_statuses(store: StoreHandle, ids: Iterable[str]) -> dict[str, SessionStatus]:
+def session_lifecycle_statuses(store: StoreHandle, ids: Iterable[str] = UNSET, *,
+                               session_ids: Iterable[str] = UNSET) -> dict[str, SessionStatus]:
     """Status of each distinct non-empty id from its newest **active** row (a bounded seek per
-    id, ≤ 900 ids per statement); no rows ⇒ ``empty``."""
-    wanted = list(dict.fromkeys(i for i in ids if i))
+    id, ≤ 900 ids per statement); no rows ⇒ ``empty``. ``session_ids=`` is upstream's name
+    for ``ids`` (either, not both)."""
+    given = either_spelling("ids", ids, "session_ids", session_ids)
+    wanted = list(dict.fromkeys(i for i in given if i))
     out: dict[str, SessionStatus] = {i: "empty" for i in wanted}
     if not wanted:
         return out

@@ -13,7 +13,7 @@ from sqlalchemy.engine import Connection
 from hermes_data.storable import check_text
 from hermes_data.errors import DatabaseBusyError
 from hermes_data.sessions.core import encoding as enc
-from hermes_data.sessions.core import lifecycle
+from hermes_data.sessions.core.lineage import explicit_fork_row
 from hermes_data.sessions.rows import ScopeIdentity
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS, RESET_REASONS, IdentityStatements, for_dialect
@@ -46,18 +46,6 @@ def resolve_session_id(store: StoreHandle, session_id_or_prefix: str | None) -> 
     return store.backend.read(work)
 
 
-def _is_explicit_fork_child_row(source: Any, parent: Any, model_config: Any) -> bool:
-    if (source or "").strip() == "tool":
-        return True
-    cfg = lifecycle.json_obj(model_config)
-    if model_config is not None and not cfg and str(model_config).strip() not in ("{}", ""):
-        return False  # unreadable config: no marker can be trusted
-    markers = [cfg.get("_branched_from"), cfg.get("_delegate_from")]
-    if parent:
-        return parent in markers
-    return any(markers)
-
-
 def _scope_row(store: StoreHandle, session_id: str) -> Any:
     s = _s(store)
     return store.backend.read(lambda c: c.exec_driver_sql(s.SCOPE, (session_id,)).first())
@@ -68,7 +56,7 @@ def is_explicit_fork_child(store: StoreHandle, session_id: str) -> bool:
     marker naming its own parent (or, orphaned, any such marker). An inherited marker naming
     another row, and ``_reset_from``, are not forks. Database errors propagate."""
     row = _scope_row(store, session_id) if session_id else None
-    return row is not None and _is_explicit_fork_child_row(*row)
+    return row is not None and explicit_fork_row(*row)
 
 
 def declared_scope_identity(store: StoreHandle, session_id: str) -> ScopeIdentity:
@@ -76,7 +64,7 @@ def declared_scope_identity(store: StoreHandle, session_id: str) -> ScopeIdentit
     row = _scope_row(store, session_id) if session_id else None
     if row is None:
         return ScopeIdentity(False, "")
-    return ScopeIdentity(_is_explicit_fork_child_row(*row), (row[0] or "").strip())
+    return ScopeIdentity(explicit_fork_row(*row), (row[0] or "").strip())
 
 
 def session_unread(row: Any) -> bool:

@@ -33,11 +33,20 @@ def _wall(store: Any) -> float:
     return float(getattr(store, "wall", time.time)())
 
 
-def count_empty_sessions(store: Any) -> int:
-    """How many sessions ``delete_empty_sessions`` would delete now."""
+def _empty(store: Any, include_protected: bool) -> tuple[str, str, tuple[Any, ...]]:
+    # (count, ids, binds) of EMPTY, or of upstream's wider rule.
+    cs = _cs(store)
+    if include_protected:
+        return cs.COUNT_EMPTY_ANY, cs.EMPTY_ANY_IDS, ()
     now = _wall(store)
-    stmt = _cs(store).COUNT_EMPTY
-    return int(store.backend.read(lambda c: c.exec_driver_sql(stmt, (now, now)).scalar()) or 0)
+    return cs.COUNT_EMPTY, cs.EMPTY_IDS, (now, now)
+
+
+def count_empty_sessions(store: Any, *, include_protected: bool = False) -> int:
+    """How many sessions ``delete_empty_sessions`` (with the same ``include_protected``)
+    would delete now."""
+    stmt, _, params = _empty(store, include_protected)
+    return int(store.backend.read(lambda c: c.exec_driver_sql(stmt, params).scalar()) or 0)
 
 
 def _delete_selected(store: Any, stmt: str, params: tuple[Any, ...],
@@ -59,11 +68,14 @@ def _delete_selected(store: Any, stmt: str, params: tuple[Any, ...],
     return n
 
 
-def delete_empty_sessions(store: Any, sessions_dir: str | os.PathLike[str] | None = None) -> int:
+def delete_empty_sessions(store: Any, sessions_dir: str | os.PathLike[str] | None = None, *,
+                          include_protected: bool = False) -> int:
     """Delete every ``EMPTY`` session in one transaction (children orphaned); returns how
-    many. Transcript files under ``sessions_dir`` go after the commit."""
-    now = _wall(store)
-    return _delete_selected(store, _cs(store).EMPTY_IDS, (now, now), sessions_dir)
+    many. Transcript files under ``sessions_dir`` go after the commit.
+    ``include_protected=True``: upstream's rule — empty, ended, unarchived rows even when
+    pinned, a compression-lineage segment, or under an unexpired lock or lease."""
+    _, stmt, params = _empty(store, include_protected)
+    return _delete_selected(store, stmt, params, sessions_dir)
 
 
 def delete_session_if_empty(store: Any, session_id: str,

@@ -23,6 +23,7 @@ from hermes_data.sessions.backends import ROUTINE_PATIENCE_S
 from hermes_data.sessions.coordination.compression_locks import STORAGE_FAILURES
 from hermes_data.sessions.errors import CooldownRestoreError
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
+from hermes_data.sessions.handle import UNSET, either_spelling
 
 log = logging.getLogger("hermes_data.sessions.coordination.cooldowns")
 
@@ -125,12 +126,15 @@ def _snapshot(snapshot: Any) -> CooldownRow:
                      f"{type(snapshot).__name__}")
 
 
-def restore_compression_failure_cooldown_row(store: Any, session_id: str,
-                                             snapshot: Any) -> None:
+def restore_compression_failure_cooldown_row(store: Any, session_id: str, snapshot: Any, *,
+                                             raise_if_vanished: bool = False) -> None:
     """Put back a snapshot taken with :func:`get_compression_failure_cooldown_row` (exactly,
     no merge-max), then verify it on the writer. An absent snapshot is a no-op while the row
     is absent and :class:`CooldownRestoreError` once it exists; a row that vanished ⇒
-    WARNING; a concurrent overwrite ⇒ :class:`CooldownRestoreError`. Failures propagate."""
+    WARNING (docs/sessions-coordination.md §3.12), or with ``raise_if_vanished=True``
+    :class:`CooldownRestoreError` as upstream raised ("session missing" before the write,
+    "verification failed" after it); a concurrent overwrite ⇒ :class:`CooldownRestoreError`.
+    Failures propagate."""
     check_text("session_id", session_id)
     snap = _snapshot(snapshot)
     cs = _cs(store)
@@ -143,6 +147,9 @@ def restore_compression_failure_cooldown_row(store: Any, session_id: str,
     params = (until, snap.error, session_id)
     changed = store.backend.write(lambda c: c.exec_driver_sql(cs.SET_COOLDOWN, params).rowcount)
     if changed == 0:
+        if raise_if_vanished:
+            raise CooldownRestoreError(
+                f"compression cooldown rollback session missing: {session_id}")
         log.warning("cooldown of %r not restored: the session row vanished", session_id)
 
     def reread(conn: Connection) -> Any:
@@ -152,12 +159,17 @@ def restore_compression_failure_cooldown_row(store: Any, session_id: str,
         _before_verify()
     now = store.backend.read_on_writer(reread)
     if now is None:
+        if raise_if_vanished:
+            raise CooldownRestoreError(
+                f"compression cooldown rollback verification failed for {session_id!r}: "
+                f"expected ({until!r}, {snap.error!r}), the session row is gone")
         log.warning("cooldown of %r restored, but the session row vanished before the check",
                     session_id)
         return
     if (_real(now[0]), now[1]) != (until, snap.error):
         raise CooldownRestoreError(
-            f"cooldown of {session_id!r} was overwritten before it could be verified: "
+            f"compression cooldown rollback verification failed: the cooldown of "
+            f"{session_id!r} was overwritten before it could be verified: "
             f"expected ({until!r}, {snap.error!r}), found ({now[0]!r}, {now[1]!r})")
 
 
@@ -206,9 +218,11 @@ def get_compression_fallback_streak(store: Any, session_id: str) -> int:
     return _get_count(store, "fallback", session_id)
 
 
-def set_compression_fallback_streak(store: Any, session_id: str, value: int) -> None:
-    """Store ``max(0, int(value))``; bool ⇒ ``ValueError``; missing row ⇒ no-op."""
-    _set_count(store, "fallback", session_id, value)
+def set_compression_fallback_streak(store: Any, session_id: str, value: int = UNSET, *,
+                                    streak: int = UNSET) -> None:
+    """Store ``max(0, int(value))``; bool ⇒ ``ValueError``; missing row ⇒ no-op. ``streak=``
+    is upstream's name for ``value`` (either, not both)."""
+    _set_count(store, "fallback", session_id, either_spelling("value", value, "streak", streak))
 
 
 def get_compression_ineffective_count(store: Any, session_id: str) -> int:
@@ -216,9 +230,11 @@ def get_compression_ineffective_count(store: Any, session_id: str) -> int:
     return _get_count(store, "ineffective", session_id)
 
 
-def set_compression_ineffective_count(store: Any, session_id: str, value: int) -> None:
-    """Store ``max(0, int(value))``; bool ⇒ ``ValueError``; missing row ⇒ no-op."""
-    _set_count(store, "ineffective", session_id, value)
+def set_compression_ineffective_count(store: Any, session_id: str, value: int = UNSET, *,
+                                      count: int = UNSET) -> None:
+    """Store ``max(0, int(value))``; bool ⇒ ``ValueError``; missing row ⇒ no-op. ``count=``
+    is upstream's name for ``value`` (either, not both)."""
+    _set_count(store, "ineffective", session_id, either_spelling("value", value, "count", count))
 
 
 def get_compression_overload_streak(store: Any, session_id: str) -> int:

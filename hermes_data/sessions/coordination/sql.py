@@ -216,6 +216,12 @@ class CoordinationStatements(Statements):
         #: EMPTY(s) (now bound twice): count and ids.
         self.COUNT_EMPTY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty}")
         self.EMPTY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty} ORDER BY s.id")
+        #: Upstream's EMPTY (no binds): pinned rows, lineage segments and guarded rows too
+        #: (the ``include_protected`` option, docs/sessions-coordination.md §3.19).
+        empty_any = ("s.message_count = 0 AND s.ended_at IS NOT NULL AND s.archived = 0 "
+                     f"AND {no_messages}")
+        self.COUNT_EMPTY_ANY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty_any}")
+        self.EMPTY_ANY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty_any} ORDER BY s.id")
         no_children = "NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id)"
         #: Ghost TUI rows (cutoff, now, now).
         self.GHOST_IDS = r(

@@ -166,12 +166,15 @@ def end_session(conn: Connection, q: Fragments, session_id: str, end_reason: str
     return changed
 
 
-def reopen_session(conn: Connection, q: Fragments, session_id: str) -> bool:
+def reopen_session(conn: Connection, q: Fragments, session_id: str,
+                   allow_continued_parent: bool = False) -> bool:
     """Clear the end fields, first stamping ``_reset_from`` on legacy reset children. A
     compression parent with a continuation child stays ended (``False``, unchanged:
-    docs/sessions-coordination.md §3.22 A8 — two live heads would re-key the turn lease)."""
-    if conn.exec_driver_sql(coordination_sql.for_dialect(q.dialect).ANY_CONTINUATION,
-                            (session_id,)).first() is not None:
+    docs/sessions-coordination.md §3.22 A8 — two live heads would re-key the turn lease)
+    unless ``allow_continued_parent`` (upstream reopened it)."""
+    if not allow_continued_parent and conn.exec_driver_sql(
+            coordination_sql.for_dialect(q.dialect).ANY_CONTINUATION,
+            (session_id,)).first() is not None:
         return False
     conn.execute(q.STAMP_LEGACY_RESET_CHILDREN, {"p": session_id})
     return conn.exec_driver_sql(q.REOPEN_SESSION, (session_id,)).rowcount == 1

@@ -49,7 +49,7 @@ from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead
 from hermes_data.sessions.core import maintenance_sql as mq
 from hermes_data.sessions.core.maintenance_sql import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
-from hermes_data.sessions.handle import StoreHandle
+from hermes_data.sessions.handle import UNSET, StoreHandle, either_spelling
 from hermes_data.sessions.storage import opening
 
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
@@ -132,10 +132,17 @@ def _with_age(older_than_days: float | None, filters: dict[str, Any]) -> dict[st
     return out
 
 
-def list_prune_candidates(store: MaintainedStore,
-                          older_than_days: float | None = DEFAULT_RETENTION_DAYS,
-                          **filters: Any) -> list[PruneCandidate]:
-    """Dry run: what a prune with these filters would delete, least recently active first."""
+def _filters(source: str | None, filters: dict[str, Any]) -> dict[str, Any]:
+    # ``source`` is the second positional parameter, as upstream's; a keyword filter too.
+    return {**filters, "source": source} if source is not None else filters
+
+
+def list_prune_candidates(store: MaintainedStore, older_than_days: float | None = None,
+                          source: str | None = None, **filters: Any) -> list[PruneCandidate]:
+    """Dry run: what a prune with these filters would delete, least recently active first.
+    No age filter unless ``older_than_days`` is given (as upstream; ``prune_sessions``
+    defaults to 90 days)."""
+    filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     rows = store.backend.read(lambda c: c.execute(mq.prune_candidates(where), params).fetchall())
@@ -143,20 +150,22 @@ def list_prune_candidates(store: MaintainedStore,
             for r in rows]
 
 
-def count_prune_matches(store: MaintainedStore,
-                        older_than_days: float | None = DEFAULT_RETENTION_DAYS,
-                        **filters: Any) -> int:
-    """How many ended sessions the filters match."""
+def count_prune_matches(store: MaintainedStore, older_than_days: float | None = None,
+                        source: str | None = None, **filters: Any) -> int:
+    """How many ended sessions the filters match (no age filter unless ``older_than_days``
+    is given, as upstream)."""
+    filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
         lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
 
 
-def count_open_prune_matches(store: MaintainedStore,
-                             older_than_days: float | None = DEFAULT_RETENTION_DAYS,
-                             **filters: Any) -> int:
-    """Open sessions the same filters would match (for "N open sessions were spared")."""
+def count_open_prune_matches(store: MaintainedStore, older_than_days: float | None = None,
+                             source: str | None = None, **filters: Any) -> int:
+    """Open sessions the same filters would match (for "N open sessions were spared"; no
+    age filter unless ``older_than_days`` is given, as upstream)."""
+    filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
@@ -208,16 +217,19 @@ def get_session_delete_targets(store: MaintainedStore, session_id: str) -> list[
     return store.backend.read(work)
 
 
-def delete_sessions(store: MaintainedStore, ids: Any,
-                    sessions_dir: str | os.PathLike[str] | None = None) -> int:
+def delete_sessions(store: MaintainedStore, ids: Any = UNSET,
+                    sessions_dir: str | os.PathLike[str] | None = None, *,
+                    session_ids: Any = UNSET) -> int:
     """Delete many sessions and their delegate descendants in one transaction (an explicit
     user action: open, pinned or mid-turn sessions go too). Unknown ids are skipped (UI
     selections race other tabs); children outside the set are orphaned; usage rows cascade;
     ``conversation_generations`` are kept. Returns how many requested ids existed;
-    transcript files of every deleted id are removed after the commit."""
+    transcript files of every deleted id are removed after the commit. ``session_ids=`` is
+    upstream's name for ``ids`` (either, not both)."""
     from hermes_data.sessions.agent.bulk_sql import for_dialect as bulk_sql
 
-    wanted = list(dict.fromkeys(i for i in (ids or ()) if isinstance(i, str) and i))
+    given = either_spelling("ids", ids, "session_ids", session_ids)
+    wanted = list(dict.fromkeys(i for i in (given or ()) if isinstance(i, str) and i))
     if not wanted:
         return 0
     ms = _ms(store)
@@ -362,8 +374,7 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
     ``exclude_active_write_guards`` neither are sessions under a live compression lock or
     whose conversation holds a live turn lease (their expired/dead guard rows are removed).
     """
-    if source is not None:
-        filters["source"] = source
+    filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     deleted: list[str] = []
@@ -406,8 +417,7 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
 def archive_sessions(store: MaintainedStore, older_than_days: float | None = None,
                      source: str | None = None, **filters: Any) -> int:
     """Archive each match's whole lineage (idempotent: defaults to ``archived=False``)."""
-    if source is not None:
-        filters["source"] = source
+    filters = _filters(source, filters)
     filters.setdefault("archived", False)
     matches = [c.id for c in list_prune_candidates(store, older_than_days, **filters)]
     for sid in matches:
@@ -439,13 +449,20 @@ def vacuum(store: MaintainedStore) -> dict[str, int]:
     A damaged SQLite file (``PRAGMA quick_check``) is refused with
     :class:`~hermes_data.errors.CorruptDatabaseError` before anything is written (issue 31).
 
-    Returns logical sizes before and after."""
+    Returns logical sizes before and after, and ``fts_optimized``: how many FTS indexes were
+    optimized first (what upstream's ``vacuum()`` returned)."""
     opening.refuse_if_corrupt(store)  # VACUUM would rewrite a damaged file whole
-    store.optimize_fts()  # public (docs/sessions-storage.md §3.7); raises a quarantined handle's sticky error
+    optimized = store.optimize_fts()  # public (docs/sessions-storage.md §3.7); raises a quarantined handle's sticky error
     before = logical_size_bytes(store)
     store.backend.vacuum()
     after = logical_size_bytes(store)
-    return {"before_bytes": before, "after_bytes": after, "reclaimed_bytes": before - after}
+    return {"before_bytes": before, "after_bytes": after, "reclaimed_bytes": before - after,
+            "fts_optimized": optimized}
+
+
+#: :func:`vacuum` under a name ``maybe_auto_prune_and_vacuum``'s parameter ``vacuum``
+#: (upstream's spelling of ``vacuum_enabled``) does not shadow.
+_vacuum = vacuum
 
 
 def sweep_stale_open_sessions(store: MaintainedStore, retention_days: float) -> int:
@@ -478,13 +495,17 @@ def _stamp(store: MaintainedStore, key: str) -> float | None:
 
 def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = DEFAULT_RETENTION_DAYS,
                                 min_interval_hours: float = DEFAULT_MIN_INTERVAL_HOURS,
-                                vacuum_enabled: bool = True,
+                                vacuum_enabled: bool = UNSET,
                                 sessions_dir: str | os.PathLike[str] | None = None,
                                 min_vacuum_interval_days: float = DEFAULT_MIN_VACUUM_INTERVAL_DAYS,
-                                min_vacuum_freelist_ratio: float = DEFAULT_MIN_VACUUM_FREELIST_RATIO
-                                ) -> dict[str, Any]:
-    """Startup maintenance (docs/sessions.md §7.6); never raises. Result keys: ``skipped``, ``pruned``,
-    ``closed``, ``vacuumed``, ``freelist_ratio`` (when VACUUM was considered), ``error``."""
+                                min_vacuum_freelist_ratio: float = DEFAULT_MIN_VACUUM_FREELIST_RATIO,
+                                *, vacuum: bool = UNSET) -> dict[str, Any]:
+    """Startup maintenance (docs/sessions.md §7.6); never raises (but for passing both
+    ``vacuum_enabled=`` and upstream's spelling ``vacuum=``: ``TypeError``; default True).
+    Result keys: ``skipped``, ``pruned``, ``closed``, ``vacuumed``, ``freelist_ratio`` (when
+    VACUUM was considered), ``error``."""
+    vacuum_enabled = True if vacuum_enabled is UNSET and vacuum is UNSET \
+        else bool(either_spelling("vacuum_enabled", vacuum_enabled, "vacuum", vacuum))
     result: dict[str, Any] = {"skipped": False, "pruned": 0, "closed": 0, "vacuumed": False}
     try:
         lock = store.backend.maintenance_lock()
@@ -509,7 +530,7 @@ def maybe_auto_prune_and_vacuum(store: MaintainedStore, retention_days: float = 
                     result["freelist_ratio"] = ratio
                     # The freelist gate is SQLite's; PostgreSQL's VACUUM is never a rewrite.
                     if store.backend.dialect == "postgresql" or ratio is None or ratio > min_vacuum_freelist_ratio:
-                        vacuum(store)
+                        _vacuum(store)
                         store.set_meta("last_vacuum", str(time.time()))
                         result["vacuumed"] = True
             store.set_meta("last_auto_prune", str(now))

@@ -33,7 +33,8 @@ def _activity(s: str = "s") -> str:
 def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
     """The prune/archive WHERE over alias ``s`` and its parameters (docs/sessions.md §7.5).
 
-    Always starts with the ended guard. Unknown filter names raise ``ValueError``.
+    Always starts with the ended guard. Unknown filter names raise ``TypeError`` (as an
+    unexpected keyword argument does; upstream's raised it there).
     """
     conds = [ENDED_GUARD]
     params: dict[str, Any] = {}
@@ -95,7 +96,7 @@ def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
     if not take("include_pinned"):
         conds.append("COALESCE(s.pinned, 0) = 0")
     if f:
-        raise ValueError(f"unknown prune filter(s): {', '.join(sorted(f))}")
+        raise TypeError(f"unknown prune filter(s): {', '.join(sorted(f))}")
     return " AND ".join(conds), params
 
 

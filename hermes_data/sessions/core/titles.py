@@ -10,7 +10,6 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.core import lineage
-from hermes_data.sessions.errors import SessionNotFoundError
 from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.sql.predicates import CANONICAL_BOT_CHAT_TITLE
 
@@ -26,15 +25,14 @@ _NUMBERED = re.compile(r" #\d+$")
 
 def set_title(conn: Connection, q: Fragments, session_id: str, title: str | None,
               source: str) -> bool:
-    """Write a (sanitized) title with its source; returns whether the row changed.
+    """Write a (sanitized) title with its source; returns whether the row changed (an
+    unknown session: False, as upstream).
 
-    A user write raises for an unknown session or a title held by an unrelated session; an
-    automatic write never replaces an equal- or higher-ranked title and never raises."""
+    A user write raises for a title held by an unrelated session; an automatic write never
+    replaces an equal- or higher-ranked title and never raises."""
     user = source == TITLE_SOURCE_USER
     cur = conn.exec_driver_sql(q.TITLE_STATE, (session_id,)).first()
     if cur is None:
-        if user:
-            raise SessionNotFoundError(session_id)
         return False
     old_title, old_source, hidden = cur
     if hidden and old_title == CANONICAL_BOT_CHAT_TITLE and title != CANONICAL_BOT_CHAT_TITLE:

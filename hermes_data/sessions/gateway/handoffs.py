@@ -79,10 +79,13 @@ def _state(conn: Connection, g: GatewayStatements, session_id: str,
     return None if row is None else HandoffState(*row)
 
 
-def request_handoff(store: StoreHandle, session_id: str, platform: str) -> bool:
+def request_handoff(store: StoreHandle, session_id: str, platform: str, *,
+                    accept_replay: bool = True) -> bool:
     """Ask for a handoff of ``session_id`` to ``platform``: ``pending`` from nothing or a
     terminal state. ``True`` when set, or already ``pending``/``running`` for the same
-    platform (a replay); ``False`` for a missing row or a handoff in flight elsewhere."""
+    platform (a replay, so a retry after a lost reply answers as its first attempt did);
+    ``False`` for a missing row or a handoff in flight elsewhere. ``accept_replay=False``:
+    upstream's answer — ``False`` for any handoff in flight, the same platform's too."""
     check_texts((("session_id", session_id), ("platform", platform)))
     plat = (platform or "").strip() if isinstance(platform, str) else ""
     if not plat:
@@ -93,6 +96,8 @@ def request_handoff(store: StoreHandle, session_id: str, platform: str) -> bool:
         if conn.exec_driver_sql(g.HANDOFF_REQUEST,
                                 (plat, db_now(conn, d), session_id)).rowcount:
             return True
+        if not accept_replay:
+            return False
         st = _state(conn, g, session_id)
         return st is not None and st.state in _FAILABLE and st.platform == plat
 

@@ -8,6 +8,7 @@ SQLite statements.
 from __future__ import annotations
 
 from sqlalchemy import text
+from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.sql.predicates import (CANONICAL_BOT_CHAT_TITLE, MAX_LINEAGE_DEPTH,
                                                  RESUME_MAX_HOPS, edge, fork, last_active,
@@ -99,6 +100,31 @@ def _up_cte(name: str, seed: str, d: str = "sqlite") -> str:
     )
 
 
+def _lineage_set_cte(step: str, d: str) -> str:
+    # lineage(id): :id, its ancestors and its descendants over `step` (a predicate over parent
+    # p and child c); UNION makes the walk cycle-safe.
+    seed = _seed(':id', d)
+    return ("WITH RECURSIVE "
+            f"anc(id) AS (SELECT {seed} UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
+            f"JOIN sessions p ON p.id = c.parent_session_id WHERE {step}), "
+            f"des(id) AS (SELECT {seed} UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
+            f"JOIN sessions c ON c.parent_session_id = p.id WHERE {step}), "
+            "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) ")
+
+
+def _flag_updates(cte: str, flags: tuple[str, ...], distinct: str) -> dict[str, TextClause]:
+    # One lineage-wide UPDATE per flag column (:id, :value), touching only rows that differ.
+    return {flag: text(cte + f"UPDATE sessions SET {flag} = :value "
+                       f"WHERE id IN (SELECT id FROM lineage) AND {flag} {distinct} :value")
+            for flag in flags}
+
+
+_UNHIDE = "UPDATE sessions SET hidden = 0 WHERE id IN (SELECT id FROM lineage) AND hidden <> 0"
+_HAS_HIDDEN_BOT_CHAT = ("SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
+                        "(SELECT id FROM lineage) AND hidden = 1 "
+                        f"AND title = '{CANONICAL_BOT_CHAT_TITLE}')")
+
+
 class LineageStatements:
     """The lineage statements for dialect ``d`` (``sqlite`` / ``postgresql``)."""
 
@@ -157,29 +183,31 @@ class LineageStatements:
         )
 
         #: Lineage set of :id (ancestors and descendants over EDGE; UNION makes it cycle-safe).
-        self.LINEAGE_SET_CTE = (
-            "WITH RECURSIVE "
-            f"anc(id) AS (SELECT {_seed(':id', d)} UNION SELECT p.id FROM anc JOIN sessions c ON c.id = anc.id "
-            f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c', d)}), "
-            f"des(id) AS (SELECT {_seed(':id', d)} UNION SELECT c.id FROM des JOIN sessions p ON p.id = des.id "
-            f"JOIN sessions c ON c.parent_session_id = p.id WHERE {edge('p', 'c', d)}), "
-            "lineage(id) AS (SELECT id FROM anc UNION SELECT id FROM des) "
-        )
+        self.LINEAGE_SET_CTE = _lineage_set_cte(edge('p', 'c', d), d)
         #: The flag columns a lineage-wide update may touch (identifier allow-list).
         self.LINEAGE_FLAGS = ("archived", "pinned", "hidden", "last_read_at")
         #: Lineage-wide flag updates, one per allowed column (:id, :value).
-        self.LINEAGE_FLAG_UPDATE = {
-            flag: text(self.LINEAGE_SET_CTE + f"UPDATE sessions SET {flag} = :value "
-                       f"WHERE id IN (SELECT id FROM lineage) AND {flag} {distinct} :value")
-            for flag in self.LINEAGE_FLAGS
-        }
+        self.LINEAGE_FLAG_UPDATE = _flag_updates(self.LINEAGE_SET_CTE, self.LINEAGE_FLAGS,
+                                                 distinct)
         #: Pinning also un-hides the lineage (seed 003 #106171) — callers skip it for Bot Chat lineages.
-        self.LINEAGE_UNHIDE = text(self.LINEAGE_SET_CTE + "UPDATE sessions SET hidden = 0 "
-                                   "WHERE id IN (SELECT id FROM lineage) AND hidden <> 0")
+        self.LINEAGE_UNHIDE = text(self.LINEAGE_SET_CTE + _UNHIDE)
         #: Does the lineage hold a hidden row titled exactly 'Bot Chat'?
-        self.LINEAGE_HAS_HIDDEN_BOT_CHAT = text(
-            self.LINEAGE_SET_CTE + "SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
-            f"(SELECT id FROM lineage) AND hidden = 1 AND title = '{CANONICAL_BOT_CHAT_TITLE}')")
+        self.LINEAGE_HAS_HIDDEN_BOT_CHAT = text(self.LINEAGE_SET_CTE + _HAS_HIDDEN_BOT_CHAT)
+        #: The same three over upstream's wider set: every child of a compression-ended parent,
+        #: forks included (the flag setters' ``include_forked_children``, docs/sessions.md §4.6).
+        forks_cte = _lineage_set_cte("p.end_reason = 'compression'", d)
+        self.LINEAGE_FLAG_UPDATE_WITH_FORKS = _flag_updates(forks_cte, self.LINEAGE_FLAGS,
+                                                            distinct)
+        self.LINEAGE_UNHIDE_WITH_FORKS = text(forks_cte + _UNHIDE)
+        self.LINEAGE_HAS_HIDDEN_BOT_CHAT_WITH_FORKS = text(forks_cte + _HAS_HIDDEN_BOT_CHAT)
+        #: Does session :id exist? (A flag write that changed nothing still answers True for it.)
+        self.SESSION_EXISTS = text("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = :id)")
+        #: Upstream's row-by-row lineage walk (``get_compression_lineage``,
+        #: docs/sessions.md §4.4): one row's fields, and its children oldest first (ties: by id).
+        walk_cols = "id, parent_session_id, end_reason, source, model_config"
+        self.WALK_ROW = text(f"SELECT {walk_cols} FROM sessions WHERE id = :id")
+        self.WALK_CHILDREN = text(f"SELECT {walk_cols} FROM sessions "
+                                  "WHERE parent_session_id = :id ORDER BY started_at, id")
         #: Compression ancestors of :id (excluding :id) — used by title transfer.
         self.ANCESTORS_OF = text(
             f"WITH RECURSIVE {_up_cte('up', ':id', d)} "

@@ -78,8 +78,10 @@ def _int_arg(name: str, value: Any) -> int:
     return value
 
 
-def _clamp(name: str, value: Any, top: int) -> int:
-    return max(0, min(_int_arg(name, value), top))
+def _clamp(name: str, value: Any, top: int | None) -> int:
+    # Negative ⇒ 0; above ``top`` ⇒ ``top`` (None: no cap).
+    n = max(0, _int_arg(name, value))
+    return n if top is None else min(n, top)
 
 
 def snapshot_read(store: StoreHandle, fn: Callable[[Connection], T]) -> T:
@@ -105,14 +107,16 @@ def _around(conn: Connection, d: str, session_id: str, anchor: int, window: int,
 
 
 def get_messages_around(store: StoreHandle, session_id: str, around_message_id: int,
-                        window: int = 5, include_inactive: bool = False) -> AroundWindow:
+                        window: int = 5, include_inactive: bool = False, *,
+                        max_window: int | None = MAX_WINDOW) -> AroundWindow:
     """Rows of ``session_id`` around ``around_message_id`` (docs/sessions-ui.md §4.1): the anchor, up to
     ``window`` same-visibility rows before and after it, ascending. An anchor outside the
     session, unknown, or (by default) rewound ⇒ ``([], 0, 0)``; compaction-preserved anchors
-    are visible by default. ``window`` < 0 ⇒ 0, clamped at 1000; a non-int anchor (or a
-    bool) ⇒ :class:`TypeError`."""
+    are visible by default. ``window`` < 0 ⇒ 0, clamped at ``max_window`` (1000; None: no
+    cap); a non-int anchor (or a bool) ⇒ :class:`TypeError`. Upstream's window (every row,
+    no cap): ``include_inactive=True, max_window=None``."""
     anchor = _int_arg("around_message_id", around_message_id)
-    window = _clamp("window", window, MAX_WINDOW)
+    window = _clamp("window", window, max_window)
     d = store.backend.dialect
     rows, nb, na = snapshot_read(store, lambda c: _around(c, d, session_id, anchor, window,
                                                           include_inactive))

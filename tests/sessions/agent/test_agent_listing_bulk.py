@@ -52,6 +52,11 @@ def test_ab43_lifecycle_statuses_over_2000_ids(store):
                                                          "complete")
     assert len(got) == 2004 and got["none1999"] == "empty" and "" not in got
     assert store.session_lifecycle_statuses([]) == {}
+    # upstream's keyword spelling (issue 33); both spellings ⇒ TypeError naming both
+    assert store.session_lifecycle_statuses(session_ids=["a", "u"]) == {
+        "a": "complete", "u": "interrupted"}
+    with pytest.raises(TypeError, match="ids= or session_ids="):
+        store.session_lifecycle_statuses(["a"], session_ids=["a"])
 
 
 def test_ab44_cron_job_runs(store):

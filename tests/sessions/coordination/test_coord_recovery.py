@@ -3,6 +3,7 @@ A8; acceptance C10–C16)."""
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import sqlite3
@@ -105,6 +106,22 @@ def test_c13_reopen_refuses_a_parent_with_a_continuation(store):
     assert store.reopen_session("q")
 
 
+def test_reopen_with_allow_continued_parent_is_upstreams_reopen(store):
+    """Issue 33: ``allow_continued_parent=True`` reopens a compression parent with a
+    continuation, as upstream's ``reopen_session`` did (the default keeps A8's refusal);
+    legacy reset children are stamped first either way."""
+    chain(store, "p", "c")
+    store.create_session("legacy", "telegram", session_key="k")
+    store.end_session("legacy", "session_reset")
+    store.create_session("kid", "telegram", session_key="k", parent_session_id="legacy")
+    assert store.reopen_session("p", allow_continued_parent=True)
+    row = store.get_session("p")
+    assert (row.ended_at, row.end_reason) == (None, None)
+    assert store.reopen_session("legacy", allow_continued_parent=True)
+    assert json.loads(store.get_session("kid").model_config)["_reset_from"] == "legacy"
+    assert not store.reopen_session("missing", allow_continued_parent=True)
+
+
 def test_c14_cooldown_merge_max(store):
     """C14: ``record(t+100,"a")``, ``record(t+50,"b")`` ⇒ until ``t+100``, error ``b``;
     ``record(nan)`` ⇒ ValueError, no write; the getter is None once ``wall() ≥ until``."""
@@ -152,6 +169,29 @@ def test_c15_cooldown_restore(store, monkeypatch, caplog):
     assert "vanished" in caplog.text
 
 
+def test_cooldown_restore_raise_if_vanished_is_upstreams_error(store, monkeypatch):
+    """Issue 33: with ``raise_if_vanished=True`` a snapshot whose row is gone raises
+    ``CooldownRestoreError`` (a ``RuntimeError``) with upstream's phrases — "session
+    missing" when the row vanished before the write, "verification failed" when it vanished
+    before the check — where the default only warns."""
+    store.create_session("s", "cli")
+    store.record_compression_failure_cooldown("s", 50.0, "old")
+    snap = store.get_compression_failure_cooldown_row("s")
+    sql(store, "DELETE FROM sessions WHERE id = 's'")
+    store.restore_compression_failure_cooldown_row("s", snap)  # the default: a WARNING
+    with pytest.raises(RuntimeError, match="compression cooldown rollback session missing: s"):
+        store.restore_compression_failure_cooldown_row("s", snap, raise_if_vanished=True)
+    store.create_session("s", "cli")
+    monkeypatch.setattr(cooldowns, "_before_verify",
+                        lambda: sql(store, "DELETE FROM sessions WHERE id = 's'"))
+    with pytest.raises(CooldownRestoreError, match="verification failed"):
+        store.restore_compression_failure_cooldown_row("s", snap, raise_if_vanished=True)
+    store.create_session("s", "cli")
+    monkeypatch.setattr(cooldowns, "_before_verify", None)
+    store.restore_compression_failure_cooldown_row("s", snap, raise_if_vanished=True)
+    assert store.get_compression_failure_cooldown_row("s") == snap
+
+
 def test_c16_tolerant_writes_and_neutral_reads(store, monkeypatch, caplog):
     """C16: record/clear on a missing row or under a long-held lock return normally
     (WARNING); fallback streak ``-3`` ⇒ 0, ``True`` ⇒ ValueError, legacy ``'abc'`` reads 0
@@ -168,6 +208,18 @@ def test_c16_tolerant_writes_and_neutral_reads(store, monkeypatch, caplog):
     with pytest.raises(ValueError):
         store.set_compression_fallback_streak("s", True)
     store.set_compression_fallback_streak("missing", 3)
+    # upstream's keyword spellings (issue 33): streak=, count=; both spellings ⇒ TypeError
+    store.set_compression_fallback_streak("s", streak=5)
+    store.set_compression_ineffective_count("s", count=6)
+    assert (store.get_compression_fallback_streak("s"),
+            store.get_compression_ineffective_count("s")) == (5, 6)
+    with pytest.raises(TypeError, match="value= or streak="):
+        store.set_compression_fallback_streak("s", 1, streak=2)
+    with pytest.raises(TypeError, match="value= or count="):
+        store.set_compression_ineffective_count("s", value=1, count=2)
+    with pytest.raises(TypeError, match="missing required argument: 'value'"):
+        store.set_compression_fallback_streak("s")
+    assert store.get_compression_fallback_streak("s") == 5
     for value in (0, None, math.inf, -5, "junk"):
         store.set_compression_recovery_deadline("s", 123.0)
         store.set_compression_recovery_deadline("s", value)

@@ -207,6 +207,10 @@ def test_c38_rewound_rows_stay_out(store):
     store.rewind_to_message("s", head)
     got = [m.content for m in store.get_messages("s", include_compacted=True)]
     assert got == ["m0", "m1", "m2", "m3", "sum"] and len(ids) == 4
+    # upstream's order (issue 33): include_compacted is get_messages' third positional
+    assert [m.content for m in store.get_messages("s", False, True)] == got
+    assert [m.content for m in store.get_messages("s", False, True, 2, 1)] == ["m1", "m2"]
+    assert [m.content for m in store.get_messages("s", False, False)] == ["sum"]
 
 
 def test_c39_generation_dedupe(store):

@@ -145,6 +145,30 @@ def test_c44_count_equals_delete(store):
     assert all(store.get_session(s) for s in ("open", "arch", "pin", "rew", "lock", "seg0"))
 
 
+def test_include_protected_is_upstreams_empty_rule(store):
+    """Issue 33: ``include_protected=True`` counts and deletes as upstream's rule did —
+    empty, ended, unarchived rows even when pinned, a lineage segment or under a live lock
+    (the default spares those); open, archived and rewound-only rows stay either way."""
+    for sid in ("open", "arch", "pin", "rew", "lock"):
+        store.create_session(sid, "cli")
+    store.append_message("rew", "user", "x")
+    store.rewind_to_message("rew", store.get_messages("rew")[0].id)
+    chain(store, "seg0", "seg1")
+    store.end_session("seg1", "user_exit")
+    for sid in ("arch", "pin", "rew", "lock"):
+        store.end_session(sid, "user_exit")
+    store.set_session_archived("arch", True)
+    store.set_session_pinned("pin", True)
+    assert store.try_acquire_compression_lock("lock", "c")
+    assert store.count_empty_sessions() == 0 and store.delete_empty_sessions() == 0
+    assert store.count_empty_sessions(include_protected=True) == 4
+    assert store.delete_empty_sessions(include_protected=True) == 4
+    gone = {s for s in ("open", "arch", "pin", "rew", "lock", "seg0", "seg1")
+            if store.get_session(s) is None}
+    assert gone == {"pin", "lock", "seg0", "seg1"}
+    assert store.count_empty_sessions(include_protected=True) == 0
+
+
 def test_c45_delete_session_if_empty(store, tmp_path):
     """C45: an open untitled empty childless row ⇒ True and ``<id>.json`` removed; titled,
     parent, pinned or live-lease rows ⇒ False."""

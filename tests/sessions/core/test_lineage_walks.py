@@ -54,6 +54,43 @@ def test_single_candidate_is_taken_even_when_stale_and_forks_never_count(store):
         assert store.get_compression_root(fork) == fork
 
 
+def test_get_compression_lineage_is_upstreams_walk(store):
+    """Issue 33: ``get_compression_lineage`` answers as upstream's: unknown id ⇒ ``[]``; an
+    explicit fork ⇒ ``[id]``; root first through each compression parent's **earliest**
+    non-fork child (``get_lineage_ids`` takes the freshest); a later sibling the walk does
+    not pass ⇒ ``[id]``; otherwise the result holds the id asked for."""
+    now = time.time()
+    _raw(store,
+         ("root", "cli", now, None, "compression", now + 1, None),
+         ("early", "cli", now + 2, "root", "compression", now + 3, None),
+         ("late", "cli", now + 4, "root", None, None, None),
+         ("tip", "cli", now + 5, "early", None, None, None),
+         ("br", "cli", now + 1.5, "root", None, None, json.dumps({"_branched_from": "root"})),
+         ("tl", "tool", now + 1.2, "root", None, None, None),
+         ("inherited", "cli", now + 6, "tip", None, None, json.dumps({"_delegate_from": "x"})),
+         ("alone", "cli", now, None, None, None, json.dumps({"_branched_from": "gone"})))
+    assert store.get_compression_lineage("nope") == [] and store.get_compression_lineage("") == []
+    for member in ("root", "early", "tip"):
+        assert store.get_compression_lineage(member) == ["root", "early", "tip"]
+    assert store.get_compression_lineage("late") == ["late"]  # the walk took `early`
+    assert store.get_compression_lineage("br") == ["br"] and store.get_compression_lineage("tl") == ["tl"]
+    assert store.get_compression_lineage("inherited") == ["inherited"]  # tip never ended compression
+    assert store.get_compression_lineage("alone") == ["alone"]  # a parentless row with a marker
+    # ours keeps its documented semantics: the freshest continuation (a continued one first)
+    assert store.get_lineage_ids("late") == ["root", "early", "tip"]
+    with store.engine.begin() as conn:  # `late` continued too: ours now prefers it as well
+        conn.exec_driver_sql("UPDATE sessions SET end_reason = 'compression', ended_at = ? "
+                             "WHERE id = 'late'", (now + 7,))
+    _raw(store, ("late2", "cli", now + 8, "late", None, None, None))
+    assert store.get_compression_lineage("late2") == ["late2"]  # upstream still walks `early`
+    assert store.get_compression_lineage("tip") == ["root", "early", "tip"]
+    with store.engine.begin() as conn:  # a cycle root → early → tip → root ends both walks
+        conn.exec_driver_sql("UPDATE sessions SET end_reason = 'compression', ended_at = ? "
+                             "WHERE id = 'tip'", (now + 9,))
+    _reparent(store, "root", "tip")
+    assert store.get_compression_lineage("early") == ["tip", "root", "early"]
+
+
 def test_forward_cycle_through_start_and_rho_shaped_upward_cycle(store):
     now = time.time()
     _raw(store,

@@ -13,6 +13,7 @@ import pytest
 
 from hermes_data.sessions.core import maintenance as mt
 from hermes_data.sessions.backends.sql import PG_MAINTENANCE_LOCK_KEY
+from hermes_data.sessions.store import SessionStore
 
 OLD = time.time() - 200 * 86400
 
@@ -53,10 +54,11 @@ def test_prune_spares_open_pinned_and_guarded_sessions_and_orphans_children(stor
         c.exec_driver_sql("UPDATE messages SET timestamp = ? WHERE session_id = 'old'", (OLD,))
         c.exec_driver_sql("INSERT INTO compression_locks VALUES ('locked', 'x', ?, ?)",
                           (time.time(), time.time() + 600))
-    assert mt.count_prune_matches(store) == 2  # old, locked (pinned and open excluded)
-    assert mt.count_open_prune_matches(store) == 1
-    assert [c.id for c in mt.list_prune_candidates(store, include_pinned=True)] \
-        and mt.count_prune_matches(store, include_pinned=True) == 3
+    # prune's default age (90 days) passed explicitly: the dry run and counters have none
+    assert mt.count_prune_matches(store, 90) == 2  # old, locked (pinned and open excluded)
+    assert mt.count_open_prune_matches(store, 90) == 1
+    assert [c.id for c in mt.list_prune_candidates(store, 90, include_pinned=True)] \
+        and mt.count_prune_matches(store, 90, include_pinned=True) == 3
     assert mt.prune_sessions(store, exclude_active_write_guards=True) == 1
     with store.engine.connect() as conn:  # closed: a leaked read would block the next TRUNCATE
         ids = {r[0] for r in conn.exec_driver_sql("SELECT id FROM sessions")}
@@ -220,8 +222,64 @@ def test_stale_open_cron_session_is_closed_then_deleted_a_window_later(store):
 
 
 def test_unknown_filter_is_rejected(store):
-    with pytest.raises(ValueError, match="bogus"):
-        mt.count_prune_matches(store, bogus=1)
+    """An unknown filter is a TypeError, as upstream's unexpected keyword argument was."""
+    for fn in (mt.count_prune_matches, mt.count_open_prune_matches, mt.list_prune_candidates,
+               mt.prune_sessions, mt.archive_sessions):
+        with pytest.raises(TypeError, match="bogus"):
+            fn(store, bogus=1)
+
+
+def test_dry_run_and_counters_have_no_default_age_as_upstream(store):
+    """Issue 33: ``list_prune_candidates`` and the two counters filter by age only when
+    ``older_than_days`` is given (upstream's default None; prune keeps 90 days); ``source``
+    is their second positional parameter, as upstream's."""
+    _session(store, "old")
+    _session(store, "young", started=time.time() - 86400)
+    _session(store, "young_cron", source="cron", started=time.time() - 86400)
+    _session(store, "live", ended=False, started=time.time() - 86400)
+    assert {c.id for c in store.list_prune_candidates()} == {"old", "young", "young_cron"}
+    assert store.count_prune_matches() == 3 and store.count_open_prune_matches() == 1
+    assert [c.id for c in store.list_prune_candidates(None, "cron")] == ["young_cron"]
+    assert store.count_prune_matches(None, "cli") == 2
+    assert store.count_open_prune_matches(None, "cron") == 0
+    assert [c.id for c in store.list_prune_candidates(90)] == ["old"]
+    assert store.count_prune_matches(90) == 1
+    assert store.prune_sessions() == 1  # prune's default stays 90 days
+    assert store.get_session("young") is not None
+
+
+def test_maintenance_functions_are_store_methods(store, tmp_path):
+    """Issue 33: upstream's ``SessionDB`` had the maintenance functions as methods; so does
+    the store (the ``MaintenanceAPI`` table), with upstream's keyword spellings too."""
+    _session(store, "a")
+    _session(store, "b")
+    _session(store, "c")
+    store.create_child_session("a", "a-dlg", "delegate")
+    assert store.get_session_delete_targets("a") == ["a", "a-dlg"]
+    assert store.delete_session("a") is True and store.get_session("a-dlg") is None
+    assert store.delete_sessions(session_ids=["b", "gone"]) == 1
+    with pytest.raises(TypeError, match="ids= or session_ids="):
+        store.delete_sessions(["c"], session_ids=["c"])
+    assert store.get_session("c") is not None
+    assert store.archive_sessions(source="cli") == 1 and store.get_session("c").archived
+    assert store.logical_size_bytes() > 0
+    assert SessionStore.sanitize_title("  a\u200b  b ") == store.sanitize_title("a b") == "a b"
+    assert store.purge_stale_tool_call_markers(dry_run=True).rows_affected == 0
+    assert store.prune_sessions(0, "cli") == 1 and store.get_session("c") is None
+    _session(store, "d")
+    with pytest.raises(TypeError, match="vacuum_enabled= or vacuum="):
+        store.maybe_auto_prune_and_vacuum(vacuum_enabled=True, vacuum=True)
+    result = store.maybe_auto_prune_and_vacuum(vacuum=False)
+    assert (result["pruned"], result["vacuumed"]) == (1, False)
+
+
+@pytest.mark.sqlite_only("VACUUM's FTS optimize count is SQLite's FTS5 indexes")
+def test_vacuum_reports_the_optimized_fts_indexes(store):
+    """``fts_optimized`` is what upstream's ``vacuum()`` returned."""
+    store.create_session("s", "cli")
+    store.append_message("s", "user", "hello")
+    out = store.vacuum()
+    assert out["fts_optimized"] == store.optimize_fts() > 0
 
 
 def test_cli_prune_dry_run_then_apply_and_export_jsonl(tmp_path, capsys):

@@ -101,6 +101,18 @@ def test_next_title_in_lineage(store):
     assert store.get_next_title_in_lineage("fresh") == "fresh"
     assert store.resolve_session_by_title("my_proj") == "b"
     assert store.get_session_by_title("myXproj #9").id == "c"
+    # upstream's keyword spelling (issue 33); both spellings ⇒ TypeError naming both
+    assert store.get_next_title_in_lineage(base_title="my_proj") == "my_proj #4"
+    with pytest.raises(TypeError, match="base= or base_title="):
+        store.get_next_title_in_lineage("my_proj", base_title="my_proj")
+
+
+def test_set_session_title_on_a_missing_session_is_false(store):
+    """Issue 33: a user title on an unknown session answers False, as upstream (it raised
+    ``SessionNotFoundError`` here); nothing is written."""
+    assert store.set_session_title("nope", "Anything") is False
+    assert store.set_session_title("nope", None) is False
+    assert store.get_session_by_title("Anything") is None
 
 
 def test_a_superscript_suffix_is_not_a_number(store):
@@ -121,6 +133,53 @@ def test_archive_is_lineage_wide_but_not_branches(store):
     assert not store.get_session("br").archived
     assert store.list_sessions() and {x.id for x in store.list_sessions()} == {"br"}
     assert {x.id for x in store.list_sessions(archived_only=True)} == {"t"}
+
+
+def test_flags_answer_true_for_an_existing_session_even_when_unchanged(store):
+    """Issue 33: the lineage flag setters return True while the session exists — a repeated
+    call too, as upstream's (its UPDATE counted the rows it matched) — and False for an
+    unknown id."""
+    _compressed(store, "r", "t")
+    for setter, on in ((store.set_session_hidden, "hidden"),
+                       (store.set_session_archived, "archived"),
+                       (store.set_session_pinned, "pinned")):
+        assert setter("t") is True and setter("t") is True
+        assert getattr(store.get_session("r"), on)
+        assert setter("r", False) is True and setter("r", False) is True
+        assert not getattr(store.get_session("t"), on)
+        assert setter("missing") is False
+    assert store.set_session_read("t") is True and store.set_session_read("t") is True
+    assert store.set_session_read("missing", False) is False
+
+
+def test_include_forked_children_flags_upstreams_wider_lineage(store):
+    """Issue 33: by default a flag covers the compression lineage over ``EDGE`` (a branch
+    is a conversation of its own); ``include_forked_children=True`` is upstream's set: the
+    id, its ancestors through compression-ended parents, and its descendants through every
+    child of a compression-ended parent — forks included."""
+    store.create_session("r", "cli")
+    store.create_child_session("r", "br", "branch")
+    store.create_session("tool", "tool", parent_session_id="r")
+    store.append_message("r", "user", "q")
+    store.publish_compression_child("r", "t", "cli", [{"role": "user", "content": "h"}])
+    everyone = ("r", "t", "br", "tool")
+
+    def flagged(column):
+        return {sid for sid in everyone if getattr(store.get_session(sid), column)}
+
+    assert store.set_session_hidden("r")
+    assert flagged("hidden") == {"r", "t"}
+    assert store.set_session_hidden("r", False)
+    assert store.set_session_hidden("r", include_forked_children=True)
+    assert flagged("hidden") == set(everyone)
+    assert store.set_session_archived("br")  # the default: the branch alone
+    assert flagged("archived") == {"br"}
+    assert store.set_session_archived("br", include_forked_children=True)
+    assert flagged("archived") == {"br", "r"}  # up to the compression-ended parent only
+    assert store.set_session_pinned("r", include_forked_children=True)
+    assert flagged("pinned") == set(everyone) and not flagged("hidden")
+    assert store.set_session_read("r", False, include_forked_children=True)
+    assert {store.get_session(sid).last_read_at for sid in everyone} == {0}
 
 
 def test_pin_unhides_lineage_except_bot_chat(store):

@@ -51,6 +51,23 @@ def test_gw25_request_claim_complete_cycle(store):
     assert (row.handoff_state, row.handoff_platform) == ("pending", "discord")
 
 
+def test_request_handoff_without_replay_is_upstreams_answer(store):
+    """Issue 33: ``accept_replay=False`` answers as upstream's ``request_handoff``: False for
+    any handoff in flight, the same platform's too (the default answers a replay True), and
+    nothing changes; from a terminal state it requests as usual."""
+    store.create_session("s", "cli")
+    assert store.request_handoff("s", "telegram", accept_replay=False) is True
+    before = store.get_handoff_state("s")
+    assert store.request_handoff("s", "telegram", accept_replay=False) is False
+    assert store.request_handoff("s", "telegram") is True  # the default: a replay
+    assert store.claim_handoff("s", claimant="gw")
+    assert store.request_handoff("s", "telegram", accept_replay=False) is False
+    assert store.get_handoff_state("s").requested_at == before.requested_at
+    assert store.fail_handoff("s", "boom", claimant="gw")
+    assert store.request_handoff("s", "telegram", accept_replay=False) is True
+    assert store.request_handoff("missing", "telegram", accept_replay=False) is False
+
+
 def _claim_many(target, sid, go, out, n):
     from hermes_data.sessions.store import SessionStore
 

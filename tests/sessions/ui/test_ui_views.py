@@ -50,6 +50,27 @@ def test_ab10_messages_around(store):
         store.get_messages_around("s", "5")
 
 
+def test_messages_around_with_upstreams_window(store):
+    """Issue 33: ``include_inactive=True, max_window=None`` is upstream's window — every row
+    of the session whatever its visibility (a rewound anchor too), and no cap at 1000 — where
+    the default hides rewound rows and caps the window."""
+    store.create_session("s", "cli")
+    store.append_messages_batch("s", [{"role": "user", "content": f"m{i}"} for i in range(1203)])
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE messages SET active = 0 WHERE id IN (600, 602)")
+    w = store.get_messages_around("s", 1, window=5000)  # capped: 1000 visible rows after
+    assert (len(w.window), w.messages_before, w.messages_after) == (1001, 0, 1000)
+    assert 600 not in _ids(w.window) and _ids(w.window)[-1] == 1003
+    assert store.get_messages_around("s", 600, window=3).window == []
+    w = store.get_messages_around("s", 1, window=5000, include_inactive=True, max_window=None)
+    assert _ids(w.window) == list(range(1, 1204))
+    assert (w.messages_before, w.messages_after) == (0, 1202)
+    w = store.get_messages_around("s", 600, window=1, include_inactive=True, max_window=None)
+    assert _ids(w.window) == [599, 600, 601]
+    w = store.get_messages_around("s", 1, window=1500, max_window=None)  # visible rows only
+    assert len(w.window) == 1201 and 602 not in _ids(w.window)
+
+
 def test_ab11_anchored_view(store):
     """Behaviour 11: tool rows dropped (a tool anchor kept), bookends strictly outside the
     window, ascending, empty at the head; ``keep_roles=()`` issues no bookend SQL."""
