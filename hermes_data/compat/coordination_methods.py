@@ -230,8 +230,10 @@ class CoordinationMethods(CompatBase):
     def restore_compression_failure_cooldown_row(self, session_id: str,
                                                  snapshot: Dict[str, Any]) -> None:
         """Put back a snapshot from :meth:`get_compression_failure_cooldown_row` and verify it.
-        Calls ``store.restore_compression_failure_cooldown_row``."""
-        self.store.restore_compression_failure_cooldown_row(session_id, snapshot)
+        A vanished session raises (``CooldownRestoreError``, a ``RuntimeError``) as upstream.
+        Calls ``store.restore_compression_failure_cooldown_row(raise_if_vanished=True)``."""
+        self.store.restore_compression_failure_cooldown_row(session_id, snapshot,
+                                                            raise_if_vanished=True)
 
     def clear_compression_failure_cooldown(self, session_id: str) -> None:
         """Clear the session's cooldown. Calls ``store.clear_compression_failure_cooldown``."""
@@ -306,14 +308,15 @@ class CoordinationMethods(CompatBase):
     # -- empty and ghost sessions ---------------------------------------------------------
 
     def count_empty_sessions(self) -> int:
-        """How many ended, unarchived sessions hold no message. Calls
-        ``store.count_empty_sessions``."""
-        return self.store.count_empty_sessions()
+        """How many ended, unarchived sessions hold no message (pinned, lineage and guarded
+        ones included, as upstream). Calls ``store.count_empty_sessions(include_protected=True)``."""
+        return self.store.count_empty_sessions(include_protected=True)
 
     def delete_empty_sessions(self, sessions_dir: str | os.PathLike[str] | None = None) -> int:
         """Delete the empty sessions (and their transcript files under ``sessions_dir``); the
-        count. Calls ``store.delete_empty_sessions``."""
-        return self.store.delete_empty_sessions(sessions_dir)
+        count; pinned, lineage and guarded ones too, as upstream. Calls
+        ``store.delete_empty_sessions(include_protected=True)``."""
+        return self.store.delete_empty_sessions(sessions_dir, include_protected=True)
 
     def delete_session_if_empty(self, session_id: str, sessions_dir: str | os.PathLike[str] | None = None) -> bool:
         """Delete ``session_id`` when it has no message, title or child. Calls

@@ -60,9 +60,9 @@ class CoreMethods(CompatBase):
         self.store.end_session(session_id, end_reason)
 
     def reopen_session(self, session_id: str) -> None:
-        """Upstream clears ``ended_at``/``end_reason`` so the session can resume; calls
-        ``SessionStore.reopen_session``."""
-        self.store.reopen_session(session_id)
+        """Upstream clears ``ended_at``/``end_reason`` of any session so it can resume; calls
+        ``SessionStore.reopen_session(allow_continued_parent=True)``."""
+        self.store.reopen_session(session_id, allow_continued_parent=True)
 
     # -- messages ----------------------------------------------------------------------
 
@@ -108,7 +108,7 @@ class CoreMethods(CompatBase):
     def get_compression_lineage(self, session_id: str) -> list[str]:
         """Upstream returns the compression ancestors through the tip, oldest first (``[]``
         for an unknown id); calls ``SessionStore.get_compression_lineage``."""
-        return self.store.get_compression_lineage(session_id)  # type: ignore[attr-defined]
+        return self.store.get_compression_lineage(session_id)
 
     def resolve_resume_session_id(self, session_id: str) -> str:
         """Upstream redirects a resume target to the descendant holding the newest messages;
@@ -152,23 +152,26 @@ class CoreMethods(CompatBase):
 
     def set_session_archived(self, session_id: str, archived: bool) -> bool:
         """Upstream archives/unarchives the whole compression lineage (True when a row
-        changed); calls ``SessionStore.set_session_archived``."""
-        return self.store.set_session_archived(session_id, archived=archived)
+        matched), forked branches of it included; calls ``SessionStore.set_session_archived``."""
+        return self.store.set_session_archived(session_id, archived=archived,
+                                              include_forked_children=True)
 
     def set_session_hidden(self, session_id: str, hidden: bool) -> bool:
         """Upstream hides/unhides the whole compression lineage (True when a row matched);
-        calls ``SessionStore.set_session_hidden``."""
-        return self.store.set_session_hidden(session_id, hidden=hidden)
+        forked branches of it included; calls ``SessionStore.set_session_hidden``."""
+        return self.store.set_session_hidden(session_id, hidden=hidden,
+                                              include_forked_children=True)
 
     def set_session_pinned(self, session_id: str, pinned: bool) -> bool:
         """Upstream pins/unpins the whole compression lineage (True when a row matched);
         calls ``SessionStore.set_session_pinned``."""
-        return self.store.set_session_pinned(session_id, pinned=pinned)
+        return self.store.set_session_pinned(session_id, pinned=pinned,
+                                              include_forked_children=True)
 
     def set_session_read(self, session_id: str, read: bool = True) -> bool:
         """Upstream stamps the lineage read (now) or explicitly unread (0); calls
         ``SessionStore.set_session_read``."""
-        return self.store.set_session_read(session_id, read=read)
+        return self.store.set_session_read(session_id, read=read, include_forked_children=True)
 
     # -- reads -------------------------------------------------------------------------
 

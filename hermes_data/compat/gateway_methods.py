@@ -128,9 +128,10 @@ class GatewayMethods(CompatBase):
     # -- handoffs -------------------------------------------------------------------------
 
     def request_handoff(self, session_id: str, platform: str) -> bool:
-        """Mark the session ``pending`` handoff to ``platform``. Calls
-        ``store.request_handoff``."""
-        return self.store.request_handoff(session_id, platform)
+        """Mark the session ``pending`` handoff to ``platform`` (False while one is already in
+        flight, a repeat included, as upstream). Calls
+        ``store.request_handoff(accept_replay=False)``."""
+        return self.store.request_handoff(session_id, platform, accept_replay=False)
 
     def get_handoff_state(self, session_id: str) -> Optional[Dict[str, Any]]:
         """``{state, platform, error}`` of the session's handoff, or None for a missing row.

@@ -19,9 +19,10 @@ class UiMethods(CompatBase):
                             window: int = 5) -> Dict[str, Any]:
         """``{window, messages_before, messages_after}``: up to ``window`` rows each side of
         the anchor, rewound rows included as upstream (an unknown anchor gives an empty
-        window). Calls ``store.get_messages_around(include_inactive=True)``."""
+        window; no cap on ``window``). Calls
+        ``store.get_messages_around(include_inactive=True, max_window=None)``."""
         around = self.store.get_messages_around(session_id, around_message_id, window,
-                                                include_inactive=True)
+                                                include_inactive=True, max_window=None)
         return as_plain(around)
 
     def find_pr_url_messages(self, session_ids: List[str]) -> List[Dict[str, Any]]:

@@ -328,8 +328,6 @@ def test_restore_absent_snapshot_onto_an_existing_session_raises(db):
         db.restore_compression_failure_cooldown_row("s1", snapshot)
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a vanished row is a WARNING here; upstream "
-                   "raises RuntimeError")
 def test_restore_onto_a_vanished_session_raises(db):
     db.store.create_session("s1", "cli")
     snapshot = db.get_compression_failure_cooldown_row("s1")
@@ -456,8 +454,6 @@ def test_delete_empty_sessions(db):
     assert db.count_empty_sessions() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: the store spares a pinned empty session; "
-                   "upstream deletes it")
 def test_delete_empty_sessions_includes_pinned(db):
     _empty_ended(db, "pinned")
     db.store.set_session_pinned("pinned", True)

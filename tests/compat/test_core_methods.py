@@ -108,8 +108,6 @@ def test_reopen_session_clears_the_end(db):
     assert db.get_session("s1")["end_reason"] == "session_reset"
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: reopen_session leaves a compression parent "
-                   "with a continuation ended; upstream clears ended_at/end_reason of any row")
 def test_reopen_session_reopens_a_compression_parent(db):
     chain(db, "root", "tip")
     db.reopen_session("root")
@@ -203,16 +201,12 @@ def test_compression_chain_and_tip(db):
     assert db.get_compression_tip("alone") == "alone"
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: get_compression_lineage is a store method "
-                   "being added with upstream's semantics (another branch)")
 def test_get_compression_lineage_root_to_tip(db):
     chain(db, "root", "mid", "tip")
     assert db.get_compression_lineage("mid") == ["root", "mid", "tip"]
     assert db.get_compression_lineage("tip") == ["root", "mid", "tip"]
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: get_compression_lineage of an unknown id is "
-                   "[] upstream (get_lineage_ids answers [id]); new store method pending")
 def test_get_compression_lineage_of_an_unknown_id_is_empty(db):
     assert db.get_compression_lineage("nope") == []
 
@@ -252,8 +246,6 @@ def test_set_session_title_writes_clears_and_refuses_duplicates(db):
     assert db.get_session("s1")["title"] is None
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: set_session_title on a missing session raises; "
-                   "upstream returns False")
 def test_set_session_title_on_a_missing_session_is_false(db):
     assert db.set_session_title("nope", "title") is False
 
@@ -323,8 +315,6 @@ def test_set_session_hidden_and_pinned_flip_the_lineage(db):
     assert db.set_session_hidden("nope", True) is False
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated set_session_hidden returns False "
-                   "(no row changed); upstream True (a row matched)")
 def test_set_session_hidden_repeated_is_true(db):
     db.create_session("s1", "cli")
     db.set_session_hidden("s1", True)

@@ -205,8 +205,6 @@ def test_request_handoff_then_in_flight_elsewhere_is_refused(db):
     assert db.request_handoff("missing", "telegram") is False
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated request to the same platform is "
-                   "True here (a replay); upstream returns False while it is in flight")
 def test_request_handoff_repeated_same_platform_is_false(db):
     db.store.create_session("s1", "cli")
     assert db.request_handoff("s1", "telegram") is True

@@ -54,8 +54,6 @@ def test_prune_counters(db):
     assert db.count_prune_matches(older_than_days=1) == 0
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: an unknown prune filter raises ValueError; "
-                   "upstream TypeError")
 def test_an_unknown_prune_filter_is_a_type_error(db):
     with pytest.raises(TypeError):
         db.count_prune_matches(colour="blue")
@@ -170,8 +168,6 @@ def test_vacuum_keeps_the_data(db):
     assert [m["content"] for m in db.get_messages("keep")] == ["still here"]
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: vacuum() returns the sizes before and after; "
-                   "upstream returns how many FTS indexes it optimized (needs store option)")
 def test_vacuum_returns_the_number_of_optimized_indexes(db):
     assert isinstance(db.vacuum(), int)
 

@@ -66,8 +66,6 @@ def test_get_messages_around_keeps_rewound_rows(db):
     assert [m["active"] for m in got["window"]] == [True, True, False, False, False, False]
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: the store caps the window at 1000 rows a "
-                   "side; upstream has no cap")
 def test_get_messages_around_has_no_window_cap(db):
     db.store.create_session("s1", "cli")
     db.store.append_messages_batch("s1", [{"role": "user", "content": f"m{i}"}
