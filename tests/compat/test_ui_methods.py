@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import sqlalchemy as sa
 
 PR = "https://github.com/acme/app/pull/42"
