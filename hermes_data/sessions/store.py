@@ -297,7 +297,7 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
         self._backend.write(lambda c: meta.set_meta(c, self._q, key, value))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
-        """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE)."""
+        """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE); ``''`` ⇒ ``{}``."""
         return self._backend.read_on_writer(
             lambda conn: meta.list_meta_prefix(conn, self._q, prefix))
 
