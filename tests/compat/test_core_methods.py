@@ -367,8 +367,6 @@ def test_session_count_filters(db):
     assert db.session_count(sources=["cli", "telegram"], exclude_sources=["telegram"]) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: session_count() leaves out delegate children; "
-                   "upstream counts every row unless exclude_children=True (needs store option)")
 def test_session_count_counts_delegate_children(db):
     db.create_session("parent", "cli")
     db.store.create_child_session("parent", "worker", "delegate")
