@@ -121,9 +121,11 @@ class GatewayMethods(CompatBase):
         return as_dicts(self.store.find_orphaned_gateway_sessions(max_gap_s=max_gap_s))
 
     def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
-        """Give ``orphan_id`` the donor's routing identity and retire the donor. Calls
-        ``store.adopt_orphaned_gateway_session``."""
-        return self.store.adopt_orphaned_gateway_session(orphan_id, donor_id)
+        """Give ``orphan_id`` the donor's routing identity and retire the donor; a repeat
+        finds the orphan keyed (False). Calls ``store.adopt_orphaned_gateway_session`` with
+        ``accept_replay=False``."""
+        return self.store.adopt_orphaned_gateway_session(orphan_id, donor_id,
+                                                         accept_replay=False)
 
     # -- handoffs -------------------------------------------------------------------------
 

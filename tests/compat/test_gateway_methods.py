@@ -187,8 +187,6 @@ def test_adopt_orphaned_gateway_session(db):
     assert db.adopt_orphaned_gateway_session("orphan", "unkeyed-donor") is False
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated adoption of the same pair is True "
-                   "here (a replay); upstream's orphan is keyed by then: False")
 def test_adopt_orphaned_gateway_session_twice_is_false(db):
     _keyed(db, "donor", "k1")
     db.store.create_session("orphan", "telegram")
