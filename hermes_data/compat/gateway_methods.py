@@ -146,9 +146,9 @@ class GatewayMethods(CompatBase):
         return session_list_dicts(self.store.list_pending_handoffs())
 
     def claim_handoff(self, session_id: str) -> bool:
-        """``pending`` ⇒ ``running`` (this handle claims it). Calls
-        ``store.claim_handoff``."""
-        return self.store.claim_handoff(session_id)
+        """``pending`` ⇒ ``running`` (this handle claims it); a repeat finds no pending row
+        (False). Calls ``store.claim_handoff`` with ``accept_replay=False``."""
+        return self.store.claim_handoff(session_id, accept_replay=False)
 
     def complete_handoff(self, session_id: str) -> None:
         """Mark the handoff ``completed``. Calls ``store.complete_handoff`` and drops its

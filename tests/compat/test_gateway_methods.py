@@ -239,8 +239,6 @@ def test_claim_handoff_only_from_pending(db):
     assert db.get_handoff_state("s1")["state"] == "running"
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated claim by the same handle is True "
-                   "here (a replay); upstream's second claim finds no pending row: False")
 def test_claim_handoff_twice_is_false(db):
     db.store.create_session("s1", "cli")
     db.request_handoff("s1", "telegram")

@@ -104,9 +104,12 @@ def request_handoff(store: StoreHandle, session_id: str, platform: str, *,
     return store.backend.write(run)
 
 
-def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None = None) -> bool:
+def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None = None,
+                  accept_replay: bool = True) -> bool:
     """``pending`` ⇒ ``running`` for ``claimant`` (default: this handle's holder). Exactly
-    one of concurrent claimers gets ``True``; a replay by the owner is ``True``."""
+    one of concurrent claimers gets ``True``; a replay by the owner is ``True`` (a retry
+    after a lost reply answers as its first attempt did). ``accept_replay=False``:
+    upstream's answer — ``True`` only when this call moved the row out of ``pending``."""
     check_texts((("session_id", session_id), ("claimant", claimant)))
     who = claimant or default_claimant(store)
     g, d = _g(store), store.backend.dialect
@@ -114,6 +117,8 @@ def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None =
     def run(conn: Connection) -> bool:
         if conn.exec_driver_sql(g.HANDOFF_CLAIM, (who, db_now(conn, d), session_id)).rowcount:
             return True
+        if not accept_replay:
+            return False
         st = _state(conn, g, session_id)
         return st is not None and st.state == "running" and st.claimed_by == who
 

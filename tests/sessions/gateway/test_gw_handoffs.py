@@ -68,6 +68,22 @@ def test_request_handoff_without_replay_is_upstreams_answer(store):
     assert store.request_handoff("missing", "telegram", accept_replay=False) is False
 
 
+def test_claim_without_replay_is_upstreams_answer(store):
+    """Issue 33: ``claim_handoff(accept_replay=False)`` answers as upstream's claim: True only
+    for the call that moved the row out of ``pending``; a repeat by the same claimant finds
+    no pending row, False (the default answers that replay True); the claim is unchanged."""
+    store.create_session("s", "cli")
+    assert store.claim_handoff("s", accept_replay=False) is False  # nothing pending
+    store.request_handoff("s", "telegram")
+    assert store.claim_handoff("s", claimant="gw", accept_replay=False) is True
+    before = store.get_handoff_state("s")
+    assert store.claim_handoff("s", claimant="gw", accept_replay=False) is False
+    assert store.claim_handoff("s", claimant="gw") is True  # the default: a replay
+    assert store.claim_handoff("s", claimant="other") is False
+    assert store.get_handoff_state("s") == before
+    assert store.claim_handoff("missing", accept_replay=False) is False
+
+
 def _claim_many(target, sid, go, out, n):
     from hermes_data.sessions.store import SessionStore
 
