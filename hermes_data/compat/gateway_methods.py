@@ -162,9 +162,9 @@ class GatewayMethods(CompatBase):
         return self.store.fail_handoff(session_id, error, only_states=only_states)
 
     def reclaim_stale_running_handoffs(self, error: str) -> List[str]:
-        """Fail handoffs stranded in ``running``; the ids. Calls
-        ``store.reclaim_stale_running_handoffs``."""
-        return list(self.store.reclaim_stale_running_handoffs(error))
+        """Fail every handoff in ``running``; the ids. Calls
+        ``store.reclaim_stale_running_handoffs`` with ``include_live_claims=True``."""
+        return list(self.store.reclaim_stale_running_handoffs(error, include_live_claims=True))
 
     # -- heartbeats -----------------------------------------------------------------------
 

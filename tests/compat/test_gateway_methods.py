@@ -277,8 +277,6 @@ def test_reclaim_stale_running_handoffs_fails_unowned_running_rows(db):
     assert db.reclaim_stale_running_handoffs("again") == []
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: only stale claims are reclaimed here (dead "
-                   "process, no heartbeat, older than 900 s); upstream fails every running row")
 def test_reclaim_stale_running_handoffs_fails_a_live_claim(db):
     db.store.create_session("s1", "cli")
     db.request_handoff("s1", "telegram")

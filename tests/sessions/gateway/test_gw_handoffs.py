@@ -232,6 +232,34 @@ def test_gw28_reclaim_fails_only_stale_claims(store, monkeypatch):
     assert store.get_handoff_state("hb-fresh").state == "running"
 
 
+def test_reclaim_including_live_claims_is_upstreams_sweep(store):
+    """Issue 33: ``include_live_claims=True`` fails every ``running`` row as upstream's
+    reclaim did — a live same-host sibling's fresh claim and the caller's own too — and
+    leaves pending, completed and untouched rows alone; the default fails none of them."""
+    host = socket.gethostname()
+    claims = {"sibling": f"handoff:pid={os.getpid()}:host={host}:sibling", "own": "me",
+              "remote": "handoff:pid=1:host=elsewhere:y"}
+    for sid, who in claims.items():
+        store.create_session(sid, "cli")
+        store.request_handoff(sid, "telegram")
+        assert store.claim_handoff(sid, claimant=who)
+    for sid in ("pending", "done", "untouched"):
+        store.create_session(sid, "cli")
+    store.request_handoff("pending", "telegram")
+    store.request_handoff("done", "telegram")
+    store.claim_handoff("done", claimant="x")
+    store.complete_handoff("done", claimant="x")
+    assert store.reclaim_stale_running_handoffs("restart", claimant="me") == []
+    assert store.reclaim_stale_running_handoffs(
+        "restart", claimant="me", include_live_claims=True) == ["own", "remote", "sibling"]
+    for sid in claims:
+        st = store.get_handoff_state(sid)
+        assert (st.state, st.error) == ("failed", "restart"), sid
+    assert [store.get_handoff_state(s).state for s in ("pending", "done", "untouched")] == [
+        "pending", "completed", None]
+    assert store.reclaim_stale_running_handoffs("again", include_live_claims=True) == []
+
+
 def test_gw29_readers_propagate_errors_and_list_fifo(store, backend, monkeypatch):
     """Behaviour 29: get_handoff_state — missing ⇒ None, untouched ⇒ all None, an injected
     storage error propagates; list_pending_handoffs is FIFO by request and honours
