@@ -157,9 +157,10 @@ class CoordinationMethods(CompatBase):
                                     reject_active_turn_lease)
 
     def clear_messages(self, session_id: str) -> None:
-        """Delete the session's messages and zero its counters. Calls
-        ``store.clear_messages`` and drops its count (upstream returns None)."""
-        self.store.clear_messages(session_id)
+        """Delete the session's messages and zero its counters, a compression-ended parent's
+        too. Calls ``store.clear_messages(allow_compression_parent=True)`` and drops its count
+        (upstream returns None)."""
+        self.store.clear_messages(session_id, allow_compression_parent=True)
 
     def archive_and_compact(self, session_id: str, compacted_messages: List[Dict[str, Any]],
                             model_config_patch: Optional[Dict[str, Any]] = None,

@@ -121,9 +121,11 @@ class GatewayMethods(CompatBase):
         return as_dicts(self.store.find_orphaned_gateway_sessions(max_gap_s=max_gap_s))
 
     def adopt_orphaned_gateway_session(self, orphan_id: str, donor_id: str) -> bool:
-        """Give ``orphan_id`` the donor's routing identity and retire the donor. Calls
-        ``store.adopt_orphaned_gateway_session``."""
-        return self.store.adopt_orphaned_gateway_session(orphan_id, donor_id)
+        """Give ``orphan_id`` the donor's routing identity and retire the donor; a repeat
+        finds the orphan keyed (False). Calls ``store.adopt_orphaned_gateway_session`` with
+        ``accept_replay=False``."""
+        return self.store.adopt_orphaned_gateway_session(orphan_id, donor_id,
+                                                         accept_replay=False)
 
     # -- handoffs -------------------------------------------------------------------------
 
@@ -145,9 +147,9 @@ class GatewayMethods(CompatBase):
         return session_list_dicts(self.store.list_pending_handoffs())
 
     def claim_handoff(self, session_id: str) -> bool:
-        """``pending`` ⇒ ``running`` (this handle claims it). Calls
-        ``store.claim_handoff``."""
-        return self.store.claim_handoff(session_id)
+        """``pending`` ⇒ ``running`` (this handle claims it); a repeat finds no pending row
+        (False). Calls ``store.claim_handoff`` with ``accept_replay=False``."""
+        return self.store.claim_handoff(session_id, accept_replay=False)
 
     def complete_handoff(self, session_id: str) -> None:
         """Mark the handoff ``completed``. Calls ``store.complete_handoff`` and drops its
@@ -161,9 +163,9 @@ class GatewayMethods(CompatBase):
         return self.store.fail_handoff(session_id, error, only_states=only_states)
 
     def reclaim_stale_running_handoffs(self, error: str) -> List[str]:
-        """Fail handoffs stranded in ``running``; the ids. Calls
-        ``store.reclaim_stale_running_handoffs``."""
-        return list(self.store.reclaim_stale_running_handoffs(error))
+        """Fail every handoff in ``running``; the ids. Calls
+        ``store.reclaim_stale_running_handoffs`` with ``include_live_claims=True``."""
+        return list(self.store.reclaim_stale_running_handoffs(error, include_live_claims=True))
 
     # -- heartbeats -----------------------------------------------------------------------
 

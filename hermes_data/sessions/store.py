@@ -297,7 +297,7 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
         self._backend.write(lambda c: meta.set_meta(c, self._q, key, value))
 
     def list_meta_prefix(self, prefix: str) -> dict[str, str | None]:
-        """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE)."""
+        """Every ``state_meta`` key starting with ``prefix`` (escaped LIKE); ``''`` ⇒ ``{}``."""
         return self._backend.read_on_writer(
             lambda conn: meta.list_meta_prefix(conn, self._q, prefix))
 
@@ -524,12 +524,13 @@ class SessionStore(LineageAPI, MaintenanceAPI, CoordinationAPI, AgentTurnAPI, Ui
                       session_key: str | None = None, min_message_count: int = 0,
                       exclude_children: bool = True, include_archived: bool = False,
                       archived_only: bool = False, include_hidden: bool = False) -> int:
-        """Count with the ``list_sessions`` WHERE so "load more" totals match the pages."""
+        """Count with the ``list_sessions`` WHERE so "load more" totals match the pages;
+        ``exclude_children=False`` counts every row, delegate runs too (as upstream)."""
         flt = SessionFilter.of(
             source, sources, exclude_sources, cwd_prefix=cwd_prefix, session_key=session_key,
             min_message_count=min_message_count, include_children=not exclude_children,
-            exclude_delegates=True, include_archived=include_archived,
-            archived_only=archived_only, include_hidden=include_hidden)
+            include_archived=include_archived, archived_only=archived_only,
+            include_hidden=include_hidden)
         return self._backend.read(lambda c: listing.session_count(c, flt, self._q.dialect))
 
     def session_count_ge(self, n: int) -> bool:

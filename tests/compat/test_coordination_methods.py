@@ -509,8 +509,6 @@ def test_archive_stale_sessions_non_positive_archives_nothing(db):
     assert not _session(db, "stale").archived
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: clear_messages refuses a compression-ended "
-                   "parent (CompressionSessionClosedError); upstream clears it")
 def test_clear_messages_on_a_compression_parent(db):
     _chain(db, "p", "c")
     db.store.append_message("c", "user", "x")

@@ -69,8 +69,6 @@ def test_list_meta_prefix_is_a_list_of_pairs_matched_literally(db):
     assert db.list_meta_prefix("missing:") == []
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: list_meta_prefix('') lists every key; upstream "
-                   "answers [] for an empty prefix (needs store option)")
 def test_list_meta_prefix_of_an_empty_prefix_is_empty(db):
     db.set_meta("k", "v")
     assert db.list_meta_prefix("") == []
@@ -359,8 +357,6 @@ def test_session_count_filters(db):
     assert db.session_count(sources=["cli", "telegram"], exclude_sources=["telegram"]) == 4
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: session_count() leaves out delegate children; "
-                   "upstream counts every row unless exclude_children=True (needs store option)")
 def test_session_count_counts_delegate_children(db):
     db.create_session("parent", "cli")
     db.store.create_child_session("parent", "worker", "delegate")

@@ -187,8 +187,6 @@ def test_adopt_orphaned_gateway_session(db):
     assert db.adopt_orphaned_gateway_session("orphan", "unkeyed-donor") is False
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated adoption of the same pair is True "
-                   "here (a replay); upstream's orphan is keyed by then: False")
 def test_adopt_orphaned_gateway_session_twice_is_false(db):
     _keyed(db, "donor", "k1")
     db.store.create_session("orphan", "telegram")
@@ -239,8 +237,6 @@ def test_claim_handoff_only_from_pending(db):
     assert db.get_handoff_state("s1")["state"] == "running"
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: a repeated claim by the same handle is True "
-                   "here (a replay); upstream's second claim finds no pending row: False")
 def test_claim_handoff_twice_is_false(db):
     db.store.create_session("s1", "cli")
     db.request_handoff("s1", "telegram")
@@ -279,8 +275,6 @@ def test_reclaim_stale_running_handoffs_fails_unowned_running_rows(db):
     assert db.reclaim_stale_running_handoffs("again") == []
 
 
-@pytest.mark.xfail(strict=True, reason="fidelity: only stale claims are reclaimed here (dead "
-                   "process, no heartbeat, older than 900 s); upstream fails every running row")
 def test_reclaim_stale_running_handoffs_fails_a_live_claim(db):
     db.store.create_session("s1", "cli")
     db.request_handoff("s1", "telegram")

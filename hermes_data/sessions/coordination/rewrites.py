@@ -161,10 +161,12 @@ def replace_messages(store: Any, session_id: str, messages: Sequence[Any],
     return write_w1(store, work, patience=TRANSCRIPT_PATIENCE_S)
 
 
-def clear_messages(store: Any, session_id: str) -> int:
+def clear_messages(store: Any, session_id: str, *, allow_compression_parent: bool = False) -> int:
     """Delete every row of ``session_id`` (counters 0) in one transaction; returns rows
     deleted. Unknown id ⇒ 0; compression-ended ⇒ :class:`CompressionSessionClosedError`
-    (it would erase the lineage's pre-compaction history). No lease fence."""
+    (it would erase the lineage's pre-compaction history) unless
+    ``allow_compression_parent`` (upstream's behaviour: cleared like any row). No lease
+    fence."""
     check_text("session_id", session_id)
     cs = cs_of(store)
 
@@ -173,6 +175,9 @@ def clear_messages(store: Any, session_id: str) -> int:
             check_session(conn, cs, session_id)
         except SessionNotFoundError:
             return 0
+        except CompressionSessionClosedError:
+            if not allow_compression_parent:
+                raise
         n = conn.exec_driver_sql(cs.DELETE_ALL, (session_id,)).rowcount
         conn.exec_driver_sql(cs.SET_COUNTS, (0, 0, session_id))
         return int(n)

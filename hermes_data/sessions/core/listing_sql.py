@@ -34,7 +34,6 @@ class SessionFilter:
     session_key: str | None = None
     min_message_count: int = 0
     include_children: bool = False
-    exclude_delegates: bool = False
     include_archived: bool = False
     archived_only: bool = False
     include_hidden: bool = False
@@ -52,8 +51,6 @@ class SessionFilter:
         params: dict[str, Any] = {}
         if not self.include_children:
             conds.append(listable("s", d))
-        elif self.exclude_delegates:
-            conds.append(f"{J('s.model_config', '_delegate_from', d)} IS NULL")
         wanted = list(self.sources) + ([self.source] if self.source else [])
         if wanted:
             conds.append(f"s.source IN ({_binds('src', wanted, params)})")

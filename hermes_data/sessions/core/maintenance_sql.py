@@ -34,7 +34,9 @@ def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
     """The prune/archive WHERE over alias ``s`` and its parameters (docs/sessions.md §7.5).
 
     Always starts with the ended guard. Unknown filter names raise ``TypeError`` (as an
-    unexpected keyword argument does; upstream's raised it there).
+    unexpected keyword argument does; upstream's raised it there). As upstream's: an empty
+    text filter (``source=""``) filters nothing, and ``archived`` filters only when it is
+    ``True`` or ``False`` itself (None or any other value: both).
     """
     conds = [ENDED_GUARD]
     params: dict[str, Any] = {}
@@ -59,17 +61,17 @@ def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
             params[name] = float(v)
     for col in ("source", "end_reason", "user_id", "chat_id", "chat_type"):
         v = take(col)
-        if v is not None:
+        if v:
             conds.append(f"s.{col} = :{col}")
             params[col] = v
     v = take("provider")
-    if v is not None:
+    if v:
         conds.append("LOWER(COALESCE(s.billing_provider, '')) = lower(:provider)")
         params["provider"] = v
     for name, col in (("title_like", "title"), ("model_like", "model"),
                       ("branch_like", "git_branch")):
         v = take(name)
-        if v is not None:
+        if v:
             conds.append(f"LOWER(COALESCE(s.{col}, '')) LIKE :{name} ESCAPE '\\'")
             params[name] = "%" + escape_like(str(v).lower()) + "%"
     v = take("cwd_prefix")
@@ -90,9 +92,9 @@ def prune_where(**filters: Any) -> tuple[str, dict[str, Any]]:
                 conds.append(f"{expr} {op} :{bound}_{key}")
                 params[f"{bound}_{key}"] = v
     archived = take("archived")
-    if archived is not None:
+    if archived is True or archived is False:
         conds.append("s.archived = :archived")
-        params["archived"] = 1 if archived else 0
+        params["archived"] = int(archived)
     if not take("include_pinned"):
         conds.append("COALESCE(s.pinned, 0) = 0")
     if f:

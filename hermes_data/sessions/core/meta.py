@@ -20,6 +20,9 @@ def set_meta(conn: Connection, q: Fragments, key: str, value: str | None) -> Non
 
 
 def list_meta_prefix(conn: Connection, q: Fragments, prefix: str) -> dict[str, str | None]:
-    """Every key starting with ``prefix`` (escaped LIKE), in key order."""
+    """Every key starting with ``prefix`` (escaped LIKE), in key order; an empty prefix
+    lists nothing (as upstream: enumerating a namespace needs one)."""
+    if not prefix:
+        return {}
     rows = conn.exec_driver_sql(q.LIST_META_PREFIX, (enc.escape_like(prefix) + "%",)).fetchall()
     return {k: v for k, v in rows}

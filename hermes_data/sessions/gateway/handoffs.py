@@ -104,9 +104,12 @@ def request_handoff(store: StoreHandle, session_id: str, platform: str, *,
     return store.backend.write(run)
 
 
-def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None = None) -> bool:
+def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None = None,
+                  accept_replay: bool = True) -> bool:
     """``pending`` ⇒ ``running`` for ``claimant`` (default: this handle's holder). Exactly
-    one of concurrent claimers gets ``True``; a replay by the owner is ``True``."""
+    one of concurrent claimers gets ``True``; a replay by the owner is ``True`` (a retry
+    after a lost reply answers as its first attempt did). ``accept_replay=False``:
+    upstream's answer — ``True`` only when this call moved the row out of ``pending``."""
     check_texts((("session_id", session_id), ("claimant", claimant)))
     who = claimant or default_claimant(store)
     g, d = _g(store), store.backend.dialect
@@ -114,6 +117,8 @@ def claim_handoff(store: StoreHandle, session_id: str, *, claimant: str | None =
     def run(conn: Connection) -> bool:
         if conn.exec_driver_sql(g.HANDOFF_CLAIM, (who, db_now(conn, d), session_id)).rowcount:
             return True
+        if not accept_replay:
+            return False
         st = _state(conn, g, session_id)
         return st is not None and st.state == "running" and st.claimed_by == who
 
@@ -210,13 +215,16 @@ def list_pending_handoffs(store: StoreHandle, *,
 def reclaim_stale_running_handoffs(store: StoreHandle, error: Any, *,
                                    claimant: str | None = None,
                                    heartbeat_staleness_seconds: float | None = None,
-                                   max_running_seconds: float = 900.0) -> list[str]:
+                                   max_running_seconds: float = 900.0,
+                                   include_live_claims: bool = False) -> list[str]:
     """Fail ``running`` handoffs whose claim is stale — claimed by someone other than
     ``claimant`` (default: this handle's) and (a) unclaimed (an upstream writer), (b) a
     same-host claimant whose process is gone, (c) with ``heartbeat_staleness_seconds``, a
     claimant without a fresh heartbeat row, or (d) claimed longer than
     ``max_running_seconds`` ago. Never re-queued. Returns the ids failed; a storage error is
-    a WARNING and ``[]`` (sticky handle errors propagate)."""
+    a WARNING and ``[]`` (sticky handle errors propagate). ``include_live_claims=True``:
+    upstream's sweep — every ``running`` row fails, a live sibling's and this handle's own
+    claims too (the staleness arguments are not consulted)."""
     check_texts((("claimant", claimant),))
     who = claimant or default_claimant(store)
     stale_hb = (None if heartbeat_staleness_seconds is None
@@ -227,6 +235,11 @@ def reclaim_stale_running_handoffs(store: StoreHandle, error: Any, *,
     pg = d == "postgresql"
 
     def run(conn: Connection) -> list[str]:
+        if include_live_claims:
+            every = ids_of(conn.exec_driver_sql(g.HANDOFF_RUNNING_IDS))
+            for part in chunks(every):
+                conn.exec_driver_sql(g.handoff_reclaim(len(part)), (text, *part))
+            return every
         now = db_now(conn, d)
         rows = conn.exec_driver_sql(g.HANDOFF_RUNNING_OTHERS, (who,)).fetchall()
         if not rows:

@@ -100,12 +100,15 @@ def find_orphaned_gateway_sessions(store: StoreHandle, *,
     return store.backend.read(run)
 
 
-def adopt_orphaned_gateway_session(store: StoreHandle, orphan_id: str, donor_id: str) -> bool:
+def adopt_orphaned_gateway_session(store: StoreHandle, orphan_id: str, donor_id: str, *,
+                                   accept_replay: bool = True) -> bool:
     """Give ``orphan_id`` the donor's key and fill its NULL routing columns from the donor
     (``parent_session_id`` unchanged); an open or automatically-ended donor ends
     ``superseded_by_repair`` (a deliberate reason such as ``session_reset`` is kept). A replay
-    ⇒ ``True``; a missing row, an unkeyed donor, a keyed orphan or another source ⇒
-    ``False`` with nothing written."""
+    ⇒ ``True`` (a retry after a lost reply answers as its first attempt did); a missing row,
+    an unkeyed donor, a keyed orphan or another source ⇒ ``False`` with nothing written.
+    ``accept_replay=False``: upstream's answer — a repeated adoption finds the orphan keyed,
+    ``False``."""
     check_texts((("orphan_id", orphan_id), ("donor_id", donor_id)))
     if not orphan_id or not donor_id or orphan_id == donor_id:
         return False
@@ -120,7 +123,7 @@ def adopt_orphaned_gateway_session(store: StoreHandle, orphan_id: str, donor_id:
         _, o_source, o_key, _, _ = orphan
         _, d_source, d_key, d_ended, d_reason = donor
         recoverable = d_ended is None or d_reason in RECOVERABLE_END_REASONS
-        if d_key and o_key == d_key and not recoverable:
+        if accept_replay and d_key and o_key == d_key and not recoverable:
             return True  # the earlier attempt landed
         if not d_key or o_key is not None or o_source != d_source:
             return False

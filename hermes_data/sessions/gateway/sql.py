@@ -111,6 +111,8 @@ class GatewayStatements(Statements):
             "SELECT id, handoff_claimed_by, handoff_claimed_at FROM sessions WHERE "
             "handoff_state = 'running' AND (handoff_claimed_by IS NULL OR "
             f"handoff_claimed_by <> ?) ORDER BY id{lock}")
+        self.HANDOFF_RUNNING_IDS = r(
+            f"SELECT id FROM sessions WHERE handoff_state = 'running' ORDER BY id{lock}")
         self._session_select = (
             f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
             "COALESCE(sp.prompt, s.system_prompt) FROM sessions s LEFT JOIN system_prompts sp "

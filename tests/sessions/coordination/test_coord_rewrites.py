@@ -129,6 +129,27 @@ def test_c27_closed_and_unknown_sessions(store):
     assert store.clear_messages("c") == 3 and store.get_session("c").message_count == 0
 
 
+def test_clear_messages_allow_compression_parent_is_upstreams_clear(store):
+    """``allow_compression_parent=True``: a compression-ended parent is cleared like any row
+    (upstream's ``clear_messages``): every row gone, counters 0, the row still ended and its
+    continuation untouched; without it the parent keeps its rows."""
+    chain(store, "p", "c")
+    store.append_message("c", "user", "kept")
+    sql(store, "INSERT INTO messages (session_id, role, content, timestamp, tool_calls) "
+               "VALUES ('p', 'user', 'old', 1.0, NULL), ('p', 'assistant', 'older', 2.0, NULL)")
+    sql(store, "UPDATE sessions SET message_count = 2, tool_call_count = 1 WHERE id = 'p'")
+    with pytest.raises(CompressionSessionClosedError):
+        store.clear_messages("p")
+    assert len(store.get_messages("p", include_inactive=True)) == 2
+    assert store.clear_messages("p", allow_compression_parent=True) == 2
+    assert store.get_messages("p", include_inactive=True) == []
+    parent = store.get_session("p")
+    assert (parent.message_count, parent.tool_call_count) == (0, 0)
+    assert parent.end_reason == "compression" and parent.ended_at is not None
+    assert [m.content for m in store.get_messages("c")] == ["kept"]
+    assert store.clear_messages("nope", allow_compression_parent=True) == 0
+
+
 def test_c28_compaction_without_watermark(store):
     """C28: without a watermark old rows become ``compacted = 1``, ``message_count =
     len(compacted_messages)``, default ``get_messages`` returns only the new rows, default

@@ -40,6 +40,30 @@ def test_cwd_prefix_is_escaped_sibling_directories_are_spared(store):
     assert store.get_session("sibling") is not None and store.get_session("longer") is not None
 
 
+def test_blank_text_filters_and_a_non_bool_archived_filter_nothing(store):
+    """As upstream's prune filter: an empty text filter is no filter (it had matched only rows
+    holding ''), and ``archived`` filters only as ``True`` / ``False`` themselves."""
+    _session(store, "cli1", user_id="u1", chat_id="c1", chat_type="dm", model="m1")
+    _session(store, "tg1", source="telegram", archived=1, billing_provider="openai")
+    everything = {"cli1", "tg1"}
+
+    def ids(**filters):
+        return {c.id for c in mt.list_prune_candidates(store, **filters)}
+
+    assert mt.list_prune_candidates(store, None, "") == mt.list_prune_candidates(store)
+    for name in ("source", "end_reason", "user_id", "chat_id", "chat_type", "provider",
+                 "title_like", "model_like", "branch_like", "cwd_prefix"):
+        assert ids(**{name: ""}) == everything, name
+        assert mt.count_prune_matches(store, **{name: ""}) == 2, name
+    assert ids(source="telegram") == {"tg1"} and ids(user_id="u1") == {"cli1"}
+    assert ids(provider="OpenAI") == {"tg1"}
+    assert ids(archived=True) == {"tg1"} and ids(archived=False) == {"cli1"}
+    for other in (None, 1, 0, "false", ""):
+        assert ids(archived=other) == everything, other
+        assert mt.count_prune_matches(store, archived=other) == 2, other
+    assert mt.prune_sessions(store, source="", older_than_days=None) == 2
+
+
 def test_prune_spares_open_pinned_and_guarded_sessions_and_orphans_children(store):
     _session(store, "old")
     _session(store, "open", ended=False)

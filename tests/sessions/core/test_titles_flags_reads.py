@@ -46,6 +46,10 @@ def test_listability_of_children(store):
     ids = {r.id for r in store.list_sessions(limit=50)}
     assert ids == {"root", "branch2", "reset"}  # branch projected onto its continuation
     assert store.session_count() == 3
+    # without the child exclusion every row counts, the delegate run too (as upstream)
+    assert store.session_count(exclude_children=False) == 5
+    assert store.session_count(exclude_children=False, source="subagent") == 1
+    assert len(store.list_sessions(include_children=True, limit=50)) == 5
     assert store.session_count_ge(3) and not store.session_count_ge(10)
 
 

@@ -14,7 +14,8 @@ BAD = ["\ud800", "a\x00b", "ok\udfff" + "x" * 200]
 def _counts(store) -> tuple:
     sessions = store.list_sessions(include_children=True, include_archived=True,
                                    include_hidden=True, limit=1000)
-    meta = store.list_meta_prefix("")
+    meta = dict(store.backend.read(
+        lambda c: c.exec_driver_sql("SELECT key, value FROM state_meta").fetchall()))
     return (len(sessions), store.message_count(), tuple(sorted(meta.items())),
             tuple(sorted((s.id, s.title, s.model) for s in sessions)))
 

@@ -68,6 +68,22 @@ def test_request_handoff_without_replay_is_upstreams_answer(store):
     assert store.request_handoff("missing", "telegram", accept_replay=False) is False
 
 
+def test_claim_without_replay_is_upstreams_answer(store):
+    """Issue 33: ``claim_handoff(accept_replay=False)`` answers as upstream's claim: True only
+    for the call that moved the row out of ``pending``; a repeat by the same claimant finds
+    no pending row, False (the default answers that replay True); the claim is unchanged."""
+    store.create_session("s", "cli")
+    assert store.claim_handoff("s", accept_replay=False) is False  # nothing pending
+    store.request_handoff("s", "telegram")
+    assert store.claim_handoff("s", claimant="gw", accept_replay=False) is True
+    before = store.get_handoff_state("s")
+    assert store.claim_handoff("s", claimant="gw", accept_replay=False) is False
+    assert store.claim_handoff("s", claimant="gw") is True  # the default: a replay
+    assert store.claim_handoff("s", claimant="other") is False
+    assert store.get_handoff_state("s") == before
+    assert store.claim_handoff("missing", accept_replay=False) is False
+
+
 def _claim_many(target, sid, go, out, n):
     from hermes_data.sessions.store import SessionStore
 
@@ -214,6 +230,34 @@ def test_gw28_reclaim_fails_only_stale_claims(store, monkeypatch):
         "stale", claimant="me", heartbeat_staleness_seconds=60, max_running_seconds=0)) == [
         "hb-stale", "sibling"]  # the sibling registered no heartbeat either
     assert store.get_handoff_state("hb-fresh").state == "running"
+
+
+def test_reclaim_including_live_claims_is_upstreams_sweep(store):
+    """Issue 33: ``include_live_claims=True`` fails every ``running`` row as upstream's
+    reclaim did — a live same-host sibling's fresh claim and the caller's own too — and
+    leaves pending, completed and untouched rows alone; the default fails none of them."""
+    host = socket.gethostname()
+    claims = {"sibling": f"handoff:pid={os.getpid()}:host={host}:sibling", "own": "me",
+              "remote": "handoff:pid=1:host=elsewhere:y"}
+    for sid, who in claims.items():
+        store.create_session(sid, "cli")
+        store.request_handoff(sid, "telegram")
+        assert store.claim_handoff(sid, claimant=who)
+    for sid in ("pending", "done", "untouched"):
+        store.create_session(sid, "cli")
+    store.request_handoff("pending", "telegram")
+    store.request_handoff("done", "telegram")
+    store.claim_handoff("done", claimant="x")
+    store.complete_handoff("done", claimant="x")
+    assert store.reclaim_stale_running_handoffs("restart", claimant="me") == []
+    assert store.reclaim_stale_running_handoffs(
+        "restart", claimant="me", include_live_claims=True) == ["own", "remote", "sibling"]
+    for sid in claims:
+        st = store.get_handoff_state(sid)
+        assert (st.state, st.error) == ("failed", "restart"), sid
+    assert [store.get_handoff_state(s).state for s in ("pending", "done", "untouched")] == [
+        "pending", "completed", None]
+    assert store.reclaim_stale_running_handoffs("again", include_live_claims=True) == []
 
 
 def test_gw29_readers_propagate_errors_and_list_fifo(store, backend, monkeypatch):

@@ -159,3 +159,18 @@ def test_gw24_adoption_stamps_and_replays(store):
     assert store.get_session("d3").ended_at is None
     assert store.adopt_orphaned_gateway_session("o3", "o3") is False
     assert store.adopt_orphaned_gateway_session("o3", "missing") is False
+
+
+def test_adoption_without_replay_is_upstreams_answer(store):
+    """Issue 33: ``accept_replay=False`` answers as upstream's adoption: the first call adopts
+    (True), a repeat finds the orphan keyed and answers False with nothing written (the
+    default answers that replay True)."""
+    T = 1_700_000_000.0
+    _row(store, "donor", session_key="k", chat_id="c", started_at=T)
+    _row(store, "orphan", started_at=T + 60)
+    assert store.adopt_orphaned_gateway_session("orphan", "donor", accept_replay=False) is True
+    before = (store.get_session("orphan"), store.get_session("donor"))
+    assert store.adopt_orphaned_gateway_session("orphan", "donor", accept_replay=False) is False
+    assert (store.get_session("orphan"), store.get_session("donor")) == before
+    assert store.adopt_orphaned_gateway_session("orphan", "donor") is True  # the default
+    assert store.adopt_orphaned_gateway_session("orphan", "missing", accept_replay=False) is False
