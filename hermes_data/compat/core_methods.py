@@ -2,9 +2,7 @@
 :data:`hermes_data.compat.names.SESSION_DB_METHODS`); each calls the typed store and adapts
 only names, arguments and return shapes (docs/compat.md "Core").
 
-The typed store is always called with keywords, so a store method that later accepts
-upstream's positional order too (``get_messages``' ``include_compacted``) changes nothing
-here.
+The typed store is called with keywords, so its own positional order never matters here.
 """
 
 from __future__ import annotations
@@ -100,7 +98,7 @@ class CoreMethods(CompatBase):
         ``SessionStore.get_compression_chain``."""
         return self.store.get_compression_chain(session_id)
 
-    def get_compression_tip(self, session_id: str) -> str | None:
+    def get_compression_tip(self, session_id: str) -> str:
         """Upstream returns the live tip of the compression chain (the id itself without a
         continuation); calls ``SessionStore.get_compression_tip``."""
         return self.store.get_compression_tip(session_id)
@@ -169,8 +167,8 @@ class CoreMethods(CompatBase):
                                               include_forked_children=True)
 
     def set_session_read(self, session_id: str, read: bool = True) -> bool:
-        """Upstream stamps the lineage read (now) or explicitly unread (0); calls
-        ``SessionStore.set_session_read``."""
+        """Upstream stamps the lineage read (now) or explicitly unread (0), forked branches of
+        it included; calls ``SessionStore.set_session_read``."""
         return self.store.set_session_read(session_id, read=read, include_forked_children=True)
 
     # -- reads -------------------------------------------------------------------------

@@ -2,10 +2,6 @@
 behaviour (docs/compat.md "Core"): values written then read back through the upstream-shaped
 methods, return shapes (plain dicts and lists, ``None``/``[]``/``False`` where upstream
 answers them) and exceptions, on SQLite and PostgreSQL (the ``db`` fixture).
-
-Tests marked ``xfail(strict=True, reason="fidelity: …")`` state upstream's behaviour where
-the typed store differs today and gives the layer no option to restore it; the store change
-lands on another branch, after which the mark is removed.
 """
 
 from __future__ import annotations
