@@ -715,7 +715,11 @@ class _PgHeld:
         if fairy is not None:
             try:
                 if self.dbapi.info.transaction_status == 0:  # IDLE: hand it back as it came
-                    self.dbapi.execute(RESET_JIT)
+                    try:
+                        self.dbapi.execute(RESET_JIT)
+                    except Exception:  # the server went away: never back into the pool
+                        fairy.invalidate()
+                        return
                     self.dbapi.autocommit = False
                 fairy.close()
             except Exception:  # pragma: no cover - interpreter shutdown / broken connection

@@ -171,3 +171,22 @@ def test_every_statement_with_a_cutoff_is_classified():
         assert (p in R.WINDOWED) != (p in R.NEWEST_FIRST), p.name
     for p in statements:
         assert p.plan_per_call == (p in R.WINDOWED), p.name
+
+
+def test_jit_is_reset_when_the_connection_goes_back_to_the_pool(pg_session_url):
+    """The setting is the store's own: a connection handed back to the engine's pool (here an
+    engine the caller owns and keeps) runs with the server's JIT setting again."""
+    import sqlalchemy as sa
+
+    from hermes_data.telemetry.store import TelemetryStore
+
+    engine = sa.create_engine(sa.engine.make_url(pg_session_url), pool_size=1, max_overflow=0)
+    try:
+        with engine.connect() as conn:
+            server_default = conn.exec_driver_sql("SHOW jit").scalar()
+        with TelemetryStore(engine=engine) as store:
+            assert sql(store, "SHOW jit") == [("off",)]
+        with engine.connect() as conn:  # the pool's only connection, the store's before
+            assert conn.exec_driver_sql("SHOW jit").scalar() == server_default
+    finally:
+        engine.dispose()
