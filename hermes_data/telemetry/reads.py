@@ -276,11 +276,29 @@ def efficiency_runs(target: Target, window_hours: float | None = None, *,
 
 
 _child, _parent = runs.alias("child"), runs.alias("parent")
-UNATTRIBUTED = Prepared("unattributed_child_cost", sa.select(
-    func.coalesce(func.sum(_child.c.cost_usd), 0.0), func.count(),
-).select_from(subagent_edges.join(_child, _child.c.session_id == subagent_edges.c.child_session_id))
-    .where(_child.c.started_at >= bp("since"),
-           ~sa.exists().where(_parent.c.session_id == subagent_edges.c.parent_session_id)))
+
+
+def _unattributed() -> sa.Select:
+    return sa.select(
+        func.coalesce(func.sum(_child.c.cost_usd), 0.0), func.count(),
+    ).select_from(subagent_edges.join(_child, _child.c.session_id == subagent_edges.c.child_session_id)
+                  ).where(_child.c.started_at >= bp("since"),
+                          ~sa.exists().where(_parent.c.session_id == subagent_edges.c.parent_session_id))
+
+
+def _pg_unattributed() -> sa.Select:
+    # PostgreSQL: the parent looked up by key per edge (an EXISTS whose subquery has an OFFSET
+    # stays a per-row probe); as an anti-join it hashed every run (docs/telemetry.md §8.8).
+    has_parent = (sa.select(sa.literal_column("1")).select_from(_parent)
+                  .where(_parent.c.session_id == subagent_edges.c.parent_session_id)
+                  .offset(fragments.NO_FLATTEN).exists())
+    return sa.select(
+        func.coalesce(func.sum(_child.c.cost_usd), 0.0), func.count(),
+    ).select_from(subagent_edges.join(_child, _child.c.session_id == subagent_edges.c.child_session_id)
+                  ).where(_child.c.started_at >= bp("since"), ~has_parent)
+
+
+UNATTRIBUTED = Prepared("unattributed_child_cost", _unattributed(), _pg_unattributed)
 
 
 def unattributed_child_cost(target: Target, since: datetime | str) -> UnattributedChildCost:
@@ -332,7 +350,8 @@ DAILY = {
                                                        col == bp("scope_id"))
                        .group_by(sa.literal_column("day")))
        for scope, col in _SCOPE_FILTER.items()},
-    "cron_job": Prepared("daily_cron_job", fragments.DAILY_SPEND_CRON_JOB),
+    "cron_job": Prepared("daily_cron_job", fragments.DAILY_SPEND_CRON_JOB,
+                         fragments.PG_DAILY_SPEND_CRON_JOB),
 }
 
 
@@ -362,11 +381,26 @@ def daily_spend_series(target: Target, scope: str, scope_id: str | None, days: i
 _share_cols = (func.count(), _z(sa.case(
     (fragments.in_json_array(llm_calls.c.model, bp("models")), 1), else_=0)))
 _share_from = runs.join(llm_calls, llm_calls.c.session_id == runs.c.session_id)
+
+
+def _pg_share(*scope: sa.ColumnElement) -> sa.Select:
+    # PostgreSQL: each run's calls through idx_llm_session, pinned by a LATERAL subquery the
+    # planner cannot flatten (OFFSET 0); as a join it hashed all of llm_calls for a day's runs
+    # (docs/telemetry.md §8.8). Same rows, same aggregates.
+    calls = (sa.select(llm_calls.c.model).where(llm_calls.c.session_id == runs.c.session_id)
+             .offset(fragments.NO_FLATTEN).lateral("lc"))
+    return (sa.select(func.count(), _z(sa.case(
+        (fragments.in_json_array(calls.c.model, bp("models")), 1), else_=0)))
+        .select_from(runs.join(calls, sa.true()))
+        .where(runs.c.started_at >= bp("since"), *scope))
+
+
 SHARE = {
     "global": Prepared("share_global", sa.select(*_share_cols).select_from(_share_from)
-                       .where(runs.c.started_at >= bp("since"))),
+                       .where(runs.c.started_at >= bp("since")), _pg_share),
     **{scope: Prepared(f"share_{scope}", sa.select(*_share_cols).select_from(_share_from)
-                       .where(runs.c.started_at >= bp("since"), col == bp("scope_id")))
+                       .where(runs.c.started_at >= bp("since"), col == bp("scope_id")),
+                       lambda col=col: _pg_share(col == bp("scope_id")))
        for scope, col in _SCOPE_FILTER.items()},
     "cron_job": Prepared("share_cron_job", fragments.ESTIMATED_SHARE_CRON_JOB,
                          fragments.PG_ESTIMATED_SHARE_CRON_JOB),
@@ -604,3 +638,18 @@ def get_model_efficiency_cache(target: Target, window_hours: int, include_delete
     key = efficiency_cache_key(window_hours, include_deleted, limit_n)
     row = _one(target, GET_EFFICIENCY_CACHE, {"key": key})
     return CachedPayload(*row) if row else None
+
+
+#: The statements whose best plan depends on the bound time cutoff (``since``): an aggregate
+#: over a window reads an hour's rows through the time index and a month's by a scan.
+#: PostgreSQL plans each call of these with its values (:attr:`Prepared.plan_per_call`),
+#: never a generic plan blind to the window (docs/telemetry.md §8.8). The other statements
+#: binding ``since`` (:data:`NEWEST_FIRST`) walk the time index backwards under a LIMIT or
+#: read a small table: one plan fits every cutoff, so they keep the prepared plan.
+#: tests/telemetry/test_read_plans.py keeps the two lists complete.
+WINDOWED = (SUMMARY_RUNS, SUMMARY_CALLS, TOP_TOOLS, COST_BY_JOB, BY_PROVIDER, BY_MODEL,
+            UNATTRIBUTED, *SPEND.values(), *DAILY.values(), *SHARE.values(), LIST_CRON_JOBS,
+            LIST_SENDERS, LIST_PROFILES)
+NEWEST_FIRST = (RECENT_RUNS, EFFICIENCY, RECENT_TRANSITIONS, RECENT_UNAVAILABLE)
+for _windowed in WINDOWED:
+    _windowed.plan_per_call = True

@@ -17,6 +17,13 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
 
+# --------------------------------------------------------------------------- session settings
+# PostgreSQL: no JIT compilation on the telemetry store's held connections (set at checkout,
+# reset before the connection goes back to the pool; docs/telemetry.md §8.8).
+NO_JIT = "SET jit = off"
+RESET_JIT = "RESET jit"
+
+
 # --------------------------------------------------------------------------- dialect functions
 class int_sum(FunctionElement):
     """``SUM`` of integers as an integer: ``sum(x)`` on SQLite, ``CAST(sum(x) AS BIGINT)`` on
@@ -94,9 +101,17 @@ def _in_json_array(element, compiler, **kw):
 
 @compiles(in_json_array, "postgresql")
 def _in_json_array_pg(element, compiler, **kw):
+    # ``= ANY`` of an array built once per statement (an InitPlan): ``IN (SELECT …)`` in a
+    # select list is a SubPlan PostgreSQL rescans for every row (docs/telemetry.md §8.8).
     col, arr = list(element.clauses)
-    return "%s IN (SELECT json_array_elements_text(CAST(%s AS JSON)))" % (
+    return "%s = ANY(ARRAY(SELECT json_array_elements_text(CAST(%s AS JSON))))" % (
         compiler.process(col, **kw), compiler.process(arr, **kw))
+
+
+#: ``OFFSET 0`` of a PostgreSQL LATERAL subquery: the planner never flattens a subquery with
+#: an OFFSET into its parent, so the subquery stays a per-row probe of the child table's
+#: session index (docs/telemetry.md §8.8) instead of a hash join over the whole table.
+NO_FLATTEN: sa.ColumnElement[int] = sa.literal_column("0", sa.Integer())
 
 
 class ms_between(FunctionElement):
@@ -159,14 +174,30 @@ SELECT substr(r.started_at, 1, 10) AS day, COALESCE(SUM(r.cost_usd), 0.0)
  GROUP BY day
 """)
 
-# PostgreSQL twin of SPEND_CRON_JOB: integer sums cast back from numeric.
+# PostgreSQL twin of SPEND_CRON_JOB: integer sums cast back from numeric; each subtree session's
+# run found by its key (LATERAL, OFFSET 0: never a hash join over every run). UNION already
+# made the subtree distinct; the DISTINCT is for the planner, whose guess for a recursive CTE
+# (ten times its first term) priced the key lookups past jit_above_cost.
 PG_SPEND_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
 SELECT COALESCE(SUM(r.cost_usd), 0.0),
        CAST(COALESCE(SUM(r.estimated_llm_calls), 0) AS BIGINT),
        CAST(COALESCE(SUM(r.api_calls), 0) AS BIGINT)
-  FROM runs AS r
- WHERE r.session_id IN (SELECT session_id FROM cron_subtree)
-   AND r.started_at >= :since
+  FROM (SELECT DISTINCT session_id FROM cron_subtree) AS st
+ CROSS JOIN LATERAL (SELECT runs.cost_usd, runs.estimated_llm_calls, runs.api_calls
+                       FROM runs
+                      WHERE runs.session_id = st.session_id AND runs.started_at >= :since
+                     OFFSET 0) AS r
+""")
+
+# PostgreSQL twin of DAILY_SPEND_CRON_JOB: the subtree's runs found by key as above.
+PG_DAILY_SPEND_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
+SELECT substr(r.started_at, 1, 10) AS day, COALESCE(SUM(r.cost_usd), 0.0)
+  FROM (SELECT DISTINCT session_id FROM cron_subtree) AS st
+ CROSS JOIN LATERAL (SELECT runs.started_at, runs.cost_usd
+                       FROM runs
+                      WHERE runs.session_id = st.session_id AND runs.started_at >= :since
+                     OFFSET 0) AS r
+ GROUP BY day
 """)
 
 # estimated_price_share for scope 'cron_job': (all calls, calls whose model is in :models JSON).
@@ -179,15 +210,21 @@ SELECT COUNT(*),
    AND r.started_at >= :since
 """)
 
-# PostgreSQL twin of ESTIMATED_SHARE_CRON_JOB (json_array_elements_text; no SUM of booleans).
+# PostgreSQL twin of ESTIMATED_SHARE_CRON_JOB: the subtree's runs by key, each run's calls by
+# idx_llm_session (LATERAL, OFFSET 0), the model list unnested once (= ANY of an array).
 PG_ESTIMATED_SHARE_CRON_JOB = sa.text(CRON_SUBTREE_CTE + """
 SELECT COUNT(*),
-       COALESCE(SUM(CASE WHEN lc.model IN (SELECT json_array_elements_text(CAST(:models AS JSON)))
+       COALESCE(SUM(CASE WHEN lc.model = ANY(ARRAY(SELECT json_array_elements_text(CAST(:models AS JSON))))
                          THEN 1 ELSE 0 END), 0)
-  FROM runs AS r
-  JOIN llm_calls AS lc ON lc.session_id = r.session_id
- WHERE r.session_id IN (SELECT session_id FROM cron_subtree)
-   AND r.started_at >= :since
+  FROM (SELECT DISTINCT session_id FROM cron_subtree) AS st
+ CROSS JOIN LATERAL (SELECT runs.session_id
+                       FROM runs
+                      WHERE runs.session_id = st.session_id AND runs.started_at >= :since
+                     OFFSET 0) AS r
+ CROSS JOIN LATERAL (SELECT llm_calls.model
+                       FROM llm_calls
+                      WHERE llm_calls.session_id = r.session_id
+                     OFFSET 0) AS lc
 """)
 
 # stats_summary top tools, index-driven: runs in the window by idx_runs_started, then their
@@ -206,15 +243,19 @@ SELECT tc.tool_name,
  LIMIT :limit
 """)
 
-# PostgreSQL twin of TOP_TOOLS: the same join (PostgreSQL's planner picks the loop order
-# itself); AVG of a BIGINT cast back to a double.
+# PostgreSQL twin of TOP_TOOLS: the same loop order, pinned by a LATERAL subquery the planner
+# cannot flatten (OFFSET 0) — as a plain join it hashed every tool call; AVG of a BIGINT cast
+# back to a double.
 PG_TOP_TOOLS = sa.text("""
 SELECT tc.tool_name,
        COUNT(*) AS calls,
        SUM(CASE WHEN tc.ok = 0 THEN 1 ELSE 0 END) AS failures,
        CAST(AVG(tc.latency_ms) AS DOUBLE PRECISION) AS avg_ms
   FROM runs AS r
-  JOIN tool_calls AS tc ON tc.session_id = r.session_id
+ CROSS JOIN LATERAL (SELECT tool_calls.tool_name, tool_calls.ok, tool_calls.latency_ms
+                       FROM tool_calls
+                      WHERE tool_calls.session_id = r.session_id
+                     OFFSET 0) AS tc
  WHERE r.started_at >= :since AND r.started_at < :until
  GROUP BY tc.tool_name
  ORDER BY calls DESC, tc.tool_name

@@ -54,6 +54,7 @@ from hermes_data.engine import SqliteSettings, create_engine_for, create_sqlite_
 from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, StoreBehindError,
                                 store_io_error)
 from hermes_data.isolation import ensure_test_isolation
+from hermes_data.telemetry.sql import NO_JIT, RESET_JIT
 from hermes_data.locking import driver_error
 
 log = logging.getLogger("hermes_data.telemetry.store")
@@ -107,10 +108,16 @@ class Prepared:
     """
 
     __slots__ = ("name", "stmt", "sql", "order", "defaults", "_build", "_pg_stmt", "_pg",
-                 "_get")
+                 "_get", "plan_per_call")
 
-    def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
+    def __init__(self, name: str, stmt: Any, pg_stmt: Any = None, *,
+                 plan_per_call: bool = False) -> None:
         self.name = name
+        #: PostgreSQL plans this statement with each call's values, never a prepared generic
+        #: plan (psycopg prepares a text run five times on a connection, and the server may
+        #: then plan it once for any value: a time window's cutoff decides between the time
+        #: index and a scan, which a generic plan cannot see — docs/telemetry.md §8.8).
+        self.plan_per_call = plan_per_call
         if callable(stmt) and not isinstance(stmt, ClauseElement):
             self._build = stmt  # ``stmt`` stays unset until first use
         else:
@@ -296,6 +303,8 @@ class _PgTx:
 
     def run(self, p: Prepared, params: Mapping[str, Any] = {}):
         c = p.pg
+        if p.plan_per_call:  # unnamed: planned with these values (docs/telemetry.md §8.8)
+            return self.conn.execute(c.sql, c.args(params), prepare=False)
         return self.conn.execute(c.sql, c.args(params))
 
     def runmany(self, p: Prepared, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -687,6 +696,10 @@ class _PgHeld:
         self.fairy = fairy
         self.dbapi = fairy.driver_connection
         self.dbapi.autocommit = True  # transactions are explicit: conn.transaction()
+        # No JIT on the store's connections (docs/telemetry.md §8.8): its reads take
+        # milliseconds, and a join of a long window costed past jit_above_cost paid tens of
+        # milliseconds compiling before it ran. Reset when the connection goes back.
+        self.dbapi.execute(NO_JIT)
 
     def invalidate(self) -> None:
         """The server closed this connection: drop it from the pool instead of returning it."""
@@ -702,6 +715,11 @@ class _PgHeld:
         if fairy is not None:
             try:
                 if self.dbapi.info.transaction_status == 0:  # IDLE: hand it back as it came
+                    try:
+                        self.dbapi.execute(RESET_JIT)
+                    except Exception:  # the server went away: never back into the pool
+                        fairy.invalidate()
+                        return
                     self.dbapi.autocommit = False
                 fairy.close()
             except Exception:  # pragma: no cover - interpreter shutdown / broken connection
