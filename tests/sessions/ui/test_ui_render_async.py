@@ -181,10 +181,12 @@ def _record_threads(sync: SessionStore, names: list[str]) -> list[tuple[str, int
 @pytest.mark.sqlite_only("another process holding the SQLite write lock")
 def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
     """Behaviour 39 and issue acceptance 5: 100 concurrent coroutines (reads and writes) on one
-    store and one real loop while another process holds the write lock for 0.2 s: every store
+    store and one real loop while another process holds the write lock for 0.6 s: every store
     call runs on a thread other than the loop's, and the loop's lag (a ticker) stays under
-    50 ms, which a write blocking on the lock inside the loop thread would exceed. A cancelled
-    append still commits."""
+    half the hold, which a write blocking on the lock inside the loop thread would exceed (it
+    would stall the loop for the whole hold). The bound is relative to the hold, not an
+    absolute latency, so a loaded CI host does not fail it (it did at 50 ms: 92 ms under load
+    9 on 2 cores). A cancelled append still commits."""
     path = tmp_path / "s.db"
     with SessionStore(path) as s:
         for i in range(20):
@@ -203,7 +205,8 @@ def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
             proc.stdin.write("\n")
             proc.stdin.flush()
 
-    timer = threading.Timer(0.2, release)  # not the loop: a blocked loop still gets released
+    hold_s = 0.6
+    timer = threading.Timer(hold_s, release)  # not the loop: a blocked loop still gets released
     try:
         assert proc.stdout.readline().strip() == "locked"
         timer.start()
@@ -247,7 +250,7 @@ def test_ab39_listings_under_a_held_lock_keep_the_loop_responsive(tmp_path):
         proc.wait(timeout=10)
     assert len(calls) == 100 and {n for n, _ in calls} == set(used), calls
     assert not [n for n, t in calls if t == loop_thread], "store call on the loop thread"
-    assert lag < 0.05, f"loop lag {lag * 1000:.0f} ms"
+    assert lag < hold_s / 2, f"loop lag {lag * 1000:.0f} ms (the lock was held {hold_s} s)"
     assert store.sync.message_count() == 20
 
     async def cancelled() -> None:
