@@ -33,20 +33,38 @@ from typing import Any, Callable, Mapping
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import ClauseElement
 
+
+
+class _SQLiteCompiler(sqlite_dialect.base.SQLiteCompiler):
+    """SQLite's compiler, but a ``LIMIT`` without an offset is just ``LIMIT ?``: SQLAlchemy
+    appends ``OFFSET ?`` bound to 0, one more positional value than the statement needs."""
+
+    def limit_clause(self, select: Any, **kw: Any) -> str:
+        if select._offset_clause is None and select._limit_clause is not None:
+            return "\n LIMIT " + self.process(select._limit_clause, **kw)
+        return super().limit_clause(select, **kw)
+
+
 #: SQLite with ``?`` placeholders (the sqlite3 module's and SQLAlchemy's pysqlite default).
 SQLITE_DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
-_pg_dialect: Any = None
+SQLITE_DIALECT.statement_compiler = _SQLiteCompiler
+_pg_dialects: dict[bool, Any] = {}
 
 
-def pg_dialect() -> Any:
-    """psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both.
-    Built on first use: a SQLite process never imports the PostgreSQL dialect (issue 14)."""
-    global _pg_dialect
-    if _pg_dialect is None:
+def pg_dialect(casts: bool = True) -> Any:
+    """psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both;
+    with ``casts`` SQLAlchemy's bind casts (``%s::VARCHAR``), without them bare ``%s`` whose
+    values psycopg types. Built on first use: a SQLite process never imports the PostgreSQL
+    dialect (issue 14)."""
+    d = _pg_dialects.get(casts)
+    if d is None:
         from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
+        from sqlalchemy.engine.interfaces import BindTyping
 
-        _pg_dialect = psycopg_dialect.dialect(paramstyle="format")
-    return _pg_dialect
+        d = _pg_dialects[casts] = psycopg_dialect.dialect(paramstyle="format")
+        if not casts:
+            d.bind_typing = BindTyping.NONE
+    return d
 
 
 class Compiled:
@@ -89,6 +107,9 @@ class Prepared:
 
     __slots__ = ("name", "stmt", "sql", "order", "defaults", "_build", "_pg_stmt", "_pg",
                  "_get")
+
+    #: Whether the PostgreSQL form carries SQLAlchemy's bind casts (``%s::VARCHAR``).
+    pg_casts = True
 
     def __init__(self, name: str, stmt: Any, pg_stmt: Any = None) -> None:
         self.name = name
@@ -143,7 +164,7 @@ class Prepared:
         """The statement compiled for PostgreSQL (psycopg, ``%s`` placeholders)."""
         pg = self._pg
         if pg is None:
-            pg = self._pg = Compiled(self.pg_stmt, pg_dialect())
+            pg = self._pg = Compiled(self.pg_stmt, pg_dialect(self.pg_casts))
         return pg
 
     def stmt_for(self, dialect_name: str) -> Any:
@@ -188,6 +209,16 @@ class Prepared:
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return f"Prepared({self.name!r})"
+
+
+class DriverPrepared(Prepared):
+    """A :class:`Prepared` whose PostgreSQL form binds bare ``%s`` (no bind casts): psycopg
+    types each value, exactly as for a hand-written driver statement. The session store's
+    statements use it, so a converted statement sends PostgreSQL what the string it replaces
+    sent."""
+
+    __slots__ = ()
+    pg_casts = False
 
 
 def _pg_insert(table: Any) -> Any:

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
-from hermes_data.sessions.sql.dialect import Statements, marks, value_rows
+from hermes_data.sessions.sql.dialect import Statements, value_rows
 from hermes_data.sessions.sql.predicates import last_active, preview_sql
+from hermes_data.statements import DriverPrepared
 
 #: Ids per lifecycle-status statement.
 STATUS_CHUNK = 900
@@ -50,7 +56,7 @@ class BulkStatements(Statements):
 
     def existing_ids(self, n: int) -> str:
         """Which of ``n`` bound ids are sessions."""
-        return self.render(f"SELECT id FROM sessions WHERE id IN ({marks(n)})")
+        return _existing_ids(n).for_dialect(self.dialect).sql
 
     def last_active_rows(self, n: int) -> str:
         """SQLite: newest active row of each of ``n`` bound ids (a bounded seek per id)."""
@@ -59,6 +65,12 @@ class BulkStatements(Statements):
                 "messages m WHERE m.session_id = ids.sid AND m.active = 1 ORDER BY m.id DESC "
                 "LIMIT 1) AS mid FROM ids) SELECT last.sid, m.role, m.tool_calls, "
                 "m.finish_reason FROM last JOIN messages m ON m.id = last.mid")
+
+
+@lru_cache(maxsize=64)
+def _existing_ids(n: int) -> DriverPrepared:
+    return DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
+        sessions.c.id.in_([bp(f"i{i}") for i in range(n)])))
 
 
 #: The BulkStatements of a dialect (built once per process).

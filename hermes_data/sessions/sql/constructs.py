@@ -32,6 +32,18 @@ def const(value: int | str) -> ColumnElement[Any]:
     return sa.literal_column("'" + value.replace("'", "''") + "'")
 
 
+def dialect_insert(dialect: str) -> Any:
+    """The ``insert`` construct of ``dialect`` (``INSERT … ON CONFLICT`` on both): SQLite's
+    or PostgreSQL's, the latter imported only when PostgreSQL runs it."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert
+
+
 def bp(name: str) -> sa.BindParameter[Any]:
     """The bound parameter ``name`` (typeless: its value goes to the driver unchanged)."""
     return sa.bindparam(name)
@@ -83,3 +95,62 @@ def _ci_like(element: ci_like, compiler: Any, **kw: Any) -> str:
 def _ci_like_pg(element: ci_like, compiler: Any, **kw: Any) -> str:
     return "%s ILIKE %s" % (compiler.process(element.expr, **kw),
                             compiler.process(element.pattern, **kw))
+
+
+class trim_chars(FunctionElement[Any]):
+    """``expr`` with the characters of ``chars`` trimmed from both ends: ``TRIM(x, c)`` on
+    SQLite, ``btrim(x, c)`` on PostgreSQL."""
+
+    inherit_cache = True
+    name = "trim"
+    type = sa.Text()
+
+
+@compiles(trim_chars)
+def _trim_chars(element: Any, compiler: Any, **kw: Any) -> str:
+    return "TRIM(%s)" % compiler.process(element.clauses, **kw)
+
+
+@compiles(trim_chars, "postgresql")
+def _trim_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return "btrim(%s)" % compiler.process(element.clauses, **kw)
+
+
+class left_chars(FunctionElement[Any]):
+    """The first ``n`` characters of ``expr``: ``substr(x, 1, n)`` on SQLite, ``left(x, n)``
+    on PostgreSQL."""
+
+    inherit_cache = True
+    name = "left"
+    type = sa.Text()
+
+
+@compiles(left_chars)
+def _left_chars(element: Any, compiler: Any, **kw: Any) -> str:
+    expr, n = list(element.clauses)
+    return "substr(%s, 1, %s)" % (compiler.process(expr, **kw), compiler.process(n, **kw))
+
+
+@compiles(left_chars, "postgresql")
+def _left_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return "left(%s)" % compiler.process(element.clauses, **kw)
+
+
+class right_chars(FunctionElement[Any]):
+    """The last ``n`` characters of ``expr`` (``n`` a constant): ``substr(x, -n)`` on SQLite,
+    ``right(x, n)`` on PostgreSQL."""
+
+    inherit_cache = True
+    name = "right"
+    type = sa.Text()
+
+
+@compiles(right_chars)
+def _right_chars(element: Any, compiler: Any, **kw: Any) -> str:
+    expr, n = list(element.clauses)
+    return "substr(%s, -%s)" % (compiler.process(expr, **kw), compiler.process(n, **kw))
+
+
+@compiles(right_chars, "postgresql")
+def _right_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
+    return "right(%s)" % compiler.process(element.clauses, **kw)

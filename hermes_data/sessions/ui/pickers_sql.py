@@ -14,7 +14,7 @@ from hermes_data.sessions.schema import sessions, system_prompts
 from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.predicates import J, last_active
-from hermes_data.statements import Prepared
+from hermes_data.statements import DriverPrepared
 
 #: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
 _REPO = ("CASE WHEN rtrim(trim(s.git_repo_root), '/\\') = '' THEN trim(s.git_repo_root) "
@@ -51,7 +51,7 @@ def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
 
 
 @lru_cache(maxsize=None)
-def id_candidates(tier: str, include_archived: bool) -> Prepared:
+def id_candidates(tier: str, include_archived: bool) -> DriverPrepared:
     """Session ids matching :needle (lower-cased) exactly, as a prefix (:pattern) or as a
     substring (:pattern), freshest first (:n); hidden sessions never match."""
     if tier not in ("exact", "prefix", "substring"):
@@ -67,11 +67,11 @@ def id_candidates(tier: str, include_archived: bool) -> Prepared:
         return (sa.select(s.c.id).where(*conds)
                 .order_by(sa.func.coalesce(s.c.last_activity_at, s.c.started_at).desc(),
                           s.c.id.desc()).limit(bp("n")))
-    return Prepared(f"id_candidates_{tier}", build)
+    return DriverPrepared(f"id_candidates_{tier}", build)
 
 
 @lru_cache(maxsize=256)
-def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> Prepared:
+def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> DriverPrepared:
     """Session-row columns of :i0 … (``count`` ids), the resolved prompt unless ``compact``
     (then neither the prompt column nor ``system_prompts`` is read), then ``extras`` (catalogue
     names: columns outside the metadata, quoted by the compiler)."""
@@ -86,4 +86,4 @@ def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> Prepared:
         cols += [sa.column(c, _selectable=s) for c in extras]
         return (sa.select(*cols).select_from(src)
                 .where(s.c.id.in_([bp(f"i{i}") for i in range(count)])))
-    return Prepared("rich_rows", build)
+    return DriverPrepared("rich_rows", build)

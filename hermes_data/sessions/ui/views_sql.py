@@ -3,7 +3,7 @@ windows, bookends, the recent-user list and the PR-URL scan. Every value is boun
 variable parts are fixed predicates and the count of bound role/id parameters.
 
 Core constructs over :mod:`hermes_data.sessions.schema`, compiled once per dialect and
-variant (:class:`hermes_data.statements.Prepared`, cached per argument tuple).
+variant (:class:`hermes_data.statements.DriverPrepared`, cached per argument tuple).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from sqlalchemy import text
 from hermes_data.sessions.schema import messages as m
 from hermes_data.sessions.sql.constructs import bp, ci_like, const
 from hermes_data.sessions.sql.core import MESSAGE_COLS
-from hermes_data.statements import Prepared
+from hermes_data.statements import DriverPrepared
 
 #: PostgreSQL: one snapshot for a multi-statement read (first statement of its transaction).
 #: Not Core: a transaction-control statement, no table.
@@ -34,24 +34,24 @@ def _vis(include_inactive: bool) -> list[Any]:
 
 
 @lru_cache(maxsize=None)
-def anchor(include_inactive: bool) -> Prepared:
+def anchor(include_inactive: bool) -> DriverPrepared:
     """Is :a a row of session :s (visible unless ``include_inactive``)?"""
-    return Prepared("view_anchor", lambda: sa.select(m.c.id).where(
+    return DriverPrepared("view_anchor", lambda: sa.select(m.c.id).where(
         m.c.id == bp("a"), m.c.session_id == bp("s"), *_vis(include_inactive)))
 
 
 @lru_cache(maxsize=None)
-def before(include_inactive: bool) -> Prepared:
+def before(include_inactive: bool) -> DriverPrepared:
     """The anchor and up to :n - 1 rows before it, newest first."""
-    return Prepared("view_before", lambda: sa.select(*_cols()).where(
+    return DriverPrepared("view_before", lambda: sa.select(*_cols()).where(
         m.c.session_id == bp("s"), m.c.id <= bp("a"), *_vis(include_inactive),
     ).order_by(m.c.id.desc()).limit(bp("n")))
 
 
 @lru_cache(maxsize=None)
-def after(include_inactive: bool) -> Prepared:
+def after(include_inactive: bool) -> DriverPrepared:
     """Up to :n rows after the anchor, oldest first."""
-    return Prepared("view_after", lambda: sa.select(*_cols()).where(
+    return DriverPrepared("view_after", lambda: sa.select(*_cols()).where(
         m.c.session_id == bp("s"), m.c.id > bp("a"), *_vis(include_inactive),
     ).order_by(m.c.id).limit(bp("n")))
 
@@ -62,7 +62,7 @@ def role_params(count: int) -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def bookend(include_inactive: bool, roles: int | None, head: bool) -> Prepared:
+def bookend(include_inactive: bool, roles: int | None, head: bool) -> DriverPrepared:
     """Non-empty rows strictly before :edge (``head``, ascending) or after it (descending),
     with ``roles`` bound role parameters (None: any role)."""
     def build() -> sa.Select:
@@ -74,11 +74,11 @@ def bookend(include_inactive: bool, roles: int | None, head: bool) -> Prepared:
         conds.append(sa.func.length(m.c.content) > const(0))
         return (sa.select(*_cols()).where(*conds)
                 .order_by(m.c.id.asc() if head else m.c.id.desc()).limit(bp("n")))
-    return Prepared("view_bookend", build)
+    return DriverPrepared("view_bookend", build)
 
 
 @lru_cache(maxsize=None)
-def recent_users(include_inactive: bool) -> Prepared:
+def recent_users(include_inactive: bool) -> DriverPrepared:
     """One keyset page of user-originated rows (display kind none, '' or 'steer'), newest
     first, below id :before."""
     def build() -> sa.Select:
@@ -90,13 +90,13 @@ def recent_users(include_inactive: bool) -> Prepared:
                   m.c.id < bp("before")]
         return (sa.select(m.c.id, m.c.timestamp, m.c.content).where(*conds)
                 .order_by(m.c.id.desc()).limit(bp("n")))
-    return Prepared("view_recent_users", build)
+    return DriverPrepared("view_recent_users", build)
 
 
 @lru_cache(maxsize=None)
-def pr_urls(count: int) -> Prepared:
+def pr_urls(count: int) -> DriverPrepared:
     """Tool rows of the :i0… sessions whose content mentions ``/pull/`` (any case, any
     ``active``), oldest first."""
-    return Prepared("view_pr_urls", lambda: sa.select(m.c.id, m.c.session_id, m.c.content).where(
+    return DriverPrepared("view_pr_urls", lambda: sa.select(m.c.id, m.c.session_id, m.c.content).where(
         m.c.session_id.in_([bp(f"i{i}") for i in range(count)]), m.c.role == const("tool"),
         ci_like(m.c.content, const("%/pull/%"))).order_by(m.c.id))
