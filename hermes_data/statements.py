@@ -193,6 +193,16 @@ class Prepared:
         raise ValueError(f"statement {self.name!r}: no compiled form for dialect "
                          f"{dialect_name!r} (sqlite and postgresql only)")
 
+    def positional_sql(self, dialect_name: str, order: tuple[str, ...]) -> str:
+        """The compiled string for ``dialect_name``, for callers that bind positional tuples
+        in ``order``: a construct whose parameters compile in another order raises
+        ``ValueError`` naming the statement (a silent mis-binding is never possible)."""
+        c = self.for_dialect(dialect_name)
+        if tuple(c.order) != tuple(order):
+            raise ValueError(f"{self.name} ({dialect_name}) binds {tuple(c.order)!r}, but its "
+                             f"callers pass {tuple(order)!r}")
+        return c.sql
+
     def run(self, conn: Any, params: Mapping[str, Any] = {}) -> Any:
         """Run on the SQLAlchemy ``Connection`` ``conn`` (its own dialect's compiled string,
         positional values from ``params``, through ``exec_driver_sql``): the driver's

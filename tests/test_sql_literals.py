@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1] / "hermes_data" / "sessions"
 #: Whole CRUD statement literals left (issue 32 counted 397 with its own rules; this
 #: counter's first reading on main was :data:`STARTING_COUNT`).
 STARTING_COUNT = 328
-CEILING = 253
+CEILING = 252
 
 _START = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
 #: What makes a statement SQL rather than prose starting with the same word.

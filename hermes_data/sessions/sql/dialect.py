@@ -136,9 +136,6 @@ class driver_statement:
         prepared = self.prepared
         if prepared is None:
             prepared = self.prepared = DriverPrepared.per_dialect(self.name, self.build)
-        compiled = prepared.for_dialect(obj.dialect)
-        if compiled.order != self.order:
-            raise ValueError(f"{self.name} ({obj.dialect}) binds {compiled.order!r}, but its "
-                             f"callers pass {self.order!r}")
-        obj.__dict__[self.attr] = compiled.sql
-        return compiled.sql
+        sql = prepared.positional_sql(obj.dialect, self.order)
+        obj.__dict__[self.attr] = sql
+        return sql
