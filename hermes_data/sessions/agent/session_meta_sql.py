@@ -4,6 +4,7 @@ and Git metadata, profiles, and the activity columns (docs/sessions-agent.md §3
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -11,7 +12,8 @@ import sqlalchemy as sa
 from hermes_data.sessions.schema import sessions as s
 from hermes_data.sessions.schema import system_prompts
 from hermes_data.sessions.sql.constructs import bp, const
-from hermes_data.sessions.sql.dialect import Statements, driver_statement, value_rows
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.statements import DriverPrepared
 
 
 #: Pairs per ``backfill_repo_roots`` statement (2 variables each: ≤ 900 per statement).
@@ -155,12 +157,21 @@ class MetaStatements(Statements):
     def backfill_roots(self, pairs: int) -> str:
         """Fill empty ``git_repo_root`` of sessions whose cwd is one of ``pairs`` (cwd, root)
         bound pairs, in one statement."""
-        values = value_rows(pairs, 2)
-        return self.render(
-            f"WITH pairs(cwd, root) AS (VALUES {values}) UPDATE sessions SET "
-            "git_repo_root = (SELECT root FROM pairs WHERE pairs.cwd = sessions.cwd) "
-            "WHERE COALESCE(git_repo_root, '') = '' "
-            "AND cwd IN (SELECT cwd FROM pairs)")
+        order = tuple(name for i in range(pairs) for name in (f"c{i}", f"r{i}"))
+        return _backfill_roots(pairs).positional_sql(self.dialect, order)
+
+
+@lru_cache(maxsize=32)
+def _backfill_roots(n: int) -> DriverPrepared:
+    """``WITH pairs(cwd, root) AS (VALUES …) UPDATE sessions …`` for ``n`` bound pairs."""
+    def build() -> sa.Update:
+        pairs = sa.values(sa.column("cwd"), sa.column("root"), name="pairs").data(
+            [(bp(f"c{i}"), bp(f"r{i}")) for i in range(n)]).cte("pairs")
+        root = sa.select(pairs.c.root).where(pairs.c.cwd == s.c.cwd).scalar_subquery()
+        return sa.update(s).values(git_repo_root=root).where(
+            sa.func.coalesce(s.c.git_repo_root, const("")) == const(""),
+            s.c.cwd.in_(sa.select(pairs.c.cwd)))
+    return DriverPrepared("backfill_roots", build)
 
 
 #: The MetaStatements of a dialect (built once per process).
