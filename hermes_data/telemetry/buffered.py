@@ -68,7 +68,8 @@ from typing import Any, Iterable
 
 from hermes_data.errors import (DatabaseUnavailableError, HermesDataError, StatementTimeoutError,
                                 StoreIOError)
-from hermes_data.telemetry.store import Compiled, TelemetryStore, pg_dialect
+from hermes_data.statements import Compiled, pg_dialect
+from hermes_data.telemetry.store import TelemetryStore
 from hermes_data.telemetry.writes import (
     BUMP_RUN_TOOL_CALLS, INSERT_LLM_CALL, INSERT_TOOL_CALL, UPSERT_RUN_FOR_CALL,
     UPSERT_RUN_FOR_CALL_ATTRIBUTED, llm_call_rows, to_iso,

@@ -38,7 +38,8 @@ from hermes_data.telemetry.schema import (
     subagent_edges,
 )
 from hermes_data.telemetry.keys import efficiency_cache_key
-from hermes_data.telemetry.store import Prepared, Target, TelemetryStore, read_tx
+from hermes_data.statements import Prepared
+from hermes_data.telemetry.store import Target, TelemetryStore, read_tx
 from hermes_data.telemetry.types import (
     CachedPayload, DailySpend, DelegationJoin, DelegationLink, EfficiencyRun,
     FreePaidTransition, JobCost, LlmCallError, ModelStats, ModelUnavailable, PricingSnapshot,

@@ -32,7 +32,6 @@ PostgreSQL
 from __future__ import annotations
 
 import logging
-import operator
 import os
 import sqlite3
 import threading
@@ -40,13 +39,11 @@ import weakref
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping, Sequence, cast
+from typing import Any, Iterator, Mapping, Sequence, cast
 
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy import select as sa_select
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql.elements import ClauseElement
 
 from hermes_data.config import resolve_url, sqlite_path
 from hermes_data.connectivity import idle_connection_dropped, translated, typed_error
@@ -56,147 +53,9 @@ from hermes_data.errors import (ConfigurationError, NotAHermesDatabaseError, Sto
 from hermes_data.isolation import ensure_test_isolation
 from hermes_data.telemetry.sql import NO_JIT, RESET_JIT
 from hermes_data.locking import driver_error
+from hermes_data.statements import Prepared
 
 log = logging.getLogger("hermes_data.telemetry.store")
-
-_DIALECT = sqlite_dialect.dialect(paramstyle="qmark")
-_pg_dialect: Any = None
-
-
-def pg_dialect() -> Any:
-    """psycopg 3 with positional ``%s`` placeholders, so the same argument tuples serve both.
-    Built on first use: a SQLite process never imports the PostgreSQL dialect (issue 14)."""
-    global _pg_dialect
-    if _pg_dialect is None:
-        from sqlalchemy.dialects.postgresql import psycopg as psycopg_dialect
-
-        _pg_dialect = psycopg_dialect.dialect(paramstyle="format")
-    return _pg_dialect
-
-
-class Compiled:
-    """One statement compiled for one dialect: SQL text and positional parameter order."""
-
-    __slots__ = ("sql", "order", "defaults")
-
-    def __init__(self, stmt: Any, dialect: Any) -> None:
-        compiled = stmt.compile(dialect=dialect)
-        self.sql: str = compiled.string
-        self.order: tuple[str, ...] = tuple(compiled.positiontup or ())
-        self.defaults: dict[str, Any] = dict(compiled.params)
-
-    def args(self, params: Mapping[str, Any]) -> tuple:
-        """The positional argument tuple for ``params`` (baked-in values as fallback)."""
-        d = self.defaults
-        return tuple(params[n] if n in params else d[n] for n in self.order)
-
-
-class Prepared:
-    """A Core statement compiled once for SQLite: SQL text plus positional parameter order.
-
-    ``args(params)`` turns a mapping into the positional tuple the DBAPI wants; bind
-    parameters with a value baked into the construct (``.values(status="running")``) fall
-    back to that value. ``pg_stmt`` is the PostgreSQL construct where it differs (dialect
-    upserts, ``RETURNING``, fragments) — or a function building it, called on first use, so
-    a SQLite process never imports the PostgreSQL dialect; :attr:`pg` compiles it on first use.
-
-    Compilation is lazy too (issue 14, cold start): ``sql`` / ``order`` / ``defaults`` are
-    filled by the first access to any of them (an unset slot falls through to
-    :meth:`__getattr__`), then read as plain attributes — the hot paths pay nothing. ``stmt``
-    may also be a function building the construct: it is called on first use of ``stmt``
-    (a process that records calls builds only the statements it runs, not the module's 36).
-    """
-
-    __slots__ = ("name", "stmt", "sql", "order", "defaults", "_build", "_pg_stmt", "_pg",
-                 "_get", "plan_per_call")
-
-    def __init__(self, name: str, stmt: Any, pg_stmt: Any = None, *,
-                 plan_per_call: bool = False) -> None:
-        self.name = name
-        #: PostgreSQL plans this statement with each call's values, never a prepared generic
-        #: plan (psycopg prepares a text run five times on a connection, and the server may
-        #: then plan it once for any value: a time window's cutoff decides between the time
-        #: index and a scan, which a generic plan cannot see — docs/telemetry.md §8.8).
-        self.plan_per_call = plan_per_call
-        if callable(stmt) and not isinstance(stmt, ClauseElement):
-            self._build = stmt  # ``stmt`` stays unset until first use
-        else:
-            self.stmt = stmt
-        self._pg_stmt = pg_stmt
-        self._pg: Compiled | None = None
-
-    def __getattr__(self, attr: str) -> Any:
-        # Only unset slots get here: build the construct, or compile it for SQLite, once;
-        # then they are plain attributes.
-        if attr == "stmt":
-            self.stmt = self._build()
-            return self.stmt
-        if attr not in ("sql", "order", "defaults", "_get"):
-            raise AttributeError(f"{type(self).__name__!r} object has no attribute {attr!r}")
-        compiled = self.stmt.compile(dialect=_DIALECT)
-        self.sql = compiled.string
-        self.order = tuple(compiled.positiontup or ())
-        self.defaults = dict(compiled.params)
-        # Fast path of args(): one C-level itemgetter when every value comes from params.
-        self._get: Callable[[Mapping[str, Any]], tuple]
-        if len(self.order) > 1:
-            self._get = operator.itemgetter(*self.order)
-        elif self.order:
-            only = operator.itemgetter(self.order[0])
-            self._get = lambda params: (only(params),)
-        else:
-            self._get = lambda params: ()
-        return getattr(self, attr)
-
-    @property
-    def pg_stmt(self) -> Any:
-        """The PostgreSQL construct (built on first use when given as a function)."""
-        stmt = self._pg_stmt
-        if stmt is None:
-            return self.stmt
-        if callable(stmt) and not isinstance(stmt, ClauseElement):
-            stmt = self._pg_stmt = stmt()
-        return stmt
-
-    @property
-    def pg(self) -> Compiled:
-        """The statement compiled for PostgreSQL (psycopg, ``%s`` placeholders)."""
-        pg = self._pg
-        if pg is None:
-            pg = self._pg = Compiled(self.pg_stmt, pg_dialect())
-        return pg
-
-    def stmt_for(self, dialect_name: str) -> Any:
-        """The Core construct to run on ``dialect_name``."""
-        return self.stmt if dialect_name == "sqlite" else self.pg_stmt
-
-    def args(self, params: Mapping[str, Any]) -> tuple:
-        try:
-            return self._get(params)
-        except KeyError:  # some values are baked into the construct
-            d = self.defaults
-            return tuple(params[n] if n in params else d[n] for n in self.order)
-
-    def sa_params(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return {n: (params[n] if n in params else self.defaults[n]) for n in set(self.order)}
-
-    def __repr__(self) -> str:  # pragma: no cover - debugging aid
-        return f"Prepared({self.name!r}, {self.sql!r})"
-
-
-def _pg_insert(table: Any) -> Any:
-    from sqlalchemy.dialects.postgresql import insert  # only when PostgreSQL runs it
-
-    return insert(table)
-
-
-def upsert_statement(name: str, build: Callable[[Any], Any]) -> Prepared:
-    """A :class:`Prepared` statement built by ``build(insert)`` with each dialect's own
-    ``insert`` (``INSERT … ON CONFLICT`` on both): SQLite's and PostgreSQL's construct are each
-    built on first use (issue 14: importing the query modules builds no construct)."""
-    return Prepared(name, lambda: build(sqlite_dialect.insert),
-                    lambda: build(_pg_insert))
-
 
 class _Held:
     """This thread's checked-out connection; returned to the pool when the thread ends."""

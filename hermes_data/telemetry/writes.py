@@ -36,8 +36,8 @@ from hermes_data.telemetry.schema import (
     pricing_snapshots, runs, subagent_edges, tool_calls,
 )
 from hermes_data.telemetry.keys import efficiency_cache_key
-from hermes_data.telemetry.store import (PgTelemetryStore, Prepared, Target, TelemetryStore, upsert_statement,
-                    write_tx)
+from hermes_data.statements import Prepared, upsert_statement
+from hermes_data.telemetry.store import PgTelemetryStore, Target, TelemetryStore, write_tx
 if TYPE_CHECKING:  # imported where built: recording calls never loads the read API's types
     from hermes_data.telemetry.types import ApiErrorOutcome, ModelUnavailable, PricingEntry
 from hermes_data.telemetry.values import (LLM_CALL_TEXT, TERMINAL_STATUSES, TOOL_CALL_TEXT, check_texts,

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
+from hermes_data.sessions.schema import messages, sessions
+from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
-from hermes_data.sessions.sql.dialect import Statements, marks, value_rows
+from hermes_data.sessions.sql.dialect import Statements
 from hermes_data.sessions.sql.predicates import last_active, preview_sql
+from hermes_data.statements import DriverPrepared
 
 #: Ids per lifecycle-status statement.
 STATUS_CHUNK = 900
@@ -50,15 +56,36 @@ class BulkStatements(Statements):
 
     def existing_ids(self, n: int) -> str:
         """Which of ``n`` bound ids are sessions."""
-        return self.render(f"SELECT id FROM sessions WHERE id IN ({marks(n)})")
+        return _existing_ids(n).for_dialect(self.dialect).sql
 
     def last_active_rows(self, n: int) -> str:
         """SQLite: newest active row of each of ``n`` bound ids (a bounded seek per id)."""
-        values = value_rows(n, 1)
-        return (f"WITH ids(sid) AS (VALUES {values}), last AS (SELECT sid, (SELECT m.id FROM "
-                "messages m WHERE m.session_id = ids.sid AND m.active = 1 ORDER BY m.id DESC "
-                "LIMIT 1) AS mid FROM ids) SELECT last.sid, m.role, m.tool_calls, "
-                "m.finish_reason FROM last JOIN messages m ON m.id = last.mid")
+        return _last_active_rows(n).positional_sql(self.dialect,
+                                                   tuple(f"i{i}" for i in range(n)))
+
+
+@lru_cache(maxsize=64)
+def _existing_ids(n: int) -> DriverPrepared:
+    return DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
+        sessions.c.id.in_([bp(f"i{i}") for i in range(n)])))
+
+
+@lru_cache(maxsize=64)
+def _last_active_rows(n: int) -> DriverPrepared:
+    """``WITH ids(sid) AS (VALUES …), last AS (…)``: per id one bounded seek for its newest
+    active row (a correlated ``LIMIT 1``), then that row's columns."""
+    def build() -> sa.Select:
+        ids = sa.values(sa.column("sid"), name="ids").data(
+            [(bp(f"i{i}"),) for i in range(n)]).cte("ids")
+        seek = messages.alias("lm")
+        newest = (sa.select(seek.c.id).where(seek.c.session_id == ids.c.sid,
+                                               seek.c.active == const(1))
+                  .order_by(seek.c.id.desc()).limit(const(1)).scalar_subquery())
+        last = sa.select(ids.c.sid, newest.label("mid")).cte("last")
+        m = messages.alias("m")
+        return (sa.select(last.c.sid, m.c.role, m.c.tool_calls, m.c.finish_reason)
+                .select_from(last.join(m, m.c.id == last.c.mid)))
+    return DriverPrepared("last_active_rows", build)
 
 
 #: The BulkStatements of a dialect (built once per process).

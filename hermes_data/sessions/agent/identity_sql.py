@@ -4,7 +4,14 @@ per-peer conversation generation."""
 
 from __future__ import annotations
 
-from hermes_data.sessions.sql.dialect import Statements
+from typing import Any
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import conversation_generations
+from hermes_data.sessions.schema import sessions as s
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, left_chars
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.predicates import RESET_END_REASONS
 
 #: End reasons gateway recovery reopens (a subset of the core's automatic ones).
@@ -12,39 +19,45 @@ RECOVERABLE_END_REASONS = ("agent_close", "ws_orphan_reap", "superseded_by_resum
                            "startup_orphan_reap")
 
 
-def _list(values: tuple[str, ...]) -> str:
-    return ", ".join(f"'{v}'" for v in values)
+def _bump_generation(d: str) -> Any:
+    # INSERT … SELECT … ON CONFLICT DO UPDATE with each dialect's own insert construct.
+    insert = dialect_insert(d)
+    g = conversation_generations
+    blank = const("")
+    peer = sa.select(sa.func.trim(s.c.source), sa.func.trim(s.c.session_key), const(1)).where(
+        s.c.id == bp("id"),
+        sa.func.trim(sa.func.coalesce(s.c.source, blank)) != blank,
+        sa.func.trim(sa.func.coalesce(s.c.session_key, blank)) != blank)
+    return insert(g).from_select(["source", "session_key", "generation"], peer) \
+        .on_conflict_do_update(index_elements=[g.c.source, g.c.session_key],
+                               set_={"generation": g.c.generation + const(1)})
 
 
 class IdentityStatements(Statements):
-    """The identity statements of one dialect."""
+    """The identity statements of one dialect (Core constructs, compiled on first use;
+    callers pass positional tuples in each statement's declared order)."""
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        pg = d == "postgresql"
-        r = self.render
-        #: Exact id.
-        self.EXACT_ID = r("SELECT id FROM sessions WHERE id = ?")
-        prefix = "left(id, ?)" if pg else "substr(id, 1, ?)"
-        #: Case-sensitive id prefix; two rows tell ambiguity.
-        self.ID_PREFIX = r(f"SELECT id FROM sessions WHERE {prefix} = ? ORDER BY id LIMIT 2")
-        #: What the fork / scope checks read.
-        self.SCOPE = r("SELECT source, parent_session_id, model_config FROM sessions "
-                       "WHERE id = ?")
-        #: End a live (or recoverably closed) row with a reset reason.
-        self.PROMOTE_RESET = r(
-            "UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? AND "
-            f"(ended_at IS NULL OR end_reason IN ({_list(RECOVERABLE_END_REASONS)}))")
-        #: Bump the generation of the session's routing peer (blank source/key: no row).
-        self.BUMP_GENERATION = r(
-            "INSERT INTO conversation_generations (source, session_key, generation) "
-            "SELECT TRIM(source), TRIM(session_key), 1 FROM sessions WHERE id = ? "
-            "AND TRIM(COALESCE(source, '')) <> '' AND TRIM(COALESCE(session_key, '')) <> '' "
-            "ON CONFLICT (source, session_key) DO UPDATE SET "
-            "generation = conversation_generations.generation + 1")
-        #: One peer's generation.
-        self.GENERATION = r("SELECT generation FROM conversation_generations "
-                            "WHERE source = ? AND session_key = ?")
+    #: Exact id.
+    EXACT_ID = driver_statement(lambda d: sa.select(s.c.id).where(s.c.id == bp("id")), "id")
+    #: Case-sensitive id prefix; two rows tell ambiguity.
+    ID_PREFIX = driver_statement(lambda d: sa.select(s.c.id).where(
+        left_chars(s.c.id, bp("n")) == bp("prefix")).order_by(s.c.id).limit(const(2)),
+        "n", "prefix")
+    #: What the fork / scope checks read.
+    SCOPE = driver_statement(lambda d: sa.select(
+        s.c.source, s.c.parent_session_id, s.c.model_config).where(s.c.id == bp("id")), "id")
+    #: End a live (or recoverably closed) row with a reset reason.
+    PROMOTE_RESET = driver_statement(lambda d: sa.update(s).ordered_values(
+        (s.c.ended_at, bp("ended_at")), (s.c.end_reason, bp("reason"))).where(
+        s.c.id == bp("id"), sa.or_(s.c.ended_at.is_(None), s.c.end_reason.in_(
+            [const(r) for r in RECOVERABLE_END_REASONS]))), "ended_at", "reason", "id")
+    #: Bump the generation of the session's routing peer (blank source/key: no row).
+    BUMP_GENERATION = driver_statement(_bump_generation, "id")
+    #: One peer's generation.
+    GENERATION = driver_statement(lambda d: sa.select(conversation_generations.c.generation)
+                                  .where(conversation_generations.c.source == bp("source"),
+                                         conversation_generations.c.session_key == bp("key")),
+                                  "source", "key")
 
 
 #: Reasons that open a new conversation for the peer (the core's reset reasons).

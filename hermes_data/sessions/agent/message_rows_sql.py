@@ -3,75 +3,115 @@ and identity reads (docs/sessions-agent.md §3.8)."""
 
 from __future__ import annotations
 
-from hermes_data.sessions.sql.dialect import Statements, marks
+from functools import lru_cache
+from typing import Any
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.sql.constructs import bp, const, left_chars, right_chars, trim_chars
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.statements import DriverPrepared
 
 
 #: Characters ``require_text`` trims (space, TAB, LF, CR).
 BLANK_CHARS = " \t\n\r"
 
 
-class RowHelperStatements(Statements):
-    """The row-helper statements of one dialect."""
+_ACTIVE = m.c.active == const(1)
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        pg = d == "postgresql"
-        lock = " FOR UPDATE" if pg else ""
-        is_ = "IS NOT DISTINCT FROM" if pg else "IS"
-        trim = "btrim" if pg else "TRIM"
-        r = self.render
-        #: Stamp api_content on the newest active user row when its content still matches.
-        self.SET_LATEST_USER_API_CONTENT = r(
-            "UPDATE messages SET api_content = ? WHERE id = (SELECT MAX(id) FROM messages "
-            f"WHERE session_id = ? AND role = 'user' AND active = 1) AND content {is_} ?")
-        #: The newest active row with a role and content (locked on PostgreSQL).
-        self.LATEST_MATCHING = r(
-            "SELECT id FROM messages WHERE session_id = ? AND active = 1 AND role = ? "
-            f"AND content = ? ORDER BY id DESC LIMIT 1{lock}")
-        #: Set a row's display kind.
-        self.SET_DISPLAY_KIND = r("UPDATE messages SET display_kind = ? WHERE id = ?")
-        #: Set a row's display kind and metadata.
-        self.SET_DISPLAY_KIND_META = r(
-            "UPDATE messages SET display_kind = ?, display_metadata = ? WHERE id = ?")
-        #: Role of an active row of one session.
-        self.MESSAGE_ROLE = r("SELECT role FROM messages WHERE id = ? AND session_id = ? "
-                              "AND active = 1")
-        latest = ("SELECT id FROM messages WHERE session_id = ? AND role = ? AND active = 1{t} "
-                  "ORDER BY id DESC LIMIT 1 OFFSET ?")
-        #: The newest active row of a role, ``OFFSET`` turns back.
-        self.LATEST_ROW = r(latest.format(t=""))
-        #: The same, among rows with visible text (trim characters bound first).
-        self.LATEST_TEXT_ROW = r(latest.format(
-            t=f" AND content IS NOT NULL AND {trim}(content, ?) <> '' "
-              "AND COALESCE(display_kind, '') <> 'hidden'"))
-        #: Active row ids, ascending.
-        self.ACTIVE_IDS = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
-                            "ORDER BY id")
-        #: Highest active row id (0 when none).
-        self.ACTIVE_WATERMARK = r("SELECT COALESCE(MAX(id), 0) FROM messages "
-                                  "WHERE session_id = ? AND active = 1")
-        #: Any rewound/archived row.
-        self.HAS_INACTIVE = r("SELECT 1 FROM messages WHERE session_id = ? AND active = 0 "
-                              "LIMIT 1")
-        #: Any row (active or not) carrying a platform message id.
-        self.HAS_PLATFORM_ID = r("SELECT 1 FROM messages WHERE session_id = ? "
-                                 "AND platform_message_id = ? LIMIT 1")
-        #: Store-wide active rows.
-        self.STORE_COUNT_ACTIVE = r("SELECT COUNT(*) FROM messages WHERE active = 1")
-        #: Store-wide rows.
-        self.STORE_COUNT_ALL = r("SELECT COUNT(*) FROM messages")
-        head = f"left({trim}(content, ?), 1)" if pg else f"substr({trim}(content, ?), 1, 1)"
-        tail = f"right({trim}(content, ?), 1)" if pg else f"substr({trim}(content, ?), -1)"
-        #: Assistant rows with tool calls whose short content looks like ``[marker]`` (content
-        #: longer than 256 characters is never selected).
-        self.MARKER_CANDIDATES = r(
-            "SELECT id, session_id, content FROM messages WHERE role = 'assistant' "
-            "AND tool_calls IS NOT NULL AND tool_calls <> '' AND content IS NOT NULL "
-            f"AND length(content) <= 256 AND {head} = '[' AND {tail} = ']' ORDER BY id")
+
+def _latest(text_only: bool) -> Any:
+    def build(d: str) -> sa.Select:
+        conds = [m.c.session_id == bp("sid"), m.c.role == bp("role"), _ACTIVE]
+        if text_only:
+            conds += [m.c.content.is_not(None),
+                      trim_chars(m.c.content, bp("chars")) != const(""),
+                      sa.func.coalesce(m.c.display_kind, const("")) != const("hidden")]
+        return (sa.select(m.c.id).where(*conds).order_by(m.c.id.desc())
+                .limit(const(1)).offset(bp("offset")))
+    return driver_statement(build, "sid", "role", *(("chars",) if text_only else ()), "offset")
+
+
+def _set_latest_user_api_content(d: str) -> sa.Update:
+    newest = m.alias("newest")  # the inner scan (the SQL's unqualified inner ``messages``)
+    latest = sa.select(sa.func.max(newest.c.id)).where(
+        newest.c.session_id == bp("sid"), newest.c.role == const("user"),
+        newest.c.active == const(1)).scalar_subquery()
+    return sa.update(m).values(api_content=bp("api")).where(
+        m.c.id == latest, m.c.content.is_not_distinct_from(bp("content")))
+
+
+def _marker_candidates(d: str) -> sa.Select:
+    def stripped() -> Any:
+        return trim_chars(m.c.content, bp("chars"))
+    return sa.select(m.c.id, m.c.session_id, m.c.content).where(
+        m.c.role == const("assistant"), m.c.tool_calls.is_not(None),
+        m.c.tool_calls != const(""), m.c.content.is_not(None),
+        sa.func.length(m.c.content) <= const(256),
+        left_chars(stripped(), const(1)) == const("["),
+        right_chars(trim_chars(m.c.content, bp("chars2")), const(1)) == const("]"),
+    ).order_by(m.c.id)
+
+
+@lru_cache(maxsize=64)
+def _clear_content(n: int) -> DriverPrepared:
+    return DriverPrepared("clear_content", lambda: sa.update(m).values(
+        content=const("")).where(m.c.id.in_([bp(f"i{i}") for i in range(n)])))
+
+
+class RowHelperStatements(Statements):
+    """The row-helper statements of one dialect (Core constructs over ``messages``, compiled
+    on first use; callers pass positional tuples in each statement's declared order)."""
+
+    #: Stamp api_content on the newest active user row when its content still matches.
+    SET_LATEST_USER_API_CONTENT = driver_statement(_set_latest_user_api_content,
+                                                   "api", "sid", "content")
+    #: The newest active row with a role and content (locked on PostgreSQL).
+    LATEST_MATCHING = driver_statement(lambda d: sa.select(m.c.id).where(
+        m.c.session_id == bp("sid"), _ACTIVE, m.c.role == bp("role"),
+        m.c.content == bp("content")).order_by(m.c.id.desc()).limit(const(1))
+        .with_for_update(), "sid", "role", "content")
+    #: Set a row's display kind.
+    SET_DISPLAY_KIND = driver_statement(lambda d: sa.update(m).values(
+        display_kind=bp("kind")).where(m.c.id == bp("id")), "kind", "id")
+    #: Set a row's display kind and metadata.
+    SET_DISPLAY_KIND_META = driver_statement(lambda d: sa.update(m).ordered_values(
+        (m.c.display_kind, bp("kind")), (m.c.display_metadata, bp("meta"))).where(
+        m.c.id == bp("id")), "kind", "meta", "id")
+    #: Role of an active row of one session.
+    MESSAGE_ROLE = driver_statement(lambda d: sa.select(m.c.role).where(
+        m.c.id == bp("id"), m.c.session_id == bp("sid"), _ACTIVE), "id", "sid")
+    #: The newest active row of a role, ``OFFSET`` turns back.
+    LATEST_ROW = _latest(text_only=False)
+    #: The same, among rows with visible text (trim characters bound first).
+    LATEST_TEXT_ROW = _latest(text_only=True)
+    #: Active row ids, ascending.
+    ACTIVE_IDS = driver_statement(lambda d: sa.select(m.c.id).where(
+        m.c.session_id == bp("sid"), _ACTIVE).order_by(m.c.id), "sid")
+    #: Highest active row id (0 when none).
+    ACTIVE_WATERMARK = driver_statement(lambda d: sa.select(
+        sa.func.coalesce(sa.func.max(m.c.id), const(0))).where(
+        m.c.session_id == bp("sid"), _ACTIVE), "sid")
+    #: Any rewound/archived row.
+    HAS_INACTIVE = driver_statement(lambda d: sa.select(const(1)).select_from(m).where(
+        m.c.session_id == bp("sid"), m.c.active == const(0)).limit(const(1)), "sid")
+    #: Any row (active or not) carrying a platform message id.
+    HAS_PLATFORM_ID = driver_statement(lambda d: sa.select(const(1)).select_from(m).where(
+        m.c.session_id == bp("sid"), m.c.platform_message_id == bp("pid")).limit(const(1)),
+        "sid", "pid")
+    #: Store-wide active rows.
+    STORE_COUNT_ACTIVE = driver_statement(lambda d: sa.select(sa.func.count()).select_from(
+        m).where(_ACTIVE))
+    #: Store-wide rows.
+    STORE_COUNT_ALL = driver_statement(lambda d: sa.select(sa.func.count()).select_from(m))
+    #: Assistant rows with tool calls whose short content looks like ``[marker]`` (content
+    #: longer than 256 characters is never selected).
+    MARKER_CANDIDATES = driver_statement(_marker_candidates, "chars", "chars2")
 
     def clear_content(self, n: int) -> str:
         """Blank the content of ``n`` bound message ids."""
-        return self.render(f"UPDATE messages SET content = '' WHERE id IN ({marks(n)})")
+        return _clear_content(n).for_dialect(self.dialect).sql
 
 
 #: The RowHelperStatements of a dialect (built once per process).

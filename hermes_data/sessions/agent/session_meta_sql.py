@@ -4,110 +4,174 @@ and Git metadata, profiles, and the activity columns (docs/sessions-agent.md §3
 
 from __future__ import annotations
 
-from hermes_data.sessions.sql.dialect import Statements, value_rows
+from functools import lru_cache
+from typing import Any
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import sessions as s
+from hermes_data.sessions.schema import system_prompts
+from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.statements import DriverPrepared
 
 
 #: Pairs per ``backfill_repo_roots`` statement (2 variables each: ≤ 900 per statement).
 BACKFILL_PAIRS = 450
-_NULL_PROMPT = "system_prompt = NULL, system_prompt_hash = NULL"
+
+
+def _set(*pairs: tuple[str, Any]) -> list[tuple[Any, Any]]:
+    return [(s.c[c], v) for c, v in pairs]
+
+
+def _upd(*pairs: tuple[str, Any]) -> sa.Update:
+    # SET in the given order (positional callers), values bound or expressions.
+    return sa.update(s).ordered_values(*_set(*pairs))
+
+
+_NULL_PROMPT = (("system_prompt", sa.null()), ("system_prompt_hash", sa.null()))
+_BY_ID = s.c.id == bp("id")
+
+
+def _col(name: str, *, lock: bool = False) -> Any:
+    """``SELECT <name> FROM sessions WHERE id = ?`` (locked on PostgreSQL with ``lock``)."""
+    def build(d: str) -> sa.Select:
+        stmt = sa.select(s.c[name]).where(_BY_ID)
+        return stmt.with_for_update() if lock else stmt
+    return driver_statement(build, "id")
+
+
+def _claim(keep: bool) -> Any:
+    git = ((("git_branch", sa.func.coalesce(bp("branch"), s.c.git_branch)),
+            ("git_repo_root", sa.func.coalesce(bp("root"), s.c.git_repo_root)))
+           if keep else (("git_branch", bp("branch")), ("git_repo_root", bp("root"))))
+    return driver_statement(lambda d: _upd(
+        ("cwd", bp("cwd")),
+        ("git_metadata_generation", sa.func.coalesce(s.c.git_metadata_generation, const(0))
+         + const(1)), *git).where(_BY_ID), "cwd", "branch", "root", "id")
+
+
+def _cwds(unarchived: bool) -> Any:
+    def build(d: str) -> sa.Select:
+        last = sa.func.max(sa.func.coalesce(s.c.ended_at, s.c.started_at, const(0))
+                           ).label("last_active")
+        conds = [s.c.cwd.is_not(None), sa.func.trim(s.c.cwd) != const("")]
+        if unarchived:
+            conds.append(sa.func.coalesce(s.c.archived, const(0)) == const(0))
+        return (sa.select(s.c.cwd, sa.func.count(), last).where(*conds).group_by(s.c.cwd)
+                .order_by(last.desc(), s.c.cwd))
+    return driver_statement(build)
 
 
 class MetaStatements(Statements):
-    """The metadata statements of one dialect."""
+    """The metadata statements of one dialect (Core constructs over ``sessions``, compiled
+    on first use; callers pass positional tuples in each statement's declared order)."""
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        pg = d == "postgresql"
-        lock = " FOR UPDATE" if pg else ""
-        r = self.render
-        #: model_config of one session, locked for a read-modify-write on PostgreSQL.
-        self.CONFIG_FOR_UPDATE = r(f"SELECT model_config FROM sessions WHERE id = ?{lock}")
-        #: model_config of one session (plain read).
-        self.CONFIG = r("SELECT model_config FROM sessions WHERE id = ?")
-        #: Replace model_config.
-        self.SET_CONFIG = r("UPDATE sessions SET model_config = ? WHERE id = ?")
-        #: Replace model_config; model only when given.
-        self.SET_META = r("UPDATE sessions SET model_config = ?, model = COALESCE(?, model) "
-                          "WHERE id = ?")
-        #: The prompt hash a session references (before it changes).
-        self.PROMPT_HASH = r(f"SELECT system_prompt_hash FROM sessions WHERE id = ?{lock}")
-        #: Point a session at a stored prompt (inline legacy copy cleared).
-        self.SET_PROMPT = r("UPDATE sessions SET system_prompt_hash = ?, system_prompt = NULL "
-                            "WHERE id = ?")
-        #: Delete one prompt when no session references it any more.
-        self.DROP_PROMPT_IF_UNUSED = r(
-            "DELETE FROM system_prompts WHERE hash = ? AND NOT EXISTS "
-            "(SELECT 1 FROM sessions WHERE system_prompt_hash = ?)")
-        #: Set the model; the prompt snapshot (its footer names the model) goes.
-        self.SET_MODEL = r(f"UPDATE sessions SET model = ?, {_NULL_PROMPT} WHERE id = ?")
-        #: Set the model when given; the prompt snapshot goes.
-        self.SET_MODEL_IF_GIVEN = r(
-            f"UPDATE sessions SET model = COALESCE(?, model), {_NULL_PROMPT} WHERE id = ?")
-        #: Billing route (mode only when given); the prompt snapshot goes.
-        self.SET_BILLING_ROUTE = r(
-            "UPDATE sessions SET billing_provider = ?, billing_base_url = ?, "
-            f"billing_mode = COALESCE(?, billing_mode), {_NULL_PROMPT} WHERE id = ?")
-        #: Tool names (JSON array or NULL).
-        self.SET_TOOL_NAMES = r("UPDATE sessions SET tool_names = ? WHERE id = ?")
-        #: The expiry-finalized flag, when it differs.
-        self.SET_EXPIRY_FINALIZED = r(
-            "UPDATE sessions SET expiry_finalized = ? WHERE id = ? "
-            "AND COALESCE(expiry_finalized, 0) <> ?")
-        #: Stored cwd, locked for the claim on PostgreSQL.
-        self.CWD_FOR_UPDATE = r(f"SELECT cwd FROM sessions WHERE id = ?{lock}")
-        claim = ("UPDATE sessions SET cwd = ?, "
-                 "git_metadata_generation = COALESCE(git_metadata_generation, 0) + 1, ")
-        #: Claim a (new) cwd: branch and root replaced (NULL when not given).
-        self.CLAIM_CWD_REPLACE = r(claim + "git_branch = ?, git_repo_root = ? WHERE id = ?")
-        #: Claim the same cwd: only given branch/root are written.
-        self.CLAIM_CWD_KEEP = r(claim + "git_branch = COALESCE(?, git_branch), "
-                                "git_repo_root = COALESCE(?, git_repo_root) WHERE id = ?")
-        #: The claim generation.
-        self.GIT_GENERATION = r("SELECT git_metadata_generation FROM sessions WHERE id = ?")
-        #: Publish probed Git metadata only onto the claim it was probed for.
-        self.PUBLISH_GIT = r(
-            "UPDATE sessions SET git_branch = COALESCE(?, git_branch), "
-            "git_repo_root = COALESCE(?, git_repo_root) WHERE id = ? AND cwd = ? "
-            "AND git_metadata_generation = ?")
-        cwds = ("SELECT cwd, COUNT(*), MAX(COALESCE(ended_at, started_at, 0)) AS last_active "
-                "FROM sessions WHERE cwd IS NOT NULL AND TRIM(cwd) <> ''{f} "
-                "GROUP BY cwd ORDER BY last_active DESC, cwd")
-        #: Distinct non-blank cwds (every kind of row), newest first.
-        self.DISTINCT_CWDS_ALL = r(cwds.format(f=""))
-        #: The same over unarchived rows.
-        self.DISTINCT_CWDS = r(cwds.format(f=" AND COALESCE(archived, 0) = 0"))
-        #: Owner profile for rows without one.
-        self.BACKFILL_PROFILES = r("UPDATE sessions SET profile_name = ? "
-                                   "WHERE profile_name IS NULL OR TRIM(profile_name) = ''")
-        # -- activity (docs/sessions-agent.md §3.7)
-        #: Move the heartbeat forward (never backwards; a garbage cell is overwritten).
-        self.TOUCH_ACTIVITY = r(
-            "UPDATE sessions SET last_activity_at = ?, last_activity_description = ?, "
-            "last_activity_provenance = ? WHERE id = ? AND (last_activity_at IS NULL "
-            "OR last_activity_at < ? OR last_activity_at < ? OR last_activity_at > ?)")
-        #: The three activity columns.
-        self.ACTIVITY = r("SELECT last_activity_at, last_activity_description, "
-                          "last_activity_provenance FROM sessions WHERE id = ?")
-        #: Clear the activity labels (the timestamp stays).
-        self.CLEAR_ACTIVITY_LABELS = r(
-            "UPDATE sessions SET last_activity_description = '', "
-            "last_activity_provenance = 'unknown' WHERE id = ?")
-        # -- titles (docs/sessions-agent.md §3.10)
-        #: Title and its source.
-        self.TITLE = r("SELECT title, title_source FROM sessions WHERE id = ?")
-        #: Re-label a title's source (titled rows only).
-        self.SET_TITLE_SOURCE = r("UPDATE sessions SET title_source = ? WHERE id = ? "
-                                  "AND title IS NOT NULL")
+    #: model_config of one session, locked for a read-modify-write on PostgreSQL.
+    CONFIG_FOR_UPDATE = _col("model_config", lock=True)
+    #: model_config of one session (plain read).
+    CONFIG = _col("model_config")
+    #: Replace model_config.
+    SET_CONFIG = driver_statement(lambda d: _upd(("model_config", bp("cfg"))).where(_BY_ID),
+                                  "cfg", "id")
+    #: Replace model_config; model only when given.
+    SET_META = driver_statement(lambda d: _upd(
+        ("model_config", bp("cfg")), ("model", sa.func.coalesce(bp("model"), s.c.model)),
+    ).where(_BY_ID), "cfg", "model", "id")
+    #: The prompt hash a session references (before it changes).
+    PROMPT_HASH = _col("system_prompt_hash", lock=True)
+    #: Point a session at a stored prompt (inline legacy copy cleared).
+    SET_PROMPT = driver_statement(lambda d: _upd(
+        ("system_prompt_hash", bp("hash")), ("system_prompt", sa.null())).where(_BY_ID),
+        "hash", "id")
+    #: Delete one prompt when no session references it any more.
+    DROP_PROMPT_IF_UNUSED = driver_statement(lambda d: sa.delete(system_prompts).where(
+        system_prompts.c.hash == bp("hash"),
+        ~sa.select(const(1)).where(s.c.system_prompt_hash == bp("hash2")).exists()),
+        "hash", "hash2")
+    #: Set the model; the prompt snapshot (its footer names the model) goes.
+    SET_MODEL = driver_statement(lambda d: _upd(
+        ("model", bp("model")), *_NULL_PROMPT).where(_BY_ID), "model", "id")
+    #: Set the model when given; the prompt snapshot goes.
+    SET_MODEL_IF_GIVEN = driver_statement(lambda d: _upd(
+        ("model", sa.func.coalesce(bp("model"), s.c.model)), *_NULL_PROMPT).where(_BY_ID),
+        "model", "id")
+    #: Billing route (mode only when given); the prompt snapshot goes.
+    SET_BILLING_ROUTE = driver_statement(lambda d: _upd(
+        ("billing_provider", bp("provider")), ("billing_base_url", bp("base_url")),
+        ("billing_mode", sa.func.coalesce(bp("mode"), s.c.billing_mode)), *_NULL_PROMPT,
+    ).where(_BY_ID), "provider", "base_url", "mode", "id")
+    #: Tool names (JSON array or NULL).
+    SET_TOOL_NAMES = driver_statement(lambda d: _upd(("tool_names", bp("names"))).where(
+        _BY_ID), "names", "id")
+    #: The expiry-finalized flag, when it differs.
+    SET_EXPIRY_FINALIZED = driver_statement(lambda d: _upd(
+        ("expiry_finalized", bp("v"))).where(
+        _BY_ID, sa.func.coalesce(s.c.expiry_finalized, const(0)) != bp("v2")), "v", "id", "v2")
+    #: Stored cwd, locked for the claim on PostgreSQL.
+    CWD_FOR_UPDATE = _col("cwd", lock=True)
+    #: Claim a (new) cwd: branch and root replaced (NULL when not given).
+    CLAIM_CWD_REPLACE = _claim(keep=False)
+    #: Claim the same cwd: only given branch/root are written.
+    CLAIM_CWD_KEEP = _claim(keep=True)
+    #: The claim generation.
+    GIT_GENERATION = _col("git_metadata_generation")
+    #: Publish probed Git metadata only onto the claim it was probed for.
+    PUBLISH_GIT = driver_statement(lambda d: _upd(
+        ("git_branch", sa.func.coalesce(bp("branch"), s.c.git_branch)),
+        ("git_repo_root", sa.func.coalesce(bp("root"), s.c.git_repo_root)),
+    ).where(_BY_ID, s.c.cwd == bp("cwd"), s.c.git_metadata_generation == bp("generation")),
+        "branch", "root", "id", "cwd", "generation")
+    #: Distinct non-blank cwds (every kind of row), newest first.
+    DISTINCT_CWDS_ALL = _cwds(unarchived=False)
+    #: The same over unarchived rows.
+    DISTINCT_CWDS = _cwds(unarchived=True)
+    #: Owner profile for rows without one.
+    BACKFILL_PROFILES = driver_statement(lambda d: _upd(("profile_name", bp("name"))).where(
+        sa.or_(s.c.profile_name.is_(None), sa.func.trim(s.c.profile_name) == const(""))),
+        "name")
+    # -- activity (docs/sessions-agent.md §3.7)
+    #: Move the heartbeat forward (never backwards; a garbage cell is overwritten).
+    TOUCH_ACTIVITY = driver_statement(lambda d: _upd(
+        ("last_activity_at", bp("at")), ("last_activity_description", bp("description")),
+        ("last_activity_provenance", bp("provenance")),
+    ).where(_BY_ID, sa.or_(s.c.last_activity_at.is_(None), s.c.last_activity_at < bp("at2"),
+                           s.c.last_activity_at < bp("lo"), s.c.last_activity_at > bp("hi"))),
+        "at", "description", "provenance", "id", "at2", "lo", "hi")
+    #: The three activity columns.
+    ACTIVITY = driver_statement(lambda d: sa.select(
+        s.c.last_activity_at, s.c.last_activity_description, s.c.last_activity_provenance,
+    ).where(_BY_ID), "id")
+    #: Clear the activity labels (the timestamp stays).
+    CLEAR_ACTIVITY_LABELS = driver_statement(lambda d: _upd(
+        ("last_activity_description", const("")),
+        ("last_activity_provenance", const("unknown"))).where(_BY_ID), "id")
+    # -- titles (docs/sessions-agent.md §3.10)
+    #: Title and its source.
+    TITLE = driver_statement(lambda d: sa.select(s.c.title, s.c.title_source).where(_BY_ID),
+                             "id")
+    #: Re-label a title's source (titled rows only).
+    SET_TITLE_SOURCE = driver_statement(lambda d: _upd(("title_source", bp("source"))).where(
+        _BY_ID, s.c.title.is_not(None)), "source", "id")
 
     def backfill_roots(self, pairs: int) -> str:
         """Fill empty ``git_repo_root`` of sessions whose cwd is one of ``pairs`` (cwd, root)
         bound pairs, in one statement."""
-        values = value_rows(pairs, 2)
-        return self.render(
-            f"WITH pairs(cwd, root) AS (VALUES {values}) UPDATE sessions SET "
-            "git_repo_root = (SELECT root FROM pairs WHERE pairs.cwd = sessions.cwd) "
-            "WHERE COALESCE(git_repo_root, '') = '' "
-            "AND cwd IN (SELECT cwd FROM pairs)")
+        order = tuple(name for i in range(pairs) for name in (f"c{i}", f"r{i}"))
+        return _backfill_roots(pairs).positional_sql(self.dialect, order)
+
+
+@lru_cache(maxsize=32)
+def _backfill_roots(n: int) -> DriverPrepared:
+    """``WITH pairs(cwd, root) AS (VALUES …) UPDATE sessions …`` for ``n`` bound pairs."""
+    def build() -> sa.Update:
+        pairs = sa.values(sa.column("cwd"), sa.column("root"), name="pairs").data(
+            [(bp(f"c{i}"), bp(f"r{i}")) for i in range(n)]).cte("pairs")
+        root = sa.select(pairs.c.root).where(pairs.c.cwd == s.c.cwd).scalar_subquery()
+        return sa.update(s).values(git_repo_root=root).where(
+            sa.func.coalesce(s.c.git_repo_root, const("")) == const(""),
+            s.c.cwd.in_(sa.select(pairs.c.cwd)))
+    return DriverPrepared("backfill_roots", build)
 
 
 #: The MetaStatements of a dialect (built once per process).

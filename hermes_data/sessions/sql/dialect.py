@@ -9,13 +9,19 @@ appears). Statements built with SQLAlchemy's ``text()`` use ``:name`` parameters
 never rendered here: SQLAlchemy translates those itself.
 
 A concern's statements for one dialect live on a :class:`Statements` subclass, built once
-per process and dialect by :meth:`Statements.for_dialect`.
+per process and dialect by :meth:`Statements.for_dialect`. A statement declared there with
+:class:`driver_statement` is a Core construct (issue 32) compiled for the instance's dialect
+on first access by :class:`hermes_data.statements.DriverPrepared`: the attribute is then the
+compiled driver string, positional parameters in the declared order — callers keep passing
+tuples, and nothing is rewritten by :func:`render`.
 """
 
 from __future__ import annotations
 
 import functools
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
+
+from hermes_data.statements import DriverPrepared, Prepared
 
 #: The dialects the session store runs on (SQLAlchemy's dialect names).
 DIALECTS = ("sqlite", "postgresql")
@@ -100,3 +106,36 @@ class Statements:
     def render(self, statement: str) -> str:
         """``statement`` (``?`` placeholders) in this dialect's paramstyle (:func:`render`)."""
         return render(self.dialect, statement)
+
+
+class driver_statement:
+    """A :class:`Statements` attribute compiled from a Core construct (issue 32).
+
+    ``build(dialect_name)`` returns the construct (built from
+    :mod:`hermes_data.sessions.schema`); ``order`` names its bound parameters in the
+    positional order callers pass them. On first access through an instance the construct
+    is built and compiled once for that instance's dialect (``DriverPrepared``), its
+    parameter order is checked against ``order`` (a mismatch raises ``ValueError`` naming
+    the statement), and the compiled string is stored on the instance: later reads are a
+    plain attribute look-up, and the call sites run it with ``exec_driver_sql`` as before.
+    """
+
+    def __init__(self, build: Callable[[str], Any], *order: str) -> None:
+        self.build = build
+        self.order = order
+        self.name = "statement"
+        self.prepared: Prepared | None = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = f"{owner.__name__}.{name}"
+        self.attr = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        prepared = self.prepared
+        if prepared is None:
+            prepared = self.prepared = DriverPrepared.per_dialect(self.name, self.build)
+        sql = prepared.positional_sql(obj.dialect, self.order)
+        obj.__dict__[self.attr] = sql
+        return sql

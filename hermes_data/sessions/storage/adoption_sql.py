@@ -5,24 +5,37 @@ Identifiers are the file's own catalogue names or the metadata's, always quoted.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.core import quote_ident
 from hermes_data.sessions.sql.dialect import marks
+from hermes_data.statements import DriverPrepared
 
 #: Every table of a SQLite file.
 SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 #: Every index of a SQLite file.
 SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
-#: The newest upstream schema_version row.
+_GATEWAY_FILLED = ("session_key", "chat_id", "chat_type", "thread_id", "display_name",
+                   "origin_json")
+#: The newest upstream schema_version row. Not Core: upstream's own version table, which the
+#: store adopts from but never declares.
 UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
 #: Upstream's v18 gateway metadata backfill of one session (docs/sessions-storage.md §3.12):
 #: NULL columns filled, ``expiry_finalized`` only raised 0 → 1. Values: session_key, chat_id,
 #: chat_type, thread_id, display_name, origin_json, finalized (0/1), id.
-BACKFILL_GATEWAY_METADATA = (
-    "UPDATE sessions SET session_key = COALESCE(session_key, ?), chat_id = COALESCE(chat_id, ?), "
-    "chat_type = COALESCE(chat_type, ?), thread_id = COALESCE(thread_id, ?), "
-    "display_name = COALESCE(display_name, ?), origin_json = COALESCE(origin_json, ?), "
-    "expiry_finalized = CASE WHEN COALESCE(expiry_finalized, 0) = 0 AND ? = 1 THEN 1 "
-    "ELSE expiry_finalized END WHERE id = ?")
+#: A Core construct compiled on first use (:data:`BACKFILL_GATEWAY_ORDER`: its positional order).
+BACKFILL_GATEWAY_METADATA = DriverPrepared("backfill_gateway_metadata", lambda: sa.update(
+    sessions).ordered_values(
+    *[(sessions.c[c], sa.func.coalesce(sessions.c[c], bp(c))) for c in _GATEWAY_FILLED],
+    (sessions.c.expiry_finalized, sa.case(
+        (sa.and_(sa.func.coalesce(sessions.c.expiry_finalized, const(0)) == const(0),
+                 bp("finalized") == const(1)), const(1)),
+        else_=sessions.c.expiry_finalized)),
+).where(sessions.c.id == bp("id")))
+#: The positional order :data:`BACKFILL_GATEWAY_METADATA`'s callers bind.
+BACKFILL_GATEWAY_ORDER = (*_GATEWAY_FILLED, "finalized", "id")
 #: The file header's application id.
 APPLICATION_ID = "PRAGMA application_id"
 #: Is the pg_trgm extension installed?

@@ -115,5 +115,7 @@ def backfill_gateway_metadata(conn: Connection, sessions_json: str | os.PathLike
     values = backfill_values(data)
     if not values:
         return 0
-    matched = conn.exec_driver_sql(mq.BACKFILL_GATEWAY_METADATA, values).rowcount
+    st = mq.BACKFILL_GATEWAY_METADATA.positional_sql(conn.dialect.name,
+                                                     mq.BACKFILL_GATEWAY_ORDER)
+    matched = conn.exec_driver_sql(st, values).rowcount
     return max(0, int(matched or 0))

@@ -99,7 +99,7 @@ def search_sessions_by_id(store: Any, query: str | None, limit: int = 20,
             break
         params = {"needle": needle, "pattern": pattern, "n": missing * 4 + 8}
         stmt = q.id_candidates(tier, bool(include_archived))
-        ids = [str(r[0]) for r in store.backend.read(lambda c: c.execute(stmt, params).fetchall())]
+        ids = [str(r[0]) for r in store.backend.read(lambda c: stmt.run(c, params).fetchall())]
         for mid in ids:
             if mid in tried or len(out) >= limit:
                 continue

@@ -4,12 +4,17 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.sql.core import SESSION_ROW_COLS, quote_ident
+from hermes_data.sessions.schema import sessions, system_prompts
+from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.predicates import J, last_active
+from hermes_data.statements import DriverPrepared
 
 #: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
 _REPO = ("CASE WHEN rtrim(trim(s.git_repo_root), '/\\') = '' THEN trim(s.git_repo_root) "
@@ -46,24 +51,39 @@ def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
 
 
 @lru_cache(maxsize=None)
-def id_candidates(tier: str, include_archived: bool) -> TextClause:
+def id_candidates(tier: str, include_archived: bool) -> DriverPrepared:
     """Session ids matching :needle (lower-cased) exactly, as a prefix (:pattern) or as a
     substring (:pattern), freshest first (:n); hidden sessions never match."""
-    cond = {"exact": "lower(s.id) = :needle",
-            "prefix": "lower(s.id) LIKE :pattern ESCAPE '\\'",
-            "substring": "lower(s.id) LIKE :pattern ESCAPE '\\'"}[tier]
-    archived = "" if include_archived else " AND s.archived = 0"
-    return text(f"SELECT s.id FROM sessions s WHERE {cond} AND s.hidden = 0{archived} "
-                "ORDER BY COALESCE(s.last_activity_at, s.started_at) DESC, s.id DESC LIMIT :n")
+    if tier not in ("exact", "prefix", "substring"):
+        raise ValueError(f"id match tier must be exact, prefix or substring, not {tier!r}")
+
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        lowered = sa.func.lower(s.c.id)
+        conds = [lowered == bp("needle") if tier == "exact"
+                 else lowered.like(bp("pattern"), escape="\\"), s.c.hidden == const(0)]
+        if not include_archived:
+            conds.append(s.c.archived == const(0))
+        return (sa.select(s.c.id).where(*conds)
+                .order_by(sa.func.coalesce(s.c.last_activity_at, s.c.started_at).desc(),
+                          s.c.id.desc()).limit(bp("n")))
+    return DriverPrepared(f"id_candidates_{tier}", build)
 
 
-def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> TextClause:
+@lru_cache(maxsize=256)
+def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> DriverPrepared:
     """Session-row columns of :i0 … (``count`` ids), the resolved prompt unless ``compact``
     (then neither the prompt column nor ``system_prompts`` is read), then ``extras`` (catalogue
-    names, quoted)."""
-    cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
-    prompt = "" if compact else ", COALESCE(sp.prompt, s.system_prompt)"
-    join = "" if compact else " LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash"
-    extra = "".join(f", s.{quote_ident(c)}" for c in extras)
-    ids = ", ".join(f":i{i}" for i in range(count))
-    return text(f"SELECT {cols}{prompt}{extra} FROM sessions s{join} WHERE s.id IN ({ids})")
+    names: columns outside the metadata, quoted by the compiler)."""
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        cols: list[Any] = [s.c[c] for c in SESSION_ROW_COLS]
+        src: Any = s
+        if not compact:
+            sp = system_prompts.alias("sp")
+            cols.append(sa.func.coalesce(sp.c.prompt, s.c.system_prompt))
+            src = s.outerjoin(sp, sp.c.hash == s.c.system_prompt_hash)
+        cols += [sa.column(c, _selectable=s) for c in extras]
+        return (sa.select(*cols).select_from(src)
+                .where(s.c.id.in_([bp(f"i{i}") for i in range(count)])))
+    return DriverPrepared("rich_rows", build)

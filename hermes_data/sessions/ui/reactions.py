@@ -105,10 +105,8 @@ def set_message_reaction(store: StoreHandle, session_id: str, message_row_id: An
     if not session_id or message_row_id is None:
         return None
     row_id = _row_id(message_row_id)
-    stmt = q.meta_for_update(store.backend.dialect)
-
     def work(conn: Connection) -> list[Reaction] | None:
-        row = conn.execute(stmt, {"id": row_id, "s": session_id}).first()
+        row = q.META_FOR_UPDATE.run(conn, {"id": row_id, "s": session_id}).first()
         if row is None:
             return None
         meta = _decode(row[0], row_id)
@@ -122,7 +120,7 @@ def set_message_reaction(store: StoreHandle, session_id: str, message_row_id: An
             meta[REACTIONS_METADATA_KEY] = kept
         else:
             meta.pop(REACTIONS_METADATA_KEY, None)
-        conn.execute(q.SET_META, {"m": _encode(meta), "id": row_id})
+        q.SET_META.run(conn, {"m": _encode(meta), "id": row_id})
         return kept
 
     return store.backend.write(work)
@@ -134,8 +132,8 @@ def get_message_reactions(store: StoreHandle, session_id: str,
     if not session_id or message_row_id is None:
         return []
     row_id = _row_id(message_row_id)
-    row = store.backend.read(lambda c: c.execute(q.GET_META, {"id": row_id,
-                                                              "s": session_id}).first())
+    row = store.backend.read(lambda c: q.GET_META.run(c, {"id": row_id,
+                                                             "s": session_id}).first())
     if row is None or row[0] is None:
         return []
     meta = enc.decode_display_metadata(row[0])
@@ -151,11 +149,10 @@ def take_unseen_reactions(store: StoreHandle, session_id: str, *,
     if not session_id:
         return []
     d = store.backend.dialect
-    stmt = q.unseen_candidates(d)
 
     def work(conn: Connection) -> list[UnseenReaction]:
         out: list[UnseenReaction] = []
-        for rid, role, raw_content, raw_meta in conn.execute(stmt, {"s": session_id}).fetchall():
+        for rid, role, raw_content, raw_meta in q.UNSEEN_CANDIDATES.run(conn, {"s": session_id}).fetchall():
             meta = enc.decode_display_metadata(raw_meta)
             changed = False
             for entry in _entries(meta) if meta is not None else []:
@@ -169,7 +166,7 @@ def take_unseen_reactions(store: StoreHandle, session_id: str, *,
                                           emoji if isinstance(emoji, str) else "",
                                           content if isinstance(content, str) else ""))
             if changed and meta is not None:
-                conn.execute(q.SET_META, {"m": _encode(meta), "id": rid})
+                q.SET_META.run(conn, {"m": _encode(meta), "id": rid})
         return out
 
     return store.backend.write(work)

@@ -43,7 +43,7 @@ def _fetch(store: Any, conn: Connection, ids: list[str], compact: bool
     for lo in range(0, len(ids), IN_CHUNK):
         chunk = ids[lo:lo + IN_CHUNK]
         stmt = q.rich_rows(len(chunk), compact, extras)
-        for r in conn.execute(stmt, {f"i{i}": v for i, v in enumerate(chunk)}).fetchall():
+        for r in stmt.run(conn, {f"i{i}": v for i, v in enumerate(chunk)}).fetchall():
             row = tuple(r)
             if compact:
                 row = row[:n] + (None,) + row[n:]

@@ -95,13 +95,13 @@ def snapshot_read(store: StoreHandle, fn: Callable[[Connection], T]) -> T:
 
 def _around(conn: Connection, d: str, session_id: str, anchor: int, window: int,
             include_inactive: bool) -> tuple[list[Any], int, int]:
-    if conn.execute(q.anchor(include_inactive), {"a": anchor, "s": session_id}).first() is None:
+    if q.anchor(include_inactive).run(conn, {"a": anchor, "s": session_id}).first() is None:
         return [], 0, 0
     params = {"a": anchor, "s": session_id}
-    before = conn.execute(q.before(include_inactive), {**params, "n": window + 1}).fetchall()
+    before = q.before(include_inactive).run(conn, {**params, "n": window + 1}).fetchall()
     if not before or before[0][0] != anchor:  # deleted between the probe and the page
         return [], 0, 0
-    after = conn.execute(q.after(include_inactive), {**params, "n": window}).fetchall() \
+    after = q.after(include_inactive).run(conn, {**params, "n": window}).fetchall() \
         if window else []
     return list(reversed(before)) + list(after), len(before) - 1, len(after)
 
@@ -146,10 +146,10 @@ def get_anchored_view(store: StoreHandle, session_id: str, around_message_id: in
         role_args = {} if roles is None else dict(zip(q.role_params(len(roles)), roles))
         n = None if roles is None else len(roles)
         base = {"s": session_id, "n": bookend, **role_args}
-        head = conn.execute(q.bookend(include_inactive, n, True),
-                            {**base, "edge": rows[0][0]}).fetchall()
-        tail = conn.execute(q.bookend(include_inactive, n, False),
-                            {**base, "edge": rows[-1][0]}).fetchall()
+        head = q.bookend(include_inactive, n, True).run(
+            conn, {**base, "edge": rows[0][0]}).fetchall()
+        tail = q.bookend(include_inactive, n, False).run(
+            conn, {**base, "edge": rows[-1][0]}).fetchall()
         return rows, nb, na, list(head), list(reversed(tail))
 
     rows, nb, na, head, tail = snapshot_read(store, work)
@@ -173,8 +173,8 @@ def list_recent_user_messages(store: StoreHandle, session_id: str, limit: int = 
         below = 2 ** 62
         stmt = q.recent_users(include_inactive)
         while len(out) < limit:
-            page = conn.execute(stmt, {"s": session_id, "before": below,
-                                       "n": _RECENT_PAGE}).fetchall()
+            page = stmt.run(conn, {"s": session_id, "before": below,
+                                    "n": _RECENT_PAGE}).fetchall()
             for rid, ts, raw in page:
                 content = enc.decode_content(raw, d)
                 text = markers.part_text(content)
@@ -204,8 +204,8 @@ def find_pr_url_messages(store: StoreHandle, session_ids: Iterable[Any]) -> list
         found = []
         for lo in range(0, len(ids), IN_CHUNK):
             chunk = ids[lo:lo + IN_CHUNK]
-            stmt = q.pr_urls(d, len(chunk))
-            for rid, sid, raw in conn.execute(stmt, {f"i{i}": v for i, v in enumerate(chunk)}):
+            stmt = q.pr_urls(len(chunk))
+            for rid, sid, raw in stmt.run(conn, {f"i{i}": v for i, v in enumerate(chunk)}):
                 text = markers.part_text(enc.decode_content(raw, d))
                 if text is not None:
                     found.append((int(rid), PrUrlCandidate(str(sid), text)))

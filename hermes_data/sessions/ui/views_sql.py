@@ -1,46 +1,59 @@
 """Statements of the transcript windows (docs/sessions-ui.md §4.1–§4.4): hit-anchored
 windows, bookends, the recent-user list and the PR-URL scan. Every value is bound; the only
-variable parts are fixed predicates and the count of bound role/id parameters."""
+variable parts are fixed predicates and the count of bound role/id parameters.
+
+Core constructs over :mod:`hermes_data.sessions.schema`, compiled once per dialect and
+variant (:class:`hermes_data.statements.DriverPrepared`, cached per argument tuple).
+"""
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
 
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.sql.constructs import bp, ci_like, const
 from hermes_data.sessions.sql.core import MESSAGE_COLS
-from hermes_data.sessions.storage.display_sql import VIS
-
-_COLS = ", ".join(MESSAGE_COLS)
+from hermes_data.statements import DriverPrepared
 
 #: PostgreSQL: one snapshot for a multi-statement read (first statement of its transaction).
+#: Not Core: a transaction-control statement, no table.
 PG_SNAPSHOT = text("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
-def _vis(include_inactive: bool) -> str:
-    return "" if include_inactive else f" AND {VIS}"
+def _cols() -> list[Any]:
+    return [m.c[c] for c in MESSAGE_COLS]
+
+
+def _vis(include_inactive: bool) -> list[Any]:
+    # VIS (storage/display_sql.py): active, or preserved by a compaction.
+    return [] if include_inactive else [sa.or_(m.c.active == const(1), m.c.compacted == const(1))]
 
 
 @lru_cache(maxsize=None)
-def anchor(include_inactive: bool) -> TextClause:
+def anchor(include_inactive: bool) -> DriverPrepared:
     """Is :a a row of session :s (visible unless ``include_inactive``)?"""
-    return text(f"SELECT id FROM messages WHERE id = :a AND session_id = :s"
-                f"{_vis(include_inactive)}")
+    return DriverPrepared("view_anchor", lambda: sa.select(m.c.id).where(
+        m.c.id == bp("a"), m.c.session_id == bp("s"), *_vis(include_inactive)))
 
 
 @lru_cache(maxsize=None)
-def before(include_inactive: bool) -> TextClause:
+def before(include_inactive: bool) -> DriverPrepared:
     """The anchor and up to :n - 1 rows before it, newest first."""
-    return text(f"SELECT {_COLS} FROM messages WHERE session_id = :s AND id <= :a"
-                f"{_vis(include_inactive)} ORDER BY id DESC LIMIT :n")
+    return DriverPrepared("view_before", lambda: sa.select(*_cols()).where(
+        m.c.session_id == bp("s"), m.c.id <= bp("a"), *_vis(include_inactive),
+    ).order_by(m.c.id.desc()).limit(bp("n")))
 
 
 @lru_cache(maxsize=None)
-def after(include_inactive: bool) -> TextClause:
+def after(include_inactive: bool) -> DriverPrepared:
     """Up to :n rows after the anchor, oldest first."""
-    return text(f"SELECT {_COLS} FROM messages WHERE session_id = :s AND id > :a"
-                f"{_vis(include_inactive)} ORDER BY id LIMIT :n")
+    return DriverPrepared("view_after", lambda: sa.select(*_cols()).where(
+        m.c.session_id == bp("s"), m.c.id > bp("a"), *_vis(include_inactive),
+    ).order_by(m.c.id).limit(bp("n")))
 
 
 def role_params(count: int) -> list[str]:
@@ -49,31 +62,41 @@ def role_params(count: int) -> list[str]:
 
 
 @lru_cache(maxsize=None)
-def bookend(include_inactive: bool, roles: int | None, head: bool) -> TextClause:
+def bookend(include_inactive: bool, roles: int | None, head: bool) -> DriverPrepared:
     """Non-empty rows strictly before :edge (``head``, ascending) or after it (descending),
     with ``roles`` bound role parameters (None: any role)."""
-    where = f"session_id = :s AND id {'<' if head else '>'} :edge{_vis(include_inactive)}"
-    if roles is not None:
-        where += f" AND role IN ({', '.join(':' + p for p in role_params(roles))})"
-    return text(f"SELECT {_COLS} FROM messages WHERE {where} AND length(content) > 0 "
-                f"ORDER BY id {'ASC' if head else 'DESC'} LIMIT :n")
+    def build() -> sa.Select:
+        conds = [m.c.session_id == bp("s"),
+                 m.c.id < bp("edge") if head else m.c.id > bp("edge"),
+                 *_vis(include_inactive)]
+        if roles is not None:
+            conds.append(m.c.role.in_([bp(p) for p in role_params(roles)]))
+        conds.append(sa.func.length(m.c.content) > const(0))
+        return (sa.select(*_cols()).where(*conds)
+                .order_by(m.c.id.asc() if head else m.c.id.desc()).limit(bp("n")))
+    return DriverPrepared("view_bookend", build)
 
 
 @lru_cache(maxsize=None)
-def recent_users(include_inactive: bool) -> TextClause:
+def recent_users(include_inactive: bool) -> DriverPrepared:
     """One keyset page of user-originated rows (display kind none, '' or 'steer'), newest
     first, below id :before."""
-    active = "" if include_inactive else " AND active = 1"
-    return text("SELECT id, timestamp, content FROM messages WHERE session_id = :s "
-                f"AND role = 'user'{active} AND (display_kind IS NULL OR display_kind IN "
-                "('', 'steer')) AND id < :before ORDER BY id DESC LIMIT :n")
+    def build() -> sa.Select:
+        conds = [m.c.session_id == bp("s"), m.c.role == const("user")]
+        if not include_inactive:
+            conds.append(m.c.active == const(1))
+        conds += [sa.or_(m.c.display_kind.is_(None),
+                         m.c.display_kind.in_([const(""), const("steer")])),
+                  m.c.id < bp("before")]
+        return (sa.select(m.c.id, m.c.timestamp, m.c.content).where(*conds)
+                .order_by(m.c.id.desc()).limit(bp("n")))
+    return DriverPrepared("view_recent_users", build)
 
 
 @lru_cache(maxsize=None)
-def pr_urls(dialect: str, count: int) -> TextClause:
+def pr_urls(count: int) -> DriverPrepared:
     """Tool rows of the :i0… sessions whose content mentions ``/pull/`` (any case, any
     ``active``), oldest first."""
-    ids = ", ".join(f":i{i}" for i in range(count))
-    like = "ILIKE" if dialect == "postgresql" else "LIKE"
-    return text(f"SELECT id, session_id, content FROM messages WHERE session_id IN ({ids}) "
-                f"AND role = 'tool' AND content {like} '%/pull/%' ORDER BY id")
+    return DriverPrepared("view_pr_urls", lambda: sa.select(m.c.id, m.c.session_id, m.c.content).where(
+        m.c.session_id.in_([bp(f"i{i}") for i in range(count)]), m.c.role == const("tool"),
+        ci_like(m.c.content, const("%/pull/%"))).order_by(m.c.id))

@@ -4,6 +4,7 @@ SQLite files and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 
@@ -250,7 +251,10 @@ def test_ab37_stale_marker_purge(store, tmp_path):
     finally:
         event.remove(store.engine, "before_cursor_execute", watch)
     assert report.row_ids == (marker,) and report.rows_affected == 1
-    assert selected and all("length(content) <= 256" in s for s in selected)
+    # The bound on the scanned content, whether the column is qualified or not (issue 32: the
+    # statement is a Core construct, which qualifies it).
+    assert selected and all(re.search(r"length\((messages\.)?content\) <= 256", s)
+                            for s in selected)
     backup = report.backup_path
     assert backup is not None and stat.S_IMODE(os.stat(backup).st_mode) == 0o600
     contents = [m.content for m in store.get_messages("pm")]

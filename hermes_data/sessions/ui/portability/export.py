@@ -96,12 +96,12 @@ def _read_one(store: StoreHandle, session_id: str) -> SessionExport | None:
 
     def work(conn: Connection) -> SessionExport | None:
         cols = session_columns(store, conn)
-        row = conn.execute(q.export_session_row(cols), {"id": session_id}).first()
+        row = q.export_session_row(cols).run(conn, {"id": session_id}).first()
         if row is None:
             return None
         session = {c: v for c, v in zip(cols, row[:-1]) if c not in _SKIPPED}
         session["system_prompt"] = row[-1]
-        rows = conn.execute(q.EXPORT_MESSAGES, {"s": session_id}).fetchall()
+        rows = q.EXPORT_MESSAGES.run(conn, {"s": session_id}).fetchall()
         return SessionExport(session, message_rows(rows, d))
 
     return snapshot_read(store, work)
@@ -161,7 +161,7 @@ def iter_export_all(store: Any, source: str | None = None, include_archived: boo
         params: dict[str, Any] = {"t": after[0], "id": after[1], "n": _PAGE}
         if source is not None:
             params["source"] = source
-        page = store.backend.read(lambda c: c.execute(stmt, params).fetchall())
+        page = store.backend.read(lambda c: stmt.run(c, params).fetchall())
         for sid, started in page:
             store.assert_export_safe(sid, max_messages)
             one = _read_one(store, sid)

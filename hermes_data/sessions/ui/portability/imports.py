@@ -317,22 +317,22 @@ def import_sessions(store: Any, sessions: Any,
         tx = msg.ConnectionDriver(conn)
         gate = msg.open_bulk_fts(tx, d, sum(len(e.get("messages") or []) for _, e in entries))
         for sid, e in entries:
-            if conn.execute(q.SESSION_EXISTS, {"id": sid}).first() is not None:
+            if q.SESSION_EXISTS.run(conn, {"id": sid}).first() is not None:
                 skipped.append(sid)
                 continue
             row = _row(e, sid, owner, columns, now, dropped)
             row["system_prompt_hash"] = store_prompt(conn, frag, e.get("system_prompt"))
             names = list(row)
-            conn.execute(q.insert_session(names), {f"c{i}": row[n] for i, n in enumerate(names)})
+            q.insert_session(names).run(conn, {f"c{i}": row[n] for i, n in enumerate(names)})
             msgs = e.get("messages") or []
             encoded = [msg.encode_row(m, j, d, split=split) for j, m in enumerate(msgs)]
             tools = msg.insert_rows(conn, frag, sid, encoded) if encoded else 0
-            conn.execute(q.SET_COUNTERS, {"m": len(encoded), "t": tools, "id": sid})
+            q.SET_COUNTERS.run(conn, {"m": len(encoded), "t": tools, "id": sid})
             title = enc.sanitize_title(e.get("title")) if isinstance(e.get("title"), str) else None
             if title:
                 try:
                     with conn.begin_nested():
-                        conn.execute(q.SET_TITLE, {"t": title, "id": sid})
+                        q.SET_TITLE.run(conn, {"t": title, "id": sid})
                 except sa.exc.IntegrityError:
                     warnings.append(f"{sid}: title {title!r} is held by another session; "
                                     "imported untitled")
@@ -362,12 +362,12 @@ def _link(conn: Connection, entries: Sequence[tuple[str, dict[str, Any]]],
     def parent_of(sid: str) -> str | None:
         if sid in imported:
             return parents.get(sid)
-        row = conn.execute(q.STORED_PARENT, {"id": sid}).first()
+        row = q.STORED_PARENT.run(conn, {"id": sid}).first()
         return None if row is None else row[0]
 
     for child, parent in list(parents.items()):
         ok = parent in imported \
-            or conn.execute(q.SESSION_EXISTS, {"id": parent}).first() is not None
+            or q.SESSION_EXISTS.run(conn, {"id": parent}).first() is not None
         cur: str | None = parent
         hops = 0
         while ok and cur is not None and hops < 10_000:
@@ -380,5 +380,5 @@ def _link(conn: Connection, entries: Sequence[tuple[str, dict[str, Any]]],
             parents.pop(child)
             detached += 1
     for child, parent in parents.items():
-        conn.execute(q.SET_PARENT, {"p": parent, "id": child})
+        q.SET_PARENT.run(conn, {"p": parent, "id": child})
     return detached

@@ -1,0 +1,209 @@
+"""Issue 32, acceptance 1: a ratchet on the session store's hand-written CRUD statements.
+
+Counts, by AST, the whole CRUD statement literals in ``hermes_data/sessions``: string
+literals (plain, f-strings, implicit concatenations — one literal each) that start with
+SELECT / INSERT / UPDATE / DELETE / REPLACE / WITH and do not touch an object Core expresses
+badly (FTS5, tsvector, trigram, CJK grams, a recursive CTE, the catalogue or a PRAGMA). Those
+stay as named ``text()`` fragments; every other statement should be a Core construct built
+from ``hermes_data/sessions/schema.py`` and compiled once by ``hermes_data.statements``.
+
+The count may only go down: lower :data:`CEILING` when you convert more.
+``python -m tests.test_sql_literals`` prints the literals by module.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "hermes_data" / "sessions"
+
+#: Whole CRUD statement literals left (issue 32 counted 397 with its own rules; this
+#: counter's first reading on main was :data:`STARTING_COUNT`).
+STARTING_COUNT = 328
+CEILING = 250
+
+#: Why each module still holds hand-written CRUD statements (issue 32: every literal left
+#: needs a reason). A module with literals and no entry fails the test below.
+REASONS = {
+    "hermes_data/sessions/agent/bulk_sql.py": "built on the kit's string predicates "
+        "(last_active, preview_sql) and the listing's WHERE; PostgreSQL unnest/LATERAL",
+    "hermes_data/sessions/agent/projections_sql.py": "measured hot path (conversation "
+        "projection, agent_turn.py): not converted without its A/B",
+    "hermes_data/sessions/backends/sql.py": "a catalogue probe (the column names of a table, "
+        "LIMIT 0)",
+    "hermes_data/sessions/coordination/sql.py": "not converted yet (another helper's package "
+        "in issue 32's first round)",
+    "hermes_data/sessions/core/listing_sql.py": "not converted yet (core/, another helper's "
+        "package in issue 32's first round)",
+    "hermes_data/sessions/core/maintenance_sql.py": "not converted yet (core/, another "
+        "helper's package in issue 32's first round)",
+    "hermes_data/sessions/gateway/peers_sql.py": "not converted yet (gateway/, another "
+        "helper's package in issue 32's first round)",
+    "hermes_data/sessions/gateway/repair_sql.py": "not converted yet (gateway/)",
+    "hermes_data/sessions/gateway/sql.py": "not converted yet (gateway/)",
+    "hermes_data/sessions/gateway/telegram_sql.py": "not converted yet (gateway/)",
+    "hermes_data/sessions/search/cjk_sql.py": "search hot path; the CJK-gram predicate is "
+        "spliced in (the counter sees only the outer SELECT)",
+    "hermes_data/sessions/search/gap_sql.py": "search hot path (FTS backfill gap supplement)",
+    "hermes_data/sessions/search/reasoning_sql.py": "search hot path (reasoning search)",
+    "hermes_data/sessions/search/sql.py": "search hot path: FTS/tsvector/trigram predicates "
+        "spliced into the outer statements",
+    "hermes_data/sessions/sql/core.py": "measured hot paths (append, batch, get_messages); "
+        "shared by core/",
+    "hermes_data/sessions/sql/lineage.py": "tails of the recursive lineage CTEs (the WITH "
+        "RECURSIVE head is prepended) and reads beside them",
+    "hermes_data/sessions/storage/adoption_sql.py": "upstream's schema_version table, which "
+        "the store reads but never declares",
+    "hermes_data/sessions/storage/display_sql.py": "run through core/display_order.py "
+        "(another helper's package) and the batch append's hot peer lookup",
+    "hermes_data/sessions/storage/fts/cjk_sql.py": "the CJK-bigram index maintenance",
+    "hermes_data/sessions/storage/fts/ddl.py": "FTS5 DDL and trigger text",
+    "hermes_data/sessions/storage/fts/layout_sql.py": "the FTS layout migration (FTS5 "
+        "tables by name)",
+    "hermes_data/sessions/storage/fts/sql.py": "FTS index maintenance",
+    "hermes_data/sessions/storage/opening_sql.py": "the measured open path (open benchmark)",
+    "hermes_data/sessions/storage/repair/sql.py": "malformed-schema repair on raw sqlite3 "
+        "connections to a damaged file (tables named from sqlite_master)",
+    "hermes_data/sessions/ui/pickers_sql.py": "the MRU picker: built on the kit's string "
+        "predicates (last_active, J)",
+}
+
+_START = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
+#: What makes a statement SQL rather than prose starting with the same word.
+_SQL_SHAPE = {
+    "select": re.compile(r"\bFROM\b|^\s*SELECT\s+(\S+\s*,|\d|\(|\?|:|COALESCE|count|max|min)",
+                         re.IGNORECASE),
+    "insert": re.compile(r"^\s*INSERT\s+(OR\s+\w+\s+)?INTO\b", re.IGNORECASE),
+    "update": re.compile(r"^\s*UPDATE\s+\S+\s+SET\b|^\s*UPDATE\s+\S+\s*$", re.IGNORECASE),
+    "delete": re.compile(r"^\s*DELETE\s+FROM\b", re.IGNORECASE),
+    "replace": re.compile(r"^\s*REPLACE\s+INTO\b", re.IGNORECASE),
+    "with": re.compile(r"^\s*WITH\s+(RECURSIVE\s+)?\w+(\s*\([^)]*\))?\s+AS\b", re.IGNORECASE),
+}
+#: Objects a statement may touch and stay raw SQL (FTS5, tsvector, trigram, CJK grams,
+#: recursive CTEs, catalogue and PRAGMA reads).
+_EXEMPT = re.compile(
+    r"fts|tsvector|tsquery|ts_rank|ts_headline|websearch|plainto|trgm|trigram|similarity|"
+    r"word_similarity|cjk|gram|\bMATCH\b|\bRECURSIVE\b|PRAGMA|sqlite_master|sqlite_schema|"
+    r"sqlite_temp|sqlite_sequence|pg_catalog|pg_class|pg_index|pg_namespace|pg_attribute|"
+    r"pg_indexes|pg_trigger|pg_proc|pg_extension|pg_stat|pg_settings|pg_tables|"
+    r"information_schema|to_regclass|current_setting|pg_advisory|pg_try_advisory|"
+    # trigger bodies (NEW./OLD. rows) and FTS5 commands ('rebuild', 'optimize', …)
+    r"\bNEW\.|\bOLD\.|'rebuild'|'optimize'|'merge'|'automerge'|'delete-all'|"
+    r"'integrity-check'",
+    re.IGNORECASE)
+
+
+def _text(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        parts = []
+        for v in node.values:
+            if isinstance(v, ast.Constant) and isinstance(v.value, str):
+                parts.append(v.value)
+            else:
+                parts.append("{x}")
+        return "".join(parts)
+    return None
+
+
+def is_crud_statement(s: str) -> bool:
+    """Whether the literal ``s`` is a whole CRUD statement that Core should express."""
+    m = _START.match(s)
+    if not m:
+        return False
+    if not _SQL_SHAPE[m.group(1).lower()].search(s):
+        return False
+    return not _EXEMPT.search(s)
+
+
+def _docstring_nodes(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                ids.add(id(body[0].value))
+    return ids
+
+
+def literals(root: Path = ROOT) -> list[tuple[str, int, str]]:
+    """(module path, line, text) of every counted literal under ``root``."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        skip = _docstring_nodes(tree)
+        inner: set[int] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.JoinedStr):
+                inner.update(id(v) for v in node.values)
+                # format specs hold constants too
+                for v in node.values:
+                    if isinstance(v, ast.FormattedValue) and v.format_spec is not None:
+                        inner.add(id(v.format_spec))
+        for node in ast.walk(tree):
+            if id(node) in skip or id(node) in inner:
+                continue
+            s = _text(node)  # type: ignore[arg-type]
+            if s is not None and is_crud_statement(s):
+                rel = str(path.relative_to(root.parents[1]))
+                found.append((rel, node.lineno, " ".join(s.split())))  # type: ignore[attr-defined]
+    return found
+
+
+def test_the_counter_sees_sql_and_skips_prose_and_exempt_objects():
+    assert is_crud_statement("SELECT id FROM sessions WHERE id = ?")
+    assert is_crud_statement("  update sessions SET title = :t")
+    assert is_crud_statement("INSERT OR IGNORE INTO state_meta (key, value) VALUES (?, ?)")
+    assert is_crud_statement("WITH x AS (SELECT 1) DELETE FROM messages WHERE id IN x")
+    assert not is_crud_statement("Select the newest row.")
+    assert not is_crud_statement("with the writer lock held")
+    assert not is_crud_statement("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
+    assert not is_crud_statement("WITH RECURSIVE up(id) AS (SELECT ?) SELECT id FROM up")
+    assert not is_crud_statement("SELECT name FROM sqlite_master WHERE type = 'table'")
+    assert not is_crud_statement("SELECT MIN(display_order) INTO peer FROM messages m "
+                                 "WHERE m.session_id = NEW.session_id")
+    assert not is_crud_statement("INSERT INTO t(t) VALUES ('rebuild')")
+    src = 'a = "SELECT id " "FROM t"\nb = f"DELETE FROM {t} WHERE id = ?"\n'
+    tree_dir = ROOT  # the counter itself walks files; check the AST shape here
+    tree = ast.parse(src)
+    texts = [_text(n) for n in ast.walk(tree) if isinstance(n, (ast.Constant, ast.JoinedStr))]
+    assert "SELECT id FROM t" in texts and "DELETE FROM {x} WHERE id = ?" in texts
+    assert tree_dir.is_dir()
+
+
+def test_crud_statement_literals_do_not_grow():
+    found = literals()
+    assert len(found) <= CEILING, (
+        f"{len(found)} whole CRUD statement literals in hermes_data/sessions, ceiling "
+        f"{CEILING}: build new statements as Core constructs from sessions/schema.py "
+        "(hermes_data.statements.Prepared); `python -m tests.test_sql_literals` lists them")
+    if len(found) < CEILING:
+        print(f"\n{len(found)} CRUD literals left: lower CEILING from {CEILING}")
+
+
+def test_every_module_with_literals_says_why():
+    modules = {m for m, _, _ in literals()}
+    missing = sorted(modules - REASONS.keys())
+    assert not missing, f"hand-written CRUD statements without a reason in REASONS: {missing}"
+
+
+def main() -> None:
+    """Print the counted literals by module, then the per-module counts and the total."""
+    found = literals()
+    verbose = "-v" in sys.argv
+    per = Counter(m for m, _, _ in found)
+    if verbose:
+        for module, line, s in found:
+            sys.stdout.write(f"{module}:{line}: {s[:160]}\n")
+    for module, n in sorted(per.items()):
+        sys.stdout.write(f"{n:4d} {module}  ({REASONS.get(module, 'NO REASON')})\n")
+    sys.stdout.write(f"{len(found):4d} total\n")
+
+
+if __name__ == "__main__":
+    main()
