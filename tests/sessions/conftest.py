@@ -36,6 +36,15 @@ def _truncate(url: str) -> None:
     truncate_tables(url, _TABLES)
 
 
+def delete_store_rows(engine) -> None:
+    """Empty the store's tables with ``DELETE`` (children first) through ``engine``: for the
+    many resets of a property test, ten times faster than ``TRUNCATE`` on a near-empty
+    database; identities keep counting (nothing may depend on their values)."""
+    with engine.begin() as conn:
+        for table in _TABLES.split(", "):
+            conn.exec_driver_sql(f"DELETE FROM {table}")
+
+
 def module_target(request, tmp_path_factory, tag: str) -> Path | str:
     """Where a module-scoped fixture parametrised over :data:`BACKENDS` opens its store: a
     ``state.db`` in a new ``tag`` directory, or the session's PostgreSQL database emptied."""

@@ -134,6 +134,26 @@ def test_c36_restore_undoes_only_the_latest_rewind(store):
     assert store.get_session("t").message_count == 6
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "open (issue 33, found modelling restore for tests/sessions/test_properties.py): a compaction's superseded "
+    "originals (R ∪ T) and rewound rows are both active = 0, compacted = 0, so "
+    "restore_rewound cannot tell them apart; refusing needs a persisted marker"))
+def test_c36_restore_never_reactivates_superseded_originals(store):
+    """docs/sessions-coordination.md §3.16: restore undoes only the latest rewind(s), never
+    reactivating the originals a compaction superseded (upstream's flaw). A compaction whose
+    verbatim tail supersedes the answer, then a rewind of the whole summary, leaves the
+    head at 0: restoring from the superseded answer would make it live beside its copy."""
+    store.create_session("s", "cli")
+    store.append_message("s", "user", "question")
+    answer = store.append_message("s", "assistant", "answer")
+    store.archive_and_compact("s", [{"role": "user", "content": "[summary] question"},
+                                    {"role": "assistant", "content": "answer"}], tail_count=1)
+    store.rewind_to_message("s", store.get_messages("s")[0].id)
+    with pytest.raises(ValueError):
+        store.restore_rewound("s", answer)
+    assert [m.content for m in store.get_messages("s")] == []
+
+
 _OPS = st.lists(st.tuples(st.sampled_from(["append", "compact", "replace", "rewind",
                                            "restore"]), st.integers(0, 9)),
                 min_size=1, max_size=12)
