@@ -70,9 +70,9 @@ from tests.sessions.conftest import delete_store_rows
 # -- budget -------------------------------------------------------------------------------
 
 _LONG = os.environ.get("HERMES_DATA_PROPERTY_EXAMPLES")
-#: Examples per backend by default (PostgreSQL answers each call in about 1.5 ms, SQLite in
-#: about 0.1 ms: each gets a little under a minute on a loaded two-core machine).
-EXAMPLES = {"sqlite": 100, "postgresql": 25}
+#: Examples per backend by default: PostgreSQL answers each call in about 1.5 ms, SQLite in
+#: about 0.1 ms; each backend takes 30–40 s on the development machine (two cores, load 3).
+EXAMPLES = {"sqlite": 200, "postgresql": 50}
 STEPS = int(os.environ.get("HERMES_DATA_PROPERTY_STEPS") or 30)
 
 
@@ -136,6 +136,8 @@ MESSAGE = st.fixed_dictionaries({
     "tools": st.integers(0, 2),
     "old": st.booleans(),
 })
+#: A handoff row for the publications other rules make on the way.
+HANDOFF = {"role": "user", "content": "[summary] alpha", "tools": 0, "old": False}
 PICK = st.integers(0, 10_000)  # an index into the current candidates (shrinks to the first)
 WATERMARK = st.sampled_from(("none", "zero", "last", "middle"))
 
@@ -238,6 +240,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.ids = itertools.count()
         self.old = itertools.count()
         self.max_id = 0
+        self.turn = 0
 
     def teardown(self) -> None:
         self.store.close()
@@ -412,17 +415,20 @@ class SessionMachine(RuleBasedStateMachine):
         self._sync(s, specs)
 
     @rule(how=st.sampled_from(("root", "child", "stale", "branch", "delegate", "reset",
-                               "again")),
+                               "again", "bot")),
           source=st.sampled_from(SOURCES), i=PICK, hidden=st.booleans(),
-          under_split=st.booleans())
-    def create(self, how, source, i, hidden, under_split):
+          under_split=st.booleans(), claim=st.booleans())
+    def create(self, how, source, i, hidden, under_split, claim):
         """docs/sessions.md §4.1: a root; a plain child (a continuation once its parent ends
         with 'compression', docs/sessions.md §3.2 — with ``under_split`` the parent already
         did: upstream's non-atomic split, and the duplicate continuations the chain walk
-        chooses among, docs/sessions.md §3.3);
-        a ``stale`` one, such a child at once closed by 'ws_orphan_reap'; a
-        ``create_child_session`` fork (its marker names the parent: never a continuation);
-        or a repeated create (fills NULLs only, keeps ``source`` and the parent)."""
+        chooses among, docs/sessions.md §3.3); a ``stale`` one, such a child beside an
+        existing continuation (published first if there is none) at once closed by
+        'ws_orphan_reap'; a ``create_child_session`` fork (its marker names the parent: never
+        a continuation); a repeated create (fills NULLs only, keeps ``source`` and the
+        parent); or a bot's canonical chat, a hidden root titled 'Bot Chat', which something
+        then tries to rename (the guard of docs/sessions.md §4.5). ``claim``: a new
+        continuation then takes its parent's title over."""
         if not self.sessions:
             how = "root"
         if how == "again":
@@ -433,8 +439,18 @@ class SessionMachine(RuleBasedStateMachine):
                 (s.source, s.started_at, s.parent), (s, row)
             return
         parent = None
+        bot = how == "bot"
+        if bot:
+            how, hidden, source = "root", True, "telegram"
         if how != "root":
             split = [s for s in self.sessions.values() if s.end_reason == "compression"]
+            if how == "stale":  # a duplicate beside a continuation: publish one if need be
+                split = [s for s in split if self._edge_children(s)]
+                if not split:
+                    self.publish_compression_child(i, True, "cli", [HANDOFF], "none", None,
+                                                   None)
+                    split = [s for s in self.sessions.values()
+                             if s.end_reason == "compression" and self._edge_children(s)]
             parent = self._pick(i, split if (under_split or how == "stale") and split
                                 else self.sessions.values())
         sid = self._new_id()
@@ -445,6 +461,16 @@ class SessionMachine(RuleBasedStateMachine):
         expect(sid, lambda: self.store.create_session(
             sid, source, parent_session_id=parent.id if parent else None, hidden=hidden))
         child = self._create(sid, source, parent, None, hidden)
+        if claim and parent is not None and self._edge(parent, child):
+            # upstream's non-atomic split left the title on the parent: the continuation
+            # takes it over (a title held by a compression ancestor moves: docs/sessions.md §4.5)
+            if parent.title is None:
+                self.title(self._index(parent), "Plan #7", "user")
+            self.title(self._index(child), parent.title or "Plan #7", "user")
+        if bot:
+            self.title(self._index(child), "Bot Chat", "user")
+            self.title(self._index(child), "x", "llm")
+            self.title(self._index(child), "x", "user")
         if how == "stale":
             expect(True, lambda: self.store.end_session(sid, "ws_orphan_reap"))
             child.end_reason = "ws_orphan_reap"
@@ -514,13 +540,17 @@ class SessionMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.sessions)
     @rule(i=PICK, live=st.booleans(), source=st.sampled_from(SOURCES),
-          handoff=st.lists(MESSAGE, min_size=1, max_size=2), wm=WATERMARK, who=PRESENTER)
-    def publish_compression_child(self, i, live, source, handoff, wm, who):
+          handoff=st.lists(MESSAGE, min_size=1, max_size=2), wm=WATERMARK, who=PRESENTER,
+          flag=st.sampled_from((None, None, "pinned", "archived", "hidden")))
+    def publish_compression_child(self, i, live, source, handoff, wm, who, flag):
         """The atomic split: the lease check when a holder is presented, automatic end stamps
         cleared and other ends refused; the child gets the handoff and the parent's active rows
         above the watermark, the parent's flags and its title; the parent ends with
-        'compression' (a child with source 'tool' is a fork, so the chain stops there)."""
+        'compression' (a child with source 'tool' is a fork, so the chain stops there).
+        ``flag`` first sets a lineage flag on the parent."""
         p = self._choose(i, live, publishable=True)
+        if flag:  # the parent's lineage flag first: the child must carry it
+            self.set_flag(self._index(p), flag, True)
         holder = self._presenter(who, self.locks.get(p.id))
         specs = [self._spec(m) for m in handoff]
         watermark = self._watermark(p, wm)
@@ -627,7 +657,7 @@ class SessionMachine(RuleBasedStateMachine):
         # The latest rewind starts at the first rewound row above the head; a later one
         # would leave a hole (refused), and any row tests the other refusals.
         if tail and not any_row:
-            since = (tail[0] if j % 2 else tail[j % len(tail)]).id
+            since = (tail[-1] if j % 2 else tail[0]).id
         else:
             since = s.msgs[j % len(s.msgs)].id
         call = lambda: self.store.restore_rewound(s.id, since)  # noqa: E731
@@ -660,15 +690,31 @@ class SessionMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.sessions)
     @rule(i=PICK, raw=st.sampled_from(sorted(TITLES)),
-          source=st.sampled_from(("user", "derived", "llm")))
-    def title(self, i, raw, source):
+          source=st.sampled_from(("user", "derived", "llm")),
+          taken=st.sampled_from((None, None, "ancestor", "other")), retitle=st.booleans())
+    def title(self, i, raw, source, taken=None, retitle=False):
         """User rename (``set_session_title``): lands subject to the hidden 'Bot Chat' guard
         and uniqueness; a title held by a compression ancestor moves to the caller; blank
         clears. Automatic title (``set_auto_title``): only over an untitled row or a strictly
         lower rank, never over the guard (False), blank is a no-op; uniqueness as for users.
-        Then ``get_next_title_in_lineage`` numbers after the model's titles."""
-        s = self._pick(i, self.sessions.values())
-        title = TITLES[raw]
+        ``taken``: on a continuation, the title a compression ancestor holds (the parent is
+        titled first if no ancestor is), or one another session holds. Then
+        ``get_next_title_in_lineage`` numbers after the model's titles. ``retitle`` picks a
+        titled session when there is one (where the ranks decide)."""
+        pool = [x for x in self.sessions.values() if x.title or not retitle]
+        if taken == "ancestor":  # a continuation, when there is one
+            pool = [x for x in pool if self._ancestors(x)] or pool
+        s = self._pick(i, pool or self.sessions.values())
+        if taken:
+            up = self._ancestors(s)
+            parent = self._parent(s)
+            if taken == "ancestor" and up and parent is not None \
+                    and not any(self.sessions[a].title for a in up):
+                self.title(self._index(parent), "Plan #7", "user")
+            held = sorted((x.id, x.title) for x in self.sessions.values()
+                          if x.title and x.id != s.id and (x.id in up) == (taken == "ancestor"))
+            raw = held[0][1] if held else raw
+        title = TITLES.get(raw, raw)
         user = source == "user"
         if user:
             call = lambda: self.store.set_session_title(s.id, raw)  # noqa: E731
@@ -859,7 +905,9 @@ class SessionMachine(RuleBasedStateMachine):
         or deleted). A word of the alphabet, bare or wrapped in FTS syntax: exactly the rows
         holding it (for a CJK word, those in the trigram scope). Syntax alone: never raises,
         every hit holds the typed text."""
-        query = word if word in SYNTAX_ONLY else deco.format(word)
+        self._check_search(word if word in SYNTAX_ONLY else deco.format(word), word)
+
+    def _check_search(self, query: str, word: str) -> None:
         hits = expect(..., lambda: self.store.search_messages(
             query, limit=1000, fields=["id", "session_id"]))
         ids = [h.id for h in hits]
@@ -916,6 +964,14 @@ class SessionMachine(RuleBasedStateMachine):
         listed = [s for s in self.sessions.values()
                   if self._listable(s) and not s.archived and not s.hidden]
         assert self.store.session_count() == len(listed)
+
+    @invariant()
+    def search_matches(self):
+        """The search rule's check for one word of the alphabet per state, in turn (each
+        state searches, whichever rules the example enables)."""
+        self.turn += 1
+        word = WORDS[self.turn % len(WORDS)]
+        self._check_search(DECORATIONS[self.turn % len(DECORATIONS)].format(word), word)
 
     @invariant()
     def lineage_matches(self):
