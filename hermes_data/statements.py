@@ -237,15 +237,19 @@ class DriverPrepared(Prepared):
     pg_casts = False
 
 
-def _pg_insert(table: Any) -> Any:
-    from sqlalchemy.dialects.postgresql import insert  # only when PostgreSQL runs it
+def dialect_insert(dialect: str) -> Any:
+    """The ``insert`` construct of ``dialect`` (``INSERT … ON CONFLICT`` on both): SQLite's
+    or PostgreSQL's, the latter imported only when PostgreSQL runs it."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-    return insert(table)
+        return pg_insert
+    return sqlite_dialect.insert
 
 
 def upsert_statement(name: str, build: Callable[[Any], Any]) -> Prepared:
     """A :class:`Prepared` statement built by ``build(insert)`` with each dialect's own
-    ``insert`` (``INSERT … ON CONFLICT`` on both): SQLite's and PostgreSQL's construct are each
+    ``insert`` (:func:`dialect_insert`): SQLite's and PostgreSQL's construct are each
     built on first use (issue 14: importing the query modules builds no construct)."""
-    return Prepared(name, lambda: build(sqlite_dialect.insert),
-                    lambda: build(_pg_insert))
+    return Prepared(name, lambda: build(dialect_insert("sqlite")),
+                    lambda: build(dialect_insert("postgresql")))

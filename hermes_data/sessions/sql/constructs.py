@@ -21,6 +21,11 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 
+from hermes_data.statements import dialect_insert
+
+__all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "left_chars", "right_chars",
+           "trim_chars"]
+
 
 def const(value: int | str) -> ColumnElement[Any]:
     """``value`` as an inline SQL literal (an int, or a string quoted with doubled ``'``):
@@ -30,18 +35,6 @@ def const(value: int | str) -> ColumnElement[Any]:
     if isinstance(value, int):
         return sa.literal_column(str(value))
     return sa.literal_column("'" + value.replace("'", "''") + "'")
-
-
-def dialect_insert(dialect: str) -> Any:
-    """The ``insert`` construct of ``dialect`` (``INSERT … ON CONFLICT`` on both): SQLite's
-    or PostgreSQL's, the latter imported only when PostgreSQL runs it."""
-    if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as pg_insert
-
-        return pg_insert
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert
 
 
 def bp(name: str) -> sa.BindParameter[Any]:
@@ -56,16 +49,6 @@ class instr(FunctionElement[Any]):
     inherit_cache = True
     name = "instr"
     type = sa.Integer()
-
-
-@compiles(instr)
-def _instr(element: Any, compiler: Any, **kw: Any) -> str:
-    return "instr(%s)" % compiler.process(element.clauses, **kw)
-
-
-@compiles(instr, "postgresql")
-def _instr_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return "strpos(%s)" % compiler.process(element.clauses, **kw)
 
 
 class ci_like(ColumnElement[Any]):
@@ -106,16 +89,6 @@ class trim_chars(FunctionElement[Any]):
     type = sa.Text()
 
 
-@compiles(trim_chars)
-def _trim_chars(element: Any, compiler: Any, **kw: Any) -> str:
-    return "TRIM(%s)" % compiler.process(element.clauses, **kw)
-
-
-@compiles(trim_chars, "postgresql")
-def _trim_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return "btrim(%s)" % compiler.process(element.clauses, **kw)
-
-
 class left_chars(FunctionElement[Any]):
     """The first ``n`` characters of ``expr``: ``substr(x, 1, n)`` on SQLite, ``left(x, n)``
     on PostgreSQL."""
@@ -129,11 +102,6 @@ class left_chars(FunctionElement[Any]):
 def _left_chars(element: Any, compiler: Any, **kw: Any) -> str:
     expr, n = list(element.clauses)
     return "substr(%s, 1, %s)" % (compiler.process(expr, **kw), compiler.process(n, **kw))
-
-
-@compiles(left_chars, "postgresql")
-def _left_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return "left(%s)" % compiler.process(element.clauses, **kw)
 
 
 class right_chars(FunctionElement[Any]):
@@ -151,6 +119,19 @@ def _right_chars(element: Any, compiler: Any, **kw: Any) -> str:
     return "substr(%s, -%s)" % (compiler.process(expr, **kw), compiler.process(n, **kw))
 
 
-@compiles(right_chars, "postgresql")
-def _right_chars_pg(element: Any, compiler: Any, **kw: Any) -> str:
-    return "right(%s)" % compiler.process(element.clauses, **kw)
+def _call_as(construct: type, name: str, dialect: str | None = None) -> None:
+    """Compile ``construct`` as the function call ``name(arguments…)`` — on ``dialect``, or
+    by default on every dialect without its own compiler."""
+    def as_call(element: Any, compiler: Any, **kw: Any) -> str:
+        return "%s(%s)" % (name, compiler.process(element.clauses, **kw))
+
+    compiles(construct, *([dialect] if dialect else []))(as_call)
+
+
+# The functions whose whole difference is their name.
+_call_as(instr, "instr")
+_call_as(instr, "strpos", "postgresql")
+_call_as(trim_chars, "TRIM")
+_call_as(trim_chars, "btrim", "postgresql")
+_call_as(left_chars, "left", "postgresql")
+_call_as(right_chars, "right", "postgresql")
