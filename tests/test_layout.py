@@ -30,7 +30,9 @@ def _modules(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def _docstrings(tree: ast.AST) -> set[int]:
+def docstring_ids(tree: ast.AST) -> set[int]:
+    """``id()`` of every docstring constant of ``tree`` (module, class, function), so a scan
+    of string literals can skip them (also tests/test_sql_literals.py)."""
     ids = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -43,7 +45,7 @@ def _docstrings(tree: ast.AST) -> set[int]:
 def sql_literals(path: Path) -> list[tuple[int, str]]:
     """String constants (and the leading literal of f-strings) that start an SQL statement."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _docstrings(tree)
+    skip = docstring_ids(tree)
     found = []
     for node in ast.walk(tree):
         text = None

@@ -19,6 +19,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from tests.test_layout import docstring_ids
+
 ROOT = Path(__file__).resolve().parents[1] / "hermes_data" / "sessions"
 
 #: Whole CRUD statement literals left (issue 32 counted 397 with its own rules; this
@@ -121,22 +123,12 @@ def is_crud_statement(s: str) -> bool:
     return not _EXEMPT.search(s)
 
 
-def _docstring_nodes(tree: ast.AST) -> set[int]:
-    ids = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
-                ids.add(id(body[0].value))
-    return ids
-
-
 def literals(root: Path = ROOT) -> list[tuple[str, int, str]]:
     """(module path, line, text) of every counted literal under ``root``."""
     found = []
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skip = _docstring_nodes(tree)
+        skip = docstring_ids(tree)
         inner: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.JoinedStr):
