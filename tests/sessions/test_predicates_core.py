@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import messages, sessions
+from hermes_data.sessions.sql import markers as mk
 from hermes_data.sessions.sql import predicates as P
 from hermes_data.sessions.sql.constructs import json_marker
 
@@ -58,6 +59,30 @@ def _rows() -> tuple[list[dict], list[dict]]:
         {"session_id": "future_clock", "role": "user", "content": "y", "timestamp": FUTURE},
         {"session_id": "cont", "role": "user", "content": "line\nbreak", "timestamp": PAST + 12},
     ]
+    # Preview shapes (docs/sessions-ui.md §3.3), one session each, several rows where the
+    # first eligible one is not the first row.
+    summary = mk.LONG_FORM_INTRO + "old turns\n" + mk.END_MARKER
+    previews = {
+        "comp": [" \t" + summary + "\n  the real question\r\nsecond line"],
+        "tool": [mk.LEGACY_PREFIX + " only a summary", "then a plain one"],
+        "mark_branch": [summary + " \n\t ", "after an empty remainder"],
+        "mark_other": [mk.PRIOR_HEADER + "\n prior words " + mk.MERGED_DELIM + "\n" + summary],
+        "mark_delegate": ["no header prior " + mk.MERGED_DELIM + mk.LEGACY_PREFIX + "x"],
+        "mark_reset": [mk.MERGED_DELIM + mk.LEGACY_PREFIX + "nothing before"],
+        "broken_json": [mk.SKILL_PREFIX + "big skill]\n" + "word " * 300 + "\ntail end"],
+        "branched": [mk.SKILL_PREFIX + "small]\r\nuse it"],
+        "branch_late": ["x" * 100 + "\ny" * 10],
+        "branch_early": ["a\u00e9\u4e2d\U0001F600 multibyte " * 5],
+        "reset_parent": ["visible but hidden kind"],
+        "reset_same_key": ["first", "second"],
+    }
+    for sid, contents in previews.items():
+        for i, text in enumerate(contents):
+            msgs.append({"session_id": sid, "role": "user", "content": text,
+                         "timestamp": PAST + 100 + i,
+                         "display_kind": "hidden" if sid == "reset_parent" else None})
+    msgs.append({"session_id": "reset_same_key", "role": "assistant", "content": "zero",
+                 "timestamp": PAST + 50})
     return rows, msgs
 
 
@@ -71,7 +96,8 @@ def populated(session_store):
             if r["parent_session_id"]:
                 conn.execute(sa.update(sessions).where(sessions.c.id == r["id"]).values(
                     parent_session_id=r["parent_session_id"]))
-        conn.execute(sa.insert(messages), msgs)
+        # One key set for every row (executemany compiles the first row's columns).
+        conn.execute(sa.insert(messages), [{"display_kind": None, **m} for m in msgs])
     return session_store
 
 
@@ -105,6 +131,7 @@ def test_every_core_predicate_matches_its_string_twin(populated):
         "legacy_reset_child": (P.legacy_reset_child("s"), P.legacy_reset_child_of(s)),
     }
     checked = 0
+    previews: dict[str, object] = {}
     with populated.engine.connect() as conn:
         for name, (text_expr, core_expr) in unary.items():
             for sid in ids:
@@ -122,7 +149,8 @@ def test_every_core_predicate_matches_its_string_twin(populated):
                 assert got == want, f"J({sid}, {key}) on {d}: Core {got!r}, string {want!r}"
             want = _string_value(conn, P.preview_sql("s", d), "s", ids=(sid,))
             got = _core_value(conn, P.preview_of(s, d), s, ids=(sid,))
-            assert got == want
+            assert got == want, f"preview({sid}) on {d}: Core {got!r}, string {want!r}"
+            previews[sid] = got
         for pid, cid in itertools.product(ids, ids):
             for name, text_expr, core_expr in (
                     ("edge", P.edge("p", "c", d), P.edge_of(p, c)),
@@ -132,8 +160,18 @@ def test_every_core_predicate_matches_its_string_twin(populated):
                 assert got == want, (f"{name}(p={pid}, c={cid}) on {d}: Core {got!r}, "
                                      f"string {want!r}")
                 checked += 1
-    # Some pairs are edges and some rows listable: the rows exercise both answers.
     assert checked == 4 * len(ids) + 2 * len(ids) ** 2
+    # The rows reach every preview branch: summary remainder, merged prior (with and without
+    # its header), long and short scaffolds, plain text cut to 63, nothing eligible.
+    assert previews["comp"].startswith("\n  the real question")
+    assert previews["tool"] == "then a plain one"
+    assert previews["mark_branch"] == "after an empty remainder"
+    assert previews["mark_other"] == "prior words"
+    assert previews["mark_delegate"] == "no header prior"
+    assert previews["mark_reset"] is None and previews["reset_parent"] is None
+    assert "\x1e" in previews["broken_json"] and len(previews["broken_json"]) == 801
+    assert previews["branched"] == mk.SKILL_PREFIX + "small]  use it"
+    assert len(previews["branch_early"]) == 63 and previews["reset_same_key"] == "first"
 
 
 def test_the_rows_reach_both_answers(populated):

@@ -14,6 +14,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.sql.constructs import const, json_marker
+from hermes_data.sessions.sql.previews import preview_expr
 from hermes_data.sessions.sql.previews import preview_sql as _ui_preview
 
 RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
@@ -216,7 +217,6 @@ def last_active_of(s: Alias) -> Any:
 
 
 def preview_of(s: Alias, d: str) -> Any:
-    """The listing preview of session ``s`` on dialect ``d`` (docs/sessions-ui.md §3.3)."""
-    # not Core: the preview is one string-processing expression over the marker constants
-    # (sql/previews.py), kept as a single named fragment.
-    return sa.literal_column(_ui_preview(s.name, d))
+    """The listing preview of session ``s`` on dialect ``d`` (docs/sessions-ui.md §3.3): a
+    correlated scalar subquery (:func:`hermes_data.sessions.sql.previews.preview_expr`)."""
+    return preview_expr(s, d)
