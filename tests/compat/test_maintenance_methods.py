@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hermes_data.compat import AUTO_VACUUM_MIN_FREELIST_RATIO, SessionDB
+from hermes_data.errors import ConfigurationError
 
 #: The keys upstream's dry-run rows carry.
 CANDIDATE_KEYS = {"id", "source", "title", "model", "started_at", "last_active", "ended_at",
@@ -157,6 +158,16 @@ def test_purge_stale_tool_call_markers_backs_up_first(db):
 def test_logical_size_bytes(db):
     size = db.logical_size_bytes()
     assert isinstance(size, int) and size > 0
+
+
+def test_logical_size_bytes_of_a_closed_handle_raises_naming_the_store(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream's
+    ``logical_size_bytes`` answered None for a closed handle or any failed read (logged at
+    DEBUG); ours raises the store's typed error naming the store."""
+    db.store.close()
+    with pytest.raises(ConfigurationError, match="closed") as info:
+        db.logical_size_bytes()
+    assert str(db.store.path) in str(info.value)
 
 
 def test_vacuum_keeps_the_data(db):
