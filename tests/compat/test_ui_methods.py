@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import sqlalchemy as sa
 
 PR = "https://github.com/acme/app/pull/42"
@@ -45,6 +46,19 @@ def test_get_messages_around_at_the_edges_and_unknown_anchor(db):
     assert db.get_messages_around("s1", ids[-1] + 1000) == {
         "window": [], "messages_before": 0, "messages_after": 0}
     assert db.get_messages_around("other", ids[0])["window"] == []
+
+
+@pytest.mark.parametrize("anchor", ["5", 5.0, True, None, "abc"])
+def test_get_messages_around_refuses_a_non_int_anchor(db, anchor):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream bound the
+    anchor as given and let SQLite's integer affinity decide — ``"5"``, ``5.0`` and ``True``
+    anchored like ``5`` / ``1``, while ``None`` or ``"abc"`` gave the empty window of an unknown
+    id, hiding the caller's bug; ours raises ``TypeError`` naming the value, on both backends
+    alike."""
+    _transcript(db, "s1", 6)
+    with pytest.raises(TypeError, match="around_message_id must be an int") as info:
+        db.get_messages_around("s1", anchor)
+    assert repr(anchor) in str(info.value)
 
 
 def test_get_messages_around_decodes_structured_content(db):
