@@ -309,6 +309,32 @@ def test_set_session_hidden_and_pinned_flip_the_lineage(db):
     assert db.set_session_hidden("nope", True) is False
 
 
+def test_set_session_pinned_also_unhides_unless_a_hidden_bot_chat(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): seed 002's
+    ``set_session_pinned`` wrote ``pinned`` alone, so a pinned hidden session (a bot-mode
+    session is created hidden) stayed out of the listing and of its pinned back-fill; ours
+    clears ``hidden`` on the same set in the same transaction — upstream's later fix (#106171)
+    — except on a lineage holding a hidden canonical 'Bot Chat'. ``include_forked_children``
+    widens both writes to upstream's set, so a branch of the lineage is pinned and unhidden
+    too; no keyword leaves ``hidden`` alone."""
+    chain(db, "root", "tip")
+    db.store.create_child_session("root", "br", "branch")
+    db.set_session_hidden("root", True)
+    assert {db.get_session(s)["hidden"] for s in ("root", "tip", "br")} == {True}
+    assert db.set_session_pinned("root", True) is True
+    for sid in ("root", "tip", "br"):
+        row = db.get_session(sid)
+        assert (row["pinned"], row["hidden"]) == (1, 0), sid
+    assert db.set_session_pinned("root", False) is True
+    assert db.get_session("root")["hidden"] == 0  # unpinning leaves hidden alone
+    chain(db, "bot", "bottip")
+    db.set_session_title("bottip", SessionDB.CANONICAL_BOT_CHAT_TITLE)
+    db.set_session_hidden("bot", True)
+    assert db.set_session_pinned("bottip", True) is True
+    assert db.get_session("bottip")["pinned"] == 1
+    assert db.get_session("bot")["hidden"] == 1 and db.get_session("bottip")["hidden"] == 1
+
+
 def test_set_session_hidden_repeated_is_true(db):
     db.create_session("s1", "cli")
     db.set_session_hidden("s1", True)
