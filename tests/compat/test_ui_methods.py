@@ -4,10 +4,14 @@ backends (the ``db`` fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 
 import pytest
 import sqlalchemy as sa
+
+from hermes_data.sessions.ui.portability.imports import ImportLimits
 
 PR = "https://github.com/acme/app/pull/42"
 
@@ -213,3 +217,37 @@ def test_search_sessions_includes_archived_rows(db):
     db.store.create_session("arch", "cli")
     db.store.set_session_archived("arch", True)
     assert [r["id"] for r in db.search_sessions()] == ["arch"]
+
+
+# -- import (upstream's SessionDB.import_sessions; the layer has no wrapper: db.store's) -------
+
+def test_import_total_limit_issues_name_each_entry_past_the_limit(db):
+    """As upstream's ``import_sessions``: a total cap is reported on each entry whose running
+    total exceeds it, with that entry's index and id (it had been one issue at index -1, which
+    as a Python index names the last entry). Nothing is written."""
+    payload = [{"id": f"s{i}", "messages": [{"role": "user", "content": "x"}] * n}
+               for i, n in enumerate((2, 1, 1, 1))]
+    r = db.store.import_sessions(payload, ImportLimits(messages_total=3))
+    assert not r.ok and r.imported == 0
+    assert [(i.index, i.session_id) for i in r.errors] == [(2, "s2"), (3, "s3")]
+    assert all(i.error.startswith("messages exceeds the total import limit")
+               for i in r.errors)
+    size = len(json.dumps(payload[0], separators=(",", ":")))
+    r = db.store.import_sessions(payload, ImportLimits(bytes_total=size * 2 + 10))
+    assert [(i.index, i.session_id) for i in r.errors] == [(2, "s2"), (3, "s3")]
+    assert all(i.error.startswith("import exceeds the total size limit") for i in r.errors)
+    assert db.get_session("s0") is None
+
+
+def test_import_result_has_every_field_on_a_refusal(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream's refusal
+    dict had only ``ok``, ``imported``, ``skipped``, ``detached`` and ``errors`` (its success
+    added the id lists, neither had ``warnings``); ours is one ``ImportResult`` whose fields are
+    always there — empty lists and zero counters on a refusal."""
+    r = db.store.import_sessions([{"id": "a"}, {"id": "a"}])
+    assert [f.name for f in dataclasses.fields(r)] == [
+        "ok", "imported", "skipped", "detached", "imported_ids", "skipped_ids", "errors",
+        "warnings"]
+    assert (r.ok, r.imported, r.skipped, r.detached) == (False, 0, 0, 0)
+    assert (r.imported_ids, r.skipped_ids, r.warnings) == ([], [], [])
+    assert [(i.index, i.session_id) for i in r.errors] == [(1, "a")]
