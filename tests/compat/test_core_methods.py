@@ -364,6 +364,33 @@ def test_get_session_is_a_plain_dict(db):
     assert {"started_at", "message_count", "title", "parent_session_id", "archived"} <= set(row)
 
 
+def test_get_session_has_an_adopted_files_upstream_only_columns(db, session_store_url):
+    """As upstream's ``get_session`` / ``get_session_by_title`` (``SELECT s.*``): a column an
+    upstream version added and no revision here declares (docs/sessions-ui.md §2.6) is a key
+    of the session dict, as it already was of the listing rows; the declared keys keep their
+    values, and a fresh store's dict has none."""
+    db.create_session("s1", "cli", model="m")
+    db.set_session_title("s1", "named")
+    assert db.store.get_session_extra("s1") == {}
+    with db.store.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN transport_profile TEXT")
+        conn.exec_driver_sql("UPDATE sessions SET transport_profile = 'fast'")
+    adopted = SessionDB(session_store_url)  # a handle opened on the file as it is now
+    try:
+        row = adopted.get_session("s1")
+        assert row["transport_profile"] == "fast"
+        assert (row["id"], row["model"], row["title"]) == ("s1", "m", "named")
+        assert adopted.get_session_by_title("named")["transport_profile"] == "fast"
+        assert adopted.store.get_session_extra("s1") == {"transport_profile": "fast"}
+        assert adopted.get_session("nope") is None
+        assert adopted.store.get_session_extra("nope") == {}
+    finally:
+        adopted.close()
+        if db.store.url.get_backend_name() == "postgresql":  # the scratch database outlives us
+            with db.store.engine.begin() as conn:
+                conn.exec_driver_sql("ALTER TABLE sessions DROP COLUMN transport_profile")
+
+
 def test_session_count_filters(db):
     db.create_session("a", "cli")
     db.create_session("b", "telegram")
