@@ -13,11 +13,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import compression_locks, messages, session_turn_leases, \
-    sessions, state_meta, telegram_dm_topic_bindings
-from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, left_chars
+from hermes_data.sessions.schema import compression_locks, gateway_routing, messages, \
+    session_turn_leases, sessions, state_meta, telegram_dm_topic_bindings
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker, \
+    left_chars
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
-from hermes_data.sessions.sql.predicates import J, last_active
+from hermes_data.sessions.sql.predicates import last_active_of
 
 _ZERO_COLS = ("message_count", "tool_call_count", "api_call_count", "input_tokens",
               "output_tokens", "pinned", "archived")
@@ -120,6 +121,36 @@ def _retag_kanban(d: str) -> sa.Update:
                left_chars(s.c.cwd, bp("n")).in_([bp("slash"), bp("backslash")])))
 
 
+def _routing_for_session(d: str) -> sa.Delete:
+    g = gateway_routing
+    return sa.delete(g).where(json_marker(g.c.entry_json, "session_id") == bp("sid"))
+
+
+def _orphans(d: str) -> sa.Select:
+    o, om, oe = sessions.alias("o"), messages.alias("om"), messages.alias("oe")
+    count = sa.select(sa.func.count()).select_from(om).where(om.c.session_id == o.c.id)
+    return (sa.select(o.c.id, _blank(o.c.source), count.scalar_subquery(), o.c.started_at,
+                      last_active_of(o), o.c.parent_session_id, o.c.user_id)
+            .where(o.c.session_key.is_(None),
+                   sa.select(const(1)).where(oe.c.session_id == o.c.id).exists(),
+                   _blank(o.c.source) != const("tool"),
+                   json_marker(o.c.model_config, "_branched_from").is_(None),
+                   json_marker(o.c.model_config, "_delegate_from").is_(None))
+            .order_by(o.c.started_at, o.c.id))
+
+
+def _contiguous_donors(d: str) -> sa.Select:
+    c = sessions.alias("d")
+    la = last_active_of(c)
+    return (sa.select(c.c.id, c.c.session_key)
+            .where(c.c.id != bp("id"), _blank(c.c.session_key) != const(""),
+                   _blank(c.c.source) == bp("source"),
+                   sa.or_(_blank(c.c.user_id) == const(""), _blank(bp("user")) == const(""),
+                          c.c.user_id == bp("user2")),
+                   la.between(bp("lo"), bp("hi")), la < bp("last"))
+            .order_by(la.desc(), c.c.id.desc()).limit(const(2)))
+
+
 class RepairStatements(Statements):
     """The repair statements of one dialect."""
 
@@ -129,12 +160,19 @@ class RepairStatements(Statements):
     #: One candidate re-checked inside the prune's transaction (locked on PostgreSQL).
     NEVER_ACTIVE_ONE_PLAIN = _never_active_one(False)
     NEVER_ACTIVE_ONE_TG = _never_active_one(True)
+    #: Routing entries of every scope naming a session (malformed JSON never raises).
+    ROUTING_FOR_SESSION = driver_statement(_routing_for_session, "sid")
     #: Compression lock of a session.
     LOCK_OF = _holder(compression_locks, "session_id")
     #: Turn lease of a conversation.
     LEASE_OF = _holder(session_turn_leases, "conversation_id")
+    #: Orphans: unkeyed, with messages, not tool rows, no branch/delegate marker.
+    ORPHANS = driver_statement(_orphans)
     #: A lineage donor: the parent, keyed, of the same source.
     PARENT_DONOR = driver_statement(_donor, "id", "source")
+    #: Contiguity donors (at most two: one is an answer, two are ambiguous).
+    CONTIGUOUS_DONORS = driver_statement(_contiguous_donors, "id", "source", "user", "user2",
+                                         "lo", "hi", "last")
     #: Both rows of an adoption, locked in id order on PostgreSQL.
     ADOPT_ROWS = driver_statement(_adopt_rows, "orphan", "donor")
     #: Give the orphan the donor's key; fill its NULL routing columns.
@@ -168,28 +206,6 @@ class RepairStatements(Statements):
         self.TABLE_EXISTS = r(
             "SELECT 1 FROM pg_tables WHERE schemaname = current_schema() AND tablename = ?"
             if pg else "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?")
-        #: Routing entries of every scope naming a session (malformed JSON never raises).
-        # not Core: built on the kit's string predicate J (its Core twin is not on main yet)
-        self.ROUTING_FOR_SESSION = r(
-            f"DELETE FROM gateway_routing WHERE {J('entry_json', 'session_id', d)} = ?")
-        la = last_active
-        #: Orphans: unkeyed, with messages, not tool rows, no branch/delegate marker.
-        # not Core: built on the kit's string predicates J and last_active
-        self.ORPHANS = r(
-            "SELECT o.id, COALESCE(o.source, ''), (SELECT COUNT(*) FROM messages om WHERE "
-            f"om.session_id = o.id), o.started_at, {la('o')}, o.parent_session_id, o.user_id "
-            "FROM sessions o WHERE o.session_key IS NULL AND EXISTS (SELECT 1 FROM messages "
-            "oe WHERE oe.session_id = o.id) AND COALESCE(o.source, '') <> 'tool' AND "
-            f"{J('o.model_config', '_branched_from', d)} IS NULL AND "
-            f"{J('o.model_config', '_delegate_from', d)} IS NULL ORDER BY o.started_at, o.id")
-        #: Contiguity donors (at most two: one is an answer, two are ambiguous).
-        # not Core: built on the kit's string predicate last_active
-        self.CONTIGUOUS_DONORS = r(
-            f"SELECT d.id, d.session_key FROM sessions d WHERE d.id <> ? AND "
-            "COALESCE(d.session_key, '') <> '' AND COALESCE(d.source, '') = ? AND "
-            "(COALESCE(d.user_id, '') = '' OR COALESCE(?, '') = '' OR d.user_id = ?) AND "
-            f"{la('d')} BETWEEN ? AND ? AND {la('d')} < ? ORDER BY {la('d')} DESC, d.id DESC "
-            "LIMIT 2")
 
 
 #: The RepairStatements of a dialect (built once per process).

@@ -3,6 +3,11 @@
 On SQLite the two tables are the user's opt-in: ``apply_telegram_topic_migration`` creates
 or upgrades them with the frozen v3 DDL below (these texts never change; a later shape needs
 a new upgrade step). On PostgreSQL revision ``s06_gateway`` created them.
+
+The statements are Core constructs over the two tables of :mod:`hermes_data.sessions.schema`
+(declared there for both dialects), compiled once per dialect on first use
+(:class:`hermes_data.sessions.sql.dialect.driver_statement`); callers pass positional tuples
+in each statement's declared order. The DDL, catalogue reads and the v1/v2 copy stay text.
 """
 
 from __future__ import annotations
@@ -13,13 +18,14 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.gateway.repair_sql import meta_get, meta_set
+from hermes_data.sessions.schema import sessions, system_prompts
 from hermes_data.sessions.schema import telegram_dm_topic_bindings as bindings
 from hermes_data.sessions.schema import telegram_dm_topic_mode as mode
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
-from hermes_data.sessions.sql.predicates import last_active, preview_sql
+from hermes_data.sessions.sql.predicates import last_active_of, preview_of
 
 MODE = "telegram_dm_topic_mode"
 BINDINGS = "telegram_dm_topic_bindings"
@@ -155,6 +161,32 @@ def _binding_rows(*where: Any) -> sa.Select:
     return sa.select(*(bindings.c[c] for c in V3_COLUMNS[BINDINGS])).where(*where)
 
 
+def _unlinked(bound: bool) -> driver_statement:
+    """A user's Telegram sessions of a profile not ended in ``compression`` (``bound``: and
+    no topic bound to them), most recently active first, with prompt, preview and
+    ``last_active``."""
+    def build(d: str) -> sa.Select:
+        s, sp = sessions.alias("s"), system_prompts.alias("sp")
+        la = last_active_of(s).label("la")
+        profile = sa.func.coalesce(sa.func.nullif(sa.func.trim(s.c.profile_name), const("")),
+                                   const("default"))
+        where = [s.c.source == const("telegram"), s.c.user_id == bp("user"),
+                 profile == bp("profile"),
+                 sa.not_(sa.and_(s.c.ended_at.is_not(None),
+                                 sa.func.coalesce(s.c.end_reason, const(""))
+                                 == const("compression")))]
+        if bound:
+            ub = bindings.alias("ub")
+            where.append(~sa.select(const(1)).where(ub.c.session_id == s.c.id).exists())
+        newest = la.desc().nulls_last() if d == "postgresql" else la.desc()
+        return (sa.select(*(s.c[c] for c in SESSION_ROW_COLS),
+                          sa.func.coalesce(sp.c.prompt, s.c.system_prompt), preview_of(s, d), la)
+                .select_from(s.outerjoin(sp, sp.c.hash == s.c.system_prompt_hash))
+                .where(*where).order_by(newest, s.c.started_at.desc(), s.c.id.desc())
+                .limit(bp("limit")))
+    return driver_statement(build, "user", "profile", "limit")
+
+
 class TelegramStatements(Statements):
     """The Telegram statements of one dialect (Core constructs over the two topic tables,
     compiled on first use; callers pass positional tuples in each statement's declared
@@ -197,6 +229,15 @@ class TelegramStatements(Statements):
     CHAT_HAS_BINDINGS = driver_statement(lambda d: sa.select(const(1)).select_from(
         bindings).where(*_chat(bindings)), "p", "chat")
 
+    #: Unbound sessions of a user, with / without the bindings table.
+    UNLINKED_BOUND = _unlinked(True)
+    UNLINKED_ANY = _unlinked(False)
+
+    @cached_property
+    def UNLINKED(self) -> dict[bool, str]:
+        """:data:`UNLINKED_BOUND` / :data:`UNLINKED_ANY` by "the bindings table exists"."""
+        return {True: self.UNLINKED_BOUND, False: self.UNLINKED_ANY}
+
     @cached_property
     def LEGACY_COUNT(self) -> dict[str, str]:
         """The row count of each of :data:`TABLES` by name."""
@@ -209,20 +250,6 @@ class TelegramStatements(Statements):
         # not Core: a transaction-scoped advisory lock (a server function, no table)
         self.ADVISORY_LOCK = (r("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))")
                               if pg else None)
-        nulls = " NULLS LAST" if pg else ""
-        # not Core: built on the kit's string predicates (preview_sql, last_active)
-        unlinked = (
-            f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
-            f"COALESCE(sp.prompt, s.system_prompt), {preview_sql('s', d)}, {last_active('s')} "
-            "AS la FROM sessions s LEFT JOIN system_prompts sp ON sp.hash = "
-            "s.system_prompt_hash WHERE s.source = 'telegram' AND s.user_id = ? AND "
-            "COALESCE(NULLIF(TRIM(s.profile_name), ''), 'default') = ? AND NOT "
-            "(s.ended_at IS NOT NULL AND COALESCE(s.end_reason, '') = 'compression'){b} "
-            f"ORDER BY la DESC{nulls}, s.started_at DESC, s.id DESC LIMIT ?")
-        #: Unbound sessions of a user (with / without the bindings table).
-        self.UNLINKED = {True: r(unlinked.format(
-            b=f" AND NOT EXISTS (SELECT 1 FROM {BINDINGS} ub WHERE ub.session_id = s.id)")),
-            False: r(unlinked.format(b=""))}
 
 
 #: The TelegramStatements of a dialect (built once per process).
