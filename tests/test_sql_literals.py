@@ -89,7 +89,7 @@ _SQL_SHAPE = {
 #: recursive CTEs, catalogue and PRAGMA reads).
 _EXEMPT = re.compile(
     r"fts|tsvector|tsquery|ts_rank|ts_headline|websearch|plainto|trgm|trigram|similarity|"
-    r"word_similarity|cjk|gram|\bMATCH\b|\bRECURSIVE\b|PRAGMA|sqlite_master|sqlite_schema|"
+    r"word_similarity|cjk|_grams?\b|\bMATCH\b|\bRECURSIVE\b|PRAGMA|sqlite_master|sqlite_schema|"
     r"sqlite_temp|sqlite_sequence|pg_catalog|pg_class|pg_index|pg_namespace|pg_attribute|"
     r"pg_indexes|pg_trigger|pg_proc|pg_extension|pg_stat|pg_settings|pg_tables|"
     r"information_schema|to_regclass|current_setting|pg_advisory|pg_try_advisory|"
@@ -155,6 +155,9 @@ def test_the_counter_sees_sql_and_skips_prose_and_exempt_objects():
     assert not is_crud_statement("Select the newest row.")
     assert not is_crud_statement("with the writer lock held")
     assert not is_crud_statement("SELECT rowid FROM messages_fts WHERE messages_fts MATCH ?")
+    assert not is_crud_statement("DELETE FROM messages_cjk_grams WHERE doc = ?")
+    # 'telegram' is not a gram table: the exemption is anchored.
+    assert is_crud_statement("SELECT id FROM sessions WHERE source = 'telegram'")
     assert not is_crud_statement("WITH RECURSIVE up(id) AS (SELECT ?) SELECT id FROM up")
     assert not is_crud_statement("SELECT name FROM sqlite_master WHERE type = 'table'")
     assert not is_crud_statement("SELECT MIN(display_order) INTO peer FROM messages m "
