@@ -18,12 +18,12 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import (compression_locks, messages,
+from hermes_data.sessions.schema import (compression_locks, gateway_heartbeats, messages,
                                          metadata, session_turn_leases, sessions)
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
 from hermes_data.sessions.sql.core import MESSAGE_COLS
-from hermes_data.sessions.sql.dialect import Statements, driver_statement, marks
-from hermes_data.sessions.sql.predicates import edge, fork, last_active
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.predicates import edge, edge_of, fork_of, last_active_of
 from hermes_data.statements import DriverPrepared
 
 #: Guard tables and their key column (docs/sessions-coordination.md §3.2): compression locks are keyed by the session being
@@ -188,6 +188,81 @@ def _delete_if_empty(d: str) -> sa.Delete:
             ls).exists())
 
 
+def _continuations() -> sa.Select:
+    """Continuation children ``c`` of the compression parent ``p`` (id)."""
+    return sa.select(_c.c.id).select_from(_p.join(_c, _c.c.parent_session_id == _p.c.id)).where(
+        _p.c.id == bp("id"), _p.c.end_reason == const("compression"), ~fork_of(_c, _p))
+
+
+def _orphan_continuation() -> tuple[Any, ...]:
+    """An unused continuation of ``s`` idle since before the cutoff (cutoff, cutoff)."""
+    return (s.c.ended_at.is_(None), s.c.end_reason.is_(None),
+            sa.func.coalesce(s.c.api_call_count, const(0)) == const(0),
+            s.c.started_at < bp("cutoff"), sa.func.coalesce(s.c.pinned, const(0)) == const(0),
+            _one(_m.c.session_id == s.c.id).select_from(_m).exists(),
+            _one(edge_of(_p, s)).select_from(_p).exists(),
+            last_active_of(s) < bp("cutoff"))
+
+
+def _stale(*, recheck: bool, unpinned: bool) -> driver_statement:
+    """STALE(s) of the archive sweep: candidates by start (cutoff) or one re-checked (id,
+    cutoff); ``unpinned`` adds ``s.pinned = 0``."""
+    def build(d: str) -> sa.Select:
+        conds = [s.c.archived == const(0),
+                 sa.func.coalesce(s.c.end_reason, const("")) != const("compression"),
+                 last_active_of(s) < bp("cutoff")]
+        if unpinned:
+            conds.append(s.c.pinned == const(0))
+        if recheck:
+            return _one(s.c.id == bp("id"), *conds).select_from(s)
+        return sa.select(s.c.id).where(*conds).order_by(s.c.started_at)
+    return driver_statement(build, *(("id",) if recheck else ()), "cutoff")
+
+
+def _empty() -> tuple[Any, ...]:
+    """EMPTY(s): an ended, unpinned, message-less row off every lineage edge and unguarded
+    (now, now)."""
+    lk, ls = compression_locks.alias("l"), session_turn_leases.alias("t")
+    return (sa.func.coalesce(s.c.message_count, const(0)) == const(0),
+            s.c.ended_at.is_not(None), s.c.archived == const(0), s.c.pinned == const(0),
+            _NO_MESSAGES,
+            ~_one(edge_of(_p, s)).select_from(_p).exists(),
+            ~_one(edge_of(s, _c)).select_from(_c).exists(),
+            ~_one(lk.c.session_id == s.c.id, lk.c.expires_at > bp("now")).select_from(
+                lk).exists(),
+            ~_one(ls.c.conversation_id == s.c.id, ls.c.expires_at > bp("now")).select_from(
+                ls).exists())
+
+
+def _orphan_order(n_sources: int, heartbeat: bool) -> tuple[str, ...]:
+    return (*(f"src{i}" for i in range(n_sources)), "cutoff", "cutoff",
+            *(("hb_cutoff", "hb_grace") if heartbeat else ()))
+
+
+@functools.lru_cache(maxsize=256)
+def _orphans(n_sources: int, pinned: bool, heartbeat: bool, close: bool) -> DriverPrepared:
+    """ORPHAN(s) of docs/sessions-coordination.md §3.18 over ``n_sources`` bound sources: its
+    ids, or (``close``) the update closing one of them with ORPHAN re-applied."""
+    def build() -> Any:
+        conds = [s.c.ended_at.is_(None),
+                 s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
+        if pinned:
+            conds.append(s.c.pinned == const(0))
+        conds += [s.c.started_at < bp("cutoff"), last_active_of(s) < bp("cutoff")]
+        if heartbeat:
+            h = gateway_heartbeats.alias("h")
+            conds.append(~_one(h.c.last_heartbeat >= bp("hb_cutoff"),
+                               h.c.started_at <= s.c.started_at + bp("hb_grace")).select_from(
+                h).exists())
+        if not close:
+            return sa.select(s.c.id).where(*conds).order_by(s.c.id)
+        return sa.update(S).values(ended_at=bp("now"), end_reason=const("startup_orphan_reap")
+                                   ).where(S.c.id == bp("id"),
+                                           S.c.id.in_(sa.select(s.c.id).where(*conds)))
+    return DriverPrepared("CoordinationStatements.orphan_" + ("close" if close else "ids"),
+                          build)
+
+
 def _by_column(build: Callable[[Any], Callable[[str], Any]], *order: str) -> Callable[..., Any]:
     """A per-dialect compiler of one statement per :data:`COOLDOWN_COLUMNS` entry."""
     @functools.lru_cache(maxsize=None)
@@ -326,6 +401,32 @@ class CoordinationStatements(Statements):
     GHOST_IDS = driver_statement(_ghost_ids, "cutoff")
     #: The one conditional delete of ``delete_session_if_empty`` (id, now, key, now).
     DELETE_IF_EMPTY = driver_statement(_delete_if_empty, "id", "now", "key", "now")
+    # -- built on the kit predicates' Core twins (fork_of, edge_of, last_active_of) ---------
+    #: Open continuation children of a compression parent (two are enough to refuse).
+    OPEN_CONTINUATIONS = driver_statement(lambda d: _continuations().where(
+        _c.c.ended_at.is_(None)).order_by(_c.c.id).limit(const(2)), "id")
+    #: Any continuation child, ended or not.
+    ANY_CONTINUATION = driver_statement(lambda d: _continuations().limit(const(1)), "id")
+    #: Unused continuations a week old (cutoff bound twice).
+    ORPHAN_CONTINUATIONS = driver_statement(lambda d: sa.select(s.c.id).where(
+        *_orphan_continuation()).order_by(s.c.id), "cutoff", "cutoff")
+    #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
+    FINALIZE_ORPHAN = driver_statement(lambda d: sa.update(S).values(
+        ended_at=bp("now"), end_reason=const("orphaned_compression")).where(
+        S.c.id == bp("id"), S.c.id.in_(sa.select(s.c.id).where(*_orphan_continuation()))),
+        "now", "id", "cutoff", "cutoff")
+    #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
+    STALE_ARCHIVE = _stale(recheck=False, unpinned=False)
+    STALE_ARCHIVE_UNPINNED = _stale(recheck=False, unpinned=True)
+    #: Re-check one candidate (id, cutoff); unpinned variant.
+    STALE_RECHECK = _stale(recheck=True, unpinned=False)
+    STALE_RECHECK_UNPINNED = _stale(recheck=True, unpinned=True)
+    #: EMPTY(s) (now bound twice): count and ids.
+    COUNT_EMPTY = driver_statement(lambda d: sa.select(sa.func.count()).select_from(s).where(
+        *_empty()), "now", "now")
+    EMPTY_IDS = driver_statement(lambda d: sa.select(s.c.id).where(*_empty()).order_by(s.c.id),
+                                 "now", "now")
+
     #: The server's wall clock, epoch seconds (PostgreSQL guard decisions,
     #: docs/sessions-coordination.md §3.1); ``None`` on SQLite.
     SERVER_NOW = driver_statement(_server_now)
@@ -351,74 +452,16 @@ class CoordinationStatements(Statements):
             f"AND up.depth < {KEY_DEPTH_CAP}) "
             "SELECT id FROM up ORDER BY depth DESC LIMIT 1")
 
-        # -- lineage recovery (docs/sessions-coordination.md §3.11) -----------------------------
-        cont = (f"FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
-                f"WHERE p.id = ? AND p.end_reason = 'compression' AND NOT {fork('c', 'p', d)}")
-        #: Open continuation children of a compression parent (two are enough to refuse).
-        self.OPEN_CONTINUATIONS = r(f"SELECT c.id {cont} AND c.ended_at IS NULL "
-                                    "ORDER BY c.id LIMIT 2")
-        #: Any continuation child, ended or not.
-        self.ANY_CONTINUATION = r(f"SELECT c.id {cont} LIMIT 1")
-        orphan = ("s.ended_at IS NULL AND s.end_reason IS NULL "
-                  "AND COALESCE(s.api_call_count, 0) = 0 AND s.started_at < ? "
-                  "AND COALESCE(s.pinned, 0) = 0 "
-                  "AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
-                  f"AND EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
-                  f"AND {last_active('s')} < ?")
-        #: Unused continuations a week old (cutoff bound twice).
-        self.ORPHAN_CONTINUATIONS = r(f"SELECT s.id FROM sessions s WHERE {orphan} ORDER BY s.id")
-        #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
-        self.FINALIZE_ORPHAN = r("UPDATE sessions SET ended_at = ?, "
-                                 "end_reason = 'orphaned_compression' WHERE id = ? AND "
-                                 f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
-
-        # -- archive (docs/sessions-coordination.md §3.18) --------------------------------------
-        stale = ("s.archived = 0 AND COALESCE(s.end_reason, '') <> 'compression' "
-                 f"AND {last_active('s')} < ?")
-        #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
-        self.STALE_ARCHIVE = r(f"SELECT s.id FROM sessions s WHERE {stale} ORDER BY s.started_at")
-        self.STALE_ARCHIVE_UNPINNED = r(f"SELECT s.id FROM sessions s WHERE {stale} "
-                                        "AND s.pinned = 0 ORDER BY s.started_at")
-        #: Re-check one candidate (id, cutoff); unpinned variant.
-        self.STALE_RECHECK = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale}")
-        self.STALE_RECHECK_UNPINNED = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale} "
-                                        "AND s.pinned = 0")
-
-        # -- empty sessions (docs/sessions-coordination.md §3.19) -------------------------------
-        unguarded = ("NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = s.id "
-                     "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
-                     "WHERE t.conversation_id = s.id AND t.expires_at > ?)")
-        no_messages = "NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
-        empty = ("COALESCE(s.message_count, 0) = 0 AND s.ended_at IS NOT NULL AND s.archived = 0 "
-                 f"AND s.pinned = 0 AND {no_messages} "
-                 f"AND NOT EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
-                 f"AND NOT EXISTS (SELECT 1 FROM sessions c WHERE {edge('s', 'c', d)}) "
-                 f"AND {unguarded}")
-        #: EMPTY(s) (now bound twice): count and ids.
-        self.COUNT_EMPTY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty}")
-        self.EMPTY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty} ORDER BY s.id")
-
-    def orphan_where(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """ORPHAN(s) of docs/sessions-coordination.md §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
-        where = (f"s.ended_at IS NULL AND s.source IN ({marks(n_sources)}) "
-                 f"{'AND s.pinned = 0 ' if pinned else ''}AND s.started_at < ? "
-                 f"AND {last_active('s')} < ?")
-        if heartbeat:
-            where += (" AND NOT EXISTS (SELECT 1 FROM gateway_heartbeats h "
-                      "WHERE h.last_heartbeat >= ? AND h.started_at <= s.started_at + ?)")
-        return where
-
     def orphan_ids(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """Ids matching ORPHAN(s)."""
-        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return self.render(f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.id")
+        """Ids matching ORPHAN(s) of docs/sessions-coordination.md §3.18 (binds: sources…,
+        cutoff, cutoff[, hb_cutoff, hb_grace])."""
+        return _orphans(n_sources, pinned, heartbeat, close=False).positional_sql(
+            self.dialect, _orphan_order(n_sources, heartbeat))
 
     def orphan_close(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
         """Close one orphan, ORPHAN re-applied (binds: now, id, then ORPHAN's)."""
-        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return self.render(
-            "UPDATE sessions SET ended_at = ?, end_reason = 'startup_orphan_reap' "
-            f"WHERE id = ? AND id IN (SELECT s.id FROM sessions s WHERE {where})")
+        return _orphans(n_sources, pinned, heartbeat, close=True).positional_sql(
+            self.dialect, ("now", "id", *_orphan_order(n_sources, heartbeat)))
 
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
