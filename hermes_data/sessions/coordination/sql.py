@@ -18,8 +18,10 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import (compression_locks, gateway_heartbeats, messages,
-                                         metadata, session_turn_leases, sessions)
+from hermes_data.sessions.schema import (compression_locks, gateway_heartbeats, metadata,
+                                         session_turn_leases)
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.schema import sessions as S
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
 from hermes_data.sessions.sql.core import MESSAGE_COLS
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
@@ -40,8 +42,6 @@ COOLDOWN_COLUMNS = {"until": "compression_failure_cooldown_until",
 #: Depth cap of the conversation-key walk (docs/sessions-coordination.md §3.3).
 KEY_DEPTH_CAP = 100
 
-m = messages
-S = sessions
 _ACTIVE = m.c.active == const(1)
 
 
@@ -106,11 +106,11 @@ GUARD_STATEMENTS = {kind: _guard_statements(kind) for kind in GUARD_TABLES}
 
 # -- sessions-table reads and aliases shared by the statements below ----------------------
 
-s = S.alias("s")
+_s = S.alias("s")
 _p = S.alias("p")
 _c = S.alias("c")
 _m = m.alias("m")
-_NO_MESSAGES = ~_one(_m.c.session_id == s.c.id).select_from(_m).exists()
+_NO_MESSAGES = ~_one(_m.c.session_id == _s.c.id).select_from(_m).exists()
 
 
 def _lock_session(d: str) -> sa.Select:
@@ -161,20 +161,20 @@ def _display_page(selection: bool) -> driver_statement:
 
 def _empty_any(count: bool) -> driver_statement:
     def build(d: str) -> sa.Select:
-        where = (s.c.message_count == const(0), s.c.ended_at.is_not(None),
-                 s.c.archived == const(0), _NO_MESSAGES)
+        where = (_s.c.message_count == const(0), _s.c.ended_at.is_not(None),
+                 _s.c.archived == const(0), _NO_MESSAGES)
         if count:
-            return sa.select(sa.func.count()).select_from(s).where(*where)
-        return sa.select(s.c.id).where(*where).order_by(s.c.id)
+            return sa.select(sa.func.count()).select_from(_s).where(*where)
+        return sa.select(_s.c.id).where(*where).order_by(_s.c.id)
     return driver_statement(build)
 
 
 def _ghost_ids(d: str) -> sa.Select:
-    return sa.select(s.c.id).where(
-        s.c.source == const("tui"), s.c.title.is_(None), s.c.ended_at.is_not(None),
-        s.c.started_at < bp("cutoff"), s.c.pinned == const(0), _NO_MESSAGES,
-        ~_one(_c.c.parent_session_id == s.c.id).select_from(_c).exists(),
-    ).order_by(s.c.id)
+    return sa.select(_s.c.id).where(
+        _s.c.source == const("tui"), _s.c.title.is_(None), _s.c.ended_at.is_not(None),
+        _s.c.started_at < bp("cutoff"), _s.c.pinned == const(0), _NO_MESSAGES,
+        ~_one(_c.c.parent_session_id == _s.c.id).select_from(_c).exists(),
+    ).order_by(_s.c.id)
 
 
 def _delete_if_empty(d: str) -> sa.Delete:
@@ -196,41 +196,41 @@ def _continuations() -> sa.Select:
 
 def _orphan_continuation() -> tuple[Any, ...]:
     """An unused continuation of ``s`` idle since before the cutoff (cutoff, cutoff)."""
-    return (s.c.ended_at.is_(None), s.c.end_reason.is_(None),
-            sa.func.coalesce(s.c.api_call_count, const(0)) == const(0),
-            s.c.started_at < bp("cutoff"), sa.func.coalesce(s.c.pinned, const(0)) == const(0),
-            _one(_m.c.session_id == s.c.id).select_from(_m).exists(),
-            _one(edge_of(_p, s)).select_from(_p).exists(),
-            last_active_of(s) < bp("cutoff"))
+    return (_s.c.ended_at.is_(None), _s.c.end_reason.is_(None),
+            sa.func.coalesce(_s.c.api_call_count, const(0)) == const(0),
+            _s.c.started_at < bp("cutoff"), sa.func.coalesce(_s.c.pinned, const(0)) == const(0),
+            _one(_m.c.session_id == _s.c.id).select_from(_m).exists(),
+            _one(edge_of(_p, _s)).select_from(_p).exists(),
+            last_active_of(_s) < bp("cutoff"))
 
 
 def _stale(*, recheck: bool, unpinned: bool) -> driver_statement:
-    """STALE(s) of the archive sweep: candidates by start (cutoff) or one re-checked (id,
+    """STALE(_s) of the archive sweep: candidates by start (cutoff) or one re-checked (id,
     cutoff); ``unpinned`` adds ``s.pinned = 0``."""
     def build(d: str) -> sa.Select:
-        conds = [s.c.archived == const(0),
-                 sa.func.coalesce(s.c.end_reason, const("")) != const("compression"),
-                 last_active_of(s) < bp("cutoff")]
+        conds = [_s.c.archived == const(0),
+                 sa.func.coalesce(_s.c.end_reason, const("")) != const("compression"),
+                 last_active_of(_s) < bp("cutoff")]
         if unpinned:
-            conds.append(s.c.pinned == const(0))
+            conds.append(_s.c.pinned == const(0))
         if recheck:
-            return _one(s.c.id == bp("id"), *conds).select_from(s)
-        return sa.select(s.c.id).where(*conds).order_by(s.c.started_at)
+            return _one(_s.c.id == bp("id"), *conds).select_from(_s)
+        return sa.select(_s.c.id).where(*conds).order_by(_s.c.started_at)
     return driver_statement(build, *(("id",) if recheck else ()), "cutoff")
 
 
 def _empty() -> tuple[Any, ...]:
-    """EMPTY(s): an ended, unpinned, message-less row off every lineage edge and unguarded
+    """EMPTY(_s): an ended, unpinned, message-less row off every lineage edge and unguarded
     (now, now)."""
     lk, ls = compression_locks.alias("l"), session_turn_leases.alias("t")
-    return (sa.func.coalesce(s.c.message_count, const(0)) == const(0),
-            s.c.ended_at.is_not(None), s.c.archived == const(0), s.c.pinned == const(0),
+    return (sa.func.coalesce(_s.c.message_count, const(0)) == const(0),
+            _s.c.ended_at.is_not(None), _s.c.archived == const(0), _s.c.pinned == const(0),
             _NO_MESSAGES,
-            ~_one(edge_of(_p, s)).select_from(_p).exists(),
-            ~_one(edge_of(s, _c)).select_from(_c).exists(),
-            ~_one(lk.c.session_id == s.c.id, lk.c.expires_at > bp("now")).select_from(
+            ~_one(edge_of(_p, _s)).select_from(_p).exists(),
+            ~_one(edge_of(_s, _c)).select_from(_c).exists(),
+            ~_one(lk.c.session_id == _s.c.id, lk.c.expires_at > bp("now")).select_from(
                 lk).exists(),
-            ~_one(ls.c.conversation_id == s.c.id, ls.c.expires_at > bp("now")).select_from(
+            ~_one(ls.c.conversation_id == _s.c.id, ls.c.expires_at > bp("now")).select_from(
                 ls).exists())
 
 
@@ -241,24 +241,24 @@ def _orphan_order(n_sources: int, heartbeat: bool) -> tuple[str, ...]:
 
 @functools.lru_cache(maxsize=256)
 def _orphans(n_sources: int, pinned: bool, heartbeat: bool, close: bool) -> DriverPrepared:
-    """ORPHAN(s) of docs/sessions-coordination.md §3.18 over ``n_sources`` bound sources: its
+    """ORPHAN(_s) of docs/sessions-coordination.md §3.18 over ``n_sources`` bound sources: its
     ids, or (``close``) the update closing one of them with ORPHAN re-applied."""
     def build() -> Any:
-        conds = [s.c.ended_at.is_(None),
-                 s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
+        conds = [_s.c.ended_at.is_(None),
+                 _s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
         if pinned:
-            conds.append(s.c.pinned == const(0))
-        conds += [s.c.started_at < bp("cutoff"), last_active_of(s) < bp("cutoff")]
+            conds.append(_s.c.pinned == const(0))
+        conds += [_s.c.started_at < bp("cutoff"), last_active_of(_s) < bp("cutoff")]
         if heartbeat:
             h = gateway_heartbeats.alias("h")
             conds.append(~_one(h.c.last_heartbeat >= bp("hb_cutoff"),
-                               h.c.started_at <= s.c.started_at + bp("hb_grace")).select_from(
+                               h.c.started_at <= _s.c.started_at + bp("hb_grace")).select_from(
                 h).exists())
         if not close:
-            return sa.select(s.c.id).where(*conds).order_by(s.c.id)
+            return sa.select(_s.c.id).where(*conds).order_by(_s.c.id)
         return sa.update(S).values(ended_at=bp("now"), end_reason=const("startup_orphan_reap")
                                    ).where(S.c.id == bp("id"),
-                                           S.c.id.in_(sa.select(s.c.id).where(*conds)))
+                                           S.c.id.in_(sa.select(_s.c.id).where(*conds)))
     return DriverPrepared("CoordinationStatements.orphan_" + ("close" if close else "ids"),
                           build)
 
@@ -298,7 +298,7 @@ class CoordinationStatements(Statements):
 
     #: Lock the session row first (W4a/W4e lock order on PostgreSQL).
     LOCK_SESSION = driver_statement(_lock_session, "id")
-    #: Session state a rewrite checks (P(s)), locked on PostgreSQL.
+    #: Session state a rewrite checks (P(_s)), locked on PostgreSQL.
     SESSION_STATE = driver_statement(_session_state, "id")
 
     # -- transcript rewrites and rewind (docs/sessions-coordination.md §3.15, §3.16) ------------
@@ -408,12 +408,12 @@ class CoordinationStatements(Statements):
     #: Any continuation child, ended or not.
     ANY_CONTINUATION = driver_statement(lambda d: _continuations().limit(const(1)), "id")
     #: Unused continuations a week old (cutoff bound twice).
-    ORPHAN_CONTINUATIONS = driver_statement(lambda d: sa.select(s.c.id).where(
-        *_orphan_continuation()).order_by(s.c.id), "cutoff", "cutoff")
+    ORPHAN_CONTINUATIONS = driver_statement(lambda d: sa.select(_s.c.id).where(
+        *_orphan_continuation()).order_by(_s.c.id), "cutoff", "cutoff")
     #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
     FINALIZE_ORPHAN = driver_statement(lambda d: sa.update(S).values(
         ended_at=bp("now"), end_reason=const("orphaned_compression")).where(
-        S.c.id == bp("id"), S.c.id.in_(sa.select(s.c.id).where(*_orphan_continuation()))),
+        S.c.id == bp("id"), S.c.id.in_(sa.select(_s.c.id).where(*_orphan_continuation()))),
         "now", "id", "cutoff", "cutoff")
     #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
     STALE_ARCHIVE = _stale(recheck=False, unpinned=False)
@@ -421,10 +421,10 @@ class CoordinationStatements(Statements):
     #: Re-check one candidate (id, cutoff); unpinned variant.
     STALE_RECHECK = _stale(recheck=True, unpinned=False)
     STALE_RECHECK_UNPINNED = _stale(recheck=True, unpinned=True)
-    #: EMPTY(s) (now bound twice): count and ids.
-    COUNT_EMPTY = driver_statement(lambda d: sa.select(sa.func.count()).select_from(s).where(
+    #: EMPTY(_s) (now bound twice): count and ids.
+    COUNT_EMPTY = driver_statement(lambda d: sa.select(sa.func.count()).select_from(_s).where(
         *_empty()), "now", "now")
-    EMPTY_IDS = driver_statement(lambda d: sa.select(s.c.id).where(*_empty()).order_by(s.c.id),
+    EMPTY_IDS = driver_statement(lambda d: sa.select(_s.c.id).where(*_empty()).order_by(_s.c.id),
                                  "now", "now")
 
     #: The server's wall clock, epoch seconds (PostgreSQL guard decisions,
@@ -442,7 +442,7 @@ class CoordinationStatements(Statements):
         self.GET_COLUMN = _ColumnStatements(d, _get_column)
         self.SET_COLUMN = _ColumnStatements(d, _set_column)
         seed = "CAST(? AS TEXT)" if d == "postgresql" else "?"
-        #: KEY(s): the compression root of ``s`` over EDGE, depth-capped (docs/sessions-coordination.md §3.3); an unknown id
+        #: KEY(_s): the compression root of ``s`` over EDGE, depth-capped (docs/sessions-coordination.md §3.3); an unknown id
         #: is its own key.
         # not Core: a recursive CTE (the walk up the compression edges)
         self.KEY_OF = r(
@@ -453,7 +453,7 @@ class CoordinationStatements(Statements):
             "SELECT id FROM up ORDER BY depth DESC LIMIT 1")
 
     def orphan_ids(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """Ids matching ORPHAN(s) of docs/sessions-coordination.md §3.18 (binds: sources…,
+        """Ids matching ORPHAN(_s) of docs/sessions-coordination.md §3.18 (binds: sources…,
         cutoff, cutoff[, hb_cutoff, hb_grace])."""
         return _orphans(n_sources, pinned, heartbeat, close=False).positional_sql(
             self.dialect, _orphan_order(n_sources, heartbeat))
