@@ -192,3 +192,21 @@ def test_the_rows_reach_both_answers(populated):
 def test_json_marker_refuses_a_key_that_is_not_a_plain_name():
     with pytest.raises(ValueError, match="json_marker key"):
         json_marker(sessions.c.model_config, "a'b")
+
+
+def test_the_predicates_correlate_from_inside_a_nested_subquery(populated):
+    """Two levels down (an EXISTS inside the WHERE of a subquery of the outer alias), each
+    predicate still reads the outer row, not a second uncorrelated ``sessions``."""
+    s, x = sessions.alias("s"), sessions.alias("x")
+    d = populated.engine.dialect.name
+    with populated.engine.connect() as conn:
+        for name, pred in (("listable", P.listable_of), ("reset_child", P.reset_child_of),
+                           ("branch_child", P.branch_child_of),
+                           ("legacy_reset_child", P.legacy_reset_child_of)):
+            flat = {r[0] for r in conn.execute(sa.select(s.c.id).where(pred(s)))}
+            inner = sa.select(x.c.id).where(x.c.id == s.c.id, pred(s)).exists()
+            nested = {r[0] for r in conn.execute(sa.select(s.c.id).where(inner))}
+            sql = str(sa.select(s.c.id).where(inner).compile(populated.engine))
+            assert nested == flat, f"{name} on {d}: nested {nested}, flat {flat}"
+            assert sql.count("FROM sessions AS s") == 1, sql
+            assert flat and flat != {r["id"] for r in _rows()[0]}

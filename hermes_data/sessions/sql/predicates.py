@@ -134,7 +134,10 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
 # ---------------------------------------------------------------------------------------
 # The same predicates as Core constructs (issue 32). ``c``, ``p``, ``s``: aliases of
 # ``sessions`` in the caller's statement; the inner aliases (bp, rp, la_m, la_v) are their
-# own. Constants render inline (constructs.const), as the string builders wrote them.
+# own. Constants render inline (constructs.const), as the string builders wrote them. Every
+# inner SELECT correlates to its alias explicitly: SQLAlchemy's automatic correlation reaches
+# only the SELECT directly around it, and a predicate used inside a nested subquery would
+# otherwise read a second, uncorrelated ``sessions``.
 # ---------------------------------------------------------------------------------------
 
 Alias = Any  # an alias of the sessions table (sqlalchemy.sql.Alias)
@@ -170,7 +173,7 @@ def branch_child_of(c: Alias) -> Any:
     bp = _table(c, "sessions").alias("bp")
     legacy = sa.select(const(1)).where(
         bp.c.id == c.c.parent_session_id, bp.c.end_reason == const("branched"),
-        c.c.started_at >= bp.c.ended_at).exists()
+        c.c.started_at >= bp.c.ended_at).correlate(c).exists()
     return sa.or_(_marker_names(c, "_branched_from", c.c.parent_session_id), legacy)
 
 
@@ -181,7 +184,7 @@ def legacy_reset_child_of(c: Alias) -> Any:
         rp.c.id == c.c.parent_session_id,
         rp.c.end_reason.in_([const(r) for r in RESET_END_REASONS]),
         sa.func.coalesce(c.c.session_key, const("")) != const(""),
-        c.c.session_key == rp.c.session_key).exists()
+        c.c.session_key == rp.c.session_key).correlate(c).exists()
 
 
 def reset_child_of(c: Alias) -> Any:
