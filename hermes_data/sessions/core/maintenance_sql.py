@@ -7,13 +7,19 @@ fixed names here.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any, Callable
 
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.core.encoding import escape_like
-from hermes_data.sessions.sql.dialect import Statements, marks
+from hermes_data.sessions.schema import (compression_locks, messages, session_turn_leases,
+                                         sessions, system_prompts)
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
+from hermes_data.sessions.sql.dialect import Statements, driver_statement, marks
+from hermes_data.statements import DriverPrepared
 from hermes_data.sessions.sql.predicates import last_active
 
 #: The first clause of every prune filter: only ended sessions are ever deleted.
@@ -131,49 +137,58 @@ def doomed_table(dialect: str) -> str:
     return "pg_temp.doomed" if dialect == "postgresql" else "temp.doomed"
 
 
-class MaintenanceStatements(Statements):
-    """The maintenance driver statements of one dialect."""
+def _doomed(d: str) -> Any:
+    # The per-connection temp table of doomed ids: created by CREATE_DOOMED, never part of the
+    # metadata (a temp object), so a lightweight table clause schema-qualified per dialect.
+    schema, _, name = doomed_table(d).partition(".")
+    return sa.table(name, sa.column("id"), schema=schema)
 
-    def __init__(self, dialect: str) -> None:
-        super().__init__(dialect)
-        doomed = doomed_table(dialect)
-        render = self.render
-        #: The temp table of doomed ids (per connection; kept between runs, emptied first).
-        self.CREATE_DOOMED = "CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)"
-        #: Empty it.
-        self.CLEAR_DOOMED = f"DELETE FROM {doomed}"
-        #: Fill it (executemany).
-        self.ADD_DOOMED = render(f"INSERT INTO {doomed}(id) VALUES (?) ON CONFLICT DO NOTHING")
-        #: Claim the next chunk of doomed ids above the high-water mark.
-        self.NEXT_DOOMED = render(f"SELECT id FROM {doomed} WHERE id > ? ORDER BY id LIMIT ?")
-        #: Prompts no session references any more.
-        self.DROP_UNUSED_PROMPTS = (
-            "DELETE FROM system_prompts WHERE NOT EXISTS (SELECT 1 FROM sessions s "
-            "WHERE s.system_prompt_hash = system_prompts.hash)")
-        #: Does a session exist?
-        self.SESSION_EXISTS = render("SELECT 1 FROM sessions WHERE id = ?")
-        #: Live compression locks and turn leases (expires_at > now).
-        self.LIVE_LOCKS = render("SELECT session_id, holder FROM compression_locks "
-                                 "WHERE expires_at > ?")
-        self.LIVE_LEASES = render("SELECT conversation_id, holder FROM session_turn_leases "
-                                  "WHERE expires_at > ?")
+
+def _ids(prefix: str, n: int) -> list[Any]:
+    # ``n`` bound ids named ``{prefix}0`` … in positional order.
+    return [bp(f"{prefix}{k}") for k in range(n)]
+
+
+def _names(prefix: str, n: int) -> tuple[str, ...]:
+    return tuple(f"{prefix}{k}" for k in range(n))
+
+
+class MaintenanceStatements(Statements):
+    """The maintenance driver statements of one dialect (Core constructs compiled on first
+    access; callers pass positional tuples in each statement's declared order)."""
+
+    #: The temp table of doomed ids (per connection; kept between runs, emptied first).
+    CREATE_DOOMED = "CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)"
+    #: Empty it.
+    CLEAR_DOOMED = driver_statement(lambda d: sa.delete(_doomed(d)))
+    #: Fill it (executemany).
+    ADD_DOOMED = driver_statement(lambda d: dialect_insert(d)(_doomed(d)).values(
+        id=bp("id")).on_conflict_do_nothing(), "id")
+    #: Claim the next chunk of doomed ids above the high-water mark.
+    NEXT_DOOMED = driver_statement(lambda d: (lambda t: sa.select(t.c.id).where(
+        t.c.id > bp("hwm")).order_by(t.c.id).limit(bp("n")))(_doomed(d)), "hwm", "n")
+    #: Prompts no session references any more.
+    DROP_UNUSED_PROMPTS = driver_statement(lambda d: sa.delete(system_prompts).where(
+        ~sa.select(const(1)).where(_S.c.system_prompt_hash == system_prompts.c.hash).exists()))
+    #: Does a session exist?
+    SESSION_EXISTS = driver_statement(lambda d: sa.select(const(1)).select_from(sessions)
+                                      .where(sessions.c.id == bp("id")), "id")
+    #: Live compression locks and turn leases (expires_at > now).
+    LIVE_LOCKS = driver_statement(lambda d: sa.select(
+        compression_locks.c.session_id, compression_locks.c.holder).where(
+        compression_locks.c.expires_at > bp("now")), "now")
+    LIVE_LEASES = driver_statement(lambda d: sa.select(
+        session_turn_leases.c.conversation_id, session_turn_leases.c.holder).where(
+        session_turn_leases.c.expires_at > bp("now")), "now")
 
     def delete_chunk(self, n: int) -> tuple[str, str, str, str]:
         """Orphan children, delete messages, detach and delete ``n`` sessions (ids bound
         positionally; the first statement binds them twice)."""
-        ids = marks(n)
-        r = self.render
-        return (r(f"UPDATE sessions SET parent_session_id = NULL WHERE parent_session_id "
-                  f"IN ({ids}) AND id NOT IN ({ids})"),
-                r(f"DELETE FROM messages WHERE session_id IN ({ids})"),
-                r(f"UPDATE sessions SET parent_session_id = NULL WHERE id IN ({ids})"),
-                r(f"DELETE FROM sessions WHERE id IN ({ids})"))
+        return _delete_chunk(self.dialect, n)
 
     def fence_guards(self, n: int) -> tuple[str, str]:
         """Delete the compression locks and turn leases of ``n`` doomed sessions."""
-        ids = marks(n)
-        return (self.render(f"DELETE FROM compression_locks WHERE session_id IN ({ids})"),
-                self.render(f"DELETE FROM session_turn_leases WHERE conversation_id IN ({ids})"))
+        return _fence_guards(self.dialect, n)
 
     def delegates_of(self, n: int, j: Callable[[str, str], str]) -> str:
         """Delegate children of ``n`` sessions (by marker, or by parent with any marker)."""
@@ -181,6 +196,38 @@ class MaintenanceStatements(Statements):
         mark = j("model_config", "_delegate_from")
         return self.render(f"SELECT id FROM sessions WHERE {mark} IN ({ids}) "
                            f"OR (parent_session_id IN ({ids}) AND {mark} IS NOT NULL)")
+
+
+#: ``sessions`` as ``s`` (the alias the correlated prompt check names).
+_S = sessions.alias("s")
+
+
+@lru_cache(maxsize=64)
+def _delete_chunk(d: str, n: int) -> tuple[str, str, str, str]:
+    s = sessions
+    ids, again = _names("i", n), _names("j", n)
+    stmts = (
+        DriverPrepared("orphan_children", lambda: sa.update(s).values(
+            parent_session_id=sa.null()).where(s.c.parent_session_id.in_(_ids("i", n)),
+                                               s.c.id.not_in(_ids("j", n)))),
+        DriverPrepared("delete_messages", lambda: sa.delete(messages).where(
+            messages.c.session_id.in_(_ids("i", n)))),
+        DriverPrepared("detach_sessions", lambda: sa.update(s).values(
+            parent_session_id=sa.null()).where(s.c.id.in_(_ids("i", n)))),
+        DriverPrepared("delete_sessions", lambda: sa.delete(s).where(
+            s.c.id.in_(_ids("i", n)))))
+    orders = (ids + again, ids, ids, ids)
+    return tuple(p.positional_sql(d, o) for p, o in zip(stmts, orders))  # type: ignore[return-value]
+
+
+@lru_cache(maxsize=64)
+def _fence_guards(d: str, n: int) -> tuple[str, str]:
+    ids = _names("i", n)
+    locks = DriverPrepared("fence_locks", lambda: sa.delete(compression_locks).where(
+        compression_locks.c.session_id.in_(_ids("i", n))))
+    leases = DriverPrepared("fence_leases", lambda: sa.delete(session_turn_leases).where(
+        session_turn_leases.c.conversation_id.in_(_ids("i", n))))
+    return locks.positional_sql(d, ids), leases.positional_sql(d, ids)
 
 
 def sweep_predicate() -> str:
@@ -193,8 +240,9 @@ def sweep_predicate() -> str:
 
 
 #: Conversations holding a live turn lease (:now).
-LIVE_LEASE_CONVERSATIONS = text("SELECT conversation_id FROM session_turn_leases "
-                                "WHERE expires_at > :now")
+LIVE_LEASE_CONVERSATIONS = DriverPrepared(
+    "live_lease_conversations", lambda: sa.select(session_turn_leases.c.conversation_id)
+    .where(session_turn_leases.c.expires_at > bp("now")))
 
 
 #: Copy the whole database into a new file (a consistent backup; SQLite).
