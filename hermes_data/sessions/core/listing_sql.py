@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.core.encoding import escape_like
-from hermes_data.sessions.sql.predicates import J, edge, last_active, listable, preview_sql
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp
+from hermes_data.sessions.sql.predicates import (J, edge, last_active, last_active_of, listable,
+                                                 preview_of, preview_sql)
+from hermes_data.statements import DriverPrepared
 
 #: Columns of a sidebar row (:class:`~hermes_data.sessions.rows.SessionListRow`).
 LIST_COLS = ("id", "source", "model", "title", "started_at", "ended_at", "end_reason",
@@ -91,6 +97,8 @@ def list_ids(where: str, d: str, *, by_last_active: bool, search_query: str | No
     """Ids of one sidebar page (:limit, :offset): by start time, or by the lineage's freshest
     activity with optional title / id matches anywhere in the lineage."""
     if not by_last_active:
+        # not Core: spliced with SessionFilter.where()'s text, which the recursive sidebar CTE
+        # (list_ids, raw by rule) shares; converts together with that filter.
         return text(f"SELECT s.id FROM sessions s WHERE {where} "
                     "ORDER BY s.started_at DESC LIMIT :limit OFFSET :offset")
     match = ""
@@ -122,21 +130,32 @@ def list_ids(where: str, d: str, *, by_last_active: bool, search_query: str | No
 
 def pinned_ids(where: str) -> TextClause:
     """Pinned sessions matching the filter, newest first."""
+    # not Core: spliced with SessionFilter.where()'s text, which the recursive sidebar CTE
+    # (list_ids, raw by rule) shares; converts together with that filter.
     return text(f"SELECT s.id FROM sessions s WHERE {where} AND s.pinned = 1 "
                 "ORDER BY s.started_at DESC")
 
 
 def count_sessions(where: str) -> TextClause:
     """Sessions matching the filter."""
+    # not Core: spliced with SessionFilter.where()'s text, which the recursive sidebar CTE
+    # (list_ids, raw by rule) shares; converts together with that filter.
     return text(f"SELECT COUNT(*) FROM sessions s WHERE {where}")
 
 
-def list_rows(n: int, d: str) -> TextClause:
+def list_rows(n: int, d: str) -> DriverPrepared:
     """Sidebar columns, activity and preview of ``n`` sessions (binds :i0 … :i{n-1})."""
-    cols = ", ".join(f"s.{c}" for c in LIST_COLS)
-    return text(f"SELECT {cols}, {last_active('s')} AS last_active, {preview_sql('s', d)} "
-                f"AS preview FROM sessions s WHERE s.id IN "
-                f"({', '.join(f':i{k}' for k in range(n))})")
+    return _list_rows(n, d)
+
+
+@lru_cache(maxsize=256)
+def _list_rows(n: int, d: str) -> DriverPrepared:
+    def build() -> Any:
+        s = sessions.alias("s")
+        return (sa.select(*(s.c[c] for c in LIST_COLS), last_active_of(s).label("last_active"),
+                          preview_of(s, d).label("preview"))
+                .where(s.c.id.in_([bp(f"i{k}") for k in range(n)])))
+    return DriverPrepared("list_rows", build)
 
 
 def recent_sessions(d: str, excluded: int) -> TextClause:

@@ -42,6 +42,8 @@ def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
     where = " AND ".join(conds) or "1 = 1"
     nulls = " NULLS LAST" if dialect == "postgresql" else ""
     cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
+    # not Core: built on the WS_MATCH workspace-match text (named binds, rtrim/trim of the
+    # root) and the string kit; not converted in issue 32's round 2 (time), nothing blocks it.
     return text(f"SELECT {cols}, COALESCE(sp.prompt, s.system_prompt), a.la FROM "
                 f"(SELECT s.id AS sid, {last_active('s')} AS la FROM sessions s WHERE {where}) a "
                 "JOIN sessions s ON s.id = a.sid "
