@@ -7,13 +7,12 @@ from functools import cached_property, lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
 
+from hermes_data.sessions.core.listing_sql import FilterShape
 from hermes_data.sessions.schema import messages, sessions, system_prompts
 from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
-from hermes_data.sessions.sql.dialect import Statements
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.predicates import last_active_of, preview_of
 from hermes_data.statements import DriverPrepared
 
@@ -21,13 +20,17 @@ from hermes_data.statements import DriverPrepared
 STATUS_CHUNK = 900
 
 
-def count_by_source(where: str) -> TextClause:
-    """Sessions per source (blank or NULL counted as ``cli``) under a listing WHERE over ``s``."""
-    src = "COALESCE(NULLIF(s.source, ''), 'cli')"
-    # not Core: spliced with SessionFilter.where()'s text, which the recursive sidebar CTE
-    # (list_ids, raw by rule) shares; converts together with that filter.
-    return text(f"SELECT {src} AS src, COUNT(*) AS n FROM sessions s WHERE {where} "
-                f"GROUP BY {src} ORDER BY n DESC, src")
+@lru_cache(maxsize=64)
+def count_by_source(shape: FilterShape) -> DriverPrepared:
+    """Sessions per source (blank or NULL counted as ``cli``) under a listing filter over
+    ``s``, most first."""
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        src = sa.func.coalesce(sa.func.nullif(s.c.source, const("")), const("cli")).label("src")
+        n = sa.func.count().label("n")
+        return (sa.select(src, n).where(*shape.conditions(s)).group_by(src)
+                .order_by(n.desc(), src))
+    return DriverPrepared("count_by_source", build)
 
 
 class BulkStatements(Statements):
@@ -38,15 +41,10 @@ class BulkStatements(Statements):
         pg = d == "postgresql"
         #: Whether the suffix test binds its start position once (PostgreSQL) or twice.
         self.CRON_SUFFIX_BINDS = 1 if pg else 2
-        if pg:
-            #: Newest active row of each id (role, tool_calls, finish_reason).
-            # not Core: one array bind unnested with a column alias (unnest(...) AS i(sid))
-            # under JOIN LATERAL; kept as the measured PostgreSQL form.
-            self.LAST_ACTIVE_ROWS = self.render((
-                "SELECT i.sid, m.role, m.tool_calls, m.finish_reason FROM "
-                "unnest(CAST(? AS text[])) AS i(sid) JOIN LATERAL (SELECT role, tool_calls, "
-                "finish_reason FROM messages WHERE session_id = i.sid AND active = 1 "
-                "ORDER BY id DESC LIMIT 1) m ON true"))
+
+    #: PostgreSQL: the newest active row of each id of one array bind (role, tool_calls,
+    #: finish_reason), a LATERAL seek per id.
+    LAST_ACTIVE_ROWS = driver_statement(lambda d: _last_active_rows_pg(), "ids")
 
     @cached_property
     def CRON_RUNS(self) -> str:
@@ -89,6 +87,17 @@ def _cron_runs(d: str) -> sa.Select:
 
 
 _CRON_RUNS = DriverPrepared.per_dialect("cron_runs", _cron_runs)
+
+
+def _last_active_rows_pg() -> sa.Select:
+    """``unnest(CAST(%s AS TEXT[])) AS i(sid) JOIN LATERAL (newest active row of sid) m``."""
+    i = sa.func.unnest(sa.cast(bp("ids"), sa.ARRAY(sa.Text()))).table_valued("sid") \
+        .render_derived(name="i")
+    newest = (sa.select(messages.c.role, messages.c.tool_calls, messages.c.finish_reason)
+              .where(messages.c.session_id == i.c.sid, messages.c.active == const(1))
+              .order_by(messages.c.id.desc()).limit(const(1)).lateral("m"))
+    return (sa.select(i.c.sid, newest.c.role, newest.c.tool_calls, newest.c.finish_reason)
+            .select_from(i.join(newest, sa.true())))
 
 
 @lru_cache(maxsize=64)

@@ -1,8 +1,8 @@
 """Statements of session-store maintenance (docs/sessions.md §7.4–§7.6): the prune/archive
 filter, candidate lists and counts, the chunked delete over a temp table of doomed ids,
-guard-row fences and the stale-open sweep. Driver statements are rendered per dialect
-(:class:`~hermes_data.sessions.sql.dialect.Statements`); identifiers come only from the
-fixed names here.
+guard-row fences and the stale-open sweep. Statements are Core constructs compiled once per
+dialect (and per filter shape, :class:`PruneWhere`); identifiers come only from the fixed
+names here.
 """
 
 from __future__ import annotations
