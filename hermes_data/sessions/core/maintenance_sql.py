@@ -21,8 +21,6 @@ from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.statements import DriverPrepared
 from hermes_data.sessions.sql.predicates import last_active, last_active_of
 
-#: The first clause of every prune filter: only ended sessions are ever deleted.
-ENDED_GUARD = "s.ended_at IS NOT NULL"
 #: What the sweep writes as the end reason of a stale open automation session.
 SWEEP_END_REASON = "startup_orphan_reap"
 #: Automation sources whose stale open rows the auto-maintenance sweep may close.
@@ -56,7 +54,8 @@ class PruneWhere:
     open: bool = False
 
     def conditions(self, s: Any) -> list[Any]:
-        """The clauses over ``s``, the ended (or, for the twin, open) guard first."""
+        """The clauses over ``s``, the ended guard first (only ended sessions are ever
+        deleted; the open twin has ``ended_at IS NULL`` there instead)."""
         conds = [s.c.ended_at.is_(None) if self.open else s.c.ended_at.is_not(None)]
         blank = const("")
         for t in self.terms:
