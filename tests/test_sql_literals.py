@@ -26,21 +26,15 @@ ROOT = Path(__file__).resolve().parents[1] / "hermes_data" / "sessions"
 #: Whole CRUD statement literals left (issue 32 counted 397 with its own rules; this
 #: counter's first reading on main was :data:`STARTING_COUNT`).
 STARTING_COUNT = 328
-CEILING = 131
+CEILING = 95
 
 #: Why each module still holds hand-written CRUD statements (issue 32: every literal left
 #: needs a reason). A module with literals and no entry fails the test below.
 REASONS = {
-    "hermes_data/sessions/agent/bulk_sql.py": "built on the kit's string predicates "
-        "(last_active, preview_sql) and the listing's WHERE; PostgreSQL unnest/LATERAL",
     "hermes_data/sessions/agent/projections_sql.py": "measured hot path (conversation "
         "projection, agent_turn.py): not converted without its A/B",
     "hermes_data/sessions/backends/sql.py": "a catalogue probe (the column names of a table, "
         "LIMIT 0)",
-    "hermes_data/sessions/core/listing_sql.py": "not converted yet (core/, another helper's "
-        "package in issue 32's first round)",
-    "hermes_data/sessions/core/maintenance_sql.py": "not converted yet (core/, another "
-        "helper's package in issue 32's first round)",
     "hermes_data/sessions/gateway/telegram_sql.py": "the frozen v3 upgrade's copy between a "
         "legacy table and its rebuild copy",
     "hermes_data/sessions/search/cjk_sql.py": "search hot path; the CJK-gram predicate is "
@@ -55,18 +49,13 @@ REASONS = {
         "RECURSIVE head is prepended) and reads beside them",
     "hermes_data/sessions/storage/adoption_sql.py": "upstream's schema_version table, which "
         "the store reads but never declares",
-    "hermes_data/sessions/storage/display_sql.py": "run through core/display_order.py "
-        "(another helper's package) and the batch append's hot peer lookup",
     "hermes_data/sessions/storage/fts/cjk_sql.py": "the CJK-bigram index maintenance",
     "hermes_data/sessions/storage/fts/ddl.py": "FTS5 DDL and trigger text",
     "hermes_data/sessions/storage/fts/layout_sql.py": "the FTS layout migration (FTS5 "
         "tables by name)",
     "hermes_data/sessions/storage/fts/sql.py": "FTS index maintenance",
-    "hermes_data/sessions/storage/opening_sql.py": "the measured open path (open benchmark)",
     "hermes_data/sessions/storage/repair/sql.py": "malformed-schema repair on raw sqlite3 "
         "connections to a damaged file (tables named from sqlite_master)",
-    "hermes_data/sessions/ui/pickers_sql.py": "the MRU picker: built on the kit's string "
-        "predicates (last_active, J)",
 }
 
 _START = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
