@@ -56,7 +56,7 @@ class BulkStatements(Statements):
 
     def existing_ids(self, n: int) -> str:
         """Which of ``n`` bound ids are sessions."""
-        return _existing_ids(n).for_dialect(self.dialect).sql
+        return _EXISTING_IDS.expanded_sql(self.dialect, ("ids",), n)
 
     def last_active_rows(self, n: int) -> str:
         """SQLite: newest active row of each of ``n`` bound ids (a bounded seek per id)."""
@@ -100,10 +100,9 @@ def _last_active_rows_pg() -> sa.Select:
             .select_from(i.join(newest, sa.true())))
 
 
-@lru_cache(maxsize=64)
-def _existing_ids(n: int) -> DriverPrepared:
-    return DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
-        sessions.c.id.in_([bp(f"i{i}") for i in range(n)])))
+#: The ids among a list that exist (the list spread per call: Prepared.expanded_sql).
+_EXISTING_IDS = DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
+    sessions.c.id.in_(sa.bindparam("ids", expanding=True))))
 
 
 @lru_cache(maxsize=64)

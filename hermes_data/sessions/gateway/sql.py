@@ -227,12 +227,13 @@ def _handoff_fail_from(d: str, states: tuple[str, ...]) -> str:
     ).positional_sql(d, ("error", "id"))
 
 
-@lru_cache(maxsize=256)
+_HANDOFF_RECLAIM = DriverPrepared("handoff_reclaim", lambda: _set_state(
+    "failed", (_ss.c.handoff_error, bp("error"))).where(
+    _state_is("running"), _ss.c.id.in_(sa.bindparam("ids", expanding=True))))
+
+
 def _handoff_reclaim(d: str, n: int) -> str:
-    return DriverPrepared("handoff_reclaim", lambda: _set_state(
-        "failed", (_ss.c.handoff_error, bp("error"))).where(
-        _state_is("running"), _ss.c.id.in_([bp(i) for i in _ids(n)])),
-    ).positional_sql(d, ("error", *_ids(n)))
+    return _HANDOFF_RECLAIM.expanded_sql(d, ("error", "ids"), n)
 
 
 @lru_cache(maxsize=256)
@@ -249,11 +250,12 @@ def _pending_handoffs(d: str, n_platforms: int | None) -> str:
         d, tuple(_ids(n_platforms or 0, "p")))
 
 
-@lru_cache(maxsize=256)
+_ROUTING_DELETE = DriverPrepared("routing_delete", lambda: sa.delete(_rt).where(
+    _rt.c.scope == bp("scope"), _rt.c.session_key.in_(sa.bindparam("keys", expanding=True))))
+
+
 def _routing_delete(d: str, n: int) -> str:
-    return DriverPrepared("routing_delete", lambda: sa.delete(_rt).where(
-        _rt.c.scope == bp("scope"), _rt.c.session_key.in_([bp(i) for i in _ids(n)])),
-    ).positional_sql(d, ("scope", *_ids(n)))
+    return _ROUTING_DELETE.expanded_sql(d, ("scope", "keys"), n)
 
 
 #: The GatewayStatements of a dialect (built once per process).

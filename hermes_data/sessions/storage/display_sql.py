@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -288,12 +287,14 @@ def peer_orders(n: int) -> str:
     return _peer_orders(n)
 
 
-@lru_cache(maxsize=512)  # one per chunk size (at most PEER_LOOKUP_CHUNK)
+#: The peer lookup, compiled once; its identity list spread per call (Prepared.expanded_sql).
+_PEER_ORDERS = DriverPrepared("peer_orders", lambda: sa.select(
+    messages.c.display_identity, sa.func.min(messages.c.display_order)).where(
+    messages.c.session_id == bp("sid"),
+    messages.c.display_identity.in_(sa.bindparam("idents", expanding=True)),
+    _vis()).group_by(messages.c.display_identity))
+
+
 def _peer_orders(n: int) -> str:
-    m = messages
-    return DriverPrepared("peer_orders", lambda: sa.select(
-        m.c.display_identity, sa.func.min(m.c.display_order)).where(
-        m.c.session_id == bp("sid"), m.c.display_identity.in_([bp(f"i{k}") for k in range(n)]),
-        _vis()).group_by(m.c.display_identity)).positional_sql(
-        "sqlite", ("sid", *(f"i{k}" for k in range(n))))
+    return _PEER_ORDERS.expanded_sql("sqlite", ("sid", "idents"), n)
 
