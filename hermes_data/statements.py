@@ -211,12 +211,12 @@ class Prepared:
         return c.sql
 
     def expanded_sql(self, dialect_name: str, order: tuple[str, ...], n: int) -> str:
-        """:meth:`positional_sql` for a construct with one ``IN`` list of variable length:
-        the list is the expanding parameter ``bindparam(name, expanding=True)``, named once
-        in ``order`` where its ``n`` values go in the callers' tuples; the compiled string
-        gets ``n`` placeholders there. The construct is compiled once per dialect whatever
-        ``n`` is (a string splice per new length, not a compilation); ``n < 1`` raises
-        ``ValueError`` (an empty ``IN`` list is the caller's case to skip)."""
+        """:meth:`positional_sql` for a construct with ``IN`` lists of a variable length
+        ``n``: each list is an expanding parameter (``bindparam(name, expanding=True)``),
+        named once in ``order`` where its ``n`` values go in the callers' tuples, and gets
+        ``n`` placeholders in the compiled string. The construct is compiled once per dialect
+        whatever ``n`` is (a string splice per new length, not a compilation); ``n < 1``
+        raises ``ValueError`` (an empty ``IN`` list is the caller's case to skip)."""
         key = (dialect_name, n)
         sql = self._expanded.get(key)
         if sql is not None:
@@ -225,11 +225,13 @@ class Prepared:
             raise ValueError(f"{self.name}: an IN list needs at least one value, got {n!r}")
         base = self.positional_sql(dialect_name, order)
         tokens = [t for t in (f"(__[POSTCOMPILE_{p}])" for p in order) if t in base]
-        if len(tokens) != 1:
-            raise ValueError(f"{self.name} ({dialect_name}): expected one expanding IN "
-                             f"parameter among {order!r}, found {len(tokens)}")
+        if not tokens:
+            raise ValueError(f"{self.name} ({dialect_name}): no expanding IN parameter "
+                             f"among {order!r}")
         mark = "?" if dialect_name == "sqlite" else "%s"
-        sql = base.replace(tokens[0], "(" + ", ".join([mark] * n) + ")")
+        sql = base
+        for token in tokens:
+            sql = sql.replace(token, "(" + ", ".join([mark] * n) + ")")
         if len(self._expanded) < 4096:  # lengths are bounded by the callers' chunk sizes
             self._expanded[key] = sql
         return sql

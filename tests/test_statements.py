@@ -54,5 +54,13 @@ def test_a_wrong_order_or_a_construct_without_an_expanding_list_is_refused():
         _in_list().expanded_sql("sqlite", ("ids", "grp"), 2)
     plain = DriverPrepared("plain", lambda: sa.select(_t.c.v).where(
         _t.c.id == sa.bindparam("id")))
-    with pytest.raises(ValueError, match=r"plain \(sqlite\): expected one expanding IN"):
+    with pytest.raises(ValueError, match=r"plain \(sqlite\): no expanding IN parameter"):
         plain.expanded_sql("sqlite", ("id",), 2)
+
+
+def test_two_lists_of_one_length_are_both_spread():
+    p = DriverPrepared("two_lists", lambda: sa.select(_t.c.v).where(
+        _t.c.id.in_(sa.bindparam("a", expanding=True)),
+        _t.c.grp.not_in(sa.bindparam("b", expanding=True))))
+    sql = p.expanded_sql("sqlite", ("a", "b"), 3)
+    assert "t.id IN (?, ?, ?)" in sql and "(t.grp NOT IN (?, ?, ?))" in sql

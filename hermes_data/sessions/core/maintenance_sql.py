@@ -19,7 +19,7 @@ from hermes_data.sessions.schema import (compression_locks, messages, session_tu
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.statements import DriverPrepared
-from hermes_data.sessions.sql.predicates import last_active, last_active_of
+from hermes_data.sessions.sql.predicates import last_active_of
 
 #: What the sweep writes as the end reason of a stale open automation session.
 SWEEP_END_REASON = "startup_orphan_reap"
@@ -209,15 +209,6 @@ def _doomed(d: str) -> Any:
     return sa.table(name, sa.column("id"), schema=schema)
 
 
-def _ids(prefix: str, n: int) -> list[Any]:
-    # ``n`` bound ids named ``{prefix}0`` … in positional order.
-    return [bp(f"{prefix}{k}") for k in range(n)]
-
-
-def _names(prefix: str, n: int) -> tuple[str, ...]:
-    return tuple(f"{prefix}{k}" for k in range(n))
-
-
 class MaintenanceStatements(Statements):
     """The maintenance driver statements of one dialect (Core constructs compiled on first
     access; callers pass positional tuples in each statement's declared order)."""
@@ -265,51 +256,52 @@ class MaintenanceStatements(Statements):
 _S = sessions.alias("s")
 
 
-@lru_cache(maxsize=64)
+def _ids(name: str) -> Any:
+    # An IN list spread per call (Prepared.expanded_sql): compiled once whatever its length.
+    return sa.bindparam(name, expanding=True)
+
+
+_S_ALL = sessions
+#: The chunked delete (its lists spread per chunk length): orphan the chunk's children outside
+#: it, delete its messages, detach and delete its sessions.
+_DELETE_CHUNK = (
+    (DriverPrepared("orphan_children", lambda: sa.update(_S_ALL).values(
+        parent_session_id=sa.null()).where(_S_ALL.c.parent_session_id.in_(_ids("ids")),
+                                           _S_ALL.c.id.not_in(_ids("again")))),
+     ("ids", "again")),
+    (DriverPrepared("delete_messages", lambda: sa.delete(messages).where(
+        messages.c.session_id.in_(_ids("ids")))), ("ids",)),
+    (DriverPrepared("detach_sessions", lambda: sa.update(_S_ALL).values(
+        parent_session_id=sa.null()).where(_S_ALL.c.id.in_(_ids("ids")))), ("ids",)),
+    (DriverPrepared("delete_sessions", lambda: sa.delete(_S_ALL).where(
+        _S_ALL.c.id.in_(_ids("ids")))), ("ids",)))
+
+
 def _delete_chunk(d: str, n: int) -> tuple[str, str, str, str]:
-    s = sessions
-    ids, again = _names("i", n), _names("j", n)
-    stmts = (
-        DriverPrepared("orphan_children", lambda: sa.update(s).values(
-            parent_session_id=sa.null()).where(s.c.parent_session_id.in_(_ids("i", n)),
-                                               s.c.id.not_in(_ids("j", n)))),
-        DriverPrepared("delete_messages", lambda: sa.delete(messages).where(
-            messages.c.session_id.in_(_ids("i", n)))),
-        DriverPrepared("detach_sessions", lambda: sa.update(s).values(
-            parent_session_id=sa.null()).where(s.c.id.in_(_ids("i", n)))),
-        DriverPrepared("delete_sessions", lambda: sa.delete(s).where(
-            s.c.id.in_(_ids("i", n)))))
-    orders = (ids + again, ids, ids, ids)
-    return tuple(p.positional_sql(d, o) for p, o in zip(stmts, orders))  # type: ignore[return-value]
+    return tuple(p.expanded_sql(d, o, n) for p, o in _DELETE_CHUNK)  # type: ignore[return-value]
 
 
-@lru_cache(maxsize=64)
+_MARK = json_marker(_S_ALL.c.model_config, "_delegate_from")
+#: Delegate runs of a list of sessions: by marker, or by parent with a marker.
+_DELEGATES_OF = DriverPrepared("delegates_of", lambda: sa.select(_S_ALL.c.id).where(sa.or_(
+    _MARK.in_(_ids("ids")), sa.and_(_S_ALL.c.parent_session_id.in_(_ids("again")),
+                                    _MARK.is_not(None)))))
+
+
 def _delegates_of(d: str, n: int) -> str:
-    s = sessions
-    mark = json_marker(s.c.model_config, "_delegate_from")
-    return DriverPrepared("delegates_of", lambda: sa.select(s.c.id).where(sa.or_(
-        mark.in_(_ids("i", n)), sa.and_(s.c.parent_session_id.in_(_ids("j", n)),
-                                        mark.is_not(None))))).positional_sql(
-        d, _names("i", n) + _names("j", n))
+    return _DELEGATES_OF.expanded_sql(d, ("ids", "again"), n)
 
 
-@lru_cache(maxsize=64)
+_FENCE_GUARDS = (
+    DriverPrepared("fence_locks", lambda: sa.delete(compression_locks).where(
+        compression_locks.c.session_id.in_(_ids("ids")))),
+    DriverPrepared("fence_leases", lambda: sa.delete(session_turn_leases).where(
+        session_turn_leases.c.conversation_id.in_(_ids("ids")))))
+
+
 def _fence_guards(d: str, n: int) -> tuple[str, str]:
-    ids = _names("i", n)
-    locks = DriverPrepared("fence_locks", lambda: sa.delete(compression_locks).where(
-        compression_locks.c.session_id.in_(_ids("i", n))))
-    leases = DriverPrepared("fence_leases", lambda: sa.delete(session_turn_leases).where(
-        session_turn_leases.c.conversation_id.in_(_ids("i", n))))
-    return locks.positional_sql(d, ids), leases.positional_sql(d, ids)
-
-
-def sweep_predicate() -> str:
-    """Stale open automation sessions without a live compression lock (:cutoff, :now)."""
-    srcs = ", ".join(f"'{s}'" for s in SWEEPABLE_SOURCES)
-    return (f"s.ended_at IS NULL AND s.source IN ({srcs}) AND COALESCE(s.pinned, 0) = 0 "
-            f"AND s.started_at < :cutoff AND {last_active('s')} < :cutoff "
-            "AND NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = s.id "
-            "AND l.expires_at > :now)")
+    locks, leases = (p.expanded_sql(d, ("ids",), n) for p in _FENCE_GUARDS)
+    return locks, leases
 
 
 #: Conversations holding a live turn lease (:now).
