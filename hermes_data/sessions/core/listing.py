@@ -118,8 +118,7 @@ session_row = _compile_session_row()
 def _fetch_list_rows(conn: Connection, q: Fragments, ids: list[str]) -> dict[str, dict[str, Any]]:
     if not ids:
         return {}
-    rows = ls.list_rows(len(ids), q.dialect).run(
-        conn, {f"i{k}": sid for k, sid in enumerate(ids)}).fetchall()
+    rows = conn.exec_driver_sql(ls.list_rows(len(ids), q.dialect), tuple(ids)).fetchall()
     out = {}
     for r in rows:
         d = dict(zip((*ls.LIST_COLS, "last_active", "preview"), r))

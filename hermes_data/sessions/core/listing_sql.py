@@ -198,19 +198,20 @@ def count_sessions(shape: FilterShape) -> DriverPrepared:
     return DriverPrepared("count_sessions", build)
 
 
-def list_rows(n: int, d: str) -> DriverPrepared:
-    """Sidebar columns, activity and preview of ``n`` sessions (binds :i0 … :i{n-1})."""
-    return _list_rows(n, d)
+def list_rows(n: int, d: str) -> str:
+    """Sidebar columns, activity and preview of ``n`` sessions (driver text; values: the
+    ``n`` ids), compiled once per dialect whatever ``n`` is."""
+    return _LIST_ROWS.expanded_sql(d, ("ids",), n)
 
 
-@lru_cache(maxsize=256)
-def _list_rows(n: int, d: str) -> DriverPrepared:
-    def build() -> Any:
-        s = sessions.alias("s")
-        return (sa.select(*(s.c[c] for c in LIST_COLS), last_active_of(s).label("last_active"),
-                          preview_of(s, d).label("preview"))
-                .where(s.c.id.in_([bp(f"i{k}") for k in range(n)])))
-    return DriverPrepared("list_rows", build)
+def _list_rows(d: str) -> Any:
+    s = sessions.alias("s")
+    return (sa.select(*(s.c[c] for c in LIST_COLS), last_active_of(s).label("last_active"),
+                      preview_of(s, d).label("preview"))
+            .where(s.c.id.in_(sa.bindparam("ids", expanding=True))))
+
+
+_LIST_ROWS = DriverPrepared.per_dialect("list_rows", _list_rows)
 
 
 def recent_sessions(d: str, excluded: int) -> TextClause:

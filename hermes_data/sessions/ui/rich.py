@@ -123,7 +123,8 @@ def get_session_rich_row(store: Any, session_id: str, *,
         found = _fetch(store, conn, [session_id], bool(compact_rows))
         if session_id not in found:
             return None, None
-        act = ls.list_rows(1, store.backend.dialect).run(conn, {"i0": session_id}).first()
+        act = conn.exec_driver_sql(ls.list_rows(1, store.backend.dialect),
+                                   (session_id,)).first()
         return found[session_id], act
 
     got, act = store.backend.read(work)
