@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data import storable
 from hermes_data.sessions.rows import SessionRichRow
 from hermes_data.sessions.ui.portability.export import session_columns
 from hermes_data.sessions.core.listing import session_fields
@@ -87,6 +88,26 @@ def list_sessions_rich(store: Any, *, compact_rows: bool = False,
                                   unread=r.unread, lineage_root_id=r.lineage_root_id,
                                   lineage_ids=tuple(r.lineage_ids) or (r.id,), extra=extra))
     return out
+
+
+def get_session_extra(store: Any, session_id: str) -> dict[str, Any]:
+    """The upstream-only ``sessions`` columns of one row (docs/sessions-ui.md §2.6), by name:
+    what upstream's ``SELECT s.*`` added to its ``get_session`` row. ``{}`` for a missing row
+    or an id no row can hold, and without a query once the handle knows its file has no such
+    column (every fresh store)."""
+    if not isinstance(session_id, str) or not session_id or storable.no_row_holds(session_id):
+        return {}
+    known = store.backend.state.export_columns
+    if known is not None and all(c in _HEAD for c in known):
+        return {}
+
+    def work(conn: Connection) -> dict[str, Any]:
+        if not _extras(store, conn):
+            return {}
+        found = _fetch(store, conn, [session_id], True)
+        return found[session_id][1] if session_id in found else {}
+
+    return store.backend.read(work)
 
 
 def get_session_rich_row(store: Any, session_id: str, *,
