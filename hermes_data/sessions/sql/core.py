@@ -15,7 +15,6 @@ from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import text
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.visitors import InternalTraversal
@@ -23,9 +22,9 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from hermes_data.sessions.schema import compression_locks, state_meta, system_prompts
 from hermes_data.sessions.schema import messages as m
 from hermes_data.sessions.schema import sessions as s
-from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
-from hermes_data.sessions.sql.predicates import J, legacy_reset_child
+from hermes_data.sessions.sql.predicates import legacy_reset_child_of
 from hermes_data.statements import DriverPrepared
 
 #: Core ``sessions`` columns a :class:`~hermes_data.sessions.rows.SessionRow` carries.
@@ -204,6 +203,23 @@ def _clone_messages(cols: tuple[str, ...]) -> DriverPrepared:
     return DriverPrepared("CoreStatements.clone_messages", build)
 
 
+def _stamp_legacy_reset_children(d: str) -> sa.Update:
+    # ``p`` twice: the stamped value and the parent the children hang under.
+    c, p = s.alias("c"), bp("p")
+    if d == "postgresql":
+        stamped: Any = sa.cast(sa.func.jsonb_set(
+            sa.func.hermes_json_object(c.c.model_config), const("{_reset_from}"),
+            sa.func.to_jsonb(sa.cast(p, sa.Text))), sa.Text)
+    else:
+        doc = sa.case((sa.func.json_valid(c.c.model_config), c.c.model_config),
+                      else_=const("{}"))
+        stamped = sa.func.json_set(doc, const("$._reset_from"), p)
+    return sa.update(c).values(model_config=stamped).where(
+        c.c.parent_session_id == p,
+        *[json_marker(c.c.model_config, mk).is_(None) for mk in CHILD_MARKERS.values()],
+        legacy_reset_child_of(c))
+
+
 def _count_messages(active_only: bool) -> driver_statement:
     def build(d: str) -> sa.Select:
         conds = [m.c.session_id == bp("id")] + ([_ACTIVE] if active_only else [])
@@ -323,6 +339,10 @@ class CoreStatements(Statements):
         ("ended_at", bp("at")), ("end_reason", const("compression"))).where(
         _BY_ID, s.c.ended_at.is_(None)), "at", "id")
 
+    #: Stamp ``_reset_from`` = p on the marker-less legacy reset children of p
+    #: (positional: p, p).
+    STAMP_LEGACY_RESET_CHILDREN = driver_statement(_stamp_legacy_reset_children, "p", "p")
+
     # -- transcript (docs/sessions.md §6)
     #: Append one message row (all of INSERT_COLS, positional).
     INSERT_MESSAGE = _insert_message(INSERT_COLS)
@@ -395,18 +415,6 @@ class CoreStatements(Statements):
         #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
         self.NO_LIMIT = None if pg else -1
 
-        markers = " AND ".join(f"{J('model_config', mk, d)} IS NULL"
-                               for mk in CHILD_MARKERS.values())
-        set_reset_from = (
-            "CAST(jsonb_set(hermes_json_object(model_config), '{_reset_from}', "
-            "to_jsonb(CAST(:p AS TEXT))) AS TEXT)" if pg else
-            "json_set(CASE WHEN json_valid(model_config) THEN model_config ELSE '{}' END, "
-            "'$._reset_from', :p)")
-        #: Stamp ``_reset_from`` = :p on the marker-less legacy reset children of :p.
-        # not Core: built on the kit's string predicates (J, legacy_reset_child)
-        self.STAMP_LEGACY_RESET_CHILDREN = text(
-            f"UPDATE sessions SET model_config = {set_reset_from} WHERE parent_session_id = :p "
-            f"AND {markers} AND {legacy_reset_child('sessions')}")
         #: The file header's application_id (SQLite) — NULL where there is no file.
         # not Core: a PRAGMA read (the file header's application_id)
         self.FILE_HEADER = ("SELECT CAST(NULL AS BIGINT)" if pg
