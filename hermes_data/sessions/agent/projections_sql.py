@@ -4,8 +4,15 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
-from hermes_data.sessions.sql.dialect import Statements, marks
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.statements import DriverPrepared
 
 
 #: Columns a projection reads (no replayed message carries ``token_count`` or ``compacted``):
@@ -28,29 +35,54 @@ NONE_TESTED = frozenset({"tool_calls", "reasoning_content", "reasoning_details",
                          "codex_reasoning_items", "codex_message_items"})
 #: Session ids per statement (SQLite's historical 999-variable limit, with headroom).
 IN_CHUNK = 900
-#: Row filters: every row, active rows, active or compacted rows.
-FILTERS = {"all": "", "active": " AND active = 1", "compacted": " AND (active = 1 OR compacted = 1)"}
+#: Row filters: every row, active rows, active or compacted rows (the names ``which`` takes).
+FILTERS = ("all", "active", "compacted")
+
+
+def _filter(which: str) -> list[Any]:
+    # The statement's own constants inline (the partial active-rows index matches them).
+    if which == "all":
+        return []
+    if which == "active":
+        return [m.c.active == const(1)]
+    if which == "compacted":
+        return [sa.or_(m.c.active == const(1), m.c.compacted == const(1))]
+    raise KeyError(which)
+
+
+def _in_ids(n: int) -> Any:
+    return m.c.session_id.in_([bp(f"s{i}") for i in range(n)])
+
+
+@lru_cache(maxsize=256)
+def _rows(n: int, which: str) -> DriverPrepared:
+    return DriverPrepared("ProjectionStatements.rows", lambda: sa.select(
+        *[m.c[c] for c in PROJECTION_COLS]).where(_in_ids(n), *_filter(which)).order_by(m.c.id))
+
+
+@lru_cache(maxsize=256)
+def _count(n: int, which: str) -> DriverPrepared:
+    return DriverPrepared("ProjectionStatements.count", lambda: sa.select(
+        sa.func.count()).select_from(m).where(_in_ids(n), *_filter(which)))
 
 
 class ProjectionStatements(Statements):
-    """The projection statements of one dialect."""
+    """The projection statements of one dialect (Core constructs, compiled on first use;
+    callers pass positional tuples: the parent's id, or the ``n`` session ids)."""
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        #: One parent link (the conversation-root walk).
-        self.PARENT = self.render("SELECT parent_session_id FROM sessions WHERE id = ?")
+    #: One parent link (the conversation-root walk).
+    PARENT = driver_statement(lambda d: sa.select(sessions.c.parent_session_id).where(
+        sessions.c.id == bp("id")), "id")
 
     @lru_cache(maxsize=256)
     def rows(self, n: int, which: str) -> str:
         """``PROJECTION_COLS`` of the rows of ``n`` bound session ids under filter ``which``."""
-        return self.render(f"SELECT {', '.join(PROJECTION_COLS)} FROM messages "
-                           f"WHERE session_id IN ({marks(n)}){FILTERS[which]} ORDER BY id")
+        return _rows(n, which).positional_sql(self.dialect, tuple(f"s{i}" for i in range(n)))
 
     @lru_cache(maxsize=256)
     def count(self, n: int, which: str) -> str:
         """How many rows ``rows(n, which)`` returns."""
-        return self.render("SELECT COUNT(*) FROM messages "
-                           f"WHERE session_id IN ({marks(n)}){FILTERS[which]}")
+        return _count(n, which).positional_sql(self.dialect, tuple(f"s{i}" for i in range(n)))
 
 
 #: The ProjectionStatements of a dialect (built once per process).

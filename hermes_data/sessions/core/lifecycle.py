@@ -176,7 +176,7 @@ def reopen_session(conn: Connection, q: Fragments, session_id: str,
             coordination_sql.for_dialect(q.dialect).ANY_CONTINUATION,
             (session_id,)).first() is not None:
         return False
-    conn.execute(q.STAMP_LEGACY_RESET_CHILDREN, {"p": session_id})
+    conn.exec_driver_sql(q.STAMP_LEGACY_RESET_CHILDREN, (session_id, session_id))
     return conn.exec_driver_sql(q.REOPEN_SESSION, (session_id,)).rowcount == 1
 
 

@@ -339,9 +339,10 @@ def clone_rows(conn: Connection, q: Fragments, parent: str, child: str, watermar
     cols = [c["name"] for c in sa.inspect(conn).get_columns("messages")
             if c["name"] not in ("id", "session_id", "active", "compacted", "display_order")
             and not c.get("computed")]
-    params = {"parent": parent, "watermark": watermark, "ceiling": ceiling}
-    tools = sum(enc.count_tool_calls(r[0]) for r in conn.execute(q.CLONE_TOOL_CALLS, params))
-    n = conn.execute(q.clone_messages(cols), {**params, "child": child}).rowcount
+    rows = conn.exec_driver_sql(q.CLONE_TOOL_CALLS, (parent, watermark, ceiling, ceiling))
+    tools = sum(enc.count_tool_calls(r[0]) for r in rows)
+    n = q.clone_messages(cols).run(conn, {"parent": parent, "watermark": watermark,
+                                          "ceiling": ceiling, "child": child}).rowcount
     return n, tools
 
 
@@ -424,5 +425,7 @@ def bounded_count(conn: Connection, q: Fragments, session_id: str, cap: int, *,
                   lineage: bool) -> int:
     """Active rows of one session (or active/compacted rows of its resume lineage),
     counted only up to ``cap``."""
-    stmt = q.RESUME_LINEAGE_COUNT if lineage else q.BOUNDED_ACTIVE_COUNT
-    return int(conn.execute(stmt, {"id": session_id, "cap": cap}).scalar() or 0)
+    if lineage:
+        return int(conn.execute(q.RESUME_LINEAGE_COUNT, {"id": session_id, "cap": cap}).scalar()
+                   or 0)
+    return int(conn.exec_driver_sql(q.BOUNDED_ACTIVE_COUNT, (session_id, cap)).scalar() or 0)

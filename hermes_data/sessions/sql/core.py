@@ -2,18 +2,30 @@
 titles and single-session reads (docs/sessions.md §4–§6).
 
 Driver statements (sent with ``exec_driver_sql`` or on a DB-API connection, positional
-values) are written once with ``?`` placeholders and rendered for each dialect by
-:func:`hermes_data.sessions.sql.dialect.render` when :class:`CoreStatements` is built. Column
-names come only from the fixed tuples below; every value is bound.
+values) are SQLAlchemy Core constructs built from :mod:`hermes_data.sessions.schema` and
+compiled once per dialect (issue 32) by
+:class:`~hermes_data.sessions.sql.dialect.driver_statement` — the attribute is then the
+compiled string, its positional parameters in the declared order, so the callers keep
+passing tuples. Column names come only from the fixed tuples below; every value is bound.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
+from functools import lru_cache
+from typing import Any
 
-from hermes_data.sessions.sql.dialect import Statements, marks
-from hermes_data.sessions.sql.predicates import J, legacy_reset_child
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.visitors import InternalTraversal
+
+from hermes_data.sessions.schema import compression_locks, state_meta, system_prompts
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.schema import sessions as s
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.predicates import legacy_reset_child_of
+from hermes_data.statements import DriverPrepared
 
 #: Core ``sessions`` columns a :class:`~hermes_data.sessions.rows.SessionRow` carries.
 SESSION_COLS = (
@@ -85,183 +97,344 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+class unindexed(ColumnElement[Any]):
+    """``+col``: the column's value, written so SQLite's planner uses no index for the term
+    (a unary plus on an integer column; PostgreSQL evaluates it as the value itself). The
+    transcript page filters ``+active = 1`` to keep the ``(session_id, id)`` index for the
+    seek instead of the partial active-rows index."""
+
+    inherit_cache = True
+
+    def __init__(self, col: ColumnElement[Any]) -> None:
+        self.col = col
+        self.type = col.type
+
+    _traverse_internals = [("col", InternalTraversal.dp_clauseelement)]
+
+
+@compiles(unindexed)
+def _unindexed(element: unindexed, compiler: Any, **kw: Any) -> str:
+    return "+" + compiler.process(element.col, **kw)
+
+
+_BY_ID = s.c.id == bp("id")
+_ACTIVE = m.c.active == const(1)
+
+
+def _upd(*pairs: tuple[str, Any]) -> sa.Update:
+    # SET in the given order (positional callers), values bound or expressions.
+    return sa.update(s).ordered_values(*[(s.c[c], v) for c, v in pairs])
+
+
+def _enrich(config: bool) -> driver_statement:
+    # Fill only the still-NULL columns (the enrich rule), model_config replaced with ``config``.
+    cols = (*FILLABLE, "git_branch")
+
+    def build(d: str) -> sa.Update:
+        pairs = [(c, sa.func.coalesce(s.c[c], bp("v_" + c))) for c in cols]
+        if config:
+            pairs.append(("model_config", bp("config")))
+        return _upd(*pairs).where(_BY_ID)
+    return driver_statement(build, *("v_" + c for c in cols),
+                            *(("config",) if config else ()), "id")
+
+
+def _inherit(cols: tuple[str, ...]) -> driver_statement:
+    # Each of ``cols`` the parent's value where the child has none.
+    def build(d: str) -> sa.Update:
+        p = s.alias("p")
+        return _upd(*[(c, sa.func.coalesce(s.c[c], sa.select(p.c[c]).where(
+            p.c.id == s.c.parent_session_id).scalar_subquery())) for c in cols]).where(_BY_ID)
+    return driver_statement(build, "id")
+
+
+def _insert_session(cols: tuple[str, ...]) -> sa.Insert:
+    # Core lists a Table's INSERT columns in table order; the callers bind ``cols`` in their
+    # own order, so the insert goes through a view of ``sessions`` with exactly those
+    # columns (each looked up in the schema: an unknown name raises).
+    view = sa.table(s.name, *[sa.column(s.c[c].name) for c in cols])
+    return sa.insert(view).values({c: bp(c) for c in cols})
+
+
+@lru_cache(maxsize=64)
+def _insert_session_prepared(cols: tuple[str, ...]) -> DriverPrepared:
+    return DriverPrepared("CoreStatements.insert_session", lambda: _insert_session(cols))
+
+
+def _insert_message(cols: tuple[str, ...], returning: bool = False) -> driver_statement:
+    # ``cols`` are in the table's own order, which is the order Core compiles them in.
+    def build(d: str) -> sa.Insert:
+        stmt = sa.insert(m).values({c: bp(c) for c in cols})
+        # inline(): no implicit ``RETURNING id`` on PostgreSQL (the executemany forms)
+        return stmt.returning(m.c.id) if returning else stmt.inline()
+    return driver_statement(build, *cols)
+
+
+def _admit_and_count(d: str) -> sa.Update:
+    if d == "postgresql":
+        header: Any = sa.cast(sa.null(), sa.BigInteger)
+    else:
+        # not Core: a PRAGMA table-valued function (the file header's application_id)
+        header = sa.literal_column("(SELECT application_id FROM pragma_application_id())")
+    return _upd(
+        ("message_count", sa.func.coalesce(s.c.message_count, const(0)) + bp("messages")),
+        ("tool_call_count", sa.func.coalesce(s.c.tool_call_count, const(0)) + bp("tools")),
+    ).where(_BY_ID).returning(s.c.ended_at, s.c.end_reason, header)
+
+
+def _clone_range(t: Any) -> Any:
+    # A parent's active rows above the watermark, up to the ceiling when one is given.
+    ceiling = bp("ceiling")
+    return sa.and_(t.c.session_id == bp("parent"), t.c.active == const(1),
+                   t.c.id > bp("watermark"),
+                   sa.or_(sa.cast(ceiling, sa.BigInteger).is_(None), t.c.id <= ceiling))
+
+
+@lru_cache(maxsize=16)
+def _clone_messages(cols: tuple[str, ...]) -> DriverPrepared:
+    def build() -> sa.Insert:
+        # ``cols`` are the live table's (upstream extra columns included), so the statement
+        # goes through a view of ``messages`` with exactly those columns.
+        fixed = ("id", "session_id", "active", "compacted")
+        view = sa.table(m.name, *[sa.column(c) for c in (*fixed, *cols)])
+        rows = (sa.select(bp("child"), const(1), const(0), *[view.c[c] for c in cols])
+                .where(_clone_range(view)).order_by(view.c.id))
+        return sa.insert(view).from_select(["session_id", "active", "compacted", *cols], rows)
+    return DriverPrepared("CoreStatements.clone_messages", build)
+
+
+def _stamp_legacy_reset_children(d: str) -> sa.Update:
+    # ``p`` twice: the stamped value and the parent the children hang under.
+    c, p = s.alias("c"), bp("p")
+    if d == "postgresql":
+        stamped: Any = sa.cast(sa.func.jsonb_set(
+            sa.func.hermes_json_object(c.c.model_config), const("{_reset_from}"),
+            sa.func.to_jsonb(sa.cast(p, sa.Text))), sa.Text)
+    else:
+        doc = sa.case((sa.func.json_valid(c.c.model_config), c.c.model_config),
+                      else_=const("{}"))
+        stamped = sa.func.json_set(doc, const("$._reset_from"), p)
+    return sa.update(c).values(model_config=stamped).where(
+        c.c.parent_session_id == p,
+        *[json_marker(c.c.model_config, mk).is_(None) for mk in CHILD_MARKERS.values()],
+        legacy_reset_child_of(c))
+
+
+def _count_messages(active_only: bool) -> driver_statement:
+    def build(d: str) -> sa.Select:
+        conds = [m.c.session_id == bp("id")] + ([_ACTIVE] if active_only else [])
+        return sa.select(sa.func.count()).select_from(m).where(*conds)
+    return driver_statement(build, "id")
+
+
+def _get_session(d: str) -> sa.Select:
+    a, sp = s.alias("s"), system_prompts.alias("sp")
+    return (sa.select(*[a.c[c] for c in SESSION_ROW_COLS],
+                      sa.func.coalesce(sp.c.prompt, a.c.system_prompt))
+            .select_from(a.outerjoin(sp, sp.c.hash == a.c.system_prompt_hash))
+            .where(a.c.id == bp("id")))
+
+
+def _parent_keys(d: str) -> sa.Select:
+    c, p = s.alias("c"), s.alias("p")
+    return (sa.select(c.c.session_key, p.c.session_key, p.c.end_reason, p.c.profile_name)
+            .select_from(c.join(p, p.c.id == c.c.parent_session_id))
+            .where(c.c.id == bp("id")))
+
+
+def _set_meta(d: str) -> Any:
+    ins = dialect_insert(d)(state_meta).values(key=bp("key"), value=bp("value"))
+    return ins.on_conflict_do_update(index_elements=[state_meta.c.key],
+                                     set_={"value": ins.excluded.value})
+
+
+@lru_cache(maxsize=32)
+def _select_messages(include_inactive: bool, after_id: bool, latest: bool,
+                     paged: bool) -> DriverPrepared:
+    def build() -> sa.Select:
+        conds = [m.c.session_id == bp("id")]
+        if not include_inactive:
+            # '+': keep the (session_id, id) index for the seek
+            conds.append(unindexed(m.c.active) == const(1))
+        if after_id:
+            conds.append(m.c.id > bp("after"))
+        stmt = (sa.select(*[m.c[c] for c in MESSAGE_COLS]).where(*conds)
+                .order_by(m.c.id.desc() if latest else m.c.id))
+        return stmt.limit(bp("limit")).offset(bp("offset")) if paged else stmt
+    return DriverPrepared("CoreStatements.select_messages", build)
+
+
+@lru_cache(maxsize=64)
+def _messages_page(d: str, include_inactive: bool, after_id: bool, latest: bool,
+                   paged: bool) -> str:
+    order = ("id", *(("after",) if after_id else ()), *(("limit", "offset") if paged else ()))
+    return _select_messages(include_inactive, after_id, latest, paged).positional_sql(d, order)
+
+
 class CoreStatements(Statements):
-    """The core statements for one dialect (``sqlite`` / ``postgresql``)."""
+    """The core statements for one dialect (``sqlite`` / ``postgresql``): Core constructs
+    compiled on first use; callers pass positional tuples in each statement's declared
+    order."""
+
+    # -- state_meta (docs/sessions.md §7.7)
+    #: One state_meta value.
+    GET_META = driver_statement(lambda d: sa.select(state_meta.c.value).where(
+        state_meta.c.key == bp("key")), "key")
+    #: Upsert a state_meta value.
+    SET_META = driver_statement(_set_meta, "key", "value")
+    #: Every state_meta key under an escaped LIKE prefix.
+    LIST_META_PREFIX = driver_statement(lambda d: sa.select(
+        state_meta.c.key, state_meta.c.value).where(
+        state_meta.c.key.like(bp("prefix"), escape="\\")).order_by(state_meta.c.key),
+        "prefix")
+
+    # -- lifecycle (docs/sessions.md §4.1–§4.3)
+    #: Keep a system prompt once (content-addressed).
+    INSERT_PROMPT = driver_statement(lambda d: dialect_insert(d)(system_prompts).values(
+        hash=bp("hash"), prompt=bp("prompt")).on_conflict_do_nothing(
+        index_elements=[system_prompts.c.hash]), "hash", "prompt")
+    #: The model_config of one session (existence probe of create_session).
+    SESSION_MODEL_CONFIG = driver_statement(lambda d: sa.select(s.c.model_config).where(
+        _BY_ID), "id")
+    #: Fill only the still-NULL columns of an existing session (the enrich rule).
+    ENRICH_SESSION = _enrich(config=False)
+    #: The same, also replacing model_config.
+    ENRICH_SESSION_CONFIG = _enrich(config=True)
+    #: Owner profile for a session that has none yet.
+    FILL_PROFILE = driver_statement(lambda d: _upd(("profile_name", bp("profile"))).where(
+        _BY_ID, s.c.profile_name.is_(None)), "profile", "id")
+    #: Child and parent session keys, the parent's end reason and profile.
+    PARENT_KEYS = driver_statement(_parent_keys, "id")
+    #: A child inherits its parent's workspace columns where it has none.
+    INHERIT_WORKSPACE = _inherit(("cwd", "git_repo_root", "git_branch"))
+    #: A compression continuation also inherits the routing columns.
+    INHERIT_WORKSPACE_AND_ROUTING = _inherit(("cwd", "git_repo_root", "git_branch", *ROUTING))
+    #: End an open session (the first reason wins).
+    END_SESSION = driver_statement(lambda d: _upd(
+        ("ended_at", bp("at")), ("end_reason", bp("reason"))).where(
+        _BY_ID, s.c.ended_at.is_(None)), "at", "reason", "id")
+    #: Clear the end fields of an ended session.
+    REOPEN_SESSION = driver_statement(lambda d: _upd(
+        ("ended_at", sa.null()), ("end_reason", sa.null())).where(
+        _BY_ID, sa.or_(s.c.ended_at.is_not(None), s.c.end_reason.is_not(None))), "id")
+    #: Clear an automatic end reason before a publication continues the session.
+    CLEAR_END = driver_statement(lambda d: _upd(
+        ("ended_at", sa.null()), ("end_reason", sa.null())).where(_BY_ID), "id")
+    #: The compression lease on a session.
+    COMPRESSION_LEASE = driver_statement(lambda d: sa.select(
+        compression_locks.c.holder, compression_locks.c.expires_at).where(
+        compression_locks.c.session_id == bp("id")), "id")
+    #: The parent columns a compression publication reads.
+    PUBLISH_PARENT = driver_statement(lambda d: sa.select(
+        *[s.c[c] for c in PUBLISH_PARENT_COLS]).where(_BY_ID), "id")
+    #: Insert a compression continuation.
+    INSERT_CONTINUATION = driver_statement(lambda d: _insert_session(PUBLISH_CHILD_COLS),
+                                           *PUBLISH_CHILD_COLS)
+    #: Set a session's counters outright.
+    SET_COUNTS = driver_statement(lambda d: _upd(
+        ("message_count", bp("messages")), ("tool_call_count", bp("tools"))).where(_BY_ID),
+        "messages", "tools", "id")
+    #: End the parent with ``compression`` (only if still open).
+    END_COMPRESSION = driver_statement(lambda d: _upd(
+        ("ended_at", bp("at")), ("end_reason", const("compression"))).where(
+        _BY_ID, s.c.ended_at.is_(None)), "at", "id")
+
+    #: Stamp ``_reset_from`` = p on the marker-less legacy reset children of p
+    #: (positional: p, p).
+    STAMP_LEGACY_RESET_CHILDREN = driver_statement(_stamp_legacy_reset_children, "p", "p")
+
+    # -- transcript (docs/sessions.md §6)
+    #: Append one message row (all of INSERT_COLS, positional).
+    INSERT_MESSAGE = _insert_message(INSERT_COLS)
+    #: The same, returning the new row id.
+    INSERT_MESSAGE_RETURNING = _insert_message(INSERT_COLS, returning=True)
+    #: The batch append's form (SQLite): the id and ``display_order`` given, as the insert
+    #: trigger would have set them (``display.BatchOrder``), so its ``WHEN`` skips the row.
+    INSERT_MESSAGE_ORDERED = _insert_message(("id", *INSERT_COLS, "display_order"))
+    #: Admission + counters in one statement; the row tells missing / compression-closed,
+    #: and (SQLite) the file's application_id, re-read inside the write transaction so a
+    #: file replaced under the handle is caught without a separate PRAGMA.
+    ADMIT_AND_COUNT = driver_statement(_admit_and_count, "messages", "tools", "id")
+    #: The tool_calls of the rows a watermark clone copies (positional: parent, watermark,
+    #: ceiling, ceiling — the ceiling may be NULL).
+    CLONE_TOOL_CALLS = driver_statement(lambda d: sa.select(m.c.tool_calls).where(
+        _clone_range(m)), "parent", "watermark", "ceiling", "ceiling")
+    #: Active rows of one session, counted only up to ``cap`` (positional: id, cap).
+    BOUNDED_ACTIVE_COUNT = driver_statement(lambda d: sa.select(sa.func.count()).select_from(
+        sa.select(const(1)).select_from(m).where(m.c.session_id == bp("id"), _ACTIVE)
+        .limit(bp("cap")).subquery("capped")), "id", "cap")
+    #: Messages of one session, active only.
+    COUNT_ACTIVE = _count_messages(active_only=True)
+    #: Messages of one session, every row.
+    COUNT_ALL = _count_messages(active_only=False)
+
+    # -- titles (docs/sessions.md §4.5)
+    #: Title, its source and the hidden flag of one session.
+    TITLE_STATE = driver_statement(lambda d: sa.select(
+        s.c.title, s.c.title_source, s.c.hidden).where(_BY_ID), "id")
+    #: Another session holding a title.
+    TITLE_HOLDER = driver_statement(lambda d: sa.select(s.c.id).where(
+        s.c.title == bp("title"), s.c.id != bp("id")), "title", "id")
+    #: Drop a session's title.
+    CLEAR_TITLE = driver_statement(lambda d: _upd(
+        ("title", sa.null()), ("title_source", sa.null())).where(_BY_ID), "id")
+    #: Set a title and its source.
+    SET_TITLE = driver_statement(lambda d: _upd(
+        ("title", bp("title")), ("title_source", bp("source"))).where(_BY_ID),
+        "title", "source", "id")
+    #: Set a title only if the row still holds the title/source read before.
+    SET_TITLE_IF_UNCHANGED = driver_statement(lambda d: _upd(
+        ("title", bp("title")), ("title_source", bp("source"))).where(
+        _BY_ID, s.c.title.is_not_distinct_from(bp("old_title")),
+        s.c.title_source.is_not_distinct_from(bp("old_source"))),
+        "title", "source", "id", "old_title", "old_source")
+    #: A base title and its numbered variants (escaped LIKE ``base #%``).
+    TITLE_VARIANTS = driver_statement(lambda d: sa.select(s.c.title).where(sa.or_(
+        s.c.title == bp("title"), s.c.title.like(bp("pattern"), escape="\\"))),
+        "title", "pattern")
+    #: The session holding exactly a title.
+    SESSION_BY_TITLE = driver_statement(lambda d: sa.select(s.c.id).where(
+        s.c.title == bp("title")), "title")
+    #: Numbered variants of a title, newest first.
+    NUMBERED_TITLES = driver_statement(lambda d: sa.select(s.c.id, s.c.title).where(
+        s.c.title.like(bp("pattern"), escape="\\")).order_by(s.c.started_at.desc()),
+        "pattern")
+
+    # -- reads (docs/sessions.md §5.1)
+    #: One session with its resolved system prompt.
+    GET_SESSION = driver_statement(_get_session, "id")
+    #: At least n sessions? (reads at most n rows).
+    SESSION_COUNT_CAPPED = driver_statement(lambda d: sa.select(sa.func.count()).select_from(
+        sa.select(const(1)).select_from(s).limit(bp("n")).subquery("capped")), "n")
 
     def __init__(self, d: str) -> None:
         super().__init__(d)
         pg = d == "postgresql"
-        r = self.render
         #: Null-safe equality.
         self.IS = "IS NOT DISTINCT FROM" if pg else "IS"
         #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
         self.NO_LIMIT = None if pg else -1
 
-        # -- state_meta (docs/sessions.md §7.7)
-        #: One state_meta value.
-        self.GET_META = r("SELECT value FROM state_meta WHERE key = ?")
-        #: Upsert a state_meta value.
-        self.SET_META = r("INSERT INTO state_meta(key, value) VALUES (?, ?) "
-                          "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-        #: Every state_meta key under an escaped LIKE prefix.
-        self.LIST_META_PREFIX = r("SELECT key, value FROM state_meta WHERE key LIKE ? "
-                                  "ESCAPE '\\' ORDER BY key")
-
-        # -- lifecycle (docs/sessions.md §4.1–§4.3)
-        #: Keep a system prompt once (content-addressed).
-        self.INSERT_PROMPT = r("INSERT INTO system_prompts(hash, prompt) VALUES (?, ?) "
-                               "ON CONFLICT (hash) DO NOTHING")
-        #: The model_config of one session (existence probe of create_session).
-        self.SESSION_MODEL_CONFIG = r("SELECT model_config FROM sessions WHERE id = ?")
-        enrich = [f"{c} = COALESCE({c}, ?)" for c in (*FILLABLE, "git_branch")]
-        #: Fill only the still-NULL columns of an existing session (the enrich rule).
-        self.ENRICH_SESSION = r(f"UPDATE sessions SET {', '.join(enrich)} WHERE id = ?")
-        #: The same, also replacing model_config.
-        self.ENRICH_SESSION_CONFIG = r(
-            f"UPDATE sessions SET {', '.join(enrich)}, model_config = ? WHERE id = ?")
-        #: Owner profile for a session that has none yet.
-        self.FILL_PROFILE = r("UPDATE sessions SET profile_name = ? WHERE id = ? "
-                              "AND profile_name IS NULL")
-        #: Child and parent session keys, the parent's end reason and profile.
-        self.PARENT_KEYS = r(
-            "SELECT c.session_key, p.session_key, p.end_reason, p.profile_name FROM sessions c "
-            "JOIN sessions p ON p.id = c.parent_session_id WHERE c.id = ?")
-        inherit = [f"{c} = COALESCE({c}, (SELECT p.{c} FROM sessions p WHERE p.id = "
-                   "sessions.parent_session_id))" for c in ("cwd", "git_repo_root", "git_branch")]
-        routing = [f"{c} = COALESCE({c}, (SELECT p.{c} FROM sessions p WHERE p.id = "
-                   "sessions.parent_session_id))" for c in ROUTING]
-        #: A child inherits its parent's workspace columns where it has none.
-        self.INHERIT_WORKSPACE = r(f"UPDATE sessions SET {', '.join(inherit)} WHERE id = ?")
-        #: A compression continuation also inherits the routing columns.
-        self.INHERIT_WORKSPACE_AND_ROUTING = r(
-            f"UPDATE sessions SET {', '.join(inherit + routing)} WHERE id = ?")
-        #: End an open session (the first reason wins).
-        self.END_SESSION = r("UPDATE sessions SET ended_at = ?, end_reason = ? WHERE id = ? "
-                             "AND ended_at IS NULL")
-        markers = " AND ".join(f"{J('model_config', m, d)} IS NULL"
-                               for m in CHILD_MARKERS.values())
-        set_reset_from = (
-            "CAST(jsonb_set(hermes_json_object(model_config), '{_reset_from}', "
-            "to_jsonb(CAST(:p AS TEXT))) AS TEXT)" if pg else
-            "json_set(CASE WHEN json_valid(model_config) THEN model_config ELSE '{}' END, "
-            "'$._reset_from', :p)")
-        #: Stamp ``_reset_from`` = :p on the marker-less legacy reset children of :p.
-        self.STAMP_LEGACY_RESET_CHILDREN = text(
-            f"UPDATE sessions SET model_config = {set_reset_from} WHERE parent_session_id = :p "
-            f"AND {markers} AND {legacy_reset_child('sessions')}")
-        #: Clear the end fields of an ended session.
-        self.REOPEN_SESSION = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
-                                "WHERE id = ? AND (ended_at IS NOT NULL OR end_reason IS NOT NULL)")
-        #: Clear an automatic end reason before a publication continues the session.
-        self.CLEAR_END = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL WHERE id = ?")
-        #: The compression lease on a session.
-        self.COMPRESSION_LEASE = r("SELECT holder, expires_at FROM compression_locks "
-                                   "WHERE session_id = ?")
-        #: The parent columns a compression publication reads.
-        self.PUBLISH_PARENT = r(f"SELECT {', '.join(PUBLISH_PARENT_COLS)} FROM sessions "
-                                "WHERE id = ?")
-        #: Insert a compression continuation.
-        self.INSERT_CONTINUATION = self.insert_session(PUBLISH_CHILD_COLS)
-        #: Set a session's counters outright.
-        self.SET_COUNTS = r("UPDATE sessions SET message_count = ?, tool_call_count = ? "
-                            "WHERE id = ?")
-        #: End the parent with ``compression`` (only if still open).
-        self.END_COMPRESSION = r("UPDATE sessions SET ended_at = ?, end_reason = 'compression' "
-                                 "WHERE id = ? AND ended_at IS NULL")
-
-        # -- transcript (docs/sessions.md §6)
-        #: Append one message row (all of INSERT_COLS, positional).
-        self.INSERT_MESSAGE = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
-                                f"VALUES ({marks(len(INSERT_COLS))})")
-        #: The same, returning the new row id.
-        self.INSERT_MESSAGE_RETURNING = r(f"INSERT INTO messages ({', '.join(INSERT_COLS)}) "
-                                          f"VALUES ({marks(len(INSERT_COLS))}) RETURNING id")
-        #: The batch append's form (SQLite): the id and ``display_order`` given, as the insert
-        #: trigger would have set them (``display.BatchOrder``), so its ``WHEN`` skips the row.
-        self.INSERT_MESSAGE_ORDERED = r(
-            f"INSERT INTO messages (id, {', '.join(INSERT_COLS)}, display_order) "
-            f"VALUES ({marks(len(INSERT_COLS) + 2)})")
-        #: Admission + counters in one statement; the row tells missing / compression-closed,
-        #: and (SQLite) the file's application_id, re-read inside the write transaction so a
-        #: file replaced under the handle is caught without a separate PRAGMA.
-        self.ADMIT_AND_COUNT = r(
-            "UPDATE sessions SET message_count = COALESCE(message_count, 0) + ?, "
-            "tool_call_count = COALESCE(tool_call_count, 0) + ? WHERE id = ? "
-            "RETURNING ended_at, end_reason, "
-            + ("CAST(NULL AS BIGINT)" if pg
-               else "(SELECT application_id FROM pragma_application_id())"))
         #: The file header's application_id (SQLite) — NULL where there is no file.
+        # not Core: a PRAGMA read (the file header's application_id)
         self.FILE_HEADER = ("SELECT CAST(NULL AS BIGINT)" if pg
                             else "SELECT application_id FROM pragma_application_id()")
-        #: The tool_calls of the rows a watermark clone copies (:parent, :watermark[, :ceiling]).
-        self.CLONE_TOOL_CALLS = text(
-            "SELECT tool_calls FROM messages WHERE session_id = :parent AND active = 1 "
-            "AND id > :watermark AND (CAST(:ceiling AS BIGINT) IS NULL OR id <= :ceiling)")
-        #: Messages of one session, active only.
-        self.COUNT_ACTIVE = r("SELECT COUNT(*) FROM messages WHERE session_id = ? AND active = 1")
-        #: Messages of one session, every row.
-        self.COUNT_ALL = r("SELECT COUNT(*) FROM messages WHERE session_id = ?")
-        #: Active rows of one session, counted only up to :cap.
-        self.BOUNDED_ACTIVE_COUNT = text(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM messages WHERE session_id = :id "
-            "AND active = 1 LIMIT :cap) AS capped")
-
-        # -- titles (docs/sessions.md §4.5)
-        #: Title, its source and the hidden flag of one session.
-        self.TITLE_STATE = r("SELECT title, title_source, hidden FROM sessions WHERE id = ?")
-        #: Another session holding a title.
-        self.TITLE_HOLDER = r("SELECT id FROM sessions WHERE title = ? AND id <> ?")
-        #: Drop a session's title.
-        self.CLEAR_TITLE = r("UPDATE sessions SET title = NULL, title_source = NULL WHERE id = ?")
-        #: Set a title and its source.
-        self.SET_TITLE = r("UPDATE sessions SET title = ?, title_source = ? WHERE id = ?")
-        #: Set a title only if the row still holds the title/source read before.
-        self.SET_TITLE_IF_UNCHANGED = r(
-            f"UPDATE sessions SET title = ?, title_source = ? WHERE id = ? "
-            f"AND title {self.IS} ? AND title_source {self.IS} ?")
-        #: A base title and its numbered variants (escaped LIKE ``base #%``).
-        self.TITLE_VARIANTS = r("SELECT title FROM sessions WHERE title = ? "
-                                "OR title LIKE ? ESCAPE '\\'")
-        #: The session holding exactly a title.
-        self.SESSION_BY_TITLE = r("SELECT id FROM sessions WHERE title = ?")
-        #: Numbered variants of a title, newest first.
-        self.NUMBERED_TITLES = r("SELECT id, title FROM sessions WHERE title LIKE ? "
-                                 "ESCAPE '\\' ORDER BY started_at DESC")
-
-        # -- reads (docs/sessions.md §5.1)
-        #: One session with its resolved system prompt.
-        self.GET_SESSION = r(
-            f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
-            "COALESCE(sp.prompt, s.system_prompt) FROM sessions s LEFT JOIN system_prompts sp "
-            "ON sp.hash = s.system_prompt_hash WHERE s.id = ?")
-        #: At least n sessions? (reads at most n rows).
-        self.SESSION_COUNT_CAPPED = r("SELECT COUNT(*) FROM (SELECT 1 FROM sessions LIMIT ?) "
-                                      "AS capped")
 
     def insert_session(self, cols: tuple[str, ...]) -> str:
         """``INSERT INTO sessions`` binding ``cols`` (names from the core allow-list only)."""
         unknown = [c for c in cols if c not in INSERTABLE_SESSION_COLS]
         if unknown:
             raise ValueError(f"not a session column: {', '.join(unknown)}")
-        return self.render(f"INSERT INTO sessions ({', '.join(cols)}) VALUES ({marks(len(cols))})")
+        return _insert_session_prepared(tuple(cols)).positional_sql(self.dialect, tuple(cols))
 
     def select_messages(self, *, include_inactive: bool, after_id: bool, latest: bool,
                         paged: bool) -> str:
-        """One session's transcript page (``?``: session id[, after id][, limit, offset])."""
-        where = "session_id = ?"
-        if not include_inactive:
-            where += " AND +active = 1"  # '+': keep the (session_id, id) index for the seek
-        if after_id:
-            where += " AND id > ?"
-        stmt = (f"SELECT {', '.join(MESSAGE_COLS)} FROM messages WHERE {where} "
-                f"ORDER BY id {'DESC' if latest else 'ASC'}")
-        return self.render(stmt + (" LIMIT ? OFFSET ?" if paged else ""))
+        """One session's transcript page (positional: session id[, after id][, limit,
+        offset])."""
+        return _messages_page(self.dialect, include_inactive, after_id, latest, paged)
 
-    def clone_messages(self, cols: list[str]) -> TextClause:
+    def clone_messages(self, cols: list[str]) -> DriverPrepared:
         """Copy a parent's active rows above a watermark (and up to an optional ceiling) into a
-        child, column-exact; ``cols`` come from the live table's catalogue (quoted)."""
-        col_sql = ", ".join(quote_ident(c) for c in cols)
-        return text(f"INSERT INTO messages (session_id, active, compacted, {col_sql}) "
-                    f"SELECT :child, 1, 0, {col_sql} FROM messages WHERE session_id = :parent "
-                    "AND active = 1 AND id > :watermark "
-                    "AND (CAST(:ceiling AS BIGINT) IS NULL OR id <= :ceiling) ORDER BY id")
+        child, column-exact; ``cols`` come from the live table's catalogue. Run it with
+        ``.run(conn, {"child", "parent", "watermark", "ceiling"})``."""
+        return _clone_messages(tuple(cols))
