@@ -191,7 +191,8 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     where = filters.sql(params)
     params.update({f"g{i}": g for i, g in enumerate(grams)})
     names = ([f"g{i}" for i in range(len(grams))], [f"p{i}" for i in latin])
-    top = conn.exec_driver_sql(qi.MAX_MESSAGE_ID).scalar() if sort != "oldest" else None
+    newest = qi.CjkIndexStatements.for_dialect("postgresql").MAX_MESSAGE_ID
+    top = conn.exec_driver_sql(newest).scalar() if sort != "oldest" else None
 
     def prescan(window: int) -> list[SearchResult] | None:
         # The newest ``window`` ids: the page when it fills there or covers every id.
