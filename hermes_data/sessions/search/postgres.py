@@ -197,8 +197,8 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     def prescan(window: int) -> list[SearchResult] | None:
         # The newest ``window`` ids: the page when it fills there or covers every id.
         params["floor"] = (top or 0) - window
-        rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
-                            params).fetchall()
+        rows = qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort).run(
+            conn, params).fetchall()
         if len(rows) >= limit or params["floor"] <= 0:
             return [result_row(r, r[8], "bigram") for r in rows]
         return None
@@ -206,13 +206,12 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     if top is not None and (hits := prescan(PG_MIXED_PRESCAN_ROWS)) is not None:
         return hits  # a common token: the walk stops at the page
     params["cap"] = PG_MIXED_CANDIDATES + 1
-    few = conn.execute(sa.text(q.pg_mixed_count(*names)), params).scalar_one() \
+    few = q.pg_mixed_count(*map(tuple, names)).run(conn, params).scalar_one() \
         <= PG_MIXED_CANDIDATES
     if not few and top is not None and (hits := prescan(cjk.PRESCAN_ROWS)) is not None:
         return hits
     rows_sql = q.pg_mixed_candidates(*names)
-    rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
-                        params).fetchall()
+    rows = qc.pg_bigram_page(rows_sql, matches, where, sort).run(conn, params).fetchall()
     return [result_row(r, r[8], "bigram") for r in rows]
 
 
@@ -237,8 +236,7 @@ def _pg_literal(conn: Connection, literal: str, filters: Filters, limit: int, of
     phrase = None if grams else literal_word_phrase(literal)
     tsq = pg_tsquery(phrase, params, "w") if phrase else None
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams)),
-                        params).fetchall()
+    rows = q.pg_literal_page(matches, where, sort, tsq, grams=grams).run(conn, params).fetchall()
     return [result_row(r, r[8], "literal") for r in rows]
 
 
