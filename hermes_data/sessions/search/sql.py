@@ -529,26 +529,42 @@ PG_CONTEXT_CUT = ("CASE WHEN left(m.content, :jl) = :jp THEN left(m.content, :jn
                   "ELSE left(m.content, :cn) END")
 
 
-def context_neighbours(count: int, include_inactive: bool, *, postgresql: bool) -> str:
+def _not_hidden(n: Any) -> Any:
+    # COALESCE(n.display_kind, '') <> 'hidden', spelled as the filters spell it.
+    return sa.func.coalesce(n.c.display_kind, const("")).op(
+        "<>", precedence=5, is_comparison=True)(const("hidden"))
+
+
+@lru_cache(maxsize=64)
+def context_neighbours(count: int, include_inactive: bool, *,
+                       postgresql: bool) -> DriverPrepared:
     """``(hit id, side, role, bounded content)`` of the previous (side 0) and next (side 1)
     visible message of ``count`` hits bound as ``(:h<k>, :s<k>, :t<k>)`` (id, session,
-    timestamp), each neighbour found through ``messages(session_id, timestamp)``."""
-    visible = "COALESCE(n.display_kind, '') <> 'hidden'" + (
-        "" if include_inactive else " AND (n.active = 1 OR n.compacted = 1)")
-    values = ", ".join(f"(:h{k}, :s{k}, :t{k})" for k in range(count))
-    cut = PG_CONTEXT_CUT if postgresql else CONTEXT_CUT
-    # not Core: not converted in issue 32's round 2 (time) — a VALUES CTE of the hits with
-    # row-value keyset probes (``(n.timestamp, n.id) < (…)``) per hit, on the hot context
-    # window: left for a conversion measured on its own
-    return (
-        f"WITH hits(hid, sid, ts) AS (VALUES {values}), "
-        "nb(hid, side, nid) AS ("
-        " SELECT hid, 0, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
-        f"  AND (n.timestamp, n.id) < (hits.ts, hits.hid) AND {visible} "
-        "  ORDER BY n.timestamp DESC, n.id DESC LIMIT 1) FROM hits"
-        " UNION ALL"
-        " SELECT hid, 1, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
-        f"  AND (n.timestamp, n.id) > (hits.ts, hits.hid) AND {visible} "
-        "  ORDER BY n.timestamp ASC, n.id ASC LIMIT 1) FROM hits) "
-        f"SELECT nb.hid, nb.side, m.role, {cut} "
-        "FROM nb JOIN messages m ON m.id = nb.nid ORDER BY nb.hid, nb.side")
+    timestamp), each neighbour found through ``messages(session_id, timestamp)``: a Core
+    ``VALUES`` CTE of the hits, one correlated ``LIMIT 1`` keyset probe per hit and side
+    (``(n.timestamp, n.id) < (ts, id)``), compiled once per shape; the bounded content
+    (:data:`CONTEXT_CUT`) is a named text fragment."""
+    def build() -> sa.Select:
+        hits = sa.values(sa.column("hid"), sa.column("sid"), sa.column("ts"), name="hits").data(
+            [(bp(f"h{k}"), bp(f"s{k}"), bp(f"t{k}")) for k in range(count)]).cte("hits")
+
+        def side(number: int) -> sa.Select:
+            n = messages.alias("n")
+            key, at = sa.tuple_(n.c.timestamp, n.c.id), sa.tuple_(hits.c.ts, hits.c.hid)
+            visible = [_not_hidden(n)]
+            if not include_inactive:
+                visible.append(sa.or_(n.c.active == const(1), n.c.compacted == const(1)))
+            order = ((n.c.timestamp.desc(), n.c.id.desc()) if number == 0
+                     else (n.c.timestamp.asc(), n.c.id.asc()))
+            nid = (sa.select(n.c.id)
+                   .where(n.c.session_id == hits.c.sid, key < at if number == 0 else key > at,
+                          *visible)
+                   .order_by(*order).limit(const(1)).scalar_subquery())
+            return sa.select(hits.c.hid, const(number).label("side"), nid.label("nid"))
+
+        nb = sa.union_all(side(0), side(1)).cte("nb")
+        m = messages.alias("m")
+        cut = PG_CONTEXT_CUT if postgresql else CONTEXT_CUT
+        return (sa.select(nb.c.hid, nb.c.side, m.c.role, sa.text(cut))
+                .select_from(nb.join(m, m.c.id == nb.c.nid)).order_by(nb.c.hid, nb.c.side))
+    return DriverPrepared("search_context_neighbours", build)
