@@ -20,12 +20,12 @@ import sqlalchemy as sa
 
 from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.schema import messages, sessions
-from hermes_data.sessions.sql.constructs import bp, const
-from hermes_data.statements import DriverPrepared
 from hermes_data.sessions.search.plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
 from hermes_data.sessions.sql import J
+from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT
 from hermes_data.sessions.storage.fts.fold_sql import pg_folded_document
+from hermes_data.statements import DriverPrepared
 
 # -------------------------------------------------------------------------------------
 # Search state (read_capabilities)
