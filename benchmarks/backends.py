@@ -123,6 +123,9 @@ def _reads(lite_path: Path, pg_url: str, facts: dict, iterations: int, only: lis
     the first side alternating; the line shows both medians, median(pg)/median(sqlite) and
     the median of the per-pair ratios, and whether the read meets :data:`READ_TARGET`."""
     cases = {k: v for k, v in read_cases(facts).items() if not only or any(o in k for o in only)}
+    if not cases:
+        raise SystemExit(f"no read matches --only {only!r}; the reads are: "
+                         + ", ".join(read_cases(facts)))
     print(f"{iterations} paired iterations per read (first side alternating), medians; "
           f"target pg/sqlite <= {READ_TARGET:.1f}x")
     print(f"{'read':34s} {'sqlite ms':>10s} {'postgres ms':>12s} {'pg/sqlite':>10s} "

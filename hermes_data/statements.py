@@ -106,7 +106,7 @@ class Prepared:
     """
 
     __slots__ = ("name", "stmt", "sql", "order", "defaults", "_build", "_pg_stmt", "_pg",
-                 "_get", "plan_per_call")
+                 "_get", "plan_per_call", "_expanded")
 
     #: Whether the PostgreSQL form carries SQLAlchemy's bind casts (``%s::VARCHAR``).
     pg_casts = True
@@ -125,6 +125,7 @@ class Prepared:
             self.stmt = stmt
         self._pg_stmt = pg_stmt
         self._pg: Compiled | None = None
+        self._expanded: dict[tuple[str, int], str] = {}
 
     @classmethod
     def per_dialect(cls, name: str, build: Callable[[str], Any]) -> "Prepared":
@@ -208,6 +209,32 @@ class Prepared:
             raise ValueError(f"{self.name} ({dialect_name}) binds {tuple(c.order)!r}, but its "
                              f"callers pass {tuple(order)!r}")
         return c.sql
+
+    def expanded_sql(self, dialect_name: str, order: tuple[str, ...], n: int) -> str:
+        """:meth:`positional_sql` for a construct with ``IN`` lists of a variable length
+        ``n``: each list is an expanding parameter (``bindparam(name, expanding=True)``),
+        named once in ``order`` where its ``n`` values go in the callers' tuples, and gets
+        ``n`` placeholders in the compiled string. The construct is compiled once per dialect
+        whatever ``n`` is (a string splice per new length, not a compilation); ``n < 1``
+        raises ``ValueError`` (an empty ``IN`` list is the caller's case to skip)."""
+        key = (dialect_name, n)
+        sql = self._expanded.get(key)
+        if sql is not None:
+            return sql
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"{self.name}: an IN list needs at least one value, got {n!r}")
+        base = self.positional_sql(dialect_name, order)
+        tokens = [t for t in (f"(__[POSTCOMPILE_{p}])" for p in order) if t in base]
+        if not tokens:
+            raise ValueError(f"{self.name} ({dialect_name}): no expanding IN parameter "
+                             f"among {order!r}")
+        mark = "?" if dialect_name == "sqlite" else "%s"
+        sql = base
+        for token in tokens:
+            sql = sql.replace(token, "(" + ", ".join([mark] * n) + ")")
+        if len(self._expanded) < 4096:  # lengths are bounded by the callers' chunk sizes
+            self._expanded[key] = sql
+        return sql
 
     def run(self, conn: Any, params: Mapping[str, Any] = {}) -> Any:
         """Run on the SQLAlchemy ``Connection`` ``conn`` (its own dialect's compiled string,

@@ -24,6 +24,20 @@ def lint(config: Path, cwd: Path, path: Path) -> subprocess.CompletedProcess[str
                           capture_output=True, text=True, timeout=300)
 
 
+def lint_mini_tree(tmp_path: Path, files: dict[str, str],
+                   contracts: str) -> subprocess.CompletedProcess[str]:
+    """Lint a miniature package ``mini`` (``files``: path under it -> source) against the
+    import-linter ``contracts`` (TOML, root package ``mini``)."""
+    pkg = tmp_path / "mini"
+    for rel, body in files.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(body)
+    config = tmp_path / "contracts.toml"
+    config.write_text('[tool.importlinter]\nroot_package = "mini"\n'
+                      + textwrap.dedent(contracts))
+    return lint(config, tmp_path, tmp_path)
+
+
 def test_the_contracts_hold():
     done = lint(REPO / "pyproject.toml", REPO, REPO)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
@@ -33,22 +47,14 @@ def test_the_contracts_hold():
 def test_a_broken_boundary_fails(tmp_path):
     """The same contract shapes on a miniature tree, where a concern imports the facade and the
     generic layer imports a store: both are reported and the run fails."""
-    pkg = tmp_path / "mini"
-    for rel, body in {
+    done = lint_mini_tree(tmp_path, {
         "__init__.py": "",
         "engine.py": "from mini.sessions import store\n",          # generic -> store package
         "sessions/__init__.py": "",
         "sessions/store.py": "from mini.sessions.core import lifecycle\n",
         "sessions/core/__init__.py": "",
         "sessions/core/lifecycle.py": "from mini.sessions import store\n",  # concern -> facade
-    }.items():
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(body)
-    config = tmp_path / "contracts.toml"
-    config.write_text(textwrap.dedent("""
-        [tool.importlinter]
-        root_package = "mini"
-
+    }, """
         [[tool.importlinter.contracts]]
         name = "The generic layer imports no store package"
         type = "forbidden"
@@ -60,8 +66,7 @@ def test_a_broken_boundary_fails(tmp_path):
         type = "forbidden"
         source_modules = ["mini.sessions.core"]
         forbidden_modules = ["mini.sessions.store"]
-    """))
-    done = lint(config, tmp_path, tmp_path)
+    """)
     assert done.returncode == 1
     assert "Contracts: 0 kept, 2 broken." in done.stdout, done.stdout
     assert "mini.sessions.core.lifecycle -> mini.sessions.store" in done.stdout
@@ -91,20 +96,12 @@ def test_the_compat_contract_lists_every_other_top_level_module():
 def test_an_import_of_the_compat_layer_fails(tmp_path):
     """The compat contracts' shapes on a miniature tree where a store package and the root
     import a compat module: both are reported."""
-    pkg = tmp_path / "mini"
-    for rel, body in {
+    done = lint_mini_tree(tmp_path, {
         "__init__.py": "from mini.compat import session_db\n",
         "compat/__init__.py": "",
         "compat/session_db.py": "",
         "sessions/__init__.py": "from mini.compat.session_db import x\n",
-    }.items():
-        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
-        (pkg / rel).write_text(body)
-    config = tmp_path / "contracts.toml"
-    config.write_text(textwrap.dedent("""
-        [tool.importlinter]
-        root_package = "mini"
-
+    }, """
         [[tool.importlinter.contracts]]
         name = "Nothing in mini imports the compat layer"
         type = "forbidden"
@@ -117,8 +114,7 @@ def test_an_import_of_the_compat_layer_fails(tmp_path):
         source_modules = ["mini"]
         forbidden_modules = ["mini.compat", "mini.compat.**"]
         as_packages = false
-    """))
-    done = lint(config, tmp_path, tmp_path)
+    """)
     assert done.returncode == 1
     assert "Contracts: 0 kept, 2 broken." in done.stdout, done.stdout
     assert "mini.sessions -> mini.compat.session_db" in done.stdout

@@ -137,9 +137,11 @@ class CoreMethods(CompatBase):
         return self.store.get_next_title_in_lineage(base_title)
 
     def get_session_by_title(self, title: str) -> dict[str, Any] | None:
-        """Upstream returns the session holding exactly ``title`` as a dict, or None; calls
-        ``SessionStore.get_session_by_title``."""
-        return session_dict(self.store.get_session_by_title(title))
+        """Upstream returns the session holding exactly ``title`` as a dict (with an adopted
+        file's upstream-only columns, as ``get_session``), or None; calls
+        ``SessionStore.get_session_by_title`` and ``SessionStore.get_session_extra``."""
+        row = self.store.get_session_by_title(title)
+        return session_dict(row, None if row is None else self.store.get_session_extra(row.id))
 
     def resolve_session_by_title(self, title: str) -> str | None:
         """Upstream resolves a title to the newest ``title #N`` variant, else the exact
@@ -174,9 +176,11 @@ class CoreMethods(CompatBase):
     # -- reads -------------------------------------------------------------------------
 
     def get_session(self, session_id: str) -> dict[str, Any] | None:
-        """Upstream returns the session row as a dict (system prompt resolved), or None;
-        calls ``SessionStore.get_session``."""
-        return session_dict(self.store.get_session(session_id))
+        """Upstream returns the session row as a dict (system prompt resolved; an adopted
+        file's upstream-only columns too), or None; calls ``SessionStore.get_session`` and
+        ``SessionStore.get_session_extra``."""
+        return session_dict(self.store.get_session(session_id),
+                            self.store.get_session_extra(session_id))
 
     def session_count(self, source: str | None = None, sources: list[str] | None = None,
                       cwd_prefix: str | None = None, min_message_count: int = 0,

@@ -35,16 +35,21 @@ def as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:
 _UPSTREAM_KEYS = {"lineage_root_id": "_lineage_root_id"}
 
 
-def session_dict(row: Any) -> dict[str, Any] | None:
+def session_dict(row: Any, extra: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """A session row (``SessionRow``, ``RecentSessionRow`` …) as upstream's session dict:
     :func:`as_dict`, with ``tool_names`` back as the JSON array text upstream stores and
-    ``lineage_root_id`` spelled ``_lineage_root_id``; ``None`` stays ``None``."""
+    ``lineage_root_id`` spelled ``_lineage_root_id``, and ``extra`` (the row's upstream-only
+    columns, ``SessionStore.get_session_extra``) at the top level as upstream's ``SELECT s.*``
+    has them; ``None`` stays ``None``."""
     d = as_dict(row)
     if d is None:
         return None
     if isinstance(d.get("tool_names"), tuple):
         d["tool_names"] = json.dumps(list(d["tool_names"]))
-    return {_UPSTREAM_KEYS.get(k, k): v for k, v in d.items()}
+    out = {_UPSTREAM_KEYS.get(k, k): v for k, v in d.items()}
+    for key, value in (extra or {}).items():
+        out.setdefault(key, value)
+    return out
 
 
 def session_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:

@@ -213,6 +213,7 @@ class AsyncSessionStore:
     search_sessions_by_id = _Twin(_S.search_sessions_by_id)
     list_sessions_rich = _Twin(_S.list_sessions_rich)
     get_session_rich_row = _Twin(_S.get_session_rich_row)
+    get_session_extra = _Twin(_S.get_session_extra)
     workspace_key = _Twin.static(_S.workspace_key)
     update_token_counts = _Twin(_S.update_token_counts)
     queue_token_counts = _Twin(_S.queue_token_counts)

@@ -309,6 +309,32 @@ def test_set_session_hidden_and_pinned_flip_the_lineage(db):
     assert db.set_session_hidden("nope", True) is False
 
 
+def test_set_session_pinned_also_unhides_unless_a_hidden_bot_chat(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): seed 002's
+    ``set_session_pinned`` wrote ``pinned`` alone, so a pinned hidden session (a bot-mode
+    session is created hidden) stayed out of the listing and of its pinned back-fill; ours
+    clears ``hidden`` on the same set in the same transaction — upstream's later fix (#106171)
+    — except on a lineage holding a hidden canonical 'Bot Chat'. ``include_forked_children``
+    widens both writes to upstream's set, so a branch of the lineage is pinned and unhidden
+    too; no keyword leaves ``hidden`` alone."""
+    chain(db, "root", "tip")
+    db.store.create_child_session("root", "br", "branch")
+    db.set_session_hidden("root", True)
+    assert {db.get_session(s)["hidden"] for s in ("root", "tip", "br")} == {True}
+    assert db.set_session_pinned("root", True) is True
+    for sid in ("root", "tip", "br"):
+        row = db.get_session(sid)
+        assert (row["pinned"], row["hidden"]) == (1, 0), sid
+    assert db.set_session_pinned("root", False) is True
+    assert db.get_session("root")["hidden"] == 0  # unpinning leaves hidden alone
+    chain(db, "bot", "bottip")
+    db.set_session_title("bottip", SessionDB.CANONICAL_BOT_CHAT_TITLE)
+    db.set_session_hidden("bot", True)
+    assert db.set_session_pinned("bottip", True) is True
+    assert db.get_session("bottip")["pinned"] == 1
+    assert db.get_session("bot")["hidden"] == 1 and db.get_session("bottip")["hidden"] == 1
+
+
 def test_set_session_hidden_repeated_is_true(db):
     db.create_session("s1", "cli")
     db.set_session_hidden("s1", True)
@@ -336,6 +362,33 @@ def test_get_session_is_a_plain_dict(db):
     assert row["id"] == "s1" and row["system_prompt"] == "You are helpful."
     assert row["tool_names"] == '["read", "write"]'  # upstream stores the JSON array text
     assert {"started_at", "message_count", "title", "parent_session_id", "archived"} <= set(row)
+
+
+def test_get_session_has_an_adopted_files_upstream_only_columns(db, session_store_url):
+    """As upstream's ``get_session`` / ``get_session_by_title`` (``SELECT s.*``): a column an
+    upstream version added and no revision here declares (docs/sessions-ui.md §2.6) is a key
+    of the session dict, as it already was of the listing rows; the declared keys keep their
+    values, and a fresh store's dict has none."""
+    db.create_session("s1", "cli", model="m")
+    db.set_session_title("s1", "named")
+    assert db.store.get_session_extra("s1") == {}
+    with db.store.engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE sessions ADD COLUMN transport_profile TEXT")
+        conn.exec_driver_sql("UPDATE sessions SET transport_profile = 'fast'")
+    adopted = SessionDB(session_store_url)  # a handle opened on the file as it is now
+    try:
+        row = adopted.get_session("s1")
+        assert row["transport_profile"] == "fast"
+        assert (row["id"], row["model"], row["title"]) == ("s1", "m", "named")
+        assert adopted.get_session_by_title("named")["transport_profile"] == "fast"
+        assert adopted.store.get_session_extra("s1") == {"transport_profile": "fast"}
+        assert adopted.get_session("nope") is None
+        assert adopted.store.get_session_extra("nope") == {}
+    finally:
+        adopted.close()
+        if db.store.url.get_backend_name() == "postgresql":  # the scratch database outlives us
+            with db.store.engine.begin() as conn:
+                conn.exec_driver_sql("ALTER TABLE sessions DROP COLUMN transport_profile")
 
 
 def test_session_count_filters(db):

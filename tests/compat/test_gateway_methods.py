@@ -209,6 +209,22 @@ def test_request_handoff_repeated_same_platform_is_false(db):
     assert db.request_handoff("s1", "telegram") is False
 
 
+@pytest.mark.parametrize("blank", ["", "   ", None])
+def test_request_handoff_refuses_a_blank_platform(db, blank):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream wrote
+    whatever platform it was given and set the row ``pending`` (True), so a blank one left a
+    handoff pending for no platform; ours raises ``ValueError`` naming the value and writes
+    nothing.
+    A platform is stored stripped."""
+    db.store.create_session("s1", "cli")
+    with pytest.raises(ValueError, match="platform") as info:
+        db.request_handoff("s1", blank)
+    assert repr(blank) in str(info.value)
+    assert db.get_handoff_state("s1") == {"state": None, "platform": None, "error": None}
+    assert db.request_handoff("s1", " telegram ") is True
+    assert db.get_handoff_state("s1")["platform"] == "telegram"
+
+
 def test_get_handoff_state_has_upstreams_three_keys(db):
     db.store.create_session("s1", "cli")
     assert db.get_handoff_state("s1") == {"state": None, "platform": None, "error": None}

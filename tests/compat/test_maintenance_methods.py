@@ -6,12 +6,18 @@ and the startup auto-maintenance, on SQLite and PostgreSQL (the ``db`` fixture).
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from hermes_data.compat import AUTO_VACUUM_MIN_FREELIST_RATIO, SessionDB
+from hermes_data.errors import ConfigurationError
+from hermes_data.sessions.errors import StateDbCorruptError
+
+from ..sessions.storage.test_corrupt_handle import DAMAGE
 
 #: The keys upstream's dry-run rows carry.
 CANDIDATE_KEYS = {"id", "source", "title", "model", "started_at", "last_active", "ended_at",
@@ -159,6 +165,16 @@ def test_logical_size_bytes(db):
     assert isinstance(size, int) and size > 0
 
 
+def test_logical_size_bytes_of_a_closed_handle_raises_naming_the_store(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream's
+    ``logical_size_bytes`` answered None for a closed handle or any failed read (logged at
+    DEBUG); ours raises the store's typed error naming the store."""
+    db.store.close()
+    with pytest.raises(ConfigurationError, match="closed") as info:
+        db.logical_size_bytes()
+    assert str(db.store.path) in str(info.value)
+
+
 def test_vacuum_keeps_the_data(db):
     ended(db, "a")
     db.create_session("keep", "cli")
@@ -170,6 +186,30 @@ def test_vacuum_keeps_the_data(db):
 
 def test_vacuum_returns_the_number_of_optimized_indexes(db):
     assert isinstance(db.vacuum(), int)
+
+
+def test_vacuum_on_a_quarantined_handle_raises_and_leaves_the_file(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream's
+    ``vacuum`` ran VACUUM on its connection directly, past the quarantine that stops every
+    other write, so a handle that had seen structural corruption rewrote the damaged file;
+    ours refuses with the handle's sticky ``StateDbCorruptError`` before writing anything."""
+    if is_postgresql(db):
+        pytest.skip("a quarantine is a SQLite handle's state (PostgreSQL has none)")
+    path = Path(db.db_path)
+    db.create_session("a", "cli")
+    page, size = db.store.backend.read(lambda c: (
+        c.exec_driver_sql("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").scalar(),
+        c.exec_driver_sql("PRAGMA page_size").scalar()))
+    db.store.backend.checkpoint()
+    subprocess.run([sys.executable, "-c", DAMAGE, str(path), str(page), str(size)], check=True,
+                   timeout=30)
+    with pytest.raises(StateDbCorruptError) as first:
+        db.append_message("a", "user", "x")  # the write that quarantines the handle
+    damaged = path.read_bytes()
+    with pytest.raises(StateDbCorruptError) as info:
+        db.vacuum()
+    assert info.value is first.value  # the handle's sticky error, raised again
+    assert path.read_bytes() == damaged
 
 
 def test_maybe_auto_prune_and_vacuum_runs_once_per_interval(db):

@@ -4,9 +4,14 @@ backends (the ``db`` fixture)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import time
 
+import pytest
 import sqlalchemy as sa
+
+from hermes_data.sessions.ui.portability.imports import ImportLimits
 
 PR = "https://github.com/acme/app/pull/42"
 
@@ -45,6 +50,19 @@ def test_get_messages_around_at_the_edges_and_unknown_anchor(db):
     assert db.get_messages_around("s1", ids[-1] + 1000) == {
         "window": [], "messages_before": 0, "messages_after": 0}
     assert db.get_messages_around("other", ids[0])["window"] == []
+
+
+@pytest.mark.parametrize("anchor", ["5", 5.0, True, None, "abc"])
+def test_get_messages_around_refuses_a_non_int_anchor(db, anchor):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream bound the
+    anchor as given and let SQLite's integer affinity decide — ``"5"``, ``5.0`` and ``True``
+    anchored like ``5`` / ``1``, while ``None`` or ``"abc"`` gave the empty window of an unknown
+    id, hiding the caller's bug; ours raises ``TypeError`` naming the value, on both backends
+    alike."""
+    _transcript(db, "s1", 6)
+    with pytest.raises(TypeError, match="around_message_id must be an int") as info:
+        db.get_messages_around("s1", anchor)
+    assert repr(anchor) in str(info.value)
 
 
 def test_get_messages_around_decodes_structured_content(db):
@@ -199,3 +217,37 @@ def test_search_sessions_includes_archived_rows(db):
     db.store.create_session("arch", "cli")
     db.store.set_session_archived("arch", True)
     assert [r["id"] for r in db.search_sessions()] == ["arch"]
+
+
+# -- import (upstream's SessionDB.import_sessions; the layer has no wrapper: db.store's) -------
+
+def test_import_total_limit_issues_name_each_entry_past_the_limit(db):
+    """As upstream's ``import_sessions``: a total cap is reported on each entry whose running
+    total exceeds it, with that entry's index and id (it had been one issue at index -1, which
+    as a Python index names the last entry). Nothing is written."""
+    payload = [{"id": f"s{i}", "messages": [{"role": "user", "content": "x"}] * n}
+               for i, n in enumerate((2, 1, 1, 1))]
+    r = db.store.import_sessions(payload, ImportLimits(messages_total=3))
+    assert not r.ok and r.imported == 0
+    assert [(i.index, i.session_id) for i in r.errors] == [(2, "s2"), (3, "s3")]
+    assert all(i.error.startswith("messages exceeds the total import limit")
+               for i in r.errors)
+    size = len(json.dumps(payload[0], separators=(",", ":")))
+    r = db.store.import_sessions(payload, ImportLimits(bytes_total=size * 2 + 10))
+    assert [(i.index, i.session_id) for i in r.errors] == [(2, "s2"), (3, "s3")]
+    assert all(i.error.startswith("import exceeds the total size limit") for i in r.errors)
+    assert db.get_session("s0") is None
+
+
+def test_import_result_has_every_field_on_a_refusal(db):
+    """Kept difference (CHANGELOG "Changed (against the upstream plugin)"): upstream's refusal
+    dict had only ``ok``, ``imported``, ``skipped``, ``detached`` and ``errors`` (its success
+    added the id lists, neither had ``warnings``); ours is one ``ImportResult`` whose fields are
+    always there — empty lists and zero counters on a refusal."""
+    r = db.store.import_sessions([{"id": "a"}, {"id": "a"}])
+    assert [f.name for f in dataclasses.fields(r)] == [
+        "ok", "imported", "skipped", "detached", "imported_ids", "skipped_ids", "errors",
+        "warnings"]
+    assert (r.ok, r.imported, r.skipped, r.detached) == (False, 0, 0, 0)
+    assert (r.imported_ids, r.skipped_ids, r.warnings) == ([], [], [])
+    assert [(i.index, i.session_id) for i in r.errors] == [(1, "a")]

@@ -31,8 +31,8 @@ def session_count_by_source(store: StoreHandle, *, include_archived: bool = Fals
     Hidden sessions count."""
     flt = SessionFilter(include_children=not exclude_children, include_archived=include_archived,
                         archived_only=archived_only, include_hidden=True)
-    where, params = flt.where(store.backend.dialect)
-    rows = store.backend.read(lambda c: c.execute(count_by_source(where), params).fetchall())
+    stmt, params = count_by_source(flt.shape()), flt.params()
+    rows = store.backend.read(lambda c: stmt.run(c, params).fetchall())
     return {str(r[0]): int(r[1]) for r in rows}
 
 

@@ -3,28 +3,34 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cached_property, lru_cache
+from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.schema import messages, sessions
+from hermes_data.sessions.core.listing_sql import FilterShape
+from hermes_data.sessions.schema import messages, sessions, system_prompts
 from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
-from hermes_data.sessions.sql.dialect import Statements
-from hermes_data.sessions.sql.predicates import last_active, preview_sql
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.predicates import last_active_of, preview_of
 from hermes_data.statements import DriverPrepared
 
 #: Ids per lifecycle-status statement.
 STATUS_CHUNK = 900
 
 
-def count_by_source(where: str) -> TextClause:
-    """Sessions per source (blank or NULL counted as ``cli``) under a listing WHERE over ``s``."""
-    src = "COALESCE(NULLIF(s.source, ''), 'cli')"
-    return text(f"SELECT {src} AS src, COUNT(*) AS n FROM sessions s WHERE {where} "
-                f"GROUP BY {src} ORDER BY n DESC, src")
+@lru_cache(maxsize=64)
+def count_by_source(shape: FilterShape) -> DriverPrepared:
+    """Sessions per source (blank or NULL counted as ``cli``) under a listing filter over
+    ``s``, most first."""
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        src = sa.func.coalesce(sa.func.nullif(s.c.source, const("")), const("cli")).label("src")
+        n = sa.func.count().label("n")
+        return (sa.select(src, n).where(*shape.conditions(s)).group_by(src)
+                .order_by(n.desc(), src))
+    return DriverPrepared("count_by_source", build)
 
 
 class BulkStatements(Statements):
@@ -33,30 +39,24 @@ class BulkStatements(Statements):
     def __init__(self, d: str) -> None:
         super().__init__(d)
         pg = d == "postgresql"
-        cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
-        ident = 's.id COLLATE "C"' if pg else "s.id"
-        suffix = "substr(s.id, ?) ~ '^[0-9_]+$'" if pg else \
-            "substr(s.id, ?) <> '' AND substr(s.id, ?) NOT GLOB '*[^0-9_]*'"
-        #: Runs of one cron job (binary id range, digits-and-underscores suffix), newest first.
-        self.CRON_RUNS = self.render((
-            f"SELECT {cols}, COALESCE(sp.prompt, s.system_prompt), {preview_sql('s', d)}, "
-            f"{last_active('s')} FROM sessions s LEFT JOIN system_prompts sp "
-            f"ON sp.hash = s.system_prompt_hash WHERE s.source = 'cron' AND {ident} >= ? "
-            f"AND {ident} < ? AND {suffix} "
-            "ORDER BY s.started_at DESC, s.id DESC LIMIT ? OFFSET ?"))
         #: Whether the suffix test binds its start position once (PostgreSQL) or twice.
         self.CRON_SUFFIX_BINDS = 1 if pg else 2
-        if pg:
-            #: Newest active row of each id (role, tool_calls, finish_reason).
-            self.LAST_ACTIVE_ROWS = self.render((
-                "SELECT i.sid, m.role, m.tool_calls, m.finish_reason FROM "
-                "unnest(CAST(? AS text[])) AS i(sid) JOIN LATERAL (SELECT role, tool_calls, "
-                "finish_reason FROM messages WHERE session_id = i.sid AND active = 1 "
-                "ORDER BY id DESC LIMIT 1) m ON true"))
+
+    #: PostgreSQL: the newest active row of each id of one array bind (role, tool_calls,
+    #: finish_reason), a LATERAL seek per id.
+    LAST_ACTIVE_ROWS = driver_statement(lambda d: _last_active_rows_pg(), "ids")
+
+    @cached_property
+    def CRON_RUNS(self) -> str:
+        """Runs of one cron job (binary id range, digits-and-underscores suffix), newest
+        first: binds lo, hi, the suffix start (:attr:`CRON_SUFFIX_BINDS` times), limit,
+        offset. Compiled on first use."""
+        starts = ("start",) if self.dialect == "postgresql" else ("start", "start_again")
+        return _CRON_RUNS.positional_sql(self.dialect, ("lo", "hi", *starts, "limit", "offset"))
 
     def existing_ids(self, n: int) -> str:
         """Which of ``n`` bound ids are sessions."""
-        return _existing_ids(n).for_dialect(self.dialect).sql
+        return _EXISTING_IDS.expanded_sql(self.dialect, ("ids",), n)
 
     def last_active_rows(self, n: int) -> str:
         """SQLite: newest active row of each of ``n`` bound ids (a bounded seek per id)."""
@@ -64,10 +64,45 @@ class BulkStatements(Statements):
                                                    tuple(f"i{i}" for i in range(n)))
 
 
-@lru_cache(maxsize=64)
-def _existing_ids(n: int) -> DriverPrepared:
-    return DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
-        sessions.c.id.in_([bp(f"i{i}") for i in range(n)])))
+def _cron_runs(d: str) -> sa.Select:
+    """The cron runs' statement on ``d``: the id range compared bytewise (``COLLATE "C"`` on
+    PostgreSQL), the suffix after the job prefix digits and underscores only."""
+    s = sessions.alias("s")
+    sp = system_prompts.alias("sp")
+    pg = d == "postgresql"
+    ident = s.c.id.collate("C") if pg else s.c.id
+    if pg:
+        suffix: Any = sa.func.substr(s.c.id, bp("start")).op("~")(const("^[0-9_]+$"))
+    else:
+        suffix = sa.and_(sa.func.substr(s.c.id, bp("start")) != const(""),
+                         sa.not_(sa.func.substr(s.c.id, bp("start_again"))
+                                 .op("GLOB")(const("*[^0-9_]*"))))
+    return (sa.select(*(s.c[c] for c in SESSION_ROW_COLS),
+                      sa.func.coalesce(sp.c.prompt, s.c.system_prompt), preview_of(s, d),
+                      last_active_of(s))
+            .select_from(s.outerjoin(sp, sp.c.hash == s.c.system_prompt_hash))
+            .where(s.c.source == const("cron"), ident >= bp("lo"), ident < bp("hi"), suffix)
+            .order_by(s.c.started_at.desc(), s.c.id.desc())
+            .limit(bp("limit")).offset(bp("offset")))
+
+
+_CRON_RUNS = DriverPrepared.per_dialect("cron_runs", _cron_runs)
+
+
+def _last_active_rows_pg() -> sa.Select:
+    """``unnest(CAST(%s AS TEXT[])) AS i(sid) JOIN LATERAL (newest active row of sid) m``."""
+    i = sa.func.unnest(sa.cast(bp("ids"), sa.ARRAY(sa.Text()))).table_valued("sid") \
+        .render_derived(name="i")
+    newest = (sa.select(messages.c.role, messages.c.tool_calls, messages.c.finish_reason)
+              .where(messages.c.session_id == i.c.sid, messages.c.active == const(1))
+              .order_by(messages.c.id.desc()).limit(const(1)).lateral("m"))
+    return (sa.select(i.c.sid, newest.c.role, newest.c.tool_calls, newest.c.finish_reason)
+            .select_from(i.join(newest, sa.true())))
+
+
+#: The ids among a list that exist (the list spread per call: Prepared.expanded_sql).
+_EXISTING_IDS = DriverPrepared("existing_ids", lambda: sa.select(sessions.c.id).where(
+    sessions.c.id.in_(sa.bindparam("ids", expanding=True))))
 
 
 @lru_cache(maxsize=64)

@@ -3,7 +3,6 @@ and identity reads (docs/sessions-agent.md §3.8)."""
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
@@ -54,10 +53,9 @@ def _marker_candidates(d: str) -> sa.Select:
     ).order_by(m.c.id)
 
 
-@lru_cache(maxsize=64)
-def _clear_content(n: int) -> DriverPrepared:
-    return DriverPrepared("clear_content", lambda: sa.update(m).values(
-        content=const("")).where(m.c.id.in_([bp(f"i{i}") for i in range(n)])))
+#: Blank the content of a list of rows (the list spread per call: Prepared.expanded_sql).
+_CLEAR_CONTENT = DriverPrepared("clear_content", lambda: sa.update(m).values(
+    content=const("")).where(m.c.id.in_(sa.bindparam("ids", expanding=True))))
 
 
 class RowHelperStatements(Statements):
@@ -111,7 +109,7 @@ class RowHelperStatements(Statements):
 
     def clear_content(self, n: int) -> str:
         """Blank the content of ``n`` bound message ids."""
-        return _clear_content(n).for_dialect(self.dialect).sql
+        return _CLEAR_CONTENT.expanded_sql(self.dialect, ("ids",), n)
 
 
 #: The RowHelperStatements of a dialect (built once per process).

@@ -2,18 +2,31 @@
 guard rows (compression locks, turn leases), the conversation key, the server clock,
 cooldowns and streaks, transcript rewrites and rewind.
 
-Driver statements, written with ``?`` and rendered once per dialect (psycopg: ``%s``).
-Guard-row statements are built from the fixed table/key pairs of :data:`GUARD_TABLES`;
-every value is bound.
+Core constructs over :mod:`hermes_data.sessions.schema` (issue 32), compiled once per dialect
+by :class:`hermes_data.sessions.sql.dialect.driver_statement` (``?`` on SQLite, bare ``%s``
+on psycopg); callers keep passing positional tuples in each statement's declared order, and
+every value is bound. The statement's own constants (``active = 1``) are inline literals
+(:func:`~hermes_data.sessions.sql.constructs.const`), ``with_for_update()`` renders nothing
+on SQLite. Guard-row statements are built from the fixed table/key pairs of
+:data:`GUARD_TABLES`, one :class:`GuardStatements` subclass per guard kind.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable
 
-from hermes_data.sessions.sql.core import MESSAGE_COLS, quote_ident
-from hermes_data.sessions.sql.dialect import Statements, marks, render
-from hermes_data.sessions.sql.predicates import edge, fork, last_active
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import (compression_locks, gateway_heartbeats, metadata,
+                                         session_turn_leases)
+from hermes_data.sessions.schema import messages as m
+from hermes_data.sessions.schema import sessions as S
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
+from hermes_data.sessions.sql.core import MESSAGE_COLS
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.predicates import edge, edge_of, fork_of, last_active_of
+from hermes_data.statements import DriverPrepared
 
 #: Guard tables and their key column (docs/sessions-coordination.md §3.2): compression locks are keyed by the session being
 #: compressed, turn leases by the conversation key (docs/sessions-coordination.md §3.3).
@@ -29,244 +42,446 @@ COOLDOWN_COLUMNS = {"until": "compression_failure_cooldown_until",
 #: Depth cap of the conversation-key walk (docs/sessions-coordination.md §3.3).
 KEY_DEPTH_CAP = 100
 
+_ACTIVE = m.c.active == const(1)
 
-class GuardStatements:
-    """Read / claim / refresh / release statements of one guard table in one dialect (built
-    by :class:`CoordinationStatements`, one per guard kind)."""
 
-    def __init__(self, d: str, kind: str) -> None:
-        table, key = GUARD_TABLES[kind]
-        lock = " FOR UPDATE" if d == "postgresql" else ""
-        r = functools.partial(render, d)
-        #: The row of one key (locked on PostgreSQL, W4b).
-        self.READ = r(f"SELECT holder, expires_at FROM {table} WHERE {key} = ?{lock}")
-        #: The row of one key, unlocked (read-pool getters).
-        self.PEEK = r(f"SELECT holder, expires_at FROM {table} WHERE {key} = ?")
-        #: Compare-and-delete of a stale row on the values read (docs/sessions-coordination.md §3.2).
-        self.DELETE_STALE = r(f"DELETE FROM {table} WHERE {key} = ? AND holder = ? "
-                              "AND expires_at = ?")
-        #: Re-entrant acquire: never lowers ``expires_at`` (new value bound twice).
-        self.EXTEND = r(f"UPDATE {table} SET expires_at = CASE WHEN expires_at > ? "
-                        f"THEN expires_at ELSE ? END WHERE {key} = ? AND holder = ?")
-        #: Insert a new guard row unless one exists (W4d).
-        self.INSERT = r(f"INSERT INTO {table} ({key}, holder, acquired_at, expires_at) "
-                        f"VALUES (?, ?, ?, ?) ON CONFLICT ({key}) DO NOTHING")
-        #: Holder-matched refresh without an expiry predicate (an owner revives its own row).
-        self.REFRESH = r(f"UPDATE {table} SET expires_at = ? WHERE {key} = ? AND holder = ?")
-        #: Holder-matched release.
-        self.RELEASE = r(f"DELETE FROM {table} WHERE {key} = ? AND holder = ?")
+def _one(*conds: Any) -> sa.Select:
+    """``SELECT 1 … WHERE conds`` (an existence probe's body)."""
+    return sa.select(const(1)).where(*conds)
+
+
+# -- guard rows (docs/sessions-coordination.md §3.2) -----------------------------------------
+
+
+class GuardStatements(Statements):
+    """Read / claim / refresh / release statements of one guard table in one dialect: one
+    subclass per guard kind (:data:`GUARD_STATEMENTS`), its instance per dialect from
+    ``for_dialect``.
+
+    ``READ`` (key): the row of one key, locked on PostgreSQL (W4b); ``PEEK`` (key): the same,
+    unlocked (read-pool getters); ``DELETE_STALE`` (key, holder, expires_at): compare-and-
+    delete of a stale row on the values read (docs/sessions-coordination.md §3.2); ``EXTEND``
+    (new, new, key, holder): re-entrant acquire, never lowers ``expires_at``; ``INSERT`` (key,
+    holder, acquired_at, expires_at): a new guard row unless one exists (W4d); ``REFRESH``
+    (expires_at, key, holder): holder-matched refresh without an expiry predicate (an owner
+    revives its own row); ``RELEASE`` (key, holder): holder-matched delete.
+    """
+
+
+def _guard_statements(kind: str) -> type[GuardStatements]:
+    """The :class:`GuardStatements` subclass of one guard kind (``lock`` / ``lease``)."""
+    t = metadata.tables[GUARD_TABLES[kind][0]]
+    key = t.c[GUARD_TABLES[kind][1]]
+    mine = sa.and_(key == bp("key"), t.c.holder == bp("holder"))
+
+    def row(d: str) -> sa.Select:
+        return sa.select(t.c.holder, t.c.expires_at).where(key == bp("key"))
+
+    def insert(d: str) -> Any:
+        return dialect_insert(d)(t).values(
+            {key: bp("key"), t.c.holder: bp("holder"), t.c.acquired_at: bp("now"),
+             t.c.expires_at: bp("expires")}).on_conflict_do_nothing(index_elements=[key])
+
+    ns = {
+        "__module__": __name__,
+        "__doc__": f"The guard-row statements of ``{t.name}`` (:class:`GuardStatements`).",
+        "READ": driver_statement(lambda d: row(d).with_for_update(), "key"),
+        "PEEK": driver_statement(row, "key"),
+        "DELETE_STALE": driver_statement(lambda d: sa.delete(t).where(
+            mine, t.c.expires_at == bp("expires")), "key", "holder", "expires"),
+        "EXTEND": driver_statement(lambda d: sa.update(t).values(expires_at=sa.case(
+            (t.c.expires_at > bp("expires"), t.c.expires_at), else_=bp("expires"))).where(
+            mine), "expires", "expires", "key", "holder"),
+        "INSERT": driver_statement(insert, "key", "holder", "now", "expires"),
+        "REFRESH": driver_statement(lambda d: sa.update(t).values(
+            expires_at=bp("expires")).where(mine), "expires", "key", "holder"),
+        "RELEASE": driver_statement(lambda d: sa.delete(t).where(mine), "key", "holder"),
+    }
+    return type(f"{kind.title()}GuardStatements", (GuardStatements,), ns)
+
+
+#: The guard-row statement classes by kind (their instances: ``.for_dialect(d)``).
+GUARD_STATEMENTS = {kind: _guard_statements(kind) for kind in GUARD_TABLES}
+
+
+# -- sessions-table reads and aliases shared by the statements below ----------------------
+
+_s = S.alias("s")
+_p = S.alias("p")
+_c = S.alias("c")
+_m = m.alias("m")
+_NO_MESSAGES = ~_one(_m.c.session_id == _s.c.id).select_from(_m).exists()
+
+
+def _lock_session(d: str) -> sa.Select:
+    return sa.select(S.c.id).where(S.c.id == bp("id")).with_for_update()
+
+
+def _session_state(d: str) -> sa.Select:
+    return sa.select(S.c.ended_at, S.c.end_reason, S.c.model_config, S.c.rewind_count).where(
+        S.c.id == bp("id")).with_for_update()
+
+
+def _active_of(*conds: Any) -> Any:
+    """``session_id = :sid AND active = 1`` and ``conds``."""
+    return sa.and_(m.c.session_id == bp("sid"), _ACTIVE, *conds)
+
+
+def _server_now(d: str) -> sa.Select:
+    return sa.select(sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double()))
+
+
+def _restore_blocker(d: str) -> sa.Select:
+    return sa.select(m.c.id).where(m.c.session_id == bp("sid"), sa.or_(
+        sa.and_(m.c.id >= bp("since"), m.c.compacted == const(1)),
+        sa.and_(m.c.active == const(0), m.c.compacted == const(0), m.c.id > bp("head"),
+                m.c.id < bp("since")))).limit(const(1))
+
+
+def _record_cooldown(d: str) -> sa.Update:
+    until = S.c[COOLDOWN_COLUMNS["until"]]
+    return sa.update(S).values({
+        until: sa.case((sa.and_(until.is_not(None), until > bp("until")), until),
+                       else_=bp("until")),
+        S.c[COOLDOWN_COLUMNS["error"]]: bp("error")}).where(S.c.id == bp("id"))
+
+
+_ENDED_COMPRESSION = (S.c.end_reason == const("compression"), S.c.ended_at.is_not(None))
+
+
+def _display_page(selection: bool) -> driver_statement:
+    def build(d: str) -> sa.Select:
+        conds = [m.c.session_id == bp("sid"), m.c.id > bp("after")]
+        if selection:
+            conds.append(sa.or_(_ACTIVE, m.c.compacted == const(1)))
+        return sa.select(*(m.c[c] for c in MESSAGE_COLS)).where(*conds).order_by(
+            m.c.id).limit(bp("limit"))
+    return driver_statement(build, "sid", "after", "limit")
+
+
+def _empty_any(count: bool) -> driver_statement:
+    def build(d: str) -> sa.Select:
+        where = (_s.c.message_count == const(0), _s.c.ended_at.is_not(None),
+                 _s.c.archived == const(0), _NO_MESSAGES)
+        if count:
+            return sa.select(sa.func.count()).select_from(_s).where(*where)
+        return sa.select(_s.c.id).where(*where).order_by(_s.c.id)
+    return driver_statement(build)
+
+
+def _ghost_ids(d: str) -> sa.Select:
+    return sa.select(_s.c.id).where(
+        _s.c.source == const("tui"), _s.c.title.is_(None), _s.c.ended_at.is_not(None),
+        _s.c.started_at < bp("cutoff"), _s.c.pinned == const(0), _NO_MESSAGES,
+        ~_one(_c.c.parent_session_id == _s.c.id).select_from(_c).exists(),
+    ).order_by(_s.c.id)
+
+
+def _delete_if_empty(d: str) -> sa.Delete:
+    lk, ls = compression_locks.alias("l"), session_turn_leases.alias("t")
+    return sa.delete(S).where(
+        S.c.id == bp("id"), S.c.title.is_(None), S.c.pinned == const(0),
+        ~_one(_m.c.session_id == S.c.id).select_from(_m).exists(),
+        ~_one(_c.c.parent_session_id == S.c.id).select_from(_c).exists(),
+        ~_one(lk.c.session_id == S.c.id, lk.c.expires_at > bp("now")).select_from(lk).exists(),
+        ~_one(ls.c.conversation_id == bp("key"), ls.c.expires_at > bp("now")).select_from(
+            ls).exists())
+
+
+def _continuations() -> sa.Select:
+    """Continuation children ``c`` of the compression parent ``p`` (id)."""
+    return sa.select(_c.c.id).select_from(_p.join(_c, _c.c.parent_session_id == _p.c.id)).where(
+        _p.c.id == bp("id"), _p.c.end_reason == const("compression"), ~fork_of(_c, _p))
+
+
+def _orphan_continuation() -> tuple[Any, ...]:
+    """An unused continuation of ``s`` idle since before the cutoff (cutoff, cutoff)."""
+    return (_s.c.ended_at.is_(None), _s.c.end_reason.is_(None),
+            sa.func.coalesce(_s.c.api_call_count, const(0)) == const(0),
+            _s.c.started_at < bp("cutoff"), sa.func.coalesce(_s.c.pinned, const(0)) == const(0),
+            _one(_m.c.session_id == _s.c.id).select_from(_m).exists(),
+            _one(edge_of(_p, _s)).select_from(_p).exists(),
+            last_active_of(_s) < bp("cutoff"))
+
+
+def _stale(*, recheck: bool, unpinned: bool) -> driver_statement:
+    """STALE(_s) of the archive sweep: candidates by start (cutoff) or one re-checked (id,
+    cutoff); ``unpinned`` adds ``s.pinned = 0``."""
+    def build(d: str) -> sa.Select:
+        conds = [_s.c.archived == const(0),
+                 sa.func.coalesce(_s.c.end_reason, const("")) != const("compression"),
+                 last_active_of(_s) < bp("cutoff")]
+        if unpinned:
+            conds.append(_s.c.pinned == const(0))
+        if recheck:
+            return _one(_s.c.id == bp("id"), *conds).select_from(_s)
+        return sa.select(_s.c.id).where(*conds).order_by(_s.c.started_at)
+    return driver_statement(build, *(("id",) if recheck else ()), "cutoff")
+
+
+def _empty() -> tuple[Any, ...]:
+    """EMPTY(_s): an ended, unpinned, message-less row off every lineage edge and unguarded
+    (now, now)."""
+    lk, ls = compression_locks.alias("l"), session_turn_leases.alias("t")
+    return (sa.func.coalesce(_s.c.message_count, const(0)) == const(0),
+            _s.c.ended_at.is_not(None), _s.c.archived == const(0), _s.c.pinned == const(0),
+            _NO_MESSAGES,
+            ~_one(edge_of(_p, _s)).select_from(_p).exists(),
+            ~_one(edge_of(_s, _c)).select_from(_c).exists(),
+            ~_one(lk.c.session_id == _s.c.id, lk.c.expires_at > bp("now")).select_from(
+                lk).exists(),
+            ~_one(ls.c.conversation_id == _s.c.id, ls.c.expires_at > bp("now")).select_from(
+                ls).exists())
+
+
+def _orphan_order(n_sources: int, heartbeat: bool) -> tuple[str, ...]:
+    return (*(f"src{i}" for i in range(n_sources)), "cutoff", "cutoff",
+            *(("hb_cutoff", "hb_grace") if heartbeat else ()))
+
+
+@functools.lru_cache(maxsize=256)
+def _orphans(n_sources: int, pinned: bool, heartbeat: bool, close: bool) -> DriverPrepared:
+    """ORPHAN(_s) of docs/sessions-coordination.md §3.18 over ``n_sources`` bound sources: its
+    ids, or (``close``) the update closing one of them with ORPHAN re-applied."""
+    def build() -> Any:
+        conds = [_s.c.ended_at.is_(None),
+                 _s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
+        if pinned:
+            conds.append(_s.c.pinned == const(0))
+        conds += [_s.c.started_at < bp("cutoff"), last_active_of(_s) < bp("cutoff")]
+        if heartbeat:
+            h = gateway_heartbeats.alias("h")
+            conds.append(~_one(h.c.last_heartbeat >= bp("hb_cutoff"),
+                               h.c.started_at <= _s.c.started_at + bp("hb_grace")).select_from(
+                h).exists())
+        if not close:
+            return sa.select(_s.c.id).where(*conds).order_by(_s.c.id)
+        return sa.update(S).values(ended_at=bp("now"), end_reason=const("startup_orphan_reap")
+                                   ).where(S.c.id == bp("id"),
+                                           S.c.id.in_(sa.select(_s.c.id).where(*conds)))
+    return DriverPrepared("CoordinationStatements.orphan_" + ("close" if close else "ids"),
+                          build)
+
+
+def _by_column(build: Callable[[Any], Callable[[str], Any]], *order: str) -> Callable[..., Any]:
+    """A per-dialect compiler of one statement per :data:`COOLDOWN_COLUMNS` entry."""
+    @functools.lru_cache(maxsize=None)
+    def prepared(which: str) -> DriverPrepared:
+        column = S.c[COOLDOWN_COLUMNS[which]]
+        return DriverPrepared.per_dialect(f"CoordinationStatements.column.{which}",
+                                          build(column))
+    return lambda dialect, which: prepared(which).positional_sql(dialect, order)
+
+
+_get_column = _by_column(lambda col: lambda d: sa.select(col).where(S.c.id == bp("id")), "id")
+_set_column = _by_column(lambda col: lambda d: sa.update(S).values({col: bp("value")}).where(
+    S.c.id == bp("id")), "value", "id")
+
+
+class _ColumnStatements(dict):
+    """:data:`COOLDOWN_COLUMNS` name → that column's compiled statement, each compiled on
+    first use (an unknown name raises ``KeyError``)."""
+
+    def __init__(self, dialect: str, compile_one: Callable[[str, str], str]) -> None:
+        super().__init__()
+        self.dialect = dialect
+        self.compile_one = compile_one
+
+    def __missing__(self, which: str) -> str:
+        sql = self[which] = self.compile_one(self.dialect, which)
+        return sql
 
 
 class CoordinationStatements(Statements):
-    """The coordination statements of one dialect."""
+    """The coordination statements of one dialect (Core constructs compiled on first use;
+    callers pass positional tuples in each statement's declared order)."""
+
+    #: Lock the session row first (W4a/W4e lock order on PostgreSQL).
+    LOCK_SESSION = driver_statement(_lock_session, "id")
+    #: Session state a rewrite checks (P(_s)), locked on PostgreSQL.
+    SESSION_STATE = driver_statement(_session_state, "id")
+
+    # -- transcript rewrites and rewind (docs/sessions-coordination.md §3.15, §3.16) ------------
+    #: Active row ids of a session, ascending.
+    ACTIVE_IDS = driver_statement(lambda d: sa.select(m.c.id).where(_active_of()).order_by(
+        m.c.id), "sid")
+    #: Active rows of a session and the tool calls they carry (I2's counters).
+    ACTIVE_COUNT = driver_statement(lambda d: sa.select(sa.func.count()).select_from(m).where(
+        _active_of()), "sid")
+    ACTIVE_TOOL_CALLS = driver_statement(lambda d: sa.select(m.c.tool_calls).where(
+        _active_of(m.c.tool_calls.is_not(None))), "sid")
+    #: Set a session's counters.
+    SET_COUNTS = driver_statement(lambda d: sa.update(S).values(
+        message_count=bp("messages"), tool_call_count=bp("tools")).where(S.c.id == bp("id")),
+        "messages", "tools", "id")
+    #: Archive every active row (rows stay, ``compacted`` stays 0).
+    ARCHIVE_ACTIVE = driver_statement(lambda d: sa.update(m).values(active=const(0)).where(
+        _active_of()), "sid")
+    #: Delete every row of a session / its active rows.
+    DELETE_ALL = driver_statement(lambda d: sa.delete(m).where(m.c.session_id == bp("sid")),
+                                  "sid")
+    DELETE_ACTIVE = driver_statement(lambda d: sa.delete(m).where(_active_of()), "sid")
+    #: Active rows above a watermark (appends that landed during a summary).
+    ACTIVE_ABOVE = driver_statement(lambda d: sa.select(m.c.id).where(_active_of(
+        m.c.id > bp("watermark"))).order_by(m.c.id), "sid", "watermark")
+    #: The ``OFFSET``-th newest active row at or below a watermark (the verbatim tail's
+    #: first original).
+    TAIL_START = driver_statement(lambda d: sa.select(m.c.id).where(_active_of(
+        m.c.id <= bp("bound"))).order_by(m.c.id.desc()).limit(const(1)).offset(bp("offset")),
+        "sid", "bound", "offset")
+    #: Summarized away: active rows below a cut ⇒ ``active = 0, compacted = 1``.
+    COMPACT_BELOW = driver_statement(lambda d: sa.update(m).values(
+        active=const(0), compacted=const(1)).where(_active_of(m.c.id < bp("cut"))),
+        "sid", "cut")
+    #: Superseded duplicates: the remaining active rows ⇒ ``active = 0, compacted = 0``.
+    SUPERSEDE_ACTIVE = driver_statement(lambda d: sa.update(m).values(
+        active=const(0), compacted=const(0)).where(_active_of()), "sid")
+    #: One message row of a session (``MESSAGE_COLS``).
+    MESSAGE_OF = driver_statement(lambda d: sa.select(*(m.c[c] for c in MESSAGE_COLS)).where(
+        m.c.id == bp("id"), m.c.session_id == bp("sid")), "id", "sid")
+    #: Rewind: active rows from the target on ⇒ inactive.
+    REWIND_FROM = driver_statement(lambda d: sa.update(m).values(active=const(0)).where(
+        _active_of(m.c.id >= bp("target"))), "sid", "target")
+    #: Count a rewind operation.
+    BUMP_REWIND = driver_statement(lambda d: sa.update(S).values(
+        rewind_count=sa.func.coalesce(S.c.rewind_count, const(0)) + const(1)).where(
+        S.c.id == bp("id")), "id")
+    #: Highest active id (None when none).
+    MAX_ACTIVE = driver_statement(lambda d: sa.select(sa.func.max(m.c.id)).where(
+        _active_of()), "sid")
+    #: What forbids a restore from ``since``: a compacted row from it on, or a rewound
+    #: row strictly between the head and it (a hole would remain).
+    RESTORE_BLOCKER = driver_statement(_restore_blocker, "sid", "since", "head", "since")
+    #: Restore the rewound rows from ``since`` on.
+    RESTORE_FROM = driver_statement(lambda d: sa.update(m).values(active=const(1)).where(
+        m.c.session_id == bp("sid"), m.c.id >= bp("since"), m.c.active == const(0)),
+        "sid", "since")
+
+    # -- cooldowns and streaks (docs/sessions-coordination.md §3.12, §3.13) ---------------------
+    #: Merge-max cooldown record (new value bound twice), latest error.
+    RECORD_COOLDOWN = driver_statement(_record_cooldown, "until", "until", "error", "id")
+    #: The exact cooldown columns of a session.
+    COOLDOWN_ROW = driver_statement(lambda d: sa.select(
+        S.c[COOLDOWN_COLUMNS["until"]], S.c[COOLDOWN_COLUMNS["error"]]).where(
+        S.c.id == bp("id")), "id")
+    #: Write both cooldown columns exactly (restore, clear).
+    SET_COOLDOWN = driver_statement(lambda d: sa.update(S).values({
+        S.c[COOLDOWN_COLUMNS["until"]]: bp("until"),
+        S.c[COOLDOWN_COLUMNS["error"]]: bp("error")}).where(S.c.id == bp("id")),
+        "until", "error", "id")
+
+    # -- lineage recovery (docs/sessions-coordination.md §3.11) ---------------------------------
+    #: Whether a session ended with ``compression``.
+    ENDED_COMPRESSION = driver_statement(lambda d: _one(
+        S.c.id == bp("id"), *_ENDED_COMPRESSION).select_from(S), "id")
+    #: Reopen a compression-ended parent (only while it still is one).
+    REOPEN_COMPRESSION = driver_statement(lambda d: sa.update(S).values(
+        ended_at=sa.null(), end_reason=sa.null()).where(S.c.id == bp("id"), *_ENDED_COMPRESSION), "id")
+
+    # -- display reads (docs/sessions-coordination.md §3.17) ------------------------------------
+    #: A keyset page of the active-or-compacted selection / of every row.
+    DISPLAY_PAGE = _display_page(selection=True)
+    DISPLAY_PAGE_ALL = _display_page(selection=False)
+
+    # -- archive (docs/sessions-coordination.md §3.18) ------------------------------------------
+    #: A session's archived flag and end reason.
+    ARCHIVED_OF = driver_statement(lambda d: sa.select(S.c.archived, S.c.end_reason).where(
+        S.c.id == bp("id")), "id")
+    #: Clear the tip's end fields only while they still hold the reason read.
+    CLEAR_TIP_END = driver_statement(lambda d: sa.update(S).values(
+        ended_at=sa.null(), end_reason=sa.null()).where(S.c.id == bp("id"),
+                                              S.c.end_reason == bp("reason")), "id", "reason")
+
+    # -- empty and ghost sessions (docs/sessions-coordination.md §3.19) -------------------------
+    #: Upstream's EMPTY (no binds): pinned rows, lineage segments and guarded rows too
+    #: (the ``include_protected`` option, docs/sessions-coordination.md §3.19).
+    COUNT_EMPTY_ANY = _empty_any(count=True)
+    EMPTY_ANY_IDS = _empty_any(count=False)
+    #: Ghost TUI rows (cutoff).
+    GHOST_IDS = driver_statement(_ghost_ids, "cutoff")
+    #: The one conditional delete of ``delete_session_if_empty`` (id, now, key, now).
+    DELETE_IF_EMPTY = driver_statement(_delete_if_empty, "id", "now", "key", "now")
+    # -- built on the kit predicates' Core twins (fork_of, edge_of, last_active_of) ---------
+    #: Open continuation children of a compression parent (two are enough to refuse).
+    OPEN_CONTINUATIONS = driver_statement(lambda d: _continuations().where(
+        _c.c.ended_at.is_(None)).order_by(_c.c.id).limit(const(2)), "id")
+    #: Any continuation child, ended or not.
+    ANY_CONTINUATION = driver_statement(lambda d: _continuations().limit(const(1)), "id")
+    #: Unused continuations a week old (cutoff bound twice).
+    ORPHAN_CONTINUATIONS = driver_statement(lambda d: sa.select(_s.c.id).where(
+        *_orphan_continuation()).order_by(_s.c.id), "cutoff", "cutoff")
+    #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
+    FINALIZE_ORPHAN = driver_statement(lambda d: sa.update(S).values(
+        ended_at=bp("now"), end_reason=const("orphaned_compression")).where(
+        S.c.id == bp("id"), S.c.id.in_(sa.select(_s.c.id).where(*_orphan_continuation()))),
+        "now", "id", "cutoff", "cutoff")
+    #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
+    STALE_ARCHIVE = _stale(recheck=False, unpinned=False)
+    STALE_ARCHIVE_UNPINNED = _stale(recheck=False, unpinned=True)
+    #: Re-check one candidate (id, cutoff); unpinned variant.
+    STALE_RECHECK = _stale(recheck=True, unpinned=False)
+    STALE_RECHECK_UNPINNED = _stale(recheck=True, unpinned=True)
+    #: EMPTY(_s) (now bound twice): count and ids.
+    COUNT_EMPTY = driver_statement(lambda d: sa.select(sa.func.count()).select_from(_s).where(
+        *_empty()), "now", "now")
+    EMPTY_IDS = driver_statement(lambda d: sa.select(_s.c.id).where(*_empty()).order_by(_s.c.id),
+                                 "now", "now")
+
+    #: The server's wall clock, epoch seconds (PostgreSQL guard decisions,
+    #: docs/sessions-coordination.md §3.1); ``None`` on SQLite.
+    SERVER_NOW = driver_statement(_server_now)
 
     def __init__(self, d: str) -> None:
         super().__init__(d)
-        pg = d == "postgresql"
         r = self.render
-        self.lock = GuardStatements(d, "lock")
-        self.lease = GuardStatements(d, "lease")
-        seed = "CAST(? AS TEXT)" if pg else "?"
-        #: KEY(s): the compression root of ``s`` over EDGE, depth-capped (docs/sessions-coordination.md §3.3); an unknown id
+        self.lock = GUARD_STATEMENTS["lock"].for_dialect(d)
+        self.lease = GUARD_STATEMENTS["lease"].for_dialect(d)
+        if d != "postgresql":
+            self.SERVER_NOW = None  # the instance attribute shadows the statement
+        #: One streak / deadline column, read and written (names from COOLDOWN_COLUMNS).
+        self.GET_COLUMN = _ColumnStatements(d, _get_column)
+        self.SET_COLUMN = _ColumnStatements(d, _set_column)
+        seed = "CAST(? AS TEXT)" if d == "postgresql" else "?"
+        #: KEY(_s): the compression root of ``s`` over EDGE, depth-capped (docs/sessions-coordination.md §3.3); an unknown id
         #: is its own key.
+        # not Core: a recursive CTE (the walk up the compression edges)
         self.KEY_OF = r(
             f"WITH RECURSIVE up(id, depth) AS (SELECT {seed}, 0 UNION ALL "
             "SELECT p.id, up.depth + 1 FROM up JOIN sessions c ON c.id = up.id "
             f"JOIN sessions p ON p.id = c.parent_session_id WHERE {edge('p', 'c', d)} "
             f"AND up.depth < {KEY_DEPTH_CAP}) "
             "SELECT id FROM up ORDER BY depth DESC LIMIT 1")
-        #: The server's wall clock, epoch seconds (PostgreSQL guard decisions, docs/sessions-coordination.md §3.1).
-        self.SERVER_NOW = "SELECT EXTRACT(EPOCH FROM clock_timestamp())::float8" if pg else None
-        #: Lock the session row first (W4a/W4e lock order on PostgreSQL).
-        self.LOCK_SESSION = r("SELECT id FROM sessions WHERE id = ?" + (" FOR UPDATE" if pg
-                                                                         else ""))
-        #: Session state a rewrite checks (P(s)).
-        self.SESSION_STATE = r("SELECT ended_at, end_reason, model_config, rewind_count "
-                               "FROM sessions WHERE id = ?" + (" FOR UPDATE" if pg else ""))
-
-        # -- transcript rewrites and rewind (docs/sessions-coordination.md §3.15, §3.16) --------------------------------
-        #: Active row ids of a session, ascending.
-        self.ACTIVE_IDS = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
-                            "ORDER BY id")
-        #: Active rows of a session and the tool calls they carry (I2's counters).
-        self.ACTIVE_COUNT = r("SELECT COUNT(*) FROM messages WHERE session_id = ? "
-                              "AND active = 1")
-        self.ACTIVE_TOOL_CALLS = r("SELECT tool_calls FROM messages WHERE session_id = ? "
-                                   "AND active = 1 AND tool_calls IS NOT NULL")
-        #: Set a session's counters.
-        self.SET_COUNTS = r("UPDATE sessions SET message_count = ?, tool_call_count = ? "
-                            "WHERE id = ?")
-        #: Archive every active row (rows stay, ``compacted`` stays 0).
-        self.ARCHIVE_ACTIVE = r("UPDATE messages SET active = 0 WHERE session_id = ? "
-                                "AND active = 1")
-        #: Delete every row of a session / its active rows.
-        self.DELETE_ALL = r("DELETE FROM messages WHERE session_id = ?")
-        self.DELETE_ACTIVE = r("DELETE FROM messages WHERE session_id = ? AND active = 1")
-        #: Active rows above a watermark (appends that landed during a summary).
-        self.ACTIVE_ABOVE = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
-                              "AND id > ? ORDER BY id")
-        #: The ``OFFSET``-th newest active row at or below a watermark (the verbatim tail's
-        #: first original).
-        self.TAIL_START = r("SELECT id FROM messages WHERE session_id = ? AND active = 1 "
-                            "AND id <= ? ORDER BY id DESC LIMIT 1 OFFSET ?")
-        #: Summarized away: active rows below a cut ⇒ ``active = 0, compacted = 1``.
-        self.COMPACT_BELOW = r("UPDATE messages SET active = 0, compacted = 1 "
-                               "WHERE session_id = ? AND active = 1 AND id < ?")
-        #: Superseded duplicates: the remaining active rows ⇒ ``active = 0, compacted = 0``.
-        self.SUPERSEDE_ACTIVE = r("UPDATE messages SET active = 0, compacted = 0 "
-                                  "WHERE session_id = ? AND active = 1")
-        #: One message row of a session (``MESSAGE_COLS``).
-        self.MESSAGE_OF = r(f"SELECT {', '.join(MESSAGE_COLS)} FROM messages "
-                            "WHERE id = ? AND session_id = ?")
-        #: Rewind: active rows from the target on ⇒ inactive.
-        self.REWIND_FROM = r("UPDATE messages SET active = 0 WHERE session_id = ? "
-                             "AND active = 1 AND id >= ?")
-        #: Count a rewind operation.
-        self.BUMP_REWIND = r("UPDATE sessions SET rewind_count = COALESCE(rewind_count, 0) + 1 "
-                             "WHERE id = ?")
-        #: Highest active id (None when none).
-        self.MAX_ACTIVE = r("SELECT MAX(id) FROM messages WHERE session_id = ? AND active = 1")
-        #: What forbids a restore from ``since``: a compacted row from it on, or a rewound
-        #: row strictly between the head and it (a hole would remain).
-        self.RESTORE_BLOCKER = r(
-            "SELECT id FROM messages WHERE session_id = ? AND ((id >= ? AND compacted = 1) "
-            "OR (active = 0 AND compacted = 0 AND id > ? AND id < ?)) LIMIT 1")
-        #: Restore the rewound rows from ``since`` on.
-        self.RESTORE_FROM = r("UPDATE messages SET active = 1 WHERE session_id = ? "
-                              "AND id >= ? AND active = 0")
-
-        # -- cooldowns and streaks (docs/sessions-coordination.md §3.12, §3.13) --------------------------------------
-        until, error = COOLDOWN_COLUMNS["until"], COOLDOWN_COLUMNS["error"]
-        #: Merge-max cooldown record (new value bound twice), latest error.
-        self.RECORD_COOLDOWN = r(
-            f"UPDATE sessions SET {until} = CASE WHEN {until} IS NOT NULL AND {until} > ? "
-            f"THEN {until} ELSE ? END, {error} = ? WHERE id = ?")
-        #: The exact cooldown columns of a session.
-        self.COOLDOWN_ROW = r(f"SELECT {until}, {error} FROM sessions WHERE id = ?")
-        #: Write both cooldown columns exactly (restore, clear).
-        self.SET_COOLDOWN = r(f"UPDATE sessions SET {until} = ?, {error} = ? WHERE id = ?")
-        #: One streak / deadline column, read and written (names from COOLDOWN_COLUMNS).
-        self.GET_COLUMN = {k: r(f"SELECT {c} FROM sessions WHERE id = ?")
-                           for k, c in COOLDOWN_COLUMNS.items()}
-        self.SET_COLUMN = {k: r(f"UPDATE sessions SET {c} = ? WHERE id = ?")
-                           for k, c in COOLDOWN_COLUMNS.items()}
-
-        # -- lineage recovery (docs/sessions-coordination.md §3.11) --------------------------------------------------
-        cont = (f"FROM sessions p JOIN sessions c ON c.parent_session_id = p.id "
-                f"WHERE p.id = ? AND p.end_reason = 'compression' AND NOT {fork('c', 'p', d)}")
-        #: Open continuation children of a compression parent (two are enough to refuse).
-        self.OPEN_CONTINUATIONS = r(f"SELECT c.id {cont} AND c.ended_at IS NULL "
-                                    "ORDER BY c.id LIMIT 2")
-        #: Any continuation child, ended or not.
-        self.ANY_CONTINUATION = r(f"SELECT c.id {cont} LIMIT 1")
-        #: Whether a session ended with ``compression``.
-        self.ENDED_COMPRESSION = r("SELECT 1 FROM sessions WHERE id = ? "
-                                   "AND end_reason = 'compression' AND ended_at IS NOT NULL")
-        #: Reopen a compression-ended parent (only while it still is one).
-        self.REOPEN_COMPRESSION = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
-                                    "WHERE id = ? AND end_reason = 'compression' "
-                                    "AND ended_at IS NOT NULL")
-        orphan = ("s.ended_at IS NULL AND s.end_reason IS NULL "
-                  "AND COALESCE(s.api_call_count, 0) = 0 AND s.started_at < ? "
-                  "AND COALESCE(s.pinned, 0) = 0 "
-                  "AND EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id) "
-                  f"AND EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
-                  f"AND {last_active('s')} < ?")
-        #: Unused continuations a week old (cutoff bound twice).
-        self.ORPHAN_CONTINUATIONS = r(f"SELECT s.id FROM sessions s WHERE {orphan} ORDER BY s.id")
-        #: Close one of them, predicates re-applied (now, id, cutoff, cutoff).
-        self.FINALIZE_ORPHAN = r("UPDATE sessions SET ended_at = ?, "
-                                 "end_reason = 'orphaned_compression' WHERE id = ? AND "
-                                 f"id IN (SELECT s.id FROM sessions s WHERE {orphan})")
-
-        # -- display reads (docs/sessions-coordination.md §3.17) -------------------------------------------------------
-        page = (f"SELECT {', '.join(MESSAGE_COLS)} FROM messages WHERE session_id = ? "
-                "AND id > ?{sel} ORDER BY id LIMIT ?")
-        #: A keyset page of the active-or-compacted selection / of every row.
-        self.DISPLAY_PAGE = r(page.format(sel=" AND (active = 1 OR compacted = 1)"))
-        self.DISPLAY_PAGE_ALL = r(page.format(sel=""))
-
-        # -- archive (docs/sessions-coordination.md §3.18) -------------------------------------------------------------
-        stale = ("s.archived = 0 AND COALESCE(s.end_reason, '') <> 'compression' "
-                 f"AND {last_active('s')} < ?")
-        #: Stale tips and standalone rows (cutoff), oldest start first; unpinned variant.
-        self.STALE_ARCHIVE = r(f"SELECT s.id FROM sessions s WHERE {stale} ORDER BY s.started_at")
-        self.STALE_ARCHIVE_UNPINNED = r(f"SELECT s.id FROM sessions s WHERE {stale} "
-                                        "AND s.pinned = 0 ORDER BY s.started_at")
-        #: Re-check one candidate (id, cutoff); unpinned variant.
-        self.STALE_RECHECK = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale}")
-        self.STALE_RECHECK_UNPINNED = r(f"SELECT 1 FROM sessions s WHERE s.id = ? AND {stale} "
-                                        "AND s.pinned = 0")
-        #: A session's archived flag and end reason.
-        self.ARCHIVED_OF = r("SELECT archived, end_reason FROM sessions WHERE id = ?")
-        #: Clear the tip's end fields only while they still hold the reason read.
-        self.CLEAR_TIP_END = r("UPDATE sessions SET ended_at = NULL, end_reason = NULL "
-                               "WHERE id = ? AND end_reason = ?")
-
-        # -- empty and ghost sessions (docs/sessions-coordination.md §3.19) ---------------------------------------------
-        unguarded = ("NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = s.id "
-                     "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
-                     "WHERE t.conversation_id = s.id AND t.expires_at > ?)")
-        no_messages = "NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = s.id)"
-        empty = ("COALESCE(s.message_count, 0) = 0 AND s.ended_at IS NOT NULL AND s.archived = 0 "
-                 f"AND s.pinned = 0 AND {no_messages} "
-                 f"AND NOT EXISTS (SELECT 1 FROM sessions p WHERE {edge('p', 's', d)}) "
-                 f"AND NOT EXISTS (SELECT 1 FROM sessions c WHERE {edge('s', 'c', d)}) "
-                 f"AND {unguarded}")
-        #: EMPTY(s) (now bound twice): count and ids.
-        self.COUNT_EMPTY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty}")
-        self.EMPTY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty} ORDER BY s.id")
-        #: Upstream's EMPTY (no binds): pinned rows, lineage segments and guarded rows too
-        #: (the ``include_protected`` option, docs/sessions-coordination.md §3.19).
-        empty_any = ("s.message_count = 0 AND s.ended_at IS NOT NULL AND s.archived = 0 "
-                     f"AND {no_messages}")
-        self.COUNT_EMPTY_ANY = r(f"SELECT COUNT(*) FROM sessions s WHERE {empty_any}")
-        self.EMPTY_ANY_IDS = r(f"SELECT s.id FROM sessions s WHERE {empty_any} ORDER BY s.id")
-        no_children = "NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = s.id)"
-        #: Ghost TUI rows (cutoff, now, now).
-        self.GHOST_IDS = r(
-            "SELECT s.id FROM sessions s WHERE s.source = 'tui' AND s.title IS NULL "
-            f"AND s.ended_at IS NOT NULL AND s.started_at < ? AND s.pinned = 0 AND {no_messages} "
-            f"AND {no_children} ORDER BY s.id")
-        #: The one conditional delete of ``delete_session_if_empty`` (id, now, key, now).
-        self.DELETE_IF_EMPTY = r(
-            "DELETE FROM sessions WHERE id = ? AND title IS NULL AND pinned = 0 "
-            "AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.session_id = sessions.id) "
-            "AND NOT EXISTS (SELECT 1 FROM sessions c WHERE c.parent_session_id = sessions.id) "
-            "AND NOT EXISTS (SELECT 1 FROM compression_locks l WHERE l.session_id = sessions.id "
-            "AND l.expires_at > ?) AND NOT EXISTS (SELECT 1 FROM session_turn_leases t "
-            "WHERE t.conversation_id = ? AND t.expires_at > ?)")
-
-    def orphan_where(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """ORPHAN(s) of docs/sessions-coordination.md §3.18 (binds: sources…, cutoff, cutoff[, hb_cutoff, hb_grace])."""
-        where = (f"s.ended_at IS NULL AND s.source IN ({marks(n_sources)}) "
-                 f"{'AND s.pinned = 0 ' if pinned else ''}AND s.started_at < ? "
-                 f"AND {last_active('s')} < ?")
-        if heartbeat:
-            where += (" AND NOT EXISTS (SELECT 1 FROM gateway_heartbeats h "
-                      "WHERE h.last_heartbeat >= ? AND h.started_at <= s.started_at + ?)")
-        return where
 
     def orphan_ids(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
-        """Ids matching ORPHAN(s)."""
-        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return self.render(f"SELECT s.id FROM sessions s WHERE {where} ORDER BY s.id")
+        """Ids matching ORPHAN(_s) of docs/sessions-coordination.md §3.18 (binds: sources…,
+        cutoff, cutoff[, hb_cutoff, hb_grace])."""
+        return _orphans(n_sources, pinned, heartbeat, close=False).positional_sql(
+            self.dialect, _orphan_order(n_sources, heartbeat))
 
     def orphan_close(self, n_sources: int, *, pinned: bool, heartbeat: bool) -> str:
         """Close one orphan, ORPHAN re-applied (binds: now, id, then ORPHAN's)."""
-        where = self.orphan_where(n_sources, pinned=pinned, heartbeat=heartbeat)
-        return self.render(
-            "UPDATE sessions SET ended_at = ?, end_reason = 'startup_orphan_reap' "
-            f"WHERE id = ? AND id IN (SELECT s.id FROM sessions s WHERE {where})")
+        return _orphans(n_sources, pinned, heartbeat, close=True).positional_sql(
+            self.dialect, ("now", "id", *_orphan_order(n_sources, heartbeat)))
 
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
-        exact; ``cols`` come from the live table's catalogue (quoted)."""
-        col_sql = ", ".join(quote_ident(c) for c in cols)
-        return self.render(
-            f"INSERT INTO messages (session_id, active, compacted, {col_sql}) "
-            f"SELECT session_id, 1, 0, {col_sql} FROM messages "
-            f"WHERE id IN ({marks(n)}) ORDER BY id")
+        exact; ``cols`` come from the live table's catalogue."""
+        return _clone_by_ids(tuple(cols), n).positional_sql(
+            self.dialect, tuple(f"i{i}" for i in range(n)))
+
+
+@functools.lru_cache(maxsize=256)
+def _clone_by_ids(cols: tuple[str, ...], n: int) -> DriverPrepared:
+    # The live table's columns (the catalogue may hold columns the metadata does not declare),
+    # as a lightweight table clause named like the real one; each quoted, as read.
+    quoted = [sa.column(sa.sql.quoted_name(c, True)) for c in cols]
+    t = sa.table("messages", *(sa.column(c) for c in ("id", "session_id", "active",
+                                                      "compacted")), *quoted)
+    copied = [t.c[c] for c in cols]
+    return DriverPrepared("CoordinationStatements.clone_by_ids", lambda: sa.insert(t).from_select(
+        [t.c.session_id, t.c.active, t.c.compacted, *copied],
+        sa.select(t.c.session_id, const(1), const(0), *copied).where(
+            t.c.id.in_([bp(f"i{i}") for i in range(n)])).order_by(t.c.id)))
 
 
 #: The CoordinationStatements of a dialect (built once per process).

@@ -200,7 +200,7 @@ class BatchOrder:
 
 def has_pending(conn: Connection, session_id: str) -> bool:
     """Does ``session_id`` have a visible row without order or identity? (index probe)"""
-    return conn.execute(q.PENDING_PROBE, {"sid": session_id}).first() is not None
+    return q.PENDING_PROBE.run(conn, {"sid": session_id}).first() is not None
 
 
 def _row_key_content(r: Sequence[Any], d: str, split: Split) -> Any:
@@ -213,7 +213,7 @@ def _row_key_content(r: Sequence[Any], d: str, split: Split) -> Any:
 def fill_session(conn: Connection, q_: Fragments, session_id: str, split: Split) -> int:
     """Key every visible row of a session and set ``(order, identity) = (first id of its key,
     identity)`` where either differs; returns the rows written (caller's write transaction)."""
-    rows = conn.execute(q.VISIBLE_KEY_ROWS, {"sid": session_id}).fetchall()
+    rows = q.VISIBLE_KEY_ROWS.run(conn, {"sid": session_id}).fetchall()
     first: dict[bytes, int] = {}
     updates = []
     for r in rows:
@@ -222,13 +222,13 @@ def fill_session(conn: Connection, q_: Fragments, session_id: str, split: Split)
         if r[7] != order or (None if r[8] is None else bytes(r[8])) != ident:
             updates.append({"id": r[0], "o": order, "i": ident})
     if updates:
-        conn.execute(q.SET_DISPLAY, updates)
+        q.SET_DISPLAY.runmany(conn, updates)
     return len(updates)
 
 
 def pending_sessions(conn: Connection, limit: int) -> list[str]:
     """Up to ``limit`` sessions with a pending visible row."""
-    return [str(r[0]) for r in conn.execute(q.PENDING_SESSIONS, {"n": limit}).fetchall()]
+    return [str(r[0]) for r in q.PENDING_SESSIONS.run(conn, {"n": limit}).fetchall()]
 
 
 def backfill(store: Any, split: Split, max_sessions: int = 50,

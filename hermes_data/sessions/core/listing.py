@@ -118,8 +118,7 @@ session_row = _compile_session_row()
 def _fetch_list_rows(conn: Connection, q: Fragments, ids: list[str]) -> dict[str, dict[str, Any]]:
     if not ids:
         return {}
-    rows = conn.execute(ls.list_rows(len(ids), q.dialect),
-                        {f"i{k}": sid for k, sid in enumerate(ids)}).fetchall()
+    rows = conn.exec_driver_sql(ls.list_rows(len(ids), q.dialect), tuple(ids)).fetchall()
     out = {}
     for r in rows:
         d = dict(zip((*ls.LIST_COLS, "last_active", "preview"), r))
@@ -133,14 +132,18 @@ def list_sessions(conn: Connection, q: Fragments, flt: ls.SessionFilter, *,
                   order_by_last_active: bool, search_query: str | None, id_query: str | None,
                   limit: int, offset: int) -> list[SessionListRow]:
     """Conversations for a sidebar: one row per lineage, projected onto its tip (docs/sessions.md §5.2)."""
-    where, params = flt.where(q.dialect)
+    shape, params = flt.shape(), flt.params()
     params.update(limit=int(limit), offset=int(offset))
-    stmt = ls.list_ids(where, q.dialect, by_last_active=order_by_last_active,
-                       search_query=search_query, id_query=id_query, params=params)
-    ids = [r[0] for r in conn.execute(stmt, params)]
+    if order_by_last_active:
+        params.update(ls.search_params(search_query, id_query))
+    stmt = ls.list_ids(shape, q.dialect, by_last_active=order_by_last_active,
+                       search=order_by_last_active and "needle" in params,
+                       search_stripped=order_by_last_active and "needle_stripped" in params,
+                       by_id=order_by_last_active and "idq" in params)
+    ids = [r[0] for r in stmt.run(conn, params)]
     if include_pinned:
         seen = set(ids)
-        ids += [r[0] for r in conn.execute(ls.pinned_ids(where), params) if r[0] not in seen]
+        ids += [r[0] for r in ls.pinned_ids(shape).run(conn, params) if r[0] not in seen]
     rows = _fetch_list_rows(conn, q, ids)
     chains: dict[str, list[str]] = {}
     if project_compression_tips and not flt.include_children:
@@ -167,8 +170,7 @@ def list_sessions(conn: Connection, q: Fragments, flt: ls.SessionFilter, *,
 
 def session_count(conn: Connection, flt: ls.SessionFilter, dialect: str) -> int:
     """Count with the ``list_sessions`` WHERE so "load more" totals match the pages."""
-    where, params = flt.where(dialect)
-    return int(conn.execute(ls.count_sessions(where), params).scalar() or 0)
+    return int(ls.count_sessions(flt.shape()).run(conn, flt.params()).scalar() or 0)
 
 
 def session_count_ge(conn: Connection, q: Fragments, n: int) -> bool:

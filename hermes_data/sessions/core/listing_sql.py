@@ -1,20 +1,28 @@
 """Statements of the session listings (docs/sessions.md §5.2–§5.3): the shared session
 filter, the sidebar list projected onto compression tips, counts and the bounded recent
-browse. Builders take the filter values and return SQL text plus bound parameters; every
-value is bound, identifiers come from the fixed tuples here.
+browse. The filter's clauses are Core constructs keyed by its shape (:class:`FilterShape`),
+its values bound by name (:meth:`SessionFilter.params`); each statement is compiled once per
+shape and dialect (``DriverPrepared``). The bounded recent browse stays a recursive CTE in
+text. Every value is bound, identifiers come from the fixed tuples here.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterable
 
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.core.encoding import escape_like
-from hermes_data.sessions.sql.predicates import J, edge, last_active, listable, preview_sql
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.predicates import (J, edge, edge_of, last_active, last_active_of,
+                                                 listable, listable_of, preview_of, preview_sql)
+from hermes_data.statements import DriverPrepared
 
 #: Columns of a sidebar row (:class:`~hermes_data.sessions.rows.SessionListRow`).
 LIST_COLS = ("id", "source", "model", "title", "started_at", "ended_at", "end_reason",
@@ -45,98 +53,165 @@ class SessionFilter:
         return SessionFilter(source=source, sources=tuple(sources or ()),
                              exclude_sources=tuple(exclude_sources or ()), **flags)
 
-    def where(self, d: str) -> tuple[str, dict[str, Any]]:
-        """The condition text and its bound parameters for dialect ``d``."""
-        conds: list[str] = []
+    def shape(self) -> "FilterShape":
+        """Which clauses this filter has (its values aside): the key its statements are
+        built and compiled under, once per dialect."""
+        return FilterShape(len(self._sources()), len(self.exclude_sources),
+                           self.session_key is not None, bool(self.cwd_prefix),
+                           bool(self.min_message_count), self.include_children,
+                           self.include_archived, self.archived_only, self.include_hidden)
+
+    def _sources(self) -> list[str]:
+        return list(self.sources) + ([self.source] if self.source else [])
+
+    def params(self) -> dict[str, Any]:
+        """The bound values of :meth:`shape`'s clauses, by parameter name."""
         params: dict[str, Any] = {}
-        if not self.include_children:
-            conds.append(listable("s", d))
-        wanted = list(self.sources) + ([self.source] if self.source else [])
-        if wanted:
-            conds.append(f"s.source IN ({_binds('src', wanted, params)})")
-        if self.exclude_sources:
-            conds.append(f"s.source NOT IN ({_binds('xsrc', self.exclude_sources, params)})")
+        params.update({f"src{i}": v for i, v in enumerate(self._sources())})
+        params.update({f"xsrc{i}": v for i, v in enumerate(self.exclude_sources)})
         if self.session_key is not None:
-            conds.append("s.session_key = :session_key")
             params["session_key"] = self.session_key
         if self.cwd_prefix:
             prefix = self.cwd_prefix.rstrip("/\\") or self.cwd_prefix
-            conds.append("(s.cwd = :cwd OR s.cwd LIKE :cwd_slash ESCAPE '\\' "
-                         "OR s.cwd LIKE :cwd_bslash ESCAPE '\\')")
             params.update(cwd=prefix, cwd_slash=escape_like(prefix + "/") + "%",
                           cwd_bslash=escape_like(prefix + "\\") + "%")
         if self.min_message_count:
-            conds.append("COALESCE(s.message_count, 0) >= :min_count")
             params["min_count"] = int(self.min_message_count)
+        return params
+
+
+@dataclass(frozen=True)
+class FilterShape:
+    """The clauses of a :class:`SessionFilter` over alias ``s``, without their values."""
+
+    sources: int
+    excluded: int
+    session_key: bool
+    cwd: bool
+    min_count: bool
+    include_children: bool
+    include_archived: bool
+    archived_only: bool
+    include_hidden: bool
+
+    def conditions(self, s: Any) -> list[Any]:
+        """The clauses over ``s`` (constants inline, values bound by name)."""
+        conds: list[Any] = []
+        if not self.include_children:
+            conds.append(listable_of(s))
+        if self.sources:
+            conds.append(s.c.source.in_([bp(f"src{i}") for i in range(self.sources)]))
+        if self.excluded:
+            conds.append(s.c.source.not_in([bp(f"xsrc{i}") for i in range(self.excluded)]))
+        if self.session_key:
+            conds.append(s.c.session_key == bp("session_key"))
+        if self.cwd:
+            conds.append(sa.or_(s.c.cwd == bp("cwd"), s.c.cwd.like(bp("cwd_slash"), escape="\\"),
+                                s.c.cwd.like(bp("cwd_bslash"), escape="\\")))
+        if self.min_count:
+            conds.append(sa.func.coalesce(s.c.message_count, const(0)) >= bp("min_count"))
         if self.archived_only:
-            conds.append("s.archived = 1")
+            conds.append(s.c.archived == const(1))
         elif not self.include_archived:
-            conds.append("s.archived = 0")
+            conds.append(s.c.archived == const(0))
         if not self.include_hidden:
-            conds.append("s.hidden = 0")
-        return (" AND ".join(conds) or "1 = 1"), params
+            conds.append(s.c.hidden == const(0))
+        return conds
 
 
-def _binds(prefix: str, values: Iterable[str], params: dict[str, Any]) -> str:
-    # One named bind per value: ":src0, :src1, …".
-    names = []
-    for i, value in enumerate(values):
-        names.append(f"{prefix}{i}")
-        params[f"{prefix}{i}"] = value
-    return ", ".join(":" + n for n in names)
-
-
-def list_ids(where: str, d: str, *, by_last_active: bool, search_query: str | None,
-             id_query: str | None, params: dict[str, Any]) -> TextClause:
+@lru_cache(maxsize=256)
+def list_ids(shape: FilterShape, d: str, *, by_last_active: bool, search: bool,
+             search_stripped: bool, by_id: bool) -> DriverPrepared:
     """Ids of one sidebar page (:limit, :offset): by start time, or by the lineage's freshest
-    activity with optional title / id matches anywhere in the lineage."""
-    if not by_last_active:
-        return text(f"SELECT s.id FROM sessions s WHERE {where} "
-                    "ORDER BY s.started_at DESC LIMIT :limit OFFSET :offset")
-    match = ""
+    activity with optional title (``search``: :needle, and :needle_stripped when
+    ``search_stripped``) / id (``by_id``: :idq) matches anywhere in the lineage."""
+    def by_start() -> Any:
+        s = sessions.alias("s")
+        return (sa.select(s.c.id).where(*shape.conditions(s)).order_by(s.c.started_at.desc())
+                .limit(bp("limit")).offset(bp("offset")))
+
+    def by_activity() -> Any:
+        s = sessions.alias("s")
+        adm = sa.select(s.c.id, s.c.started_at).where(*shape.conditions(s)).cte("adm")
+        ch = sa.select(adm.c.id.label("root"), adm.c.id.label("id")).cte("ch", recursive=True)
+        p, c = sessions.alias("p"), sessions.alias("c")
+        ch = ch.union(sa.select(ch.c.root, c.c.id).select_from(
+            ch.join(p, p.c.id == ch.c.id).join(c, c.c.parent_session_id == p.c.id))
+            .where(edge_of(p, c)))
+        x = sessions.alias("x")
+        eff = (sa.select(ch.c.root, sa.func.max(last_active_of(x)).label("e"))
+               .select_from(ch.join(x, x.c.id == ch.c.id)).group_by(ch.c.root).cte("eff"))
+        match: list[Any] = []
+        if search:
+            m, ms = ch.alias("m"), sessions.alias("ms")
+            title = sa.func.lower(sa.func.coalesce(ms.c.title, const("")))
+            hit = [title.like(bp("needle"), escape="\\"),
+                   sa.func.lower(ms.c.id).like(bp("needle"), escape="\\")]
+            if search_stripped:
+                squashed = title
+                for ch_ in ("-", "_", ".", " "):
+                    squashed = sa.func.replace(squashed, const(ch_), const(""))
+                hit.append(squashed.like(bp("needle_stripped"), escape="\\"))
+            match.append(sa.select(const(1)).select_from(m.join(ms, ms.c.id == m.c.id))
+                         .where(m.c.root == adm.c.id, sa.or_(*hit)).exists())
+        if by_id:
+            m = ch.alias("mi")
+            match.append(sa.select(const(1)).select_from(m).where(
+                m.c.root == adm.c.id, m.c.id.like(bp("idq"), escape="\\")).exists())
+        return (sa.select(adm.c.id).select_from(adm.join(eff, eff.c.root == adm.c.id))
+                .where(*match).order_by(eff.c.e.desc(), adm.c.started_at.desc(),
+                                        adm.c.id.desc())
+                .limit(bp("limit")).offset(bp("offset")))
+    return DriverPrepared("list_ids", by_activity if by_last_active else by_start)
+
+
+def search_params(search_query: str | None, id_query: str | None) -> dict[str, Any]:
+    """The bound values of :func:`list_ids`' title / id matches."""
+    params: dict[str, Any] = {}
     if search_query:
         needle = search_query.lower()
         stripped = re.sub(r"[\W_]", "", needle)
         params["needle"] = "%" + escape_like(needle) + "%"
-        params["needle_stripped"] = "%" + escape_like(stripped) + "%" if stripped else None
-        match += (" AND EXISTS (SELECT 1 FROM ch m JOIN sessions ms ON ms.id = m.id "
-                  "WHERE m.root = adm.id AND (lower(COALESCE(ms.title, '')) LIKE :needle "
-                  "ESCAPE '\\' OR lower(ms.id) LIKE :needle ESCAPE '\\' OR (CAST(:needle_stripped "
-                  "AS TEXT) IS NOT NULL AND replace(replace(replace(replace(lower(COALESCE("
-                  "ms.title, '')), '-', ''), '_', ''), '.', ''), ' ', '') LIKE :needle_stripped "
-                  "ESCAPE '\\')))")
+        if stripped:
+            params["needle_stripped"] = "%" + escape_like(stripped) + "%"
     if id_query:
         params["idq"] = "%" + escape_like(id_query) + "%"
-        match += (" AND EXISTS (SELECT 1 FROM ch m WHERE m.root = adm.id "
-                  "AND m.id LIKE :idq ESCAPE '\\')")
-    return text(
-        f"WITH RECURSIVE adm AS (SELECT s.id, s.started_at FROM sessions s WHERE {where}), "
-        "ch(root, id) AS (SELECT id, id FROM adm UNION SELECT ch.root, c.id FROM ch "
-        "JOIN sessions p ON p.id = ch.id JOIN sessions c ON c.parent_session_id = p.id "
-        f"WHERE {edge('p', 'c', d)}), "
-        f"eff AS (SELECT ch.root, MAX({last_active('x')}) AS e FROM ch "
-        "JOIN sessions x ON x.id = ch.id GROUP BY ch.root) "
-        f"SELECT adm.id FROM adm JOIN eff ON eff.root = adm.id WHERE 1 = 1{match} "
-        "ORDER BY eff.e DESC, adm.started_at DESC, adm.id DESC LIMIT :limit OFFSET :offset")
+    return params
 
 
-def pinned_ids(where: str) -> TextClause:
+@lru_cache(maxsize=128)
+def pinned_ids(shape: FilterShape) -> DriverPrepared:
     """Pinned sessions matching the filter, newest first."""
-    return text(f"SELECT s.id FROM sessions s WHERE {where} AND s.pinned = 1 "
-                "ORDER BY s.started_at DESC")
+    def build() -> Any:
+        s = sessions.alias("s")
+        return (sa.select(s.c.id).where(*shape.conditions(s), s.c.pinned == const(1))
+                .order_by(s.c.started_at.desc()))
+    return DriverPrepared("pinned_ids", build)
 
 
-def count_sessions(where: str) -> TextClause:
+@lru_cache(maxsize=128)
+def count_sessions(shape: FilterShape) -> DriverPrepared:
     """Sessions matching the filter."""
-    return text(f"SELECT COUNT(*) FROM sessions s WHERE {where}")
+    def build() -> Any:
+        s = sessions.alias("s")
+        return sa.select(sa.func.count()).select_from(s).where(*shape.conditions(s))
+    return DriverPrepared("count_sessions", build)
 
 
-def list_rows(n: int, d: str) -> TextClause:
-    """Sidebar columns, activity and preview of ``n`` sessions (binds :i0 … :i{n-1})."""
-    cols = ", ".join(f"s.{c}" for c in LIST_COLS)
-    return text(f"SELECT {cols}, {last_active('s')} AS last_active, {preview_sql('s', d)} "
-                f"AS preview FROM sessions s WHERE s.id IN "
-                f"({', '.join(f':i{k}' for k in range(n))})")
+def list_rows(n: int, d: str) -> str:
+    """Sidebar columns, activity and preview of ``n`` sessions (driver text; values: the
+    ``n`` ids), compiled once per dialect whatever ``n`` is."""
+    return _LIST_ROWS.expanded_sql(d, ("ids",), n)
+
+
+def _list_rows(d: str) -> Any:
+    s = sessions.alias("s")
+    return (sa.select(*(s.c[c] for c in LIST_COLS), last_active_of(s).label("last_active"),
+                      preview_of(s, d).label("preview"))
+            .where(s.c.id.in_(sa.bindparam("ids", expanding=True))))
+
+
+_LIST_ROWS = DriverPrepared.per_dialect("list_rows", _list_rows)
 
 
 def recent_sessions(d: str, excluded: int) -> TextClause:

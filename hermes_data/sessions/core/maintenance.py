@@ -145,7 +145,7 @@ def list_prune_candidates(store: MaintainedStore, older_than_days: float | None 
     filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
-    rows = store.backend.read(lambda c: c.execute(mq.prune_candidates(where), params).fetchall())
+    rows = store.backend.read(lambda c: mq.prune_candidates(where).run(c, params).fetchall())
     return [PruneCandidate(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], bool(r[8]))
             for r in rows]
 
@@ -158,7 +158,7 @@ def count_prune_matches(store: MaintainedStore, older_than_days: float | None = 
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
-        lambda c: c.execute(mq.count_matches(where), params).scalar()) or 0)
+        lambda c: mq.count_matches(where).run(c, params).scalar()) or 0)
 
 
 def count_open_prune_matches(store: MaintainedStore, older_than_days: float | None = None,
@@ -169,7 +169,7 @@ def count_open_prune_matches(store: MaintainedStore, older_than_days: float | No
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
     return int(store.backend.read(
-        lambda c: c.execute(mq.count_matches(mq.open_twin(where)), params).scalar()) or 0)
+        lambda c: mq.count_matches(mq.open_twin(where)).run(c, params).scalar()) or 0)
 
 
 # ---------------------------------------------------------------------------------------
@@ -182,7 +182,7 @@ def _holder_alive(holder: str, dialect: str = "sqlite") -> bool:
     return not holder_is_provably_dead(holder, dialect=dialect)
 
 
-def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
+def _delegate_walk(conn: Connection, ms: MaintenanceStatements,
                    seeds: list[str]) -> list[str]:
     """Delegate descendants of ``seeds`` (never a seed itself), breadth first."""
     delegates: list[str] = []
@@ -192,7 +192,7 @@ def _delegate_walk(conn: Connection, ms: MaintenanceStatements, J: Any,
         nxt: list[str] = []
         for i in range(0, len(frontier), CHUNK_IDS):
             part = frontier[i:i + CHUNK_IDS]
-            rows = conn.exec_driver_sql(ms.delegates_of(len(part), J), (*part, *part)).fetchall()
+            rows = conn.exec_driver_sql(ms.delegates_of(len(part)), (*part, *part)).fetchall()
             for r in rows:
                 if r[0] not in seen:
                     seen.add(r[0])
@@ -212,7 +212,7 @@ def get_session_delete_targets(store: MaintainedStore, session_id: str) -> list[
     def work(conn: Connection) -> list[str]:
         if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
             return []
-        return [session_id, *sorted(_delegate_walk(conn, ms, store.backend.sql.J, [session_id]))]
+        return [session_id, *sorted(_delegate_walk(conn, ms, [session_id]))]
 
     return store.backend.read(work)
 
@@ -245,7 +245,7 @@ def delete_sessions(store: MaintainedStore, ids: Any = UNSET,
         seeds = [i for i in wanted if i in present]
         if not seeds:
             return 0
-        doomed = [*seeds, *_delegate_walk(conn, ms, store.backend.sql.J, seeds)]
+        doomed = [*seeds, *_delegate_walk(conn, ms, seeds)]
         _fill_doomed(conn, ms, doomed)
         _delete_claimed(conn, ms, None, len(doomed))
         deleted[:] = doomed
@@ -345,12 +345,11 @@ def delete_session(store: MaintainedStore, session_id: str,
     """
     deleted: list[str] = []
     ms = _ms(store)
-    frag = store.backend.sql
 
     def work(conn: Connection) -> bool:
         if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
             return False
-        delegates = _delegate_walk(conn, ms, frag.J, [session_id])
+        delegates = _delegate_walk(conn, ms, [session_id])
         if expected_delete_ids is not None and set(expected_delete_ids) != {session_id, *delegates}:
             return False
         _fill_doomed(conn, ms, [session_id, *delegates])
@@ -383,7 +382,7 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
     ms_dialect = store.backend.dialect
 
     def work(conn: Connection) -> int:
-        ids = [r[0] for r in conn.execute(mq.matching_ids(where), params)]
+        ids = [r[0] for r in mq.matching_ids(where).run(conn, params)]
         if exclude_active_write_guards and ids:
             now = time.time()
             locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}

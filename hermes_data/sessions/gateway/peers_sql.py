@@ -4,112 +4,165 @@ Over a session row ``s``: ``RECOVERABLE(s)``, ``ACT(s)`` = ``COALESCE(LAST_ACTIV
 s.started_at)``, ``HAS_MSG(s)`` and the reset fence ``FENCED(s, PEER)`` — a peer row ended
 at a reset boundary after ``s``'s last activity fences ``s``, except its own parent when
 ``s`` is that parent's reset child.
+
+Core constructs over :mod:`hermes_data.sessions.schema` (the kit predicates' Core twins from
+:mod:`hermes_data.sessions.sql.predicates`), compiled once per dialect and variant; callers
+pass positional tuples in each statement's declared order.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
-from hermes_data.sessions.sql.core import SESSION_ROW_COLS
+import sqlalchemy as sa
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.visitors import InternalTraversal
+
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
-from hermes_data.sessions.sql.dialect import Statements, render
-from hermes_data.sessions.sql.predicates import RESET_END_REASONS, sql_list, edge, last_active, reset_child
+from hermes_data.sessions.gateway.sql import session_row_select
+from hermes_data.sessions.schema import messages, sessions
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.predicates import (RESET_END_REASONS, edge_of, last_active_of,
+                                                 reset_child_of)
+from hermes_data.statements import DriverPrepared
 
 _TUPLE = ("user_id", "chat_id", "chat_type", "thread_id")
+_BLANK = const("")
 
 
-def act(s: str) -> str:
-    """ACT(s): last activity, else start."""
-    return f"COALESCE({last_active(s)}, {s}.started_at)"
+def act(s: Any) -> Any:
+    """ACT(s): last activity, else start (``s`` an alias of ``sessions``)."""
+    return sa.func.coalesce(last_active_of(s), s.c.started_at)
 
 
-def has_msg(s: str) -> str:
+def has_msg(s: Any) -> Any:
     """HAS_MSG(s) as 1/0 (orderable on both dialects)."""
-    return (f"(CASE WHEN COALESCE({s}.message_count, 0) > 0 OR EXISTS (SELECT 1 FROM messages "
-            f"hm WHERE hm.session_id = {s}.id) THEN 1 ELSE 0 END)")
+    hm = messages.alias("hm")
+    return sa.case((sa.or_(sa.func.coalesce(s.c.message_count, const(0)) > const(0),
+                           sa.select(const(1)).where(hm.c.session_id == s.c.id).exists()),
+                    const(1)), else_=const(0))
 
 
-def recoverable(s: str) -> str:
+def recoverable(s: Any) -> Any:
     """RECOVERABLE(s): open, or ended with a recoverable reason."""
-    return f"({s}.ended_at IS NULL OR {s}.end_reason IN ({sql_list(RECOVERABLE_END_REASONS)}))"
+    return sa.or_(s.c.ended_at.is_(None),
+                  s.c.end_reason.in_([const(r) for r in RECOVERABLE_END_REASONS]))
 
 
-def _unindexed(d: str) -> str:
+class _unindexed(ColumnElement[Any]):
     # SQLite without statistics (no ANALYZE: most files) picks idx_sessions_source for
     # "session_key = ? AND source = ?" and walks every row of the source; the unary "+"
-    # leaves it idx_sessions_session_key.
-    return "+" if d == "sqlite" else ""
+    # leaves it idx_sessions_session_key. PostgreSQL: the column itself.
+    inherit_cache = True
+
+    def __init__(self, expr: ColumnElement[Any]) -> None:
+        self.expr = expr
+        self.type = expr.type
+
+    _traverse_internals = [("expr", InternalTraversal.dp_clauseelement)]
 
 
-def _keypeer(b: str, s: str, d: str) -> str:
-    return f"{b}.session_key = {s}.session_key AND {_unindexed(d)}{b}.source = {s}.source"
+@compiles(_unindexed)
+def _unindexed_plain(element: _unindexed, compiler: Any, **kw: Any) -> str:
+    return compiler.process(element.expr, **kw)
 
 
-def _tuplepeer(b: str, s: str) -> str:
-    return f"{b}.source = {s}.source AND " + " AND ".join(
-        f"COALESCE({b}.{c}, '') = COALESCE({s}.{c}, '')" for c in _TUPLE)
+@compiles(_unindexed, "sqlite")
+def _unindexed_sqlite(element: _unindexed, compiler: Any, **kw: Any) -> str:
+    return "+" + compiler.process(element.expr, **kw)
 
 
-def fenced(s: str, peer: str, d: str) -> str:
-    """FENCED(s, PEER) for ``peer`` in ``key`` / ``tuple``."""
-    match = _keypeer("fb", s, d) if peer == "key" else _tuplepeer("fb", s)
-    return (f"EXISTS (SELECT 1 FROM sessions fb WHERE {match} AND fb.ended_at IS NOT NULL "
-            f"AND fb.end_reason IN ({sql_list(RESET_END_REASONS)}) AND fb.ended_at > {act(s)} "
-            f"AND NOT (COALESCE({s}.parent_session_id, '') = fb.id AND {reset_child(s, d=d)}))")
+def _fence(s: Any, fb: Any, match: list[Any]) -> Any:
+    # FENCED(s, PEER): a peer ``fb`` (``match``) ended at a reset boundary after ACT(s),
+    # unless ``s`` is the reset child of that very row.
+    return sa.select(const(1)).where(
+        *match, fb.c.ended_at.is_not(None),
+        fb.c.end_reason.in_([const(r) for r in RESET_END_REASONS]), fb.c.ended_at > act(s),
+        sa.not_(sa.and_(sa.func.coalesce(s.c.parent_session_id, _BLANK) == fb.c.id,
+                        reset_child_of(s)))).exists()
+
+
+def _by_key(d: str) -> sa.Select:
+    s = sessions.alias("s")
+    fb = sessions.alias("fb")
+    fence = _fence(s, fb, [fb.c.session_key == s.c.session_key,
+                           _unindexed(fb.c.source) == s.c.source])
+    return session_row_select(s).where(
+        s.c.session_key == bp("key"), _unindexed(s.c.source) == bp("source"), recoverable(s),
+        sa.not_(fence)).order_by(has_msg(s).desc(), act(s).desc(), s.c.started_at.desc(),
+                                 s.c.id.desc()).limit(const(1))
+
+
+def _target(d: str) -> sa.Select:
+    s = sessions.alias("s")
+    return sa.select(s.c.source, has_msg(s)).where(s.c.id == bp("id")).with_for_update()
+
+
+def _edge_parent(d: str) -> sa.Select:
+    c, p = sessions.alias("c"), sessions.alias("p")
+    return sa.select(p.c.id).select_from(c.join(p, p.c.id == c.c.parent_session_id)).where(
+        c.c.id == bp("id"), edge_of(p, c))
+
+
+_STAMPED = ("source", "session_key", "user_id", "chat_id", "chat_type", "thread_id")
+
+
+def _stamp(d: str) -> sa.Update:
+    t = sessions
+    return sa.update(t).ordered_values(
+        *[(t.c[c], bp(c)) for c in _STAMPED],
+        (t.c.display_name, sa.func.coalesce(bp("display_name"), t.c.display_name)),
+        (t.c.origin_json, sa.func.coalesce(bp("origin_json"), t.c.origin_json)),
+    ).where(t.c.id == bp("id"))
+
+
+_CREATED = ("id", "source", "session_key", "user_id", "chat_id", "chat_type", "thread_id",
+            "display_name", "origin_json", "profile_name", "started_at")
+_FILLED = ("session_key", "user_id", "chat_id", "chat_type", "thread_id", "display_name",
+           "origin_json")
+
+
+def _create(d: str) -> Any:
+    # An INSERT compiles its columns in the table's order; callers bind them in _CREATED's,
+    # so the statement names the ``sessions`` columns it writes in that order (a table
+    # clause of the schema's own columns — name and type).
+    t = sa.table(sessions.name, *[sa.column(c, sessions.c[c].type) for c in _CREATED])
+    ins = dialect_insert(d)(t).values({c: bp(c) for c in _CREATED})
+    return ins.on_conflict_do_update(index_elements=[t.c.id], set_={
+        c: sa.func.coalesce(t.c[c], ins.excluded[c]) for c in _FILLED})
+
+
+def _by_origin(thread: bool) -> Any:
+    def build(d: str) -> sa.Select:
+        t = sessions
+        conds = [sa.func.lower(t.c.source) == sa.func.lower(bp("platform")),
+                 t.c.session_key.is_not(None), t.c.chat_id == bp("chat"), t.c.ended_at.is_(None)]
+        if thread:
+            conds.append(sa.func.coalesce(t.c.thread_id, _BLANK) == bp("thread"))
+        return sa.select(t.c.id, t.c.user_id).where(*conds).order_by(
+            t.c.started_at.desc(), t.c.id.desc())
+    return driver_statement(build, "platform", "chat", *(("thread",) if thread else ()))
 
 
 class PeerStatements(Statements):
-    """The peer-recovery statements of one dialect."""
+    """The peer-recovery statements of one dialect (Core constructs, compiled on first use)."""
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        pg = d == "postgresql"
-        r = self.render
-        select = (f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
-                  "COALESCE(sp.prompt, s.system_prompt) FROM sessions s LEFT JOIN "
-                  "system_prompts sp ON sp.hash = s.system_prompt_hash")
-        #: Exact-key recovery (step 1).
-        self.BY_KEY = r(
-            f"{select} WHERE s.session_key = ? AND {_unindexed(d)}s.source = ? AND "
-            f"{recoverable('s')} "
-            f"AND NOT {fenced('s', 'key', d)} ORDER BY {has_msg('s')} DESC, {act('s')} DESC, "
-            "s.started_at DESC, s.id DESC LIMIT 1")
-        self._select = select
-        lock = " FOR UPDATE" if pg else ""
-        #: A recording target: its source and whether it has messages (locked on PG).
-        self.TARGET = r(f"SELECT s.source, {has_msg('s')} FROM sessions s WHERE s.id = ?{lock}")
-        #: The compression parent of a segment (one EDGE hop up).
-        self.EDGE_PARENT = r(
-            "SELECT p.id FROM sessions c JOIN sessions p ON p.id = c.parent_session_id "
-            f"WHERE c.id = ? AND {edge('p', 'c', d)}")
-        #: Stamp the routing identity on an existing row.
-        self.STAMP = r(
-            "UPDATE sessions SET source = ?, session_key = ?, user_id = ?, chat_id = ?, "
-            "chat_type = ?, thread_id = ?, display_name = COALESCE(?, display_name), "
-            "origin_json = COALESCE(?, origin_json) WHERE id = ?")
-        fill = ", ".join(f"{c} = COALESCE(sessions.{c}, excluded.{c})"
-                         for c in ("session_key", "user_id", "chat_id", "chat_type",
-                                   "thread_id", "display_name", "origin_json"))
-        #: Create a missing row (a racing create_session may win: fill its NULL columns).
-        self.CREATE = r(
-            "INSERT INTO sessions (id, source, session_key, user_id, chat_id, chat_type, "
-            "thread_id, display_name, origin_json, profile_name, started_at) VALUES "
-            f"(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET {fill}")
-        origin = ("SELECT id, user_id FROM sessions WHERE LOWER(source) = LOWER(?) AND "
-                  "session_key IS NOT NULL AND chat_id = ? AND ended_at IS NULL{t} "
-                  "ORDER BY started_at DESC, id DESC")
-        #: Open keyed rows of one chat (optionally one thread), newest first.
-        self.BY_ORIGIN = r(origin.format(t=""))
-        self.BY_ORIGIN_THREAD = r(origin.format(t=" AND COALESCE(thread_id, '') = ?"))
-        nulls = " NULLS LAST" if pg else ""
-        newest = ("NOT EXISTS (SELECT 1 FROM sessions n WHERE n.source = s.source AND "
-                  "n.session_key = s.session_key AND (n.started_at > s.started_at OR "
-                  "(n.started_at = s.started_at AND n.id > s.id)))")
-        self._gateway = (f"SELECT {', '.join('s.' + c for c in SESSION_ROW_COLS)}, "
-                         "COALESCE(sp.prompt, s.system_prompt), "
-                         f"{last_active('s')} AS la FROM sessions s LEFT JOIN system_prompts "
-                         f"sp ON sp.hash = s.system_prompt_hash WHERE s.session_key IS NOT "
-                         f"NULL AND {newest}{{f}} ORDER BY la DESC{nulls}, s.id")
+    #: Exact-key recovery (step 1).
+    BY_KEY = driver_statement(_by_key, "key", "source")
+    #: A recording target: its source and whether it has messages (locked on PG).
+    TARGET = driver_statement(_target, "id")
+    #: The compression parent of a segment (one EDGE hop up).
+    EDGE_PARENT = driver_statement(_edge_parent, "id")
+    #: Stamp the routing identity on an existing row.
+    STAMP = driver_statement(_stamp, *_STAMPED, "display_name", "origin_json", "id")
+    #: Create a missing row (a racing create_session may win: fill its NULL columns).
+    CREATE = driver_statement(_create, *_CREATED)
+    #: Open keyed rows of one chat (optionally one thread), newest first.
+    BY_ORIGIN = _by_origin(thread=False)
+    BY_ORIGIN_THREAD = _by_origin(thread=True)
 
     def by_tuple(self, present: tuple[bool, ...], owned: bool) -> str:
         """Tuple fallback (step 2), without / with the owner-profile fence.
@@ -121,33 +174,57 @@ class PeerStatements(Statements):
         values (the candidate's own tuple equals them), so it is an index search too.
         Parameters: ``source``, the non-blank values, [``owner``, ``owner``], ``source``,
         the non-blank values (:func:`tuple_params`)."""
-        return _by_tuple(self.dialect, self._select, tuple(present), owned)
+        return _by_tuple(self.dialect, tuple(present), owned)
 
     def gateway_sessions(self, platform: bool, active_only: bool) -> str:
         """One live mapping per ``(source, session_key)``: its newest row."""
-        f = (" AND LOWER(s.source) = LOWER(?)" if platform else "") + (
-            " AND s.ended_at IS NULL" if active_only else "")
-        return self.render(self._gateway.format(f=f))
+        return _gateway_sessions(self.dialect, platform, active_only)
 
 
-def _tuple_match(alias: str, present: tuple[bool, ...]) -> str:
-    return f"{alias}.source = ? AND " + " AND ".join(
-        f"{alias}.{c} = ?" if on else f"COALESCE({alias}.{c}, '') = ''"
-        for c, on in zip(_TUPLE, present))
+def _tuple_match(alias: Any, present: tuple[bool, ...]) -> list[Any]:
+    return [alias.c.source == bp("source")] + [
+        alias.c[c] == bp(c) if on else sa.func.coalesce(alias.c[c], _BLANK) == _BLANK
+        for c, on in zip(_TUPLE, present)]
 
 
 @lru_cache(maxsize=None)
-def _by_tuple(d: str, select: str, present: tuple[bool, ...], owned: bool) -> str:
+def _by_tuple(d: str, present: tuple[bool, ...], owned: bool) -> str:
     if len(present) != len(_TUPLE):
         raise ValueError(f"present must flag {len(_TUPLE)} tuple columns, got {present!r}")
-    owner = " AND COALESCE(s.profile_name, ?) = ?" if owned else ""
-    fence = (f"EXISTS (SELECT 1 FROM sessions fb WHERE {_tuple_match('fb', present)} AND "
-             f"fb.ended_at IS NOT NULL AND fb.end_reason IN ({sql_list(RESET_END_REASONS)}) "
-             f"AND fb.ended_at > {act('s')} AND NOT (COALESCE(s.parent_session_id, '') = "
-             f"fb.id AND {reset_child('s', d=d)}))")
-    return render(d, f"{select} WHERE {_tuple_match('s', present)} AND {has_msg('s')} = 1 "
-                     f"AND {recoverable('s')}{owner} AND NOT {fence} ORDER BY {act('s')} "
-                     "DESC, s.started_at DESC, s.id DESC LIMIT 1")
+
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        fb = sessions.alias("fb")
+        conds = [*_tuple_match(s, present), has_msg(s) == const(1), recoverable(s)]
+        if owned:
+            conds.append(sa.func.coalesce(s.c.profile_name, bp("owner")) == bp("owner"))
+        conds.append(sa.not_(_fence(s, fb, _tuple_match(fb, present))))
+        return session_row_select(s).where(*conds).order_by(
+            act(s).desc(), s.c.started_at.desc(), s.c.id.desc()).limit(const(1))
+    given = tuple(c for c, on in zip(_TUPLE, present) if on)
+    order = ("source", *given, *(("owner", "owner") if owned else ()), "source", *given)
+    return DriverPrepared("peer_by_tuple", build).positional_sql(d, order)
+
+
+@lru_cache(maxsize=None)
+def _gateway_sessions(d: str, platform: bool, active_only: bool) -> str:
+    def build() -> sa.Select:
+        s = sessions.alias("s")
+        n = sessions.alias("n")
+        newest = sa.select(const(1)).where(
+            n.c.source == s.c.source, n.c.session_key == s.c.session_key,
+            sa.or_(n.c.started_at > s.c.started_at,
+                   sa.and_(n.c.started_at == s.c.started_at, n.c.id > s.c.id))).exists()
+        la = last_active_of(s).label("la")
+        conds = [s.c.session_key.is_not(None), sa.not_(newest)]
+        if platform:
+            conds.append(sa.func.lower(s.c.source) == sa.func.lower(bp("platform")))
+        if active_only:
+            conds.append(s.c.ended_at.is_(None))
+        recent = la.desc().nulls_last() if d == "postgresql" else la.desc()
+        return session_row_select(s).add_columns(la).where(*conds).order_by(recent, s.c.id)
+    return DriverPrepared("gateway_sessions", build).positional_sql(
+        d, ("platform",) if platform else ())
 
 
 def tuple_params(source: str, values: tuple[str, ...],

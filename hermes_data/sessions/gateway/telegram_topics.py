@@ -110,7 +110,7 @@ def _migrate(conn: Connection, t: TelegramStatements) -> None:
         if "profile_name" in have:
             continue
         common = [c for c in V3_COLUMNS[table] if c in have and c != "profile_name"]
-        total = conn.exec_driver_sql(t.LEGACY_COUNT.format(t=table)).scalar() or 0
+        total = conn.exec_driver_sql(t.LEGACY_COUNT[table]).scalar() or 0
         conn.exec_driver_sql(V3_DDL[table].format(name=f"{table}_new"))
         copied = conn.exec_driver_sql(copy_into_new(table, common)).rowcount
         conn.exec_driver_sql(drop_table(table))

@@ -138,6 +138,35 @@ _call_as(left_chars, "left", "postgresql")
 _call_as(right_chars, "right", "postgresql")
 
 
+class json_marker(ColumnElement[Any]):
+    """The JSON member ``key`` of the document ``expr``, NULL when the document is malformed
+    (never an error): ``json_extract`` of a validated document on SQLite,
+    ``hermes_json_get(doc, key)`` on PostgreSQL (created by s01_baseline). ``key`` is the
+    statement's own constant, rendered inline."""
+
+    inherit_cache = True
+    type = sa.Text()
+
+    def __init__(self, expr: ColumnElement[Any], key: str) -> None:
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"json_marker key {key!r}: letters, digits and '_' only")
+        self.expr = expr
+        self.key = key
+
+    _traverse_internals = [("expr", InternalTraversal.dp_clauseelement),
+                           ("key", InternalTraversal.dp_string)]
+
+
+@compiles(json_marker)
+def _json_marker(element: json_marker, compiler: Any, **kw: Any) -> str:
+    doc = compiler.process(element.expr, **kw)
+    return (f"json_extract(CASE WHEN json_valid({doc}) THEN {doc} ELSE '{{}}' END, "
+            f"'$.{element.key}')")
+
+
+@compiles(json_marker, "postgresql")
+def _json_marker_pg(element: json_marker, compiler: Any, **kw: Any) -> str:
+    return f"hermes_json_get({compiler.process(element.expr, **kw)}, '{element.key}')"
 # -- state_meta and SQLite-only statement modules (issue 32 round 2: search/FTS) -----------
 
 __all__ += ["meta_keys", "meta_upsert", "module_statement"]

@@ -1,12 +1,20 @@
 """Reason sets, constants and the SQL predicates every lineage-aware statement shares.
 
-The predicates are builders (``edge(p, c)``, ``listable(s)``, ``last_active(s)``) that return
-SQL text for table aliases taken from the callers' own statements — never user input — and
-bind no values. ``d`` selects the dialect spelling (``sqlite`` / ``postgresql``).
+Each predicate exists twice while the statements move to Core (issue 32): a Core builder
+(``edge_of(p, c)``, ``listable_of(s)``, ``last_active_of(s)``) taking aliases of the
+``sessions`` table and returning a construct that compiles per dialect, and the older string
+builder (``edge(p, c)``, …) returning SQL text for alias names taken from the callers' own
+statements (``d`` selects the dialect spelling). Neither binds a value nor takes user input.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.sql.constructs import const, json_marker
+from hermes_data.sessions.sql.previews import preview_expr
 from hermes_data.sessions.sql.previews import preview_sql as _ui_preview
 
 RESET_END_REASONS = ("session_reset", "session_switch", "idle", "daily", "suspended",
@@ -123,3 +131,95 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
     return _ui_preview(s, d)
 
 
+# ---------------------------------------------------------------------------------------
+# The same predicates as Core constructs (issue 32). ``c``, ``p``, ``s``: aliases of
+# ``sessions`` in the caller's statement; the inner aliases (bp, rp, la_m, la_v) are their
+# own. Constants render inline (constructs.const), as the string builders wrote them. Every
+# inner SELECT correlates to its alias explicitly: SQLAlchemy's automatic correlation reaches
+# only the SELECT directly around it, and a predicate used inside a nested subquery would
+# otherwise read a second, uncorrelated ``sessions``.
+# ---------------------------------------------------------------------------------------
+
+Alias = Any  # an alias of the sessions table (sqlalchemy.sql.Alias)
+
+
+def _table(alias: Alias, name: str) -> Any:
+    # The table ``name`` of the alias's own metadata (sessions/schema.py imports the FTS DDL,
+    # which imports this module: no import of the schema here).
+    return alias.element.metadata.tables[name]
+
+
+def _marker_names(c: Alias, key: str, target: Any) -> Any:
+    # Never NULL: an absent marker is "no", so NOT fork_of(...) stays two-valued.
+    return sa.func.coalesce(json_marker(c.c.model_config, key) == target, sa.false())
+
+
+def fork_of(c: Alias, p: Alias) -> Any:
+    """FORK(c, p): the child ``c`` is a tool run or carries a marker naming its parent ``p``."""
+    return sa.or_(sa.func.coalesce(c.c.source, const("")) == const("tool"),
+                  _marker_names(c, "_branched_from", p.c.id),
+                  _marker_names(c, "_delegate_from", p.c.id),
+                  _marker_names(c, "_reset_from", p.c.id))
+
+
+def edge_of(p: Alias, c: Alias) -> Any:
+    """EDGE(p, c): the canonical compression edge from parent ``p`` to child ``c``."""
+    return sa.and_(c.c.parent_session_id == p.c.id, p.c.end_reason == const("compression"),
+                   sa.not_(fork_of(c, p)))
+
+
+def branch_child_of(c: Alias) -> Any:
+    """BRANCH_CHILD(c): its marker names the parent, or the legacy ``branched`` parent rule."""
+    bp = _table(c, "sessions").alias("bp")
+    legacy = sa.select(const(1)).where(
+        bp.c.id == c.c.parent_session_id, bp.c.end_reason == const("branched"),
+        c.c.started_at >= bp.c.ended_at).correlate(c).exists()
+    return sa.or_(_marker_names(c, "_branched_from", c.c.parent_session_id), legacy)
+
+
+def legacy_reset_child_of(c: Alias) -> Any:
+    """The legacy (marker-less) reset-child rule: same non-empty key, reset-ended parent."""
+    rp = _table(c, "sessions").alias("rp")
+    return sa.select(const(1)).where(
+        rp.c.id == c.c.parent_session_id,
+        rp.c.end_reason.in_([const(r) for r in RESET_END_REASONS]),
+        sa.func.coalesce(c.c.session_key, const("")) != const(""),
+        c.c.session_key == rp.c.session_key).correlate(c).exists()
+
+
+def reset_child_of(c: Alias) -> Any:
+    """RESET_CHILD(c): its marker names the parent, or the legacy same-key rule."""
+    return sa.or_(_marker_names(c, "_reset_from", c.c.parent_session_id),
+                  legacy_reset_child_of(c))
+
+
+def listable_of(s: Alias) -> Any:
+    """LISTABLE(s): a root, branch child or reset child, and never a delegate run."""
+    return sa.and_(sa.or_(s.c.parent_session_id.is_(None), branch_child_of(s),
+                          reset_child_of(s)),
+                   json_marker(s.c.model_config, "_delegate_from").is_(None))
+
+
+def _plausible(expr: Any) -> Any:
+    return sa.and_(expr >= const(EPOCH_MIN), expr < const(EPOCH_MAX))
+
+
+def last_active_of(s: Alias) -> Any:
+    """LAST_ACTIVE(s): the freshest plausible heartbeat or message time, else the plausible
+    start (the string builder's statement shape: the message maximum seeks the
+    ``(session_id, timestamp)`` index)."""
+    la_m = _table(s, "messages").alias("la_m")
+    heartbeat = sa.select(sa.case((_plausible(s.c.last_activity_at), s.c.last_activity_at))
+                          .label("v")).correlate(s)
+    newest = sa.select(sa.func.max(la_m.c.timestamp)).where(
+        la_m.c.session_id == s.c.id, la_m.c.timestamp >= const(EPOCH_MIN),
+        la_m.c.timestamp < const(EPOCH_MAX)).correlate(s)
+    candidates = sa.union_all(heartbeat, newest).subquery("la_v")
+    return sa.func.coalesce(sa.select(sa.func.max(candidates.c.v)).scalar_subquery(),
+                            sa.case((_plausible(s.c.started_at), s.c.started_at)))
+
+
+def preview_of(s: Alias, d: str) -> Any:
+    """The listing preview of session ``s`` on dialect ``d`` (docs/sessions-ui.md §3.3): a
+    correlated scalar subquery (:func:`hermes_data.sessions.sql.previews.preview_expr`)."""
+    return preview_expr(s, d)

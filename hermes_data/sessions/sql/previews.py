@@ -7,6 +7,10 @@ its first 63 characters, line breaks flattened. The marker literals are the cons
 
 from __future__ import annotations
 
+from typing import Any
+
+import sqlalchemy as sa
+
 from hermes_data.sessions.sql import markers as mk
 
 
@@ -76,3 +80,106 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
     raw, eligible = raw_and_eligible("pv.content", "pv.display_kind", d)
     return (f"(SELECT {raw} FROM messages pv WHERE pv.session_id = {s}.id AND pv.role = 'user' "
             f"AND pv.content IS NOT NULL AND {eligible} ORDER BY pv.timestamp, pv.id LIMIT 1)")
+
+
+# ---------------------------------------------------------------------------------------
+# The same preview as a Core construct (issue 32): ``preview_expr(s, d)`` for an alias ``s`` of
+# ``sessions`` on dialect ``d``. Every constant is an inline literal (constructs.const), so the
+# construct binds nothing; the functions spelled differently per dialect are chosen here.
+# ---------------------------------------------------------------------------------------
+
+def _core_kit(d: str) -> Any:
+    from hermes_data.sessions.sql.constructs import const, instr, right_chars, trim_chars
+
+    pg = d == "postgresql"
+
+    def ch(n: int) -> Any:
+        return (sa.func.chr if pg else sa.func.char)(const(n))
+
+    ws = (ch(9).op("||")(ch(10)).op("||")(ch(13)).op("||")(const(" ")) if pg
+          else sa.func.char(const(9), const(10), const(13), const(32)))
+
+    class Kit:
+        @staticmethod
+        def ltrim(x: Any) -> Any:
+            return sa.func.ltrim(x, ws)
+
+        @staticmethod
+        def trim(x: Any) -> Any:
+            return trim_chars(x, ws)
+
+        @staticmethod
+        def instr(x: Any, lit: str) -> Any:
+            return instr(x, const(lit))
+
+        @staticmethod
+        def tail(x: Any, n: int) -> Any:
+            return right_chars(x, const(n))
+
+        @staticmethod
+        def flat(x: Any) -> Any:
+            return sa.func.replace(sa.func.replace(x, ch(13), const(" ")), ch(10), const(" "))
+
+        @staticmethod
+        def starts(x: Any, lit: str) -> Any:
+            return sa.func.substr(x, const(1), const(len(lit))) == const(lit)
+
+        @staticmethod
+        def substr(x: Any, start: Any, n: int | None = None) -> Any:
+            start = const(start) if isinstance(start, int) else start
+            return (sa.func.substr(x, start) if n is None
+                    else sa.func.substr(x, start, const(n)))
+
+        chr = staticmethod(ch)
+        const_ = staticmethod(const)
+
+    return Kit
+
+
+def raw_and_eligible_expr(c: Any, kind: Any, d: str) -> tuple[Any, Any]:
+    """``(RAW(m), ELIGIBLE(m))`` as Core expressions over content column ``c`` and display-kind
+    column ``kind`` (the constructs of :func:`raw_and_eligible`)."""
+    x = _core_kit(d)
+    const = x.const_
+
+    def summary_start(e: Any) -> Any:
+        return sa.or_(x.starts(e, mk.LONG_FORM_INTRO), x.starts(e, mk.LEGACY_PREFIX))
+
+    standalone = summary_start(x.ltrim(c))
+    mpos = x.instr(c, mk.MERGED_DELIM)
+    merged = sa.and_(mpos > const(0), summary_start(
+        x.ltrim(x.substr(c, mpos + const(len(mk.MERGED_DELIM))))))
+    epos = x.instr(c, mk.END_MARKER)
+    remainder = x.substr(c, epos + const(len(mk.END_MARKER)))
+    prior0 = x.trim(sa.func.substr(c, const(1), mpos - const(1)))
+    prior = sa.case((x.starts(prior0, mk.PRIOR_HEADER),
+                     x.ltrim(x.substr(prior0, len(mk.PRIOR_HEADER) + 1))), else_=prior0)
+    eligible = sa.and_(
+        sa.func.coalesce(kind, const("")) != const("hidden"),
+        sa.or_(sa.not_(sa.or_(standalone, merged)),
+               sa.and_(standalone, epos > const(0), x.trim(remainder) != const("")),
+               sa.and_(merged, prior != const(""))))
+    scaffold = x.starts(c, mk.SKILL_PREFIX)
+    flat = x.flat(c)
+    raw = sa.case(
+        (standalone, x.substr(remainder, 1, 800)),
+        (merged, x.substr(prior, 1, 800)),
+        (sa.and_(scaffold, sa.func.length(c) > const(800)),
+         x.substr(flat, 1, 400).op("||")(x.chr(30)).op("||")(x.tail(flat, 400))),
+        (scaffold, x.substr(flat, 1, 800)),
+        else_=x.substr(flat, 1, 63))
+    return raw, eligible
+
+
+def preview_expr(s: Any, d: str) -> Any:
+    """RAW of session ``s``'s first eligible user row by ``timestamp, id``, as a correlated
+    scalar subquery (``s``: an alias of ``sessions``; ``d``: the dialect)."""
+    from hermes_data.sessions.sql.constructs import const
+
+    pv = s.element.metadata.tables["messages"].alias("pv")
+    raw, eligible = raw_and_eligible_expr(pv.c.content, pv.c.display_kind, d)
+    return (sa.select(raw)
+            .where(pv.c.session_id == s.c.id, pv.c.role == const("user"),
+                   pv.c.content.is_not(None), eligible)
+            .order_by(pv.c.timestamp, pv.c.id).limit(const(1))
+            .correlate(s).scalar_subquery())

@@ -17,11 +17,15 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy import text
 
+from hermes_data.sessions.schema import messages
+from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.sql.ddl import checked_drop
-from hermes_data.sessions.sql.dialect import marks
+from hermes_data.statements import DriverPrepared
 
 #: The visibility predicate of docs/sessions-ui.md §2.2, as the partial indexes and the triggers spell it.
 VIS = "(active = 1 OR compacted = 1)"
@@ -235,20 +239,32 @@ def pg_normalise_triggerdef(ddl: str) -> str:
 # Reads and writes of docs/sessions-ui.md §4.14
 # ---------------------------------------------------------------------------------------
 
+def _vis() -> Any:
+    # VIS with its constants inline, as the partial indexes spell it (SQLite uses them only
+    # for a literally repeated term).
+    return sa.or_(messages.c.active == const(1), messages.c.compacted == const(1))
+
+
+def _pending() -> Any:
+    return sa.and_(sa.or_(messages.c.display_order.is_(None),
+                          messages.c.display_identity.is_(None)), _vis())
+
+
 #: Does a session have a pending visible row? (``idx_messages_display_backfill``)
-PENDING_PROBE = text(
-    "SELECT 1 FROM messages WHERE session_id = :sid AND "
-    f"(display_order IS NULL OR display_identity IS NULL) AND {VIS} LIMIT 1")
+PENDING_PROBE = DriverPrepared("pending_probe", lambda: sa.select(const(1)).select_from(
+    messages).where(messages.c.session_id == bp("sid"), _pending()).limit(const(1)))
 #: A session's visible rows with their key columns, by id.
-VISIBLE_KEY_ROWS = text(
-    "SELECT id, role, content, timestamp, tool_call_id, tool_calls, tool_name, "
-    f"display_order, display_identity FROM messages WHERE session_id = :sid AND {VIS} ORDER BY id")
+VISIBLE_KEY_ROWS = DriverPrepared("visible_key_rows", lambda: sa.select(*(messages.c[c] for c in (
+    "id", "role", "content", "timestamp", "tool_call_id", "tool_calls", "tool_name",
+    "display_order", "display_identity"))).where(messages.c.session_id == bp("sid"), _vis())
+    .order_by(messages.c.id))
 #: Set one row's order and identity.
-SET_DISPLAY = text("UPDATE messages SET display_order = :o, display_identity = :i WHERE id = :id")
+SET_DISPLAY = DriverPrepared("set_display", lambda: sa.update(messages).ordered_values(
+    (messages.c.display_order, bp("o")), (messages.c.display_identity, bp("i"))).where(
+    messages.c.id == bp("id")))
 #: Sessions with a pending visible row (the background drain), any order.
-PENDING_SESSIONS = text(
-    "SELECT DISTINCT session_id FROM messages WHERE "
-    f"(display_order IS NULL OR display_identity IS NULL) AND {VIS} LIMIT :n")
+PENDING_SESSIONS = DriverPrepared("pending_sessions", lambda: sa.select(
+    messages.c.session_id).distinct().where(_pending()).limit(bp("n")))
 #: PostgreSQL: the per-session transaction lock the display functions take.
 PG_SESSION_LOCK = text("SELECT pg_advisory_xact_lock(hashtextextended(:sid, 0))")
 
@@ -268,5 +284,17 @@ def peer_orders(n: int) -> str:
     SQLite range-scan the session's identities instead)."""
     if n < 1:
         raise ValueError(f"peer_orders needs at least one identity, got {n!r}")
-    return ("SELECT display_identity, MIN(display_order) FROM messages WHERE session_id = ? "
-            f"AND display_identity IN ({marks(n)}) AND {VIS} GROUP BY display_identity")
+    return _peer_orders(n)
+
+
+#: The peer lookup, compiled once; its identity list spread per call (Prepared.expanded_sql).
+_PEER_ORDERS = DriverPrepared("peer_orders", lambda: sa.select(
+    messages.c.display_identity, sa.func.min(messages.c.display_order)).where(
+    messages.c.session_id == bp("sid"),
+    messages.c.display_identity.in_(sa.bindparam("idents", expanding=True)),
+    _vis()).group_by(messages.c.display_identity))
+
+
+def _peer_orders(n: int) -> str:
+    return _PEER_ORDERS.expanded_sql("sqlite", ("sid", "idents"), n)
+

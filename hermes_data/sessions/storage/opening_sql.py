@@ -3,13 +3,21 @@
 connections of :mod:`hermes_data.sessions.storage.handle_guards`.
 
 SQLite only; sent with ``exec_driver_sql`` or on a DB-API connection, ``?`` placeholders.
-Every value is bound, except the integers of ``PRAGMA`` assignments (SQLite cannot bind
+The plain reads and writes of ``messages`` and ``state_meta`` are Core constructs on
+:class:`OpeningStatements` (issue 32), compiled on first use; what stays a string reads the
+catalogue, a PRAGMA or an FTS object. Every value is bound, except the integers of ``PRAGMA`` assignments (SQLite cannot bind
 those; they are passed through ``int()``). Identifiers come only from the fixed
 allow-lists below and in :mod:`.fts`; the builders refuse anything else.
 """
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from hermes_data.sessions.schema import messages, state_meta
+from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.storage.fts.ddl import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
@@ -48,8 +56,6 @@ FTS_OBJECTS = (
 STATE_META_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state_meta'"
 #: Probe: is the ``fts_stale`` marker set?
 FTS_STALE_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
-#: Probe: does ``messages`` hold any row?
-MESSAGES_NONEMPTY_PROBE = "SELECT 1 FROM messages LIMIT 1"
 #: Names of every schema object of the file.
 SCHEMA_OBJECT_NAMES = "SELECT name FROM sqlite_master"
 
@@ -100,15 +106,33 @@ def legacy_update_trigger(table: str) -> str:
 # Other gated heals (docs/sessions.md §8.4)
 # ---------------------------------------------------------------------------------------
 
-#: Probe: any message with NULL ``active`` (served by idx_messages_active_null).
-NULL_ACTIVE_PROBE = "SELECT 1 FROM messages WHERE active IS NULL LIMIT 1"
-#: Heal: NULL ``active`` becomes 1.
-HEAL_NULL_ACTIVE = "UPDATE messages SET active = 1 WHERE active IS NULL"
-#: The ``db_file_generation`` token.
-READ_GENERATION = "SELECT value FROM state_meta WHERE key = 'db_file_generation'"
-#: Insert a ``db_file_generation`` token (bound) unless one exists; the first writer wins.
-MINT_GENERATION = ("INSERT OR IGNORE INTO state_meta(key, value) VALUES "
-                   "('db_file_generation', ?)")
+#: The state_meta key of the file's generation token.
+GENERATION_KEY = "db_file_generation"
+
+
+class OpeningStatements(Statements):
+    """The open path's plain reads and writes as Core constructs (SQLite; compiled on first
+    access, then plain strings; callers pass positional tuples in the declared order)."""
+
+    #: Probe: does ``messages`` hold any row?
+    MESSAGES_NONEMPTY_PROBE = driver_statement(lambda d: sa.select(const(1)).select_from(
+        messages).limit(const(1)))
+    #: Probe: any message with NULL ``active`` (served by idx_messages_active_null).
+    NULL_ACTIVE_PROBE = driver_statement(lambda d: sa.select(const(1)).select_from(messages)
+                                         .where(messages.c.active.is_(None)).limit(const(1)))
+    #: Heal: NULL ``active`` becomes 1.
+    HEAL_NULL_ACTIVE = driver_statement(lambda d: sa.update(messages).values(
+        active=const(1)).where(messages.c.active.is_(None)))
+    #: The ``db_file_generation`` token.
+    READ_GENERATION = driver_statement(lambda d: sa.select(state_meta.c.value).where(
+        state_meta.c.key == const(GENERATION_KEY)))
+    #: Insert a ``db_file_generation`` token (bound) unless one exists; the first writer wins.
+    MINT_GENERATION = driver_statement(lambda d: sqlite_insert(state_meta).prefix_with(
+        "OR IGNORE").values(key=const(GENERATION_KEY), value=bp("token")).inline(), "token")
+
+
+#: The open path's statements (SQLite only; each compiled on its first use).
+STATEMENTS = OpeningStatements.for_dialect("sqlite")
 #: The file's ``application_id`` header field.
 READ_APPLICATION_ID = "PRAGMA application_id"
 #: The recorded ``fts_storage_version``.

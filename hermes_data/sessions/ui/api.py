@@ -56,4 +56,5 @@ class UiAPI:
     search_sessions_by_id = Op(pickers.search_sessions_by_id)
     list_sessions_rich = Op(rich.list_sessions_rich)
     get_session_rich_row = Op(rich.get_session_rich_row)
+    get_session_extra = Op(rich.get_session_extra)
     workspace_key = static(pickers.workspace_key)

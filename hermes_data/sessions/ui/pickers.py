@@ -73,7 +73,7 @@ def search_sessions(store: StoreHandle, source: str | None = None, limit: int = 
                       ws_bslash=escape_like(p + "\\") + "%")
     stmt = q.search_sessions(store.backend.dialect, source is not None, bool(key),
                              bool(include_archived), bool(include_delegates))
-    rows = store.backend.read(lambda c: c.execute(stmt, params).fetchall())
+    rows = store.backend.read(lambda c: stmt.run(c, params).fetchall())
     n = len(SESSION_ROW_COLS)
     return [SessionActivityRow(**session_fields(r), last_active=r[n + 1]) for r in rows]
 

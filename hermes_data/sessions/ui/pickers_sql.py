@@ -7,47 +7,62 @@ from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy import text
-from sqlalchemy.sql.elements import TextClause
-
 from hermes_data.sessions.schema import sessions, system_prompts
-from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.constructs import bp, const, json_marker
 from hermes_data.sessions.sql.core import SESSION_ROW_COLS
-from hermes_data.sessions.sql.predicates import J, last_active
+from hermes_data.sessions.sql.predicates import last_active_of
 from hermes_data.statements import DriverPrepared
 
-#: REPO(s): the trimmed root without trailing separators (the trimmed root when that empties it).
-_REPO = ("CASE WHEN rtrim(trim(s.git_repo_root), '/\\') = '' THEN trim(s.git_repo_root) "
-         "ELSE rtrim(trim(s.git_repo_root), '/\\') END")
-#: WS_MATCH(s, :ws): the repository root, or (no root) the escaped cwd prefix (docs/sessions.md §7.5).
-WS_MATCH = (f"({_REPO} = :ws OR (trim(COALESCE(s.git_repo_root, '')) = '' AND "
-            "(s.cwd = :ws OR s.cwd LIKE :ws_slash ESCAPE '\\' "
-            "OR s.cwd LIKE :ws_bslash ESCAPE '\\')))")
+#: The separators a repository root loses at its end.
+_SEPARATORS = "/\\"
+
+
+def _repo(s: Any) -> Any:
+    """REPO(s): the trimmed root without trailing separators (the trimmed root when that
+    empties it)."""
+    trimmed = sa.func.trim(s.c.git_repo_root)
+    stripped = sa.func.rtrim(trimmed, const(_SEPARATORS))
+    return sa.case((stripped == const(""), trimmed), else_=stripped)
+
+
+def ws_match(s: Any) -> Any:
+    """WS_MATCH(s, :ws): the repository root, or (no root) the escaped cwd prefix
+    (:ws_slash, :ws_bslash; docs/sessions.md §7.5)."""
+    return sa.or_(_repo(s) == bp("ws"), sa.and_(
+        sa.func.trim(sa.func.coalesce(s.c.git_repo_root, const(""))) == const(""),
+        sa.or_(s.c.cwd == bp("ws"), s.c.cwd.like(bp("ws_slash"), escape="\\"),
+               s.c.cwd.like(bp("ws_bslash"), escape="\\"))))
 
 
 @lru_cache(maxsize=None)
 def search_sessions(dialect: str, with_source: bool, with_workspace: bool,
-                    include_archived: bool, include_delegates: bool) -> TextClause:
+                    include_archived: bool, include_delegates: bool) -> DriverPrepared:
     """Sessions by ``LAST_ACTIVE`` (NULL last), then start and id, newest first; the
     session-row columns, the resolved prompt and the activity (:limit, :offset)."""
-    conds = []
-    if with_source:
-        conds.append("s.source = :source")
-    if with_workspace:
-        conds.append(WS_MATCH)
-    if not include_archived:
-        conds.append("COALESCE(s.archived, 0) = 0")
-    if not include_delegates:
-        conds.append(f"{J('s.model_config', '_delegate_from', dialect)} IS NULL")
-    where = " AND ".join(conds) or "1 = 1"
-    nulls = " NULLS LAST" if dialect == "postgresql" else ""
-    cols = ", ".join("s." + c for c in SESSION_ROW_COLS)
-    return text(f"SELECT {cols}, COALESCE(sp.prompt, s.system_prompt), a.la FROM "
-                f"(SELECT s.id AS sid, {last_active('s')} AS la FROM sessions s WHERE {where}) a "
-                "JOIN sessions s ON s.id = a.sid "
-                "LEFT JOIN system_prompts sp ON sp.hash = s.system_prompt_hash "
-                f"ORDER BY a.la DESC{nulls}, s.started_at DESC, s.id DESC "
-                "LIMIT :limit OFFSET :offset")
+    def build() -> sa.Select:
+        f = sessions.alias("s")
+        conds = []
+        if with_source:
+            conds.append(f.c.source == bp("source"))
+        if with_workspace:
+            conds.append(ws_match(f))
+        if not include_archived:
+            conds.append(sa.func.coalesce(f.c.archived, const(0)) == const(0))
+        if not include_delegates:
+            conds.append(json_marker(f.c.model_config, "_delegate_from").is_(None))
+        a = sa.select(f.c.id.label("sid"), last_active_of(f).label("la")).where(*conds) \
+            .subquery("a")
+        s = sessions.alias("s")
+        sp = system_prompts.alias("sp")
+        la = a.c.la.desc()
+        return (sa.select(*(s.c[c] for c in SESSION_ROW_COLS),
+                          sa.func.coalesce(sp.c.prompt, s.c.system_prompt), a.c.la)
+                .select_from(a.join(s, s.c.id == a.c.sid)
+                             .outerjoin(sp, sp.c.hash == s.c.system_prompt_hash))
+                .order_by(la.nulls_last() if dialect == "postgresql" else la,
+                          s.c.started_at.desc(), s.c.id.desc())
+                .limit(bp("limit")).offset(bp("offset")))
+    return DriverPrepared("search_sessions", build)
 
 
 @lru_cache(maxsize=None)

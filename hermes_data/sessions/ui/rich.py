@@ -16,6 +16,7 @@ from typing import Any
 
 from sqlalchemy.engine import Connection
 
+from hermes_data import storable
 from hermes_data.sessions.rows import SessionRichRow
 from hermes_data.sessions.ui.portability.export import session_columns
 from hermes_data.sessions.core.listing import session_fields
@@ -89,6 +90,26 @@ def list_sessions_rich(store: Any, *, compact_rows: bool = False,
     return out
 
 
+def get_session_extra(store: Any, session_id: str) -> dict[str, Any]:
+    """The upstream-only ``sessions`` columns of one row (docs/sessions-ui.md §2.6), by name:
+    what upstream's ``SELECT s.*`` added to its ``get_session`` row. ``{}`` for a missing row
+    or an id no row can hold, and without a query once the handle knows its file has no such
+    column (every fresh store)."""
+    if not isinstance(session_id, str) or not session_id or storable.no_row_holds(session_id):
+        return {}
+    known = store.backend.state.export_columns
+    if known is not None and all(c in _HEAD for c in known):
+        return {}
+
+    def work(conn: Connection) -> dict[str, Any]:
+        if not _extras(store, conn):
+            return {}
+        found = _fetch(store, conn, [session_id], True)
+        return found[session_id][1] if session_id in found else {}
+
+    return store.backend.read(work)
+
+
 def get_session_rich_row(store: Any, session_id: str, *,
                          compact_rows: bool = False) -> SessionRichRow | None:
     """One session enriched (no projection), or None — web search hydration."""
@@ -102,7 +123,8 @@ def get_session_rich_row(store: Any, session_id: str, *,
         found = _fetch(store, conn, [session_id], bool(compact_rows))
         if session_id not in found:
             return None, None
-        act = conn.execute(ls.list_rows(1, store.backend.dialect), {"i0": session_id}).first()
+        act = conn.exec_driver_sql(ls.list_rows(1, store.backend.dialect),
+                                   (session_id,)).first()
         return found[session_id], act
 
     got, act = store.backend.read(work)

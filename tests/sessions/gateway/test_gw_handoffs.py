@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -280,7 +281,8 @@ def test_gw29_readers_propagate_errors_and_list_fifo(store, backend, monkeypatch
     assert store.list_pending_handoffs(platforms=[]) == []
 
     def locked(conn, cursor, statement, parameters, context, executemany):
-        if "handoff_state, handoff_platform" in statement:
+        # the state read (its columns table-qualified since it is a Core construct)
+        if re.search(r"handoff_state, (sessions\.)?handoff_platform", statement):
             raise sa.exc.OperationalError(statement, parameters,
                                           Exception("database is locked"))
 

@@ -162,7 +162,9 @@ def _check_message(m: Any, j: int) -> str | None:
 
 def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[ImportIssue]:
     """Index-addressed issues of a payload (no database access); ValueError for a non-list or
-    more than 500 entries. ``limits`` sets the size caps (0 disables one)."""
+    more than 500 entries. ``limits`` sets the size caps (0 disables one). A total cap is
+    reported, as upstream's import did, on each entry whose running total exceeds it (its
+    index and id), from the entry that crossed it on."""
     if not isinstance(sessions, list):
         raise ValueError(f"sessions must be a list (import_sessions got "
                          f"{type(sessions).__name__})")
@@ -189,6 +191,9 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
         if limits.bytes_each and size > limits.bytes_each:
             bad(f"session exceeds the import size limit: entry is {size} bytes; the limit is "
                 f"{limits.bytes_each}")
+        if limits.bytes_total and total_bytes > limits.bytes_total:
+            bad(f"import exceeds the total size limit: {total_bytes} bytes in total up to this "
+                f"entry; the limit is {limits.bytes_total}")
         msgs = e.get("messages", [])
         if msgs is None:
             msgs = []
@@ -196,6 +201,9 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
             bad("messages must be a list")
             msgs = []
         total_msgs += len(msgs)
+        if limits.messages_total and total_msgs > limits.messages_total:
+            bad(f"messages exceeds the total import limit: {total_msgs} messages in total up to "
+                f"this entry; the limit is {limits.messages_total}")
         if limits.messages_each and len(msgs) > limits.messages_each:
             bad(f"messages exceeds the per-session import limit: {len(msgs)} messages; the "
                 f"limit is {limits.messages_each} per session")
@@ -219,13 +227,6 @@ def validate(sessions: Any, limits: ImportLimits = DEFAULT_LIMITS) -> list[Impor
                 enc.sanitize_title(e["title"])
             except ValueError as exc:
                 bad(f"title: {exc}")
-    if limits.messages_total and total_msgs > limits.messages_total:
-        issues.append(ImportIssue(-1, f"messages exceeds the total import limit: {total_msgs} "
-                                      f"messages in total; the limit is "
-                                      f"{limits.messages_total}"))
-    if limits.bytes_total and total_bytes > limits.bytes_total:
-        issues.append(ImportIssue(-1, f"import exceeds the total size limit: {total_bytes} "
-                                      f"bytes in total; the limit is {limits.bytes_total}"))
     return issues
 
 
