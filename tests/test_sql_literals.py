@@ -26,32 +26,30 @@ ROOT = Path(__file__).resolve().parents[1] / "hermes_data" / "sessions"
 #: Whole CRUD statement literals left (issue 32 counted 397 with its own rules; this
 #: counter's first reading on main was :data:`STARTING_COUNT`).
 STARTING_COUNT = 328
-CEILING = 52
+CEILING = 21
 
 #: Why each module still holds hand-written CRUD statements (issue 32: every literal left
 #: needs a reason). A module with literals and no entry fails the test below.
 REASONS = {
-    "hermes_data/sessions/backends/sql.py": "a catalogue probe (the column names of a table, "
-        "LIMIT 0)",
+    "hermes_data/sessions/backends/sql.py": "a probe of an FTS5 table by name (LIMIT 0)",
     "hermes_data/sessions/gateway/telegram_sql.py": "the frozen v3 upgrade's copy between a "
         "legacy table and its rebuild copy",
-    "hermes_data/sessions/search/cjk_sql.py": "search hot path; the CJK-gram predicate is "
-        "spliced in (the counter sees only the outer SELECT)",
-    "hermes_data/sessions/search/gap_sql.py": "search hot path (FTS backfill gap supplement)",
-    "hermes_data/sessions/search/reasoning_sql.py": "search hot path (reasoning search)",
-    "hermes_data/sessions/search/sql.py": "search hot path: FTS/tsvector/trigram predicates "
-        "spliced into the outer statements",
+    "hermes_data/sessions/search/cjk_sql.py": "PostgreSQL's hermes_cjk_grams id list, a text "
+        "fragment of the page's ARRAY(…) candidates",
+    "hermes_data/sessions/search/sql.py": "the candidates' id-list arms (trigram/CJK-gram "
+        "GIN) and the tsvector page",
     "hermes_data/sessions/sql/lineage.py": "tails of the recursive lineage CTEs (the WITH "
-        "RECURSIVE head is prepended) and reads beside them",
+        "RECURSIVE head is prepended)",
     "hermes_data/sessions/storage/adoption_sql.py": "upstream's schema_version table, which "
         "the store reads but never declares",
-    "hermes_data/sessions/storage/fts/cjk_sql.py": "the CJK-bigram index maintenance",
-    "hermes_data/sessions/storage/fts/ddl.py": "FTS5 DDL and trigger text",
-    "hermes_data/sessions/storage/fts/layout_sql.py": "the FTS layout migration (FTS5 "
-        "tables by name)",
-    "hermes_data/sessions/storage/fts/sql.py": "FTS index maintenance",
-    "hermes_data/sessions/storage/repair/sql.py": "malformed-schema repair on raw sqlite3 "
-        "connections to a damaged file (tables named from sqlite_master)",
+    "hermes_data/sessions/storage/fts/ddl.py": "the legacy inline FTS5 tables' refill (tables "
+        "by name)",
+    "hermes_data/sessions/storage/fts/layout_sql.py": "the FTS layout migration's teardown "
+        "of demoted FTS5 shadow tables (named from sqlite_master)",
+    "hermes_data/sessions/storage/fts/sql.py": "FTS index maintenance (FTS5 tables, "
+        "commands and shadow tables by name)",
+    "hermes_data/sessions/storage/repair/sql.py": "row counts of a damaged file's tables "
+        "(named from sqlite_master)",
 }
 
 _START = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|REPLACE|WITH)\b", re.IGNORECASE)
@@ -171,12 +169,6 @@ def test_every_module_with_literals_says_why():
 #: block directly above the literal (or above the statement holding it).
 REASON_MARK = "not Core:"
 
-#: Modules whose literals do not yet carry their own ``# not Core:`` comment (issue 32: a
-#: reason per statement). Only shrinks; the test below fails for any other module.
-NOT_YET_REASONED: set[str] = {m for m in REASONS}
-NOT_YET_REASONED -= {"hermes_data/sessions/gateway/telegram_sql.py"}
-
-
 def _comment_block_above(lines: list[str], line: int) -> list[str]:
     """The contiguous comment lines directly above 1-based ``line``."""
     block = []
@@ -213,17 +205,10 @@ def unreasoned(root: Path = ROOT) -> list[tuple[str, int, str]]:
 
 
 def test_every_literal_says_why():
-    missing = [(m, ln) for m, ln, _ in unreasoned() if m not in NOT_YET_REASONED]
+    missing = [(m, ln) for m, ln, _ in unreasoned()]
     assert not missing, (
         "hand-written CRUD statements without a `# not Core: <why>` comment directly above "
         f"them: {missing}")
-
-
-def test_not_yet_reasoned_only_shrinks():
-    left = {m for m, _, _ in unreasoned()}
-    stale = sorted(NOT_YET_REASONED - left)
-    assert not stale, f"every literal of these modules now says why: drop them from " \
-        f"NOT_YET_REASONED: {stale}"
 
 
 def main() -> None:

@@ -47,6 +47,7 @@ def _fts_table(table: str) -> str:
 
 def fts_probe(table: str) -> str:
     """Touch an FTS table without reading rows (missing module / tokenizer raise here)."""
+    # not Core: an FTS5 virtual table by name (a probe of its module and tokenizer)
     return f"SELECT * FROM {_fts_table(table)} LIMIT 0"
 
 

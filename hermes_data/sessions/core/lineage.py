@@ -61,7 +61,7 @@ def set_flag(conn: Connection, q: Fragments, changes: Changes, session_id: str, 
     upstream's wider set ``with_forks``). True when the session exists, changed or not."""
     stmt = (q.LINEAGE_FLAG_UPDATE_WITH_FORKS if with_forks else q.LINEAGE_FLAG_UPDATE)[flag]
     changed = changes(conn, conn.execute(stmt, {"id": session_id, "value": value}))
-    return changed > 0 or bool(conn.execute(q.SESSION_EXISTS, {"id": session_id}).scalar())
+    return changed > 0 or bool(q.SESSION_EXISTS.run(conn, {"id": session_id}).scalar())
 
 
 def set_pinned(conn: Connection, q: Fragments, changes: Changes, session_id: str,
@@ -164,7 +164,7 @@ def get_compression_lineage(store: StoreHandle, session_id: str) -> list[str]:
 
     def work(conn: Connection) -> list[str]:
         def row(sid: str) -> Any:
-            return conn.execute(q.WALK_ROW, {"id": sid}).first()
+            return q.WALK_ROW.run(conn, {"id": sid}).first()
 
         start = row(session_id)
         if start is None:
@@ -180,7 +180,7 @@ def get_compression_lineage(store: StoreHandle, session_id: str) -> list[str]:
             above.add(root.id)
         ids, current = [root.id], root
         while current.end_reason == "compression":
-            children = conn.execute(q.WALK_CHILDREN, {"id": current.id}).fetchall()
+            children = q.WALK_CHILDREN.run(conn, {"id": current.id}).fetchall()
             nxt = next((c for c in children if not _is_fork(c)), None)
             if nxt is None or nxt.id in ids:
                 break

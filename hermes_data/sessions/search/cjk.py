@@ -29,6 +29,7 @@ from hermes_data.sessions.search.sql import ILIKE_COLS, LIKE_COLS, pattern_where
 from hermes_data.sessions.search.stats import CJK_GRAMS, element_rows
 from hermes_data.sessions.storage.fts import cjk_sql as q
 from hermes_data.sessions.storage.fts.cjk import cjk_index_tokens, cjk_runs, present_objects
+from hermes_data.statements import DriverPrepared
 
 log = logging.getLogger("hermes_data.sessions.search.cjk")
 
@@ -62,16 +63,18 @@ def cjk_match_expression(groups: Sequence[Sequence[LikeTerm]]) -> str | None:
 # ---------------------------------------------------------------------------------------
 
 
-def _prescan(conn: Connection, page: Callable[[str, str, str, str | None], str], matches: str,
-             where: str, sort: str | None, params: dict[str, Any]) -> list[Any] | None:
+def _prescan(conn: Connection, page: Callable[[str, str, str, str | None], DriverPrepared],
+             matches: str, where: str, sort: str | None,
+             params: dict[str, Any]) -> list[Any] | None:
     """The windowed pre-scan (docs/sessions-storage.md §3.9.3): the page among the newest
     :data:`PRESCAN_ROWS` ids when it fills the page or covers every id (older rows have
     smaller ids), else None (the candidates answer). Not for ``oldest``."""
     if sort == "oldest":
         return None
-    top = conn.exec_driver_sql(q.MAX_MESSAGE_ID).scalar()
+    newest = q.CjkIndexStatements.for_dialect(conn.dialect.name).MAX_MESSAGE_ID
+    top = conn.exec_driver_sql(newest).scalar()
     params["floor"] = (top or 0) - PRESCAN_ROWS
-    rows = conn.execute(sa.text(page(qs.PRESCAN_RANGE, matches, where, sort)), params).fetchall()
+    rows = page(qs.PRESCAN_RANGE, matches, where, sort).run(conn, params).fetchall()
     return list(rows) if len(rows) >= params["limit"] or params["floor"] <= 0 else None
 
 
@@ -101,8 +104,8 @@ def bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
             params["high_water"] = int(meta[q.HIGH_WATER_KEY])
             params["progress"] = int(meta.get(q.PROGRESS_KEY) or 0)
         params["match"] = match
-        return list(conn.execute(sa.text(qs.bigram_page(qs.candidates(gap), matches, where,
-                                                        sort)), params).fetchall())
+        return list(qs.bigram_page(qs.candidates(gap), matches, where, sort).run(
+            conn, params).fetchall())
     except sa.exc.DatabaseError as exc:
         if is_lock_conflict(exc):
             raise
@@ -178,5 +181,5 @@ def pg_bigram_search(conn: Connection, groups: Sequence[Sequence[LikeTerm]],
         if rows is not None:
             return rows
     params.update({f"g{i}": g for i, g in enumerate(grams)})
-    return list(conn.execute(sa.text(qs.pg_candidate_page(len(grams), matches, where, sort)),
-                             params).fetchall())
+    return list(qs.pg_candidate_page(len(grams), matches, where, sort).run(
+        conn, params).fetchall())

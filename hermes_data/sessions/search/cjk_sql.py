@@ -9,8 +9,10 @@ Every value is bound; identifiers are fixed.
 
 from __future__ import annotations
 
-from hermes_data.sessions.search.sql import HIT_COLS, LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION
+from hermes_data.sessions.search.sql import (LIKE_SNIPPET, PG_LIKE_SNIPPET, PG_TRI_SESSION,
+                                             hit_page, not_tool)
 from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS, CJK_QUEUE, INDEX_SCOPE
+from hermes_data.statements import DriverPrepared
 
 # ---------------------------------------------------------------------------------------
 # SQLite (docs/sessions-storage.md §3.9.3): the FTS5 index over the documents, its queue, the backfill window
@@ -30,16 +32,14 @@ def candidates(gap: bool) -> str:
     return f"m.id IN ({cand})"
 
 
-def bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
+def bigram_page(rows: str, matches: str, where: str, sort: str | None) -> DriverPrepared:
     """One page of the bigram route: ``rows`` (:func:`candidates` or :data:`PRESCAN_RANGE`)
     verified by ``matches`` (the core LIKE predicate of the groups, from
     ``sql.search.pattern_where``) over the index's scope, ``where`` the shared filters; by
-    id, newest first (``oldest``: ascending). The ninth column is the LIKE snippet."""
-    direction = "ASC" if sort == "oldest" else "DESC"
-    return (f"SELECT {HIT_COLS}, {LIKE_SNIPPET} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND {INDEX_SCOPE} "
-            f"AND ({matches}) AND {where} ORDER BY m.id {direction} "
-            "LIMIT :limit OFFSET :offset")
+    id, newest first (``oldest``: ascending). The ninth column is the LIKE snippet. A Core
+    page (:func:`~hermes_data.sessions.search.sql.hit_page`)."""
+    return hit_page(LIKE_SNIPPET, (rows, INDEX_SCOPE, f"({matches})", where), ("id",),
+                    sort != "oldest")
 
 
 # ---------------------------------------------------------------------------------------
@@ -54,10 +54,13 @@ def pg_candidate_ids(n_groups: int) -> str:
     estimate, walked ``messages_pkey`` backwards over every row for a rare letter)."""
     ors = " OR ".join(f"hermes_cjk_grams(c.role, c.content, c.tool_name, c.tool_calls) "
                       f"@> CAST(:g{i} AS text[])" for i in range(n_groups))
+    # not Core: the GIN-served id list of ``hermes_cjk_grams`` (CJK-gram expressions), spliced
+    # as a text fragment into the page's ``m.id = ANY(ARRAY(…))``
     return f"SELECT c.id FROM messages c WHERE c.role <> 'tool' AND ({ors})"
 
 
-def pg_candidate_page(n_groups: int, matches: str, where: str, sort: str | None) -> str:
+def pg_candidate_page(n_groups: int, matches: str, where: str,
+                      sort: str | None) -> DriverPrepared:
     """:func:`pg_bigram_page` over the candidates of :func:`pg_candidate_ids` in one
     statement: the ids are an ``ARRAY(…)`` sub-select, an init plan planned on its own (so
     the partial GIN index answers it — the reason it was a statement of its own), and the
@@ -69,11 +72,8 @@ def pg_candidate_page(n_groups: int, matches: str, where: str, sort: str | None)
                           sort)
 
 
-def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> str:
+def pg_bigram_page(rows: str, matches: str, where: str, sort: str | None) -> DriverPrepared:
     """PostgreSQL twin of :func:`bigram_page`: ``rows`` (the candidates of
     :func:`pg_candidate_page` or :data:`PRESCAN_RANGE`), the core ILIKE predicate ``matches``, the index's scope."""
-    direction = "ASC" if sort == "oldest" else "DESC"
-    return (f"SELECT {HIT_COLS}, {PG_LIKE_SNIPPET} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {rows} AND m.role <> 'tool' "
-            f"AND {PG_TRI_SESSION} AND ({matches}) AND {where} ORDER BY m.id {direction} "
-            "LIMIT :limit OFFSET :offset")
+    return hit_page(PG_LIKE_SNIPPET, (rows, not_tool, PG_TRI_SESSION, f"({matches})", where),
+                    ("id",), sort != "oldest")

@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.search.plan import LikeTerm, SearchPlan, SearchResult
 from hermes_data.sessions.search import sql as q
+from hermes_data.statements import DriverPrepared
 
 # -------------------------------------------------------------------------------------
 # Execution
@@ -109,7 +109,7 @@ def or_trigram(hits: list[SearchResult], match: str, fallback: str | None, offse
 
 
 def substring_search(conn: Connection, route: str, groups: Sequence[Sequence[LikeTerm]],
-                     templates: Sequence[str], page: Callable[[str, str], str],
+                     templates: Sequence[str], page: Callable[[str, str], DriverPrepared],
                      filters: Filters, limit: int, offset: int) -> list[SearchResult]:
     """A route matching terms as substrings (LIKE / ILIKE, both backends): terms and filters
     bound, ``page(matches, where)`` run; its ninth column is the snippet."""
@@ -118,7 +118,7 @@ def substring_search(conn: Connection, route: str, groups: Sequence[Sequence[Lik
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = q.pattern_where(groups, templates, params)
     where = filters.sql(params)
-    rows = conn.execute(sa.text(page(matches, where)), params).fetchall()
+    rows = page(matches, where).run(conn, params).fetchall()
     return [result_row(r, r[8], route) for r in rows]
 
 

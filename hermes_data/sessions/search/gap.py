@@ -84,8 +84,7 @@ def supplement(conn: Connection, page: list[Any], groups: Sequence[Sequence[Like
                                   "limit": want, "offset": skip}
         matches = pattern_where(groups, LIKE_COLS, params)
         where = filters(params)
-        rows = conn.execute(sa.text(gq.gap_page(matches, where, sort, scoped=scoped)),
-                            params).fetchall()
+        rows = gq.gap_page(matches, where, sort, scoped=scoped).run(conn, params).fetchall()
     except sa.exc.OperationalError as exc:
         if is_lock_conflict(exc):
             raise

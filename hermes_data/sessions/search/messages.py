@@ -371,8 +371,8 @@ def fetch_context(conn: Connection, hits: Sequence[tuple[int, str, float]],
                                   "cn": CONTEXT_CHARS}
         for k, (hid, sid, ts) in enumerate(chunk):
             params.update({f"h{k}": hid, f"s{k}": sid, f"t{k}": ts})
-        rows = conn.execute(sa.text(q.context_neighbours(len(chunk), include_inactive,
-                                                         postgresql=pg)), params).fetchall()
+        rows = q.context_neighbours(len(chunk), include_inactive, postgresql=pg).run(
+            conn, params).fetchall()
         for hid, _side, role, content in rows:
             out.setdefault(hid, ())
             out[hid] = out[hid] + (ContextMessage(role, _flatten(content, prefix)),)

@@ -191,13 +191,14 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     where = filters.sql(params)
     params.update({f"g{i}": g for i, g in enumerate(grams)})
     names = ([f"g{i}" for i in range(len(grams))], [f"p{i}" for i in latin])
-    top = conn.exec_driver_sql(qi.MAX_MESSAGE_ID).scalar() if sort != "oldest" else None
+    newest = qi.CjkIndexStatements.for_dialect("postgresql").MAX_MESSAGE_ID
+    top = conn.exec_driver_sql(newest).scalar() if sort != "oldest" else None
 
     def prescan(window: int) -> list[SearchResult] | None:
         # The newest ``window`` ids: the page when it fills there or covers every id.
         params["floor"] = (top or 0) - window
-        rows = conn.execute(sa.text(qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort)),
-                            params).fetchall()
+        rows = qc.pg_bigram_page(qc.PRESCAN_RANGE, matches, where, sort).run(
+            conn, params).fetchall()
         if len(rows) >= limit or params["floor"] <= 0:
             return [result_row(r, r[8], "bigram") for r in rows]
         return None
@@ -205,13 +206,12 @@ def _pg_mixed(conn: Connection, plan: SearchPlan, filters: Filters, limit: int, 
     if top is not None and (hits := prescan(PG_MIXED_PRESCAN_ROWS)) is not None:
         return hits  # a common token: the walk stops at the page
     params["cap"] = PG_MIXED_CANDIDATES + 1
-    few = conn.execute(sa.text(q.pg_mixed_count(*names)), params).scalar_one() \
+    few = q.pg_mixed_count(*map(tuple, names)).run(conn, params).scalar_one() \
         <= PG_MIXED_CANDIDATES
     if not few and top is not None and (hits := prescan(cjk.PRESCAN_ROWS)) is not None:
         return hits
     rows_sql = q.pg_mixed_candidates(*names)
-    rows = conn.execute(sa.text(qc.pg_bigram_page(rows_sql, matches, where, sort)),
-                        params).fetchall()
+    rows = qc.pg_bigram_page(rows_sql, matches, where, sort).run(conn, params).fetchall()
     return [result_row(r, r[8], "bigram") for r in rows]
 
 
@@ -236,8 +236,7 @@ def _pg_literal(conn: Connection, literal: str, filters: Filters, limit: int, of
     phrase = None if grams else literal_word_phrase(literal)
     tsq = pg_tsquery(phrase, params, "w") if phrase else None
     where = filters.sql(params)
-    rows = conn.execute(sa.text(q.pg_literal_page(matches, where, sort, tsq, grams=grams)),
-                        params).fetchall()
+    rows = q.pg_literal_page(matches, where, sort, tsq, grams=grams).run(conn, params).fetchall()
     return [result_row(r, r[8], "literal") for r in rows]
 
 

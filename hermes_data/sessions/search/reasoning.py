@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
-import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.search.execute import Filters, result_row
@@ -43,7 +42,7 @@ def search_with_reasoning(conn: Connection, query: str | None, *,
     params: dict[str, Any] = {"limit": limit, "offset": offset}
     matches = q.pattern_where(groups, rq.templates(d), params)
     where = filters.sql(params)
-    rows = conn.execute(sa.text(rq.page(matches, where, sort, d)), params).fetchall()
+    rows = rq.page(matches, where, sort, d).run(conn, params).fetchall()
     hits = [result_row(r, r[8], "like") for r in rows]
     if hits and "context" in names:
         hits = attach_context(conn, hits, include_inactive)

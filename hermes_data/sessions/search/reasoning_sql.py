@@ -7,7 +7,8 @@ never selected whole."""
 
 from __future__ import annotations
 
-from hermes_data.sessions.search.sql import HIT_COLS
+from hermes_data.sessions.search.sql import hit_page
+from hermes_data.statements import DriverPrepared
 
 
 def templates(dialect: str) -> tuple[str, ...]:
@@ -50,10 +51,8 @@ def snippet(dialect: str) -> str:
     return f"(CASE {' '.join(arms)} ELSE '' END)"
 
 
-def page(matches: str, where: str, sort: str | None, dialect: str) -> str:
-    """One page of hits, ``timestamp DESC, id DESC`` (``oldest``: ascending)."""
-    direction = "ASC" if sort == "oldest" else "DESC"
-    return (f"SELECT {HIT_COLS}, {snippet(dialect)} FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE ({matches}) AND {where} "
-            f"ORDER BY m.timestamp {direction}, m.id {direction} LIMIT :limit OFFSET :offset")
+def page(matches: str, where: str, sort: str | None, dialect: str) -> DriverPrepared:
+    """One page of hits, ``timestamp DESC, id DESC`` (``oldest``: ascending): a Core page
+    (:func:`~hermes_data.sessions.search.sql.hit_page`)."""
+    return hit_page(snippet(dialect), (f"({matches})", where), ("timestamp", "id"),
+                    sort != "oldest")

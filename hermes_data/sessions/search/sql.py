@@ -13,13 +13,19 @@ tokens, routes) is :mod:`hermes_data.sessions.search.plan`.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from functools import lru_cache
+from typing import Any, Callable, Sequence, Union
+
+import sqlalchemy as sa
 
 from hermes_data.sessions.core import encoding as enc
+from hermes_data.sessions.schema import messages, sessions
 from hermes_data.sessions.search.plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
 from hermes_data.sessions.sql import J
+from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT
 from hermes_data.sessions.storage.fts.fold_sql import pg_folded_document
+from hermes_data.statements import DriverPrepared
 
 # -------------------------------------------------------------------------------------
 # Search state (read_capabilities)
@@ -146,8 +152,60 @@ def _direction(sort: str | None) -> str:
 # -------------------------------------------------------------------------------------
 
 
+#: Distinct hit-page shapes kept compiled (a shape: the snippet, the fragments of its
+#: ``WHERE`` — term and filter counts — and its order; never a bound value).
+PAGE_CACHE_SIZE = 512
+
+
+def not_tool(m: Any) -> list[Any]:
+    """``m.role <> 'tool'`` over the alias ``m`` (spelled as the indexes' scopes spell it)."""
+    return [m.c.role.op("<>", precedence=5, is_comparison=True)(const("tool"))]
+
+
+def gap_window(m: Any) -> list[Any]:
+    """``m.id > :gap_lo AND m.id <= :gap_hi``: the unindexed window of an FTS backfill."""
+    return [m.c.id > bp("gap_lo"), m.c.id <= bp("gap_hi")]
+
+
+#: A term of a hit page's ``WHERE``: a named text fragment of the route (its ``:name`` binds
+#: bound from the call's params) or a module-level function returning Core predicates over
+#: the alias ``m`` (:func:`not_tool`, :func:`gap_window`).
+Cond = Union[str, Callable[[Any], list[Any]]]
+
+
+@lru_cache(maxsize=PAGE_CACHE_SIZE)
+def hit_page(snippet: str, where: tuple[Cond, ...], order: tuple[str, ...], descending: bool,
+             *, cte: str | None = None) -> DriverPrepared:
+    """One page of hits over ``messages m JOIN sessions s`` (issue 32): the :data:`HIT_COLS`
+    and ``snippet`` (a ninth column), rows where every term of ``where`` holds (in that
+    order, :data:`Cond`), ordered by the ``messages`` columns ``order`` (``descending`` or
+    ascending), ``LIMIT :limit OFFSET :offset``.
+
+    A Core construct compiled once per dialect and shape (:data:`PAGE_CACHE_SIZE`): run it
+    with ``.run(conn, params)``. The match predicates (LIKE groups, FTS/trigram/CJK-gram
+    candidates), filters and snippet stay the route's named text fragments. ``cte``: a
+    PostgreSQL ``WITH g AS MATERIALIZED (…)`` id list (:data:`PG_SYMBOL_GRAM_IDS`) the
+    fragments read as ``g``."""
+    def build() -> sa.Select:
+        m, s = messages.alias("m"), sessions.alias("s")
+        conds: list[Any] = []
+        for term in where:
+            conds += [sa.text(term)] if isinstance(term, str) else term(m)
+        stmt = (sa.select(m.c.id, m.c.session_id, m.c.role, m.c.timestamp, m.c.tool_name,
+                          s.c.source, s.c.model, s.c.started_at, sa.text(snippet))
+                .select_from(m.join(s, s.c.id == m.c.session_id)).where(*conds)
+                .order_by(*(m.c[c].desc() if descending else m.c[c].asc() for c in order))
+                .limit(bp("limit")).offset(bp("offset")))
+        if cte is not None:
+            # The symbol-gram id list (a hermes_symbol_grams GIN expression) as a CTE.
+            ids = sa.text(cte).columns(sa.column("id")).cte("g").prefix_with("MATERIALIZED")
+            stmt = stmt.add_cte(ids)
+        return stmt
+    return DriverPrepared("search_hit_page", build)
+
+
 def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool,
-              scoped: bool = False) -> str:
+              scoped: bool = False) -> DriverPrepared:
     """One page of LIKE hits (``matches`` from :func:`pattern_where`, ``where`` from
     :func:`filter_where`), with the snippet window as a ninth column. ``scoped``: only the
     rows of the trigram / CJK-bigram indexes (no tool rows, no cron/subagent/delegate
@@ -157,13 +215,8 @@ def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool,
     timestamp): walking the rowid b-tree lets LIMIT stop the scan at the first page of
     matches — a common 2-character CJK term on 200,000 rows: ~95 ms → ~2 ms."""
     snippet = PG_LIKE_SNIPPET if postgresql else LIKE_SNIPPET
-    direction = _direction(sort)
-    scope = (f"m.role <> 'tool' AND {PG_TRI_SESSION if postgresql else TRI_SESSION_S} AND "
-             if scoped else "")
-    return (f"SELECT {HIT_COLS}, {snippet} "
-            f"FROM messages m JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {scope}({matches}) AND {where} "
-            f"ORDER BY m.id {direction} LIMIT :limit OFFSET :offset")
+    scope = (not_tool, PG_TRI_SESSION if postgresql else TRI_SESSION_S) if scoped else ()
+    return hit_page(snippet, (*scope, f"({matches})", where), ("id",), sort != "oldest")
 
 
 #: SQLite literal tier below the trigram length: the content matched as a substring, over the
@@ -171,16 +224,18 @@ def like_page(matches: str, where: str, sort: str | None, *, postgresql: bool,
 LITERAL_COLS = ("COALESCE(m.content, '') LIKE {p} ESCAPE '\\'",)
 
 
-def literal_scan_page(matches: str, where: str, sort: str | None) -> str:
+def _time_or_id(sort: str | None) -> tuple[tuple[str, ...], bool]:
+    # newest/oldest: by timestamp then id; relevance: newest id first.
+    if sort in ("newest", "oldest"):
+        return ("timestamp", "id"), sort == "newest"
+    return ("id",), True
+
+
+def literal_scan_page(matches: str, where: str, sort: str | None) -> DriverPrepared:
     """SQLite literal tier by scan (a 1–2-character literal, or no trigram index): newest
     first by id, so LIMIT stops the scan at the first page of matches."""
-    direction = _direction(sort)
-    order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
-             else "m.id DESC")
-    return (f"SELECT {HIT_COLS}, {LITERAL_SNIPPET} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
-            f"AND ({matches}) AND {TRI_SESSION_S} AND {where} "
-            f"ORDER BY {order} LIMIT :limit OFFSET :offset")
+    return hit_page(LITERAL_SNIPPET, (not_tool, f"({matches})", TRI_SESSION_S, where),
+                    *_time_or_id(sort))
 
 
 def literal_candidates_page(table: str, matches: str, where: str, sort: str | None) -> str:
@@ -227,7 +282,7 @@ PG_ELEMENT_STATS = (
 
 
 def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None, *,
-                    grams: bool = False) -> str:
+                    grams: bool = False) -> DriverPrepared:
     """PostgreSQL literal tier: the trigram page of the literal (``matches``).
 
     * ``grams``: the candidates are :data:`PG_SYMBOL_GRAM_IDS` (a literal with punctuation,
@@ -238,37 +293,35 @@ def pg_literal_page(matches: str, where: str, sort: str | None, tsq: str | None,
       two common words) — ``matches`` built on :data:`PG_LITERAL_SCAN_COLS` walks the
       newest rows instead."""
     if grams:
-        return (f"WITH g AS MATERIALIZED ({PG_SYMBOL_GRAM_IDS}) "
-                + pg_trigram_page(f"m.id IN (SELECT g.id FROM g) AND ({matches})", where,
-                                  sort, marked=True))
+        return pg_trigram_page(f"m.id IN (SELECT g.id FROM g) AND ({matches})", where,
+                               sort, marked=True, cte=PG_SYMBOL_GRAM_IDS)
     cand = f"{PG_FTS_DOCUMENT} @@ {tsq} AND " if tsq else ""
     return pg_trigram_page(f"{cand}({matches})", where, sort, marked=True)
 
 
 def pg_trigram_page(matches: str, where: str, sort: str | None, *,
-                    marked: bool = False) -> str:
+                    marked: bool = False, cte: str | None = None) -> DriverPrepared:
     """PostgreSQL trigram route: ILIKE on the content over the rows the SQLite trigram index
     holds (no tool rows, no cron/subagent/delegate sessions). ``marked``: the literal tier's
-    snippet (the literal between highlight markers)."""
-    direction = _direction(sort)
-    order = (f"m.timestamp {direction}, m.id {direction}" if sort in ("newest", "oldest")
-             else "m.id DESC")
+    snippet (the literal between highlight markers); ``cte``: see :func:`hit_page`."""
     snippet = PG_LITERAL_SNIPPET if marked else PG_LIKE_SNIPPET
-    return (f"SELECT {HIT_COLS}, {snippet} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE m.role <> 'tool' "
-            f"AND ({matches}) AND {PG_TRI_SESSION} AND {where} "
-            f"ORDER BY {order} LIMIT :limit OFFSET :offset")
+    return hit_page(snippet, (not_tool, f"({matches})", PG_TRI_SESSION, where),
+                    *_time_or_id(sort), cte=cte)
 
 
 #: PostgreSQL short-CJK route, a group of gram ``text[]`` ``:g{i}`` (``messages_cjk_grams``).
+# not Core: an arm of the candidates' UNION ALL id list, spliced with the others as one
+# text fragment into the page's ``m.id = ANY(ARRAY(…))`` (the GIN/trigram-served arms)
 _PG_MIXED_GRAMS = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' AND hermes_cjk_grams("
                    "c.role, c.content, c.tool_name, c.tool_calls) @> CAST(:{g} AS text[])")
+# not Core: an arm of the candidates' id list (text), served by ``messages_fts_trgm``
 #: … a Latin group's content: the bare column, so ``messages_fts_trgm`` (``content
 #: gin_trgm_ops`` over non-tool rows) serves it (``COALESCE(content, '')`` hid the index; a
 #: NULL content matches no positive term either way).
 _PG_MIXED_CONTENT = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' "
                      "AND c.content ILIKE :{p} ESCAPE '\\'")
 #: … their tool columns (``messages_tool_trgm``, s10: two scans of the index OR-ed).
+# not Core: an arm of the candidates' id list (text), served by ``messages_tool_trgm``
 _PG_MIXED_TOOLS = ("SELECT c.id FROM messages c WHERE c.role <> 'tool' "
                    "AND (c.tool_name IS NOT NULL OR c.tool_calls IS NOT NULL) AND ({ors})")
 
@@ -283,10 +336,15 @@ def pg_mixed_candidates(grams: Sequence[str], latin: Sequence[str]) -> str:
     return f"m.id = ANY(ARRAY({_pg_mixed_ids(grams, latin)}))"
 
 
-def pg_mixed_count(grams: Sequence[str], latin: Sequence[str]) -> str:
+@lru_cache(maxsize=PAGE_CACHE_SIZE)
+def pg_mixed_count(grams: tuple[str, ...], latin: tuple[str, ...]) -> DriverPrepared:
     """How many candidates :func:`pg_mixed_candidates` has, counted up to ``:cap`` (the
-    index scans stop there)."""
-    return f"SELECT count(*) FROM ({_pg_mixed_ids(grams, latin)} LIMIT :cap) AS x"
+    index scans stop there): a Core count over the id list (a text fragment)."""
+    def build() -> sa.Select:
+        ids = (sa.text(f"{_pg_mixed_ids(grams, latin)} LIMIT :cap")
+               .columns(sa.column("id")).subquery("x"))
+        return sa.select(sa.func.count()).select_from(ids)
+    return DriverPrepared("search_pg_mixed_count", build)
 
 
 def _pg_mixed_ids(grams: Sequence[str], latin: Sequence[str]) -> str:
@@ -446,6 +504,8 @@ def pg_fts_page(tsq: str, where: str, sort: str | None, *, folded: bool = False,
             f"SELECT {HIT_COLS}, {head} FROM page JOIN messages m ON m.id = page.id "
             "JOIN sessions s ON s.id = m.session_id ORDER BY page.r DESC, m.id DESC")
     direction = "DESC" if sort == "newest" else "ASC"
+    # not Core: the tsvector route (``@@`` on the stored or folded document, ts_headline on
+    # the page) — the same shape as the relevance branch above
     return (
         f"WITH page AS (SELECT m.id, m.timestamp FROM messages m JOIN sessions s "
         f"ON s.id = m.session_id WHERE {document} @@ {tsq} AND {where} "
@@ -469,23 +529,42 @@ PG_CONTEXT_CUT = ("CASE WHEN left(m.content, :jl) = :jp THEN left(m.content, :jn
                   "ELSE left(m.content, :cn) END")
 
 
-def context_neighbours(count: int, include_inactive: bool, *, postgresql: bool) -> str:
+def _not_hidden(n: Any) -> Any:
+    # COALESCE(n.display_kind, '') <> 'hidden', spelled as the filters spell it.
+    return sa.func.coalesce(n.c.display_kind, const("")).op(
+        "<>", precedence=5, is_comparison=True)(const("hidden"))
+
+
+@lru_cache(maxsize=64)
+def context_neighbours(count: int, include_inactive: bool, *,
+                       postgresql: bool) -> DriverPrepared:
     """``(hit id, side, role, bounded content)`` of the previous (side 0) and next (side 1)
     visible message of ``count`` hits bound as ``(:h<k>, :s<k>, :t<k>)`` (id, session,
-    timestamp), each neighbour found through ``messages(session_id, timestamp)``."""
-    visible = "COALESCE(n.display_kind, '') <> 'hidden'" + (
-        "" if include_inactive else " AND (n.active = 1 OR n.compacted = 1)")
-    values = ", ".join(f"(:h{k}, :s{k}, :t{k})" for k in range(count))
-    cut = PG_CONTEXT_CUT if postgresql else CONTEXT_CUT
-    return (
-        f"WITH hits(hid, sid, ts) AS (VALUES {values}), "
-        "nb(hid, side, nid) AS ("
-        " SELECT hid, 0, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
-        f"  AND (n.timestamp, n.id) < (hits.ts, hits.hid) AND {visible} "
-        "  ORDER BY n.timestamp DESC, n.id DESC LIMIT 1) FROM hits"
-        " UNION ALL"
-        " SELECT hid, 1, (SELECT n.id FROM messages n WHERE n.session_id = hits.sid "
-        f"  AND (n.timestamp, n.id) > (hits.ts, hits.hid) AND {visible} "
-        "  ORDER BY n.timestamp ASC, n.id ASC LIMIT 1) FROM hits) "
-        f"SELECT nb.hid, nb.side, m.role, {cut} "
-        "FROM nb JOIN messages m ON m.id = nb.nid ORDER BY nb.hid, nb.side")
+    timestamp), each neighbour found through ``messages(session_id, timestamp)``: a Core
+    ``VALUES`` CTE of the hits, one correlated ``LIMIT 1`` keyset probe per hit and side
+    (``(n.timestamp, n.id) < (ts, id)``), compiled once per shape; the bounded content
+    (:data:`CONTEXT_CUT`) is a named text fragment."""
+    def build() -> sa.Select:
+        hits = sa.values(sa.column("hid"), sa.column("sid"), sa.column("ts"), name="hits").data(
+            [(bp(f"h{k}"), bp(f"s{k}"), bp(f"t{k}")) for k in range(count)]).cte("hits")
+
+        def side(number: int) -> sa.Select:
+            n = messages.alias("n")
+            key, at = sa.tuple_(n.c.timestamp, n.c.id), sa.tuple_(hits.c.ts, hits.c.hid)
+            visible = [_not_hidden(n)]
+            if not include_inactive:
+                visible.append(sa.or_(n.c.active == const(1), n.c.compacted == const(1)))
+            order = ((n.c.timestamp.desc(), n.c.id.desc()) if number == 0
+                     else (n.c.timestamp.asc(), n.c.id.asc()))
+            nid = (sa.select(n.c.id)
+                   .where(n.c.session_id == hits.c.sid, key < at if number == 0 else key > at,
+                          *visible)
+                   .order_by(*order).limit(const(1)).scalar_subquery())
+            return sa.select(hits.c.hid, const(number).label("side"), nid.label("nid"))
+
+        nb = sa.union_all(side(0), side(1)).cte("nb")
+        m = messages.alias("m")
+        cut = PG_CONTEXT_CUT if postgresql else CONTEXT_CUT
+        return (sa.select(nb.c.hid, nb.c.side, m.c.role, sa.text(cut))
+                .select_from(nb.join(m, m.c.id == nb.c.nid)).order_by(nb.c.hid, nb.c.side))
+    return DriverPrepared("search_context_neighbours", build)

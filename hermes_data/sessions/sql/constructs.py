@@ -21,6 +21,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 
+from hermes_data.sessions.schema import state_meta
 from hermes_data.statements import dialect_insert
 
 __all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "left_chars", "right_chars",
@@ -166,3 +167,35 @@ def _json_marker(element: json_marker, compiler: Any, **kw: Any) -> str:
 @compiles(json_marker, "postgresql")
 def _json_marker_pg(element: json_marker, compiler: Any, **kw: Any) -> str:
     return f"hermes_json_get({compiler.process(element.expr, **kw)}, '{element.key}')"
+# -- state_meta and SQLite-only statement modules (issue 32 round 2: search/FTS) -----------
+
+__all__ += ["meta_keys", "meta_upsert", "module_statement"]
+
+
+def meta_upsert(dialect: str) -> Any:
+    """Set one ``state_meta`` key: ``INSERT … ON CONFLICT (key) DO UPDATE SET value =
+    excluded.value`` (bound: key, value)."""
+    stmt = dialect_insert(dialect)(state_meta).values(key=bp("key"), value=bp("value"))
+    return stmt.on_conflict_do_update(index_elements=[state_meta.c.key],
+                                      set_={"value": stmt.excluded.value})
+
+
+def meta_keys(*keys: str) -> ColumnElement[Any]:
+    """``key = '<k>'`` / ``key IN ('<k>', …)`` over ``state_meta`` for the statement's own
+    fixed keys (inline constants); no key: ``key = ?`` (bound: key)."""
+    if not keys:
+        return state_meta.c.key == bp("key")
+    if len(keys) == 1:
+        return state_meta.c.key == const(keys[0])
+    return state_meta.c.key.in_([const(k) for k in keys])
+
+
+def module_statement(namespace: dict[str, Any], statements: type, name: str) -> str:
+    """A module-level ``__getattr__`` (PEP 562) body for a SQLite-only statement module: the
+    ``driver_statement`` ``name`` of ``statements`` compiled for SQLite on first read and
+    stored in the module's ``namespace``, so later reads are a plain module attribute (no
+    construct is built at import, issue 14). Any other name raises ``AttributeError``."""
+    if name.startswith("_") or name not in vars(statements):
+        raise AttributeError(f"module {namespace.get('__name__')!r} has no attribute {name!r}")
+    sql = namespace[name] = getattr(statements.for_dialect("sqlite"), name)
+    return sql

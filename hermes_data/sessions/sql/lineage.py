@@ -7,12 +7,17 @@ SQLite statements.
 
 from __future__ import annotations
 
+import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
+
+from hermes_data.sessions.schema import sessions
+from hermes_data.sessions.sql.constructs import bp, const
 
 from hermes_data.sessions.sql.predicates import (CANONICAL_BOT_CHAT_TITLE, MAX_LINEAGE_DEPTH,
                                                  RESUME_MAX_HOPS, edge, fork, last_active,
                                                  reset_child)
+from hermes_data.statements import DriverPrepared
 
 # ---------------------------------------------------------------------------------------
 # Lineage CTEs (docs/sessions.md §3.3), one statement each, O(1) work per hop.
@@ -114,15 +119,32 @@ def _lineage_set_cte(step: str, d: str) -> str:
 
 def _flag_updates(cte: str, flags: tuple[str, ...], distinct: str) -> dict[str, TextClause]:
     # One lineage-wide UPDATE per flag column (:id, :value), touching only rows that differ.
+    # not Core: the tail of a WITH RECURSIVE statement (the lineage CTE text is prepended)
     return {flag: text(cte + f"UPDATE sessions SET {flag} = :value "
                        f"WHERE id IN (SELECT id FROM lineage) AND {flag} {distinct} :value")
             for flag in flags}
 
 
+# not Core: the tail of a WITH RECURSIVE statement (the lineage CTE text is prepended)
 _UNHIDE = "UPDATE sessions SET hidden = 0 WHERE id IN (SELECT id FROM lineage) AND hidden <> 0"
+# not Core: likewise the tail of a WITH RECURSIVE lineage statement
 _HAS_HIDDEN_BOT_CHAT = ("SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
                         "(SELECT id FROM lineage) AND hidden = 1 "
                         f"AND title = '{CANONICAL_BOT_CHAT_TITLE}')")
+
+
+#: Does session :id exist? (Core constructs, compiled once per dialect; run with ``.run``.)
+SESSION_EXISTS = DriverPrepared("lineage_session_exists", lambda: sa.select(
+    sa.select(const(1)).where(sessions.c.id == bp("id")).exists()))
+#: The fields of upstream's row-by-row lineage walk.
+_WALK_COLS = ("id", "parent_session_id", "end_reason", "source", "model_config")
+#: One row's walk fields (:id).
+WALK_ROW = DriverPrepared("lineage_walk_row", lambda: sa.select(
+    *(sessions.c[c] for c in _WALK_COLS)).where(sessions.c.id == bp("id")))
+#: The children of :id oldest first (ties: by id).
+WALK_CHILDREN = DriverPrepared("lineage_walk_children", lambda: sa.select(
+    *(sessions.c[c] for c in _WALK_COLS)).where(sessions.c.parent_session_id == bp("id"))
+    .order_by(sessions.c.started_at, sessions.c.id))
 
 
 class LineageStatements:
@@ -131,6 +153,7 @@ class LineageStatements:
     def __init__(self, d: str) -> None:
         distinct = "IS DISTINCT FROM" if d == "postgresql" else "IS NOT"
         #: Each id of an upward walk once, at its first depth (the walk truncated at its first repeat).
+        # not Core: reads the recursive CTE ``up`` (spliced into the WITH RECURSIVE walks)
         _UP_FIRST = "SELECT id, MIN(depth) AS depth FROM up GROUP BY id"
 
         #: Chain root→tip forward from :start (ordered by depth; the first element is :start).
@@ -201,13 +224,11 @@ class LineageStatements:
         self.LINEAGE_UNHIDE_WITH_FORKS = text(forks_cte + _UNHIDE)
         self.LINEAGE_HAS_HIDDEN_BOT_CHAT_WITH_FORKS = text(forks_cte + _HAS_HIDDEN_BOT_CHAT)
         #: Does session :id exist? (A flag write that changed nothing still answers True for it.)
-        self.SESSION_EXISTS = text("SELECT EXISTS (SELECT 1 FROM sessions WHERE id = :id)")
+        self.SESSION_EXISTS = SESSION_EXISTS
         #: Upstream's row-by-row lineage walk (``get_compression_lineage``,
         #: docs/sessions.md §4.4): one row's fields, and its children oldest first (ties: by id).
-        walk_cols = "id, parent_session_id, end_reason, source, model_config"
-        self.WALK_ROW = text(f"SELECT {walk_cols} FROM sessions WHERE id = :id")
-        self.WALK_CHILDREN = text(f"SELECT {walk_cols} FROM sessions "
-                                  "WHERE parent_session_id = :id ORDER BY started_at, id")
+        self.WALK_ROW = WALK_ROW
+        self.WALK_CHILDREN = WALK_CHILDREN
         #: Compression ancestors of :id (excluding :id) — used by title transfer.
         self.ANCESTORS_OF = text(
             f"WITH RECURSIVE {_up_cte('up', ':id', d)} "

@@ -19,8 +19,8 @@ SQLITE_TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 SQLITE_INDEXES = "SELECT name FROM sqlite_master WHERE type = 'index'"
 _GATEWAY_FILLED = ("session_key", "chat_id", "chat_type", "thread_id", "display_name",
                    "origin_json")
-#: The newest upstream schema_version row. Not Core: upstream's own version table, which the
-#: store adopts from but never declares.
+#: The newest upstream schema_version row.
+# not Core: upstream's schema_version table, read on adoption but never declared here
 UPSTREAM_SCHEMA_VERSION = "SELECT MAX(version) FROM schema_version"
 #: Upstream's v18 gateway metadata backfill of one session (docs/sessions-storage.md §3.12):
 #: NULL columns filled, ``expiry_finalized`` only raised 0 → 1. Values: session_key, chat_id,

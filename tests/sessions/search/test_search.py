@@ -357,7 +357,8 @@ def _explain_search(store, query, **kwargs) -> str:
     sent: list[tuple] = []
 
     def trace(conn, cursor, statement, parameters, context, executemany):
-        if "FROM messages m" in statement and not sent:
+        # (a Core page names the alias ``messages AS m``, issue 32)
+        if re.search(r"FROM messages (AS )?m\b", statement) and not sent:
             sent.append((statement, parameters))
 
     event.listen(store.engine, "before_cursor_execute", trace)

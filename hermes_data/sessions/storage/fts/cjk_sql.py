@@ -28,7 +28,14 @@ The search statements over the index (its candidates, the verified pages) are in
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages, sessions, state_meta
+from hermes_data.sessions.sql.constructs import bp, meta_keys, meta_upsert, module_statement
 from hermes_data.sessions.sql.ddl import checked_drop
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.ddl import tri_session
 
 #: Object names (fixed), and the FTS5 shadow tables of the index.
@@ -117,8 +124,6 @@ def drop_object(name: str) -> str:
 # Open-time reads and writes (read-gated by the caller)
 # ---------------------------------------------------------------------------------------
 
-#: Newest message id (the backfill's high water; the search's windowed pre-scan's upper end).
-MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
 #: Which of the index's objects exist.
 PRESENT_OBJECTS = ("SELECT name FROM sqlite_master WHERE name IN ("
                    + ", ".join("'" + n + "'" for n in CJK_OBJECT_NAMES) + ")")
@@ -126,20 +131,6 @@ PRESENT_OBJECTS = ("SELECT name FROM sqlite_master WHERE name IN ("
 # The index step (backfill chunk or queue drain), one BEGIN IMMEDIATE transaction
 # ---------------------------------------------------------------------------------------
 
-#: The index's ``state_meta`` keys and values.
-READ_META = ("SELECT key, value FROM state_meta WHERE key IN "
-             "('cjk_bigram_high_water', 'cjk_bigram_progress', 'cjk_bigram_stale')")
-#: Set a marker (key from :data:`META_KEYS`, value bound).
-SET_META = ("INSERT INTO state_meta(key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-#: Delete both backfill markers (the window is done).
-CLEAR_MARKERS = ("DELETE FROM state_meta WHERE key IN "
-                 "('cjk_bigram_high_water', 'cjk_bigram_progress')")
-#: Every key of the index (``sessions.cjk_index`` off).
-CLEAR_ALL_META = ("DELETE FROM state_meta WHERE key IN "
-                  "('cjk_bigram_high_water', 'cjk_bigram_progress', 'cjk_bigram_stale')")
-#: Clear the corruption flag (after a rebuild from the documents).
-CLEAR_STALE = "DELETE FROM state_meta WHERE key = 'cjk_bigram_stale'"
 #: Can this build load the index (FTS5 module present)? Reads nothing.
 FTS_PROBE = "SELECT rowid FROM messages_cjk_fts LIMIT 0"
 #: Is anything queued?
@@ -152,14 +143,52 @@ DEQUEUE = "DELETE FROM messages_cjk_queue WHERE id = ?"
 #: The index's scope over ``messages m JOIN sessions s`` (no tool rows, trigram-eligible
 #: sessions); the search verifies its candidates over the same scope.
 INDEX_SCOPE = f"m.role <> 'tool' AND {tri_session('s')}"
-_COLS = "m.id, m.content, m.tool_name, m.tool_calls"
-#: Rows of a backfill chunk ``(?, ?]`` that may hold CJK (the queue triggers' gate).
-BACKFILL_ROWS = (f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                 f"WHERE m.id > ? AND m.id <= ? AND {INDEX_SCOPE} AND ({_na('m.content')} OR "
-                 f"{_na('m.tool_name')} OR {_na('m.tool_calls')})")
-#: The in-scope row behind one queued id (none: gone or out of scope).
-SCOPED_ROW = (f"SELECT {_COLS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-              f"WHERE m.id = ? AND {INDEX_SCOPE}")
+
+
+def _rows(by_id: Callable[[Any], list[Any]], *fragments: str) -> sa.Select:
+    # The four indexed columns of ``messages m JOIN sessions s`` where ``by_id(m.c.id)`` and
+    # the CJK fragments (INDEX_SCOPE, the non-ASCII gate) hold.
+    m, s = messages.alias("m"), sessions.alias("s")
+    return (sa.select(m.c.id, m.c.content, m.c.tool_name, m.c.tool_calls)
+            .select_from(m.join(s, s.c.id == m.c.session_id))
+            .where(*by_id(m.c.id), *map(sa.text, fragments)))
+
+
+class CjkIndexStatements(Statements):
+    """The index's ordinary statements over ``state_meta``, ``messages`` and ``sessions``
+    (issue 32): Core constructs, compiled per dialect on first read; on SQLite the module
+    exposes each as a plain string attribute of the same name (:func:`__getattr__`)."""
+
+    #: Newest message id (the backfill's high water; the search's windowed pre-scan's upper
+    #: end — PostgreSQL's too).
+    MAX_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
+    #: The index's ``state_meta`` keys and values.
+    READ_META = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
+                                 .where(meta_keys(*META_KEYS)))
+    #: Set a marker (key from :data:`META_KEYS`, value bound).
+    SET_META = driver_statement(meta_upsert, "key", "value")
+    #: Delete both backfill markers (the window is done).
+    CLEAR_MARKERS = driver_statement(
+        lambda d: sa.delete(state_meta).where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
+    #: Every key of the index (``sessions.cjk_index`` off).
+    CLEAR_ALL_META = driver_statement(lambda d: sa.delete(state_meta).where(
+        meta_keys(*META_KEYS)))
+    #: Clear the corruption flag (after a rebuild from the documents).
+    CLEAR_STALE = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys(STALE_KEY)))
+    #: Rows of a backfill chunk ``(lo, hi]`` that may hold CJK (the queue triggers' gate).
+    BACKFILL_ROWS = driver_statement(lambda d: _rows(
+        lambda mid: [mid > bp("lo"), mid <= bp("hi")], INDEX_SCOPE,
+        f"({_na('m.content')} OR {_na('m.tool_name')} OR {_na('m.tool_calls')})"), "lo", "hi")
+    #: The in-scope row behind one queued id (none: gone or out of scope).
+    SCOPED_ROW = driver_statement(lambda d: _rows(lambda mid: [mid == bp("id")], INDEX_SCOPE),
+                                  "id")
+
+
+def __getattr__(name: str) -> str:
+    """:class:`CjkIndexStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), CjkIndexStatements, name)
+
 #: Write one document (unchanged documents are left alone: no FTS churn).
 UPSERT_DOC = ("INSERT INTO messages_cjk_doc(id, doc) VALUES (?, ?) "
               "ON CONFLICT(id) DO UPDATE SET doc = excluded.doc WHERE doc IS NOT excluded.doc")

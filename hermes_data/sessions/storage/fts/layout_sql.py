@@ -14,6 +14,11 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages, state_meta
+from hermes_data.sessions.sql.constructs import const, meta_keys, meta_upsert, module_statement
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
 from hermes_data.sessions.sql.dialect import marks
 
@@ -33,34 +38,48 @@ TEARDOWN_SUFFIX = "_progress"
 #: Prefix of the demoted shadow tables (upstream's name, so mixed hosts drain each other's).
 TRASH_PREFIX = "fts_v22_trash_"
 
-#: The backfill markers as stored (key, value).
-READ_MARKERS = ("SELECT key, value FROM state_meta WHERE key IN "
-                f"('{HIGH_WATER_KEY}', '{PROGRESS_KEY}')")
-#: Every key the availability check and the settle read (key, value).
-READ_STORAGE_META = ("SELECT key, value FROM state_meta WHERE key IN "
-                     f"('{HIGH_WATER_KEY}', '{PROGRESS_KEY}', '{STORAGE_VERSION_KEY}', "
-                     f"'{ADVERT_KEY}', 'fts_stale', '{CJK_WORK_KEYS[0]}', '{CJK_WORK_KEYS[1]}')")
-#: Set one state_meta key (key, value).
-SET_META = ("INSERT INTO state_meta(key, value) VALUES (?, ?) "
-            "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-#: One state_meta value (key).
-READ_META_VALUE = "SELECT value FROM state_meta WHERE key = ?"
-#: Delete one state_meta key (key).
-DELETE_META = "DELETE FROM state_meta WHERE key = ?"
-#: Delete both backfill markers.
-DELETE_MARKERS = f"DELETE FROM state_meta WHERE key IN ('{HIGH_WATER_KEY}', '{PROGRESS_KEY}')"
-#: The teardown markers (key).
-TEARDOWN_KEYS = (f"SELECT key FROM state_meta WHERE key GLOB '{TEARDOWN_PREFIX}*"
-                 f"{TEARDOWN_SUFFIX}'")
+
+class LayoutStatements(Statements):
+    """The migration's ordinary statements over ``state_meta`` and ``messages`` (issue 32):
+    Core constructs compiled for SQLite on first read; the module exposes each as a plain
+    string attribute of the same name (:func:`__getattr__`), ``?`` placeholders in the
+    declared order."""
+
+    #: The backfill markers as stored (key, value).
+    READ_MARKERS = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
+                                    .where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
+    #: Every key the availability check and the settle read (key, value).
+    READ_STORAGE_META = driver_statement(lambda d: sa.select(
+        state_meta.c.key, state_meta.c.value).where(meta_keys(
+            HIGH_WATER_KEY, PROGRESS_KEY, STORAGE_VERSION_KEY, ADVERT_KEY, "fts_stale",
+            *CJK_WORK_KEYS)))
+    #: Set one state_meta key (key, value).
+    SET_META = driver_statement(meta_upsert, "key", "value")
+    #: One state_meta value (key).
+    READ_META_VALUE = driver_statement(
+        lambda d: sa.select(state_meta.c.value).where(meta_keys()), "key")
+    #: Delete one state_meta key (key).
+    DELETE_META = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys()), "key")
+    #: Delete both backfill markers.
+    DELETE_MARKERS = driver_statement(
+        lambda d: sa.delete(state_meta).where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
+    #: The teardown markers (key).
+    TEARDOWN_KEYS = driver_statement(lambda d: sa.select(state_meta.c.key).where(
+        state_meta.c.key.op("GLOB")(const(f"{TEARDOWN_PREFIX}*{TEARDOWN_SUFFIX}"))))
+    #: The largest message id (NULL on an empty table).
+    MAX_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
+
+
+def __getattr__(name: str) -> str:
+    """:class:`LayoutStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), LayoutStatements, name)
+
 
 # ---------------------------------------------------------------------------------------
 # Reading the layout
 # ---------------------------------------------------------------------------------------
 
-#: The largest message id (NULL on an empty table).
-MAX_MESSAGE_ID = "SELECT MAX(id) FROM messages"
-#: Probe: does ``messages`` hold a row?
-MESSAGES_NONEMPTY = "SELECT 1 FROM messages LIMIT 1"
 #: Probe: does the unicode61 index hold a document (external content: one docsize row each)?
 BASE_DOCSIZE_NONEMPTY = "SELECT 1 FROM messages_fts_docsize LIMIT 1"
 #: The trash tables in drain order (name, sql).
@@ -182,6 +201,8 @@ def trash_chunk_keys(name: str, keys: Sequence[str], marked: bool) -> str:
     """The keys of the next chunk of a trash table in key order (bound: the marker's key
     values when ``marked``, then the chunk size)."""
     cols = _cols(keys)
+    # not Core: a demoted FTS5 shadow table named from sqlite_master (its key columns read
+    # by PRAGMA table_info), not in the Core metadata
     return (f"SELECT {', '.join(cols)} FROM {_trash(name)} {_after(cols, marked)} "
             f"ORDER BY {', '.join(cols)} LIMIT ?")
 
@@ -194,6 +215,8 @@ def trash_delete_range(name: str, keys: Sequence[str], marked: bool) -> str:
     upto = (f"{cols[0]} <= ?" if len(cols) == 1
             else f"({', '.join(cols)}) <= ({marks(len(cols))})")
     where = f"{after} AND {upto}" if after else f"WHERE {upto}"
+    # not Core: a demoted FTS5 shadow table named from sqlite_master (its key columns read
+    # by PRAGMA table_info), not in the Core metadata
     return f"DELETE FROM {_trash(name)} {where}"
 
 
@@ -204,4 +227,6 @@ def drop_trash(name: str) -> str:
 
 def trash_count(name: str) -> str:
     """Rows left in a trash table (the teardown's percentage; read once)."""
+    # not Core: a demoted FTS5 shadow table named from sqlite_master (its key columns read
+    # by PRAGMA table_info), not in the Core metadata
     return f"SELECT COUNT(*) FROM {_trash(name)}"

@@ -29,6 +29,7 @@ def _table(table: str) -> str:
 def probe(table: str) -> str:
     """Is the table queryable here (any ``DatabaseError`` ⇒ absent: missing table, module,
     tokenizer, or a damaged index)."""
+    # not Core: an FTS5 virtual table by name (not in the Core metadata)
     return f"SELECT 1 FROM {_table(table)} LIMIT 0"
 
 
@@ -54,11 +55,13 @@ def merge(table: str) -> str:
 def set_usermerge(table: str) -> str:
     """Persist ``usermerge`` (written to ``<t>_config``) to ``?``."""
     t = _table(table)
+    # not Core: an FTS5 command (the hidden column named after the table)
     return f"INSERT INTO {t}({t}, rank) VALUES ('usermerge', ?)"
 
 
 def read_usermerge(table: str) -> str:
     """The persisted ``usermerge`` of the index (no row ⇒ FTS5's default, 4)."""
+    # not Core: an FTS5 shadow table (<table>_config), not in the Core metadata
     return f"SELECT v FROM {_table(table)}_config WHERE k = 'usermerge'"
 
 

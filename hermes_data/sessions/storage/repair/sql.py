@@ -7,6 +7,12 @@ quoted by :func:`quote_ident`. (Not the gateway's ``sql/repair.py``.)
 
 from __future__ import annotations
 
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages, sessions
+from hermes_data.sessions.sql.constructs import bp, const, module_statement
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+
 #: The guard's and the probes' set-up: fail at once instead of waiting on a lock.
 BUSY_TIMEOUT_ZERO = "PRAGMA busy_timeout = 0"
 #: Keep every lock the guard takes until it switches back to NORMAL and reads once.
@@ -33,7 +39,6 @@ SCHEMA_VERSION = "PRAGMA schema_version"
 SET_SCHEMA_VERSION = "PRAGMA schema_version = {value:d}"
 #: A page read that touches the file (the guard's release: the NORMAL mode applies then).
 READ_ONE = "SELECT COUNT(*) FROM sqlite_master"
-COUNT_SESSIONS = "SELECT COUNT(*) FROM sessions"
 VACUUM = "VACUUM"
 REINDEX = "REINDEX"
 
@@ -67,10 +72,28 @@ DEDUP_SCHEMA = (
 DROP_FTS_SCHEMA_ROWS = (
     "DELETE FROM sqlite_master WHERE name GLOB 'messages_fts*' OR name GLOB 'messages_cjk_*' "
     "OR tbl_name GLOB 'messages_fts*' OR tbl_name GLOB 'messages_cjk_*'")
-#: The probe write of ``opens_cleanly`` (rolled back): a session and a message.
-PROBE_SESSION = "INSERT INTO sessions (id, source, started_at) VALUES (?, 'repair-probe', 0)"
-PROBE_MESSAGE = (
-    "INSERT INTO messages (session_id, role, content, timestamp) VALUES (?, 'user', 'probe', 0)")
+
+
+class ProbeStatements(Statements):
+    """The repair's reads and probe writes on the store's own tables (issue 32): Core
+    constructs compiled for SQLite on first read, exposed as plain string module attributes
+    of the same name (:func:`__getattr__`) for the raw ``sqlite3`` connections."""
+
+    #: A read of ``sessions`` (the repaired file answers it).
+    COUNT_SESSIONS = driver_statement(lambda d: sa.select(sa.func.count()).select_from(sessions))
+    #: The probe write of ``opens_cleanly`` (rolled back): a session and a message (the id).
+    PROBE_SESSION = driver_statement(lambda d: sa.insert(sessions).values(
+        id=bp("id"), source=const("repair-probe"), started_at=const(0)), "id")
+    PROBE_MESSAGE = driver_statement(lambda d: sa.insert(messages).values(
+        session_id=bp("id"), role=const("user"), content=const("probe"), timestamp=const(0)),
+        "id")
+
+
+def __getattr__(name: str) -> str:
+    """:class:`ProbeStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), ProbeStatements, name)
+
 
 
 def quote_ident(name: str) -> str:
@@ -81,11 +104,13 @@ def quote_ident(name: str) -> str:
 def count_rows(table: str) -> str:
     """``COUNT(*)`` and ``MAX(rowid)`` of ``table`` (WITHOUT ROWID tables: the caller falls
     back to :func:`count_only`)."""
+    # not Core: a table of a damaged file named from sqlite_master (any table, not metadata)
     return f"SELECT COUNT(*), MAX(rowid) FROM {quote_ident(table)}"
 
 
 def count_only(table: str) -> str:
     """``COUNT(*)`` of ``table``."""
+    # not Core: a table of a damaged file named from sqlite_master (any table, not metadata)
     return f"SELECT COUNT(*), NULL FROM {quote_ident(table)}"
 
 
