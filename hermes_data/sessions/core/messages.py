@@ -22,6 +22,7 @@ from hermes_data.sessions.backends.base import driver_connection
 from hermes_data.sessions.rows import MessageRow
 from hermes_data.sessions.sql import Fragments
 from hermes_data.sessions.storage.fts import ddl as fts
+from hermes_data.sessions.storage.fts import gate_sql as gate
 from hermes_data.sessions.sql.core import INSERT_COLS
 from hermes_data.sessions.sql.ddl import squash
 from hermes_data.sessions.gateway.sql import for_dialect as gateway_sql
@@ -173,11 +174,11 @@ class _Gate:
 
     def __init__(self, tx: Any, plan: tuple[bool, bool]) -> None:
         self.base, self.trigram = plan
-        self.saved = dict(tx.execute(fts.READ_GATE).fetchall())
-        last = tx.execute(fts.LAST_MESSAGE_ID).fetchone()[0]
+        self.saved = dict(tx.execute(gate.READ_GATE).fetchall())
+        last = tx.execute(gate.LAST_MESSAGE_ID).fetchone()[0]
         self.last_id = -1 if last is None else int(last)
         # GATE(r) is false for last_id < r.id <= high water: the insert triggers skip them.
-        tx.executemany(fts.SET_GATE_MARKER, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
+        tx.executemany(gate.SET_GATE_MARKER, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
                                              (fts.GATE_KEYS[1], self.last_id)))
 
     def reopen_and_fill(self, tx: Any) -> None:
@@ -185,9 +186,9 @@ class _Gate:
         indexed under them (the fills apply GATE themselves)."""
         for key in fts.GATE_KEYS:
             if key in self.saved:
-                tx.execute(fts.SET_GATE_MARKER, (key, self.saved[key]))
+                tx.execute(gate.SET_GATE_MARKER, (key, self.saved[key]))
             else:
-                tx.execute(fts.DELETE_GATE_MARKER, (key,))
+                tx.execute(gate.DELETE_GATE_MARKER, (key,))
         if self.base:
             tx.execute(fts.BULK_FTS_FILL, (self.last_id,))
         if self.trigram:

@@ -21,7 +21,6 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.visitors import InternalTraversal
 
-from hermes_data.sessions.schema import state_meta
 from hermes_data.statements import dialect_insert
 
 __all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "left_chars", "right_chars",
@@ -167,27 +166,9 @@ def _json_marker(element: json_marker, compiler: Any, **kw: Any) -> str:
 @compiles(json_marker, "postgresql")
 def _json_marker_pg(element: json_marker, compiler: Any, **kw: Any) -> str:
     return f"hermes_json_get({compiler.process(element.expr, **kw)}, '{element.key}')"
-# -- state_meta and SQLite-only statement modules (issue 32 round 2: search/FTS) -----------
+# -- SQLite-only statement modules (issue 32 round 2: search/FTS) --------------------------
 
-__all__ += ["meta_keys", "meta_upsert", "module_statement"]
-
-
-def meta_upsert(dialect: str) -> Any:
-    """Set one ``state_meta`` key: ``INSERT … ON CONFLICT (key) DO UPDATE SET value =
-    excluded.value`` (bound: key, value)."""
-    stmt = dialect_insert(dialect)(state_meta).values(key=bp("key"), value=bp("value"))
-    return stmt.on_conflict_do_update(index_elements=[state_meta.c.key],
-                                      set_={"value": stmt.excluded.value})
-
-
-def meta_keys(*keys: str) -> ColumnElement[Any]:
-    """``key = '<k>'`` / ``key IN ('<k>', …)`` over ``state_meta`` for the statement's own
-    fixed keys (inline constants); no key: ``key = ?`` (bound: key)."""
-    if not keys:
-        return state_meta.c.key == bp("key")
-    if len(keys) == 1:
-        return state_meta.c.key == const(keys[0])
-    return state_meta.c.key.in_([const(k) for k in keys])
+__all__ += ["module_statement"]
 
 
 def module_statement(namespace: dict[str, Any], statements: type, name: str) -> str:

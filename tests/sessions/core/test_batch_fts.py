@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 
 from hermes_data.sessions.core import messages as msg
 from hermes_data.sessions.storage.fts import ddl as fts
+from hermes_data.sessions.storage.fts import gate_sql as gate
 from hermes_data.sessions.store import SessionStore
 
 from tests.conftest import scratch_store_database
@@ -161,7 +162,7 @@ def _match(store: SessionStore, table: str, term: str) -> list[int]:
 def _markers(path: Path) -> dict:
     con = sqlite3.connect(path)
     try:
-        return dict(con.execute(fts.READ_GATE).fetchall())
+        return dict(con.execute(gate.READ_GATE).fetchall())
     finally:
         con.close()
 

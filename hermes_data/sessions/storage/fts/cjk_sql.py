@@ -33,7 +33,8 @@ from typing import Any, Callable
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import messages, sessions, state_meta
-from hermes_data.sessions.sql.constructs import bp, meta_keys, meta_upsert, module_statement
+from hermes_data.sessions.sql.constructs import bp, module_statement
+from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.ddl import tri_session

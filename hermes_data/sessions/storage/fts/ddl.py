@@ -9,13 +9,9 @@ revision that migrates existing files.
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
-from hermes_data.sessions.schema import messages, state_meta
-from hermes_data.sessions.sql.constructs import meta_keys, meta_upsert, module_statement
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.predicates import J, TOOL_INDEX_PREFIX
 
 # ---------------------------------------------------------------------------------------
@@ -174,30 +170,6 @@ GATE_CLOSED_HIGH_WATER = 9223372036854775807
 
 #: The triggers on ``messages`` (name, stored SQL).
 MESSAGE_TRIGGERS = "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'messages'"
-
-
-class GateStatements(Statements):
-    """The batch path's gate bookkeeping over ``state_meta`` and ``messages`` (issue 32):
-    Core constructs compiled for SQLite on first read, exposed as plain string module
-    attributes of the same name (:func:`__getattr__`; the batch runs them on its raw
-    ``sqlite3`` cursor, ``?`` placeholders in the declared order)."""
-
-    #: The gate markers as stored (key, value).
-    READ_GATE = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
-                                 .where(meta_keys(*GATE_KEYS)))
-    #: The largest message id so far (NULL on an empty table).
-    LAST_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
-    #: Set one gate marker (key, value).
-    SET_GATE_MARKER = driver_statement(meta_upsert, "key", "value")
-    #: Remove one gate marker (key).
-    DELETE_GATE_MARKER = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys()),
-                                          "key")
-
-
-def __getattr__(name: str) -> str:
-    """:class:`GateStatements`' statements as module attributes (PEP 562), compiled for
-    SQLite on first read."""
-    return module_statement(globals(), GateStatements, name)
 
 
 #: Index the rows above an id (bound) in ``messages_fts`` exactly as its insert trigger would.

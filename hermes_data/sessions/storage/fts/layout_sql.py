@@ -17,7 +17,8 @@ from typing import Sequence
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import messages, state_meta
-from hermes_data.sessions.sql.constructs import const, meta_keys, meta_upsert, module_statement
+from hermes_data.sessions.sql.constructs import const, module_statement
+from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
 from hermes_data.sessions.sql.dialect import marks

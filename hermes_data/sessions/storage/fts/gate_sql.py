@@ -1,0 +1,39 @@
+"""The batch append's FTS rebuild-gate bookkeeping over ``state_meta`` and ``messages``
+(docs/sessions.md §2.6; issue 32): Core constructs compiled for SQLite on first read, exposed
+as plain string module attributes (the batch runs them on its raw ``sqlite3`` cursor, ``?``
+placeholders in the declared order). Kept apart from :mod:`~hermes_data.sessions.storage.fts.ddl`,
+which the schema's PostgreSQL declarations import."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from hermes_data.sessions.schema import messages, state_meta
+from hermes_data.sessions.sql.constructs import module_statement
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
+from hermes_data.sessions.storage.fts.ddl import GATE_KEYS
+
+
+class GateStatements(Statements):
+    """The batch path's gate bookkeeping over ``state_meta`` and ``messages`` (issue 32):
+    Core constructs compiled for SQLite on first read, exposed as plain string module
+    attributes of the same name (:func:`__getattr__`; the batch runs them on its raw
+    ``sqlite3`` cursor, ``?`` placeholders in the declared order)."""
+
+    #: The gate markers as stored (key, value).
+    READ_GATE = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
+                                 .where(meta_keys(*GATE_KEYS)))
+    #: The largest message id so far (NULL on an empty table).
+    LAST_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
+    #: Set one gate marker (key, value).
+    SET_GATE_MARKER = driver_statement(meta_upsert, "key", "value")
+    #: Remove one gate marker (key).
+    DELETE_GATE_MARKER = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys()),
+                                          "key")
+
+
+def __getattr__(name: str) -> str:
+    """:class:`GateStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), GateStatements, name)
