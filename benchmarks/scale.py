@@ -235,7 +235,12 @@ def build(target: str, size: int, seed: int, mix: Mix, max_seconds: float | None
             print(f"  {label}: resuming at step {j:,} of {len(steps):,} ({present:,} messages)")
             post(store, p, steps[j - 1])  # its idempotent end/lineage calls, in case they were cut
         last_print = time.perf_counter()
+        pg = store.engine.dialect.name == "postgresql"
+        analyzed = present
         for k in range(j, len(steps)):
+            if pg and cum[k] >= max(1000, analyzed * 1.1):
+                analyze(store)  # as autovacuum would (its default analyze_scale_factor 0.1)
+                analyzed = cum[k]
             kind, i = steps[k]
             t0 = 1_700_000_000.0 + k * 900.0
             if kind == "s":
@@ -269,6 +274,16 @@ def build(target: str, size: int, seed: int, mix: Mix, max_seconds: float | None
     with open(log_path, "a", encoding="utf-8") as fh:
         fh.write(line + "\n")
     return done == size
+
+
+def analyze(store: SessionStore) -> None:
+    """PostgreSQL: refresh the planner's statistics of the store's tables. Without any (a
+    server with autovacuum off, or before its first pass) the display-order trigger's
+    per-row lookup is planned on the wrong index and scans the whole session per row."""
+    with store.engine.connect() as conn:
+        conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        conn.exec_driver_sql("ANALYZE messages")
+        conn.exec_driver_sql("ANALYZE sessions")
 
 
 def post(store: SessionStore, p: dict, step: tuple[str, int]) -> None:
@@ -616,9 +631,8 @@ class Postgres:
                     time.sleep(0.5)
         eng.dispose()
         work = self._db(f"{self.base}_{size}_work")
-        with open_target(work) as store, store.engine.connect() as conn:
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
-            conn.exec_driver_sql("ANALYZE")
+        with open_target(work) as store:
+            analyze(store)
         return work
 
     def drop_work(self, size: int) -> None:
@@ -636,9 +650,10 @@ class Postgres:
             with store.engine.connect() as conn:
                 version = conn.exec_driver_sql("SHOW server_version").scalar()
                 commit = conn.exec_driver_sql("SHOW synchronous_commit").scalar()
+                autovacuum = conn.exec_driver_sql("SHOW autovacuum").scalar()
                 dbsize = conn.exec_driver_sql("SELECT pg_database_size(current_database())").scalar()
         return {"file_bytes": dbsize, "logical_bytes": logical,
-                "settings": f"PostgreSQL {version}, synchronous_commit={commit}"}
+                "settings": f"PostgreSQL {version}, synchronous_commit={commit}, autovacuum={autovacuum}"}
 
 
 def measure(backend, size: int, args: argparse.Namespace, scratch: Path) -> dict:
