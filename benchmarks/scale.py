@@ -9,7 +9,7 @@ Builds, per size N, a session store of N messages with the public batch API
 JSON and their tool rows carrying JSON — 0.2 % of them hundreds of KB —, ~4 % of rows with
 Chinese / Japanese / Korean text, emoji and accented words), compression chains of 2–5
 segments (parent ended ``compression``, child's ``parent_session_id`` the parent), one session
-in ten a ``cron`` run, 3 % of sessions left open, and one long ``telegram`` session holding
+in ten a ``cron`` run, 2 % of sessions left open, and one long ``telegram`` session holding
 N/20 messages (100,000 at 2,000,000) written in chunks of 1,000 interleaved with the other
 sessions (so its rows are spread over the file as a real long-lived chat's are). The text
 sources and the tool rows are :mod:`search_corpus`'s ``Corpus``.
