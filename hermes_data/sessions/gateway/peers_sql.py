@@ -16,14 +16,11 @@ from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.visitors import InternalTraversal
 
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
 from hermes_data.sessions.gateway.sql import session_row_select
 from hermes_data.sessions.schema import messages, sessions
-from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, unindexed
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.predicates import (RESET_END_REASONS, edge_of, last_active_of,
                                                  reset_child_of)
@@ -52,29 +49,6 @@ def recoverable(s: Any) -> Any:
                   s.c.end_reason.in_([const(r) for r in RECOVERABLE_END_REASONS]))
 
 
-class _unindexed(ColumnElement[Any]):
-    # SQLite without statistics (no ANALYZE: most files) picks idx_sessions_source for
-    # "session_key = ? AND source = ?" and walks every row of the source; the unary "+"
-    # leaves it idx_sessions_session_key. PostgreSQL: the column itself.
-    inherit_cache = True
-
-    def __init__(self, expr: ColumnElement[Any]) -> None:
-        self.expr = expr
-        self.type = expr.type
-
-    _traverse_internals = [("expr", InternalTraversal.dp_clauseelement)]
-
-
-@compiles(_unindexed)
-def _unindexed_plain(element: _unindexed, compiler: Any, **kw: Any) -> str:
-    return compiler.process(element.expr, **kw)
-
-
-@compiles(_unindexed, "sqlite")
-def _unindexed_sqlite(element: _unindexed, compiler: Any, **kw: Any) -> str:
-    return "+" + compiler.process(element.expr, **kw)
-
-
 def _fence(s: Any, fb: Any, match: list[Any]) -> Any:
     # FENCED(s, PEER): a peer ``fb`` (``match``) ended at a reset boundary after ACT(s),
     # unless ``s`` is the reset child of that very row.
@@ -89,9 +63,9 @@ def _by_key(d: str) -> sa.Select:
     s = sessions.alias("s")
     fb = sessions.alias("fb")
     fence = _fence(s, fb, [fb.c.session_key == s.c.session_key,
-                           _unindexed(fb.c.source) == s.c.source])
+                           unindexed(fb.c.source) == s.c.source])
     return session_row_select(s).where(
-        s.c.session_key == bp("key"), _unindexed(s.c.source) == bp("source"), recoverable(s),
+        s.c.session_key == bp("key"), unindexed(s.c.source) == bp("source"), recoverable(s),
         sa.not_(fence)).order_by(has_msg(s).desc(), act(s).desc(), s.c.started_at.desc(),
                                  s.c.id.desc()).limit(const(1))
 

@@ -24,7 +24,7 @@ from sqlalchemy.sql.visitors import InternalTraversal
 from hermes_data.statements import dialect_insert
 
 __all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "left_chars", "right_chars",
-           "trim_chars"]
+           "trim_chars", "unindexed"]
 
 
 def const(value: int | str) -> ColumnElement[Any]:
@@ -180,3 +180,33 @@ def module_statement(namespace: dict[str, Any], statements: type, name: str) -> 
         raise AttributeError(f"module {namespace.get('__name__')!r} has no attribute {name!r}")
     sql = namespace[name] = getattr(statements.for_dialect("sqlite"), name)
     return sql
+
+
+class unindexed(ColumnElement[Any]):
+    """``+col``: the column's value, written so SQLite's planner uses no index for the term.
+
+    Where SQLite would otherwise pick the wrong index — the transcript page's ``+active = 1``
+    keeps the ``(session_id, id)`` seek instead of the partial active-rows index; the peer
+    lookup's ``+source = ?`` keeps ``idx_sessions_session_key`` on files without statistics
+    instead of walking every row of the source. PostgreSQL keeps the unary plus on a numeric
+    column (the plans measured with it) and takes a text column as itself (it has no unary
+    plus for text)."""
+
+    inherit_cache = True
+
+    def __init__(self, col: ColumnElement[Any]) -> None:
+        self.col = col
+        self.type = col.type
+
+    _traverse_internals = [("col", InternalTraversal.dp_clauseelement)]
+
+
+@compiles(unindexed)
+def _unindexed(element: unindexed, compiler: Any, **kw: Any) -> str:
+    return "+" + compiler.process(element.col, **kw)
+
+
+@compiles(unindexed, "postgresql")
+def _unindexed_pg(element: unindexed, compiler: Any, **kw: Any) -> str:
+    col = compiler.process(element.col, **kw)
+    return col if isinstance(element.type, sa.String) else "+" + col

@@ -15,14 +15,11 @@ from functools import lru_cache
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.elements import ColumnElement
-from sqlalchemy.sql.visitors import InternalTraversal
 
 from hermes_data.sessions.schema import compression_locks, state_meta, system_prompts
 from hermes_data.sessions.schema import messages as m
 from hermes_data.sessions.schema import sessions as s
-from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker
+from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker, unindexed
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.predicates import legacy_reset_child_of
 from hermes_data.statements import DriverPrepared
@@ -95,26 +92,6 @@ PUBLISH_CHILD_COLS = ("id", "source", "started_at", "parent_session_id", "model"
 def quote_ident(name: str) -> str:
     """Double-quote an identifier read from the database's own catalogue."""
     return '"' + name.replace('"', '""') + '"'
-
-
-class unindexed(ColumnElement[Any]):
-    """``+col``: the column's value, written so SQLite's planner uses no index for the term
-    (a unary plus on an integer column; PostgreSQL evaluates it as the value itself). The
-    transcript page filters ``+active = 1`` to keep the ``(session_id, id)`` index for the
-    seek instead of the partial active-rows index."""
-
-    inherit_cache = True
-
-    def __init__(self, col: ColumnElement[Any]) -> None:
-        self.col = col
-        self.type = col.type
-
-    _traverse_internals = [("col", InternalTraversal.dp_clauseelement)]
-
-
-@compiles(unindexed)
-def _unindexed(element: unindexed, compiler: Any, **kw: Any) -> str:
-    return "+" + compiler.process(element.col, **kw)
 
 
 _BY_ID = s.c.id == bp("id")
