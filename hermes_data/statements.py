@@ -28,7 +28,7 @@ Running
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.sql.elements import ClauseElement
@@ -88,6 +88,9 @@ def _is_builder(stmt: Any) -> bool:
     return callable(stmt) and not isinstance(stmt, ClauseElement)
 
 
+_P = TypeVar("_P", bound="Prepared")
+
+
 class Prepared:
     """A Core statement compiled once per dialect: SQL text plus positional parameter order.
 
@@ -128,7 +131,7 @@ class Prepared:
         self._expanded: dict[tuple[str, int], str] = {}
 
     @classmethod
-    def per_dialect(cls, name: str, build: Callable[[str], Any]) -> "Prepared":
+    def per_dialect(cls: type[_P], name: str, build: Callable[[str], Any]) -> _P:
         """A statement whose construct depends on the dialect: ``build(dialect_name)``
         (``"sqlite"`` / ``"postgresql"``) is called once per dialect, on first use."""
         return cls(name, lambda: build("sqlite"), lambda: build("postgresql"))
@@ -243,7 +246,7 @@ class Prepared:
         c = self.for_dialect(conn.dialect.name)
         return conn.exec_driver_sql(c.sql, c.args(params))
 
-    def runmany(self, conn: Any, rows: list[Mapping[str, Any]]) -> Any:
+    def runmany(self, conn: Any, rows: Sequence[Mapping[str, Any]]) -> Any:
         """:meth:`run` for each mapping of ``rows`` in one ``executemany`` (none: no call)."""
         if not rows:
             return None

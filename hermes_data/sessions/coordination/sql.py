@@ -67,6 +67,16 @@ class GuardStatements(Statements):
     revives its own row); ``RELEASE`` (key, holder): holder-matched delete.
     """
 
+    # The statements each kind's subclass declares (``driver_statement`` attributes: the
+    # compiled string once read through an instance).
+    READ: str
+    PEEK: str
+    DELETE_STALE: str
+    EXTEND: str
+    INSERT: str
+    REFRESH: str
+    RELEASE: str
+
 
 def _guard_statements(kind: str) -> type[GuardStatements]:
     """The :class:`GuardStatements` subclass of one guard kind (``lock`` / ``lease``)."""
@@ -244,8 +254,8 @@ def _orphans(n_sources: int, pinned: bool, heartbeat: bool, close: bool) -> Driv
     """ORPHAN(_s) of docs/sessions-coordination.md §3.18 over ``n_sources`` bound sources: its
     ids, or (``close``) the update closing one of them with ORPHAN re-applied."""
     def build() -> Any:
-        conds = [_s.c.ended_at.is_(None),
-                 _s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
+        conds: list[Any] = [_s.c.ended_at.is_(None),
+                            _s.c.source.in_([bp(f"src{i}") for i in range(n_sources)])]
         if pinned:
             conds.append(_s.c.pinned == const(0))
         conds += [_s.c.started_at < bp("cutoff"), last_active_of(_s) < bp("cutoff")]
@@ -474,7 +484,7 @@ class CoordinationStatements(Statements):
 def _clone_by_ids(cols: tuple[str, ...], n: int) -> DriverPrepared:
     # The live table's columns (the catalogue may hold columns the metadata does not declare),
     # as a lightweight table clause named like the real one; each quoted, as read.
-    quoted = [sa.column(sa.sql.quoted_name(c, True)) for c in cols]
+    quoted: list[Any] = [sa.column(sa.sql.quoted_name(c, True)) for c in cols]
     t = sa.table("messages", *(sa.column(c) for c in ("id", "session_id", "active",
                                                       "compacted")), *quoted)
     copied = [t.c[c] for c in cols]

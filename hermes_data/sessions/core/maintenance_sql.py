@@ -253,7 +253,7 @@ class MaintenanceStatements(Statements):
 
 
 #: ``sessions`` as ``s`` (the alias the correlated prompt check names).
-_S = sessions.alias("s")
+_S: Any = sessions.alias("s")
 
 
 def _ids(name: str) -> Any:

@@ -83,7 +83,7 @@ def _hb_upsert(d: str) -> Any:
         "profile": x.profile, "host": x.host})
 
 
-def _hb_prune(d: str) -> sa.Delete:
+def _hb_prune(d: str) -> Any:
     stmt = sa.delete(_hb).where(_hb.c.last_heartbeat < bp("cutoff"))
     return stmt.returning(_hb.c.backend_id) if d == "postgresql" else stmt
 

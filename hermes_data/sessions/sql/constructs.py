@@ -171,7 +171,7 @@ def _json_marker_pg(element: json_marker, compiler: Any, **kw: Any) -> str:
 __all__ += ["module_statement"]
 
 
-def module_statement(namespace: dict[str, Any], statements: type, name: str) -> str:
+def module_statement(namespace: dict[str, Any], statements: Any, name: str) -> str:
     """A module-level ``__getattr__`` (PEP 562) body for a SQLite-only statement module: the
     ``driver_statement`` ``name`` of ``statements`` compiled for SQLite on first read and
     stored in the module's ``namespace``, so later reads are a plain module attribute (no

@@ -108,7 +108,8 @@ def _enrich(config: bool) -> driver_statement:
     cols = (*FILLABLE, "git_branch")
 
     def build(d: str) -> sa.Update:
-        pairs = [(c, sa.func.coalesce(s.c[c], bp("v_" + c))) for c in cols]
+        pairs: list[tuple[str, Any]] = [(c, sa.func.coalesce(s.c[c], bp("v_" + c)))
+                                        for c in cols]
         if config:
             pairs.append(("model_config", bp("config")))
         return _upd(*pairs).where(_BY_ID)
@@ -191,7 +192,8 @@ def _stamp_legacy_reset_children(d: str) -> sa.Update:
         doc = sa.case((sa.func.json_valid(c.c.model_config), c.c.model_config),
                       else_=const("{}"))
         stamped = sa.func.json_set(doc, const("$._reset_from"), p)
-    return sa.update(c).values(model_config=stamped).where(
+    target: Any = c  # an alias of sessions (the stub types update() for tables only)
+    return sa.update(target).values(model_config=stamped).where(
         c.c.parent_session_id == p,
         *[json_marker(c.c.model_config, mk).is_(None) for mk in CHILD_MARKERS.values()],
         legacy_reset_child_of(c))
