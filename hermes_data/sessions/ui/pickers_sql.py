@@ -85,11 +85,16 @@ def id_candidates(tier: str, include_archived: bool) -> DriverPrepared:
     return DriverPrepared(f"id_candidates_{tier}", build)
 
 
+def rich_rows(count: int, compact: bool, extras: tuple[str, ...], d: str) -> str:
+    """Session-row columns of ``count`` ids (driver text; values: the ids), the resolved
+    prompt unless ``compact`` (then neither the prompt column nor ``system_prompts`` is read),
+    then ``extras`` (catalogue names: columns outside the metadata, quoted by the compiler).
+    Compiled once per shape and dialect whatever ``count`` is (``expanded_sql``)."""
+    return _rich_rows(compact, extras).expanded_sql(d, ("ids",), count)
+
+
 @lru_cache(maxsize=256)
-def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> DriverPrepared:
-    """Session-row columns of :i0 … (``count`` ids), the resolved prompt unless ``compact``
-    (then neither the prompt column nor ``system_prompts`` is read), then ``extras`` (catalogue
-    names: columns outside the metadata, quoted by the compiler)."""
+def _rich_rows(compact: bool, extras: tuple[str, ...]) -> DriverPrepared:
     def build() -> sa.Select:
         s = sessions.alias("s")
         cols: list[Any] = [s.c[c] for c in SESSION_ROW_COLS]
@@ -100,5 +105,5 @@ def rich_rows(count: int, compact: bool, extras: tuple[str, ...]) -> DriverPrepa
             src = s.outerjoin(sp, sp.c.hash == s.c.system_prompt_hash)
         cols += [sa.column(c, _selectable=s) for c in extras]
         return (sa.select(*cols).select_from(src)
-                .where(s.c.id.in_([bp(f"i{i}") for i in range(count)])))
+                .where(s.c.id.in_(sa.bindparam("ids", expanding=True))))
     return DriverPrepared("rich_rows", build)

@@ -43,8 +43,8 @@ def _fetch(store: Any, conn: Connection, ids: list[str], compact: bool
     out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
     for lo in range(0, len(ids), IN_CHUNK):
         chunk = ids[lo:lo + IN_CHUNK]
-        stmt = q.rich_rows(len(chunk), compact, extras)
-        for r in stmt.run(conn, {f"i{i}": v for i, v in enumerate(chunk)}).fetchall():
+        sql = q.rich_rows(len(chunk), compact, extras, conn.dialect.name)
+        for r in conn.exec_driver_sql(sql, tuple(chunk)).fetchall():
             row = tuple(r)
             if compact:
                 row = row[:n] + (None,) + row[n:]

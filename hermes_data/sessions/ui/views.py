@@ -204,8 +204,8 @@ def find_pr_url_messages(store: StoreHandle, session_ids: Iterable[Any]) -> list
         found = []
         for lo in range(0, len(ids), IN_CHUNK):
             chunk = ids[lo:lo + IN_CHUNK]
-            stmt = q.pr_urls(len(chunk))
-            for rid, sid, raw in stmt.run(conn, {f"i{i}": v for i, v in enumerate(chunk)}):
+            sql = q.pr_urls(len(chunk), d)
+            for rid, sid, raw in conn.exec_driver_sql(sql, tuple(chunk)):
                 text = markers.part_text(enc.decode_content(raw, d))
                 if text is not None:
                     found.append((int(rid), PrUrlCandidate(str(sid), text)))

@@ -93,10 +93,14 @@ def recent_users(include_inactive: bool) -> DriverPrepared:
     return DriverPrepared("view_recent_users", build)
 
 
-@lru_cache(maxsize=None)
-def pr_urls(count: int) -> DriverPrepared:
-    """Tool rows of the :i0… sessions whose content mentions ``/pull/`` (any case, any
-    ``active``), oldest first."""
-    return DriverPrepared("view_pr_urls", lambda: sa.select(m.c.id, m.c.session_id, m.c.content).where(
-        m.c.session_id.in_([bp(f"i{i}") for i in range(count)]), m.c.role == const("tool"),
-        ci_like(m.c.content, const("%/pull/%"))).order_by(m.c.id))
+#: Tool rows of a list of sessions whose content mentions ``/pull/`` (any case, any
+#: ``active``), oldest first (the list spread per call: ``expanded_sql``).
+_PR_URLS = DriverPrepared("view_pr_urls", lambda: sa.select(
+    m.c.id, m.c.session_id, m.c.content).where(
+    m.c.session_id.in_(sa.bindparam("ids", expanding=True)), m.c.role == const("tool"),
+    ci_like(m.c.content, const("%/pull/%"))).order_by(m.c.id))
+
+
+def pr_urls(count: int, d: str) -> str:
+    """:data:`_PR_URLS` for ``count`` session ids on dialect ``d`` (driver text)."""
+    return _PR_URLS.expanded_sql(d, ("ids",), count)
