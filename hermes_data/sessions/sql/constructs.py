@@ -23,8 +23,8 @@ from sqlalchemy.sql.visitors import InternalTraversal
 
 from hermes_data.statements import dialect_insert
 
-__all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "left_chars", "right_chars",
-           "trim_chars", "unindexed"]
+__all__ = ["bp", "ci_like", "const", "dialect_insert", "instr", "json_marker", "left_chars",
+           "module_statement", "right_chars", "sibling_table", "trim_chars", "unindexed"]
 
 
 def const(value: int | str) -> ColumnElement[Any]:
@@ -35,6 +35,14 @@ def const(value: int | str) -> ColumnElement[Any]:
     if isinstance(value, int):
         return sa.literal_column(str(value))
     return sa.literal_column("'" + value.replace("'", "''") + "'")
+
+
+def sibling_table(alias: Any, name: str) -> Any:
+    """The table ``name`` of the metadata ``alias``'s table belongs to: the shared builders
+    (sql/predicates.py, sql/previews.py) reach ``messages`` / ``sessions`` through the alias
+    they are given, never by importing the schema (sessions/schema.py imports the FTS DDL,
+    which imports them)."""
+    return alias.element.metadata.tables[name]
 
 
 def bp(name: str) -> sa.BindParameter[Any]:
@@ -166,9 +174,6 @@ def _json_marker(element: json_marker, compiler: Any, **kw: Any) -> str:
 @compiles(json_marker, "postgresql")
 def _json_marker_pg(element: json_marker, compiler: Any, **kw: Any) -> str:
     return f"hermes_json_get({compiler.process(element.expr, **kw)}, '{element.key}')"
-# -- SQLite-only statement modules (issue 32 round 2: search/FTS) --------------------------
-
-__all__ += ["module_statement"]
 
 
 def module_statement(namespace: dict[str, Any], statements: Any, name: str) -> str:

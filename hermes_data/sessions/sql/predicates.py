@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.sql.constructs import const, json_marker
+from hermes_data.sessions.sql.constructs import const, json_marker, sibling_table
 from hermes_data.sessions.sql.previews import preview_expr
 from hermes_data.sessions.sql.previews import preview_sql as _ui_preview
 
@@ -143,12 +143,6 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
 Alias = Any  # an alias of the sessions table (sqlalchemy.sql.Alias)
 
 
-def _table(alias: Alias, name: str) -> Any:
-    # The table ``name`` of the alias's own metadata (sessions/schema.py imports the FTS DDL,
-    # which imports this module: no import of the schema here).
-    return alias.element.metadata.tables[name]
-
-
 def _marker_names(c: Alias, key: str, target: Any) -> Any:
     # Never NULL: an absent marker is "no", so NOT fork_of(...) stays two-valued.
     return sa.func.coalesce(json_marker(c.c.model_config, key) == target, sa.false())
@@ -170,7 +164,7 @@ def edge_of(p: Alias, c: Alias) -> Any:
 
 def branch_child_of(c: Alias) -> Any:
     """BRANCH_CHILD(c): its marker names the parent, or the legacy ``branched`` parent rule."""
-    bp = _table(c, "sessions").alias("bp")
+    bp = sibling_table(c, "sessions").alias("bp")
     legacy = sa.select(const(1)).where(
         bp.c.id == c.c.parent_session_id, bp.c.end_reason == const("branched"),
         c.c.started_at >= bp.c.ended_at).correlate(c).exists()
@@ -179,7 +173,7 @@ def branch_child_of(c: Alias) -> Any:
 
 def legacy_reset_child_of(c: Alias) -> Any:
     """The legacy (marker-less) reset-child rule: same non-empty key, reset-ended parent."""
-    rp = _table(c, "sessions").alias("rp")
+    rp = sibling_table(c, "sessions").alias("rp")
     return sa.select(const(1)).where(
         rp.c.id == c.c.parent_session_id,
         rp.c.end_reason.in_([const(r) for r in RESET_END_REASONS]),
@@ -208,7 +202,7 @@ def last_active_of(s: Alias) -> Any:
     """LAST_ACTIVE(s): the freshest plausible heartbeat or message time, else the plausible
     start (the string builder's statement shape: the message maximum seeks the
     ``(session_id, timestamp)`` index)."""
-    la_m = _table(s, "messages").alias("la_m")
+    la_m = sibling_table(s, "messages").alias("la_m")
     heartbeat = sa.select(sa.case((_plausible(s.c.last_activity_at), s.c.last_activity_at))
                           .label("v")).correlate(s)
     newest = sa.select(sa.func.max(la_m.c.timestamp)).where(

@@ -12,6 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.sql import markers as mk
+from hermes_data.sessions.sql.constructs import (const, instr, right_chars, sibling_table,
+                                                   trim_chars)
 
 
 def _lit(text: str) -> str:
@@ -88,95 +90,77 @@ def preview_sql(s: str, d: str = "sqlite") -> str:
 # construct binds nothing; the functions spelled differently per dialect are chosen here.
 # ---------------------------------------------------------------------------------------
 
-def _core_kit(d: str) -> Any:
-    from hermes_data.sessions.sql.constructs import const, instr, right_chars, trim_chars
+class _CoreDialect:
+    """:class:`_Dialect`'s helpers as Core expressions (``instr``, ``TRIM`` and the tail are
+    the per-dialect constructs of :mod:`~hermes_data.sessions.sql.constructs`; only ``char``
+    and the whitespace set are chosen here)."""
 
-    pg = d == "postgresql"
+    def __init__(self, d: str) -> None:
+        self.pg = d == "postgresql"
+        self.ws = (self.ch(9).op("||")(self.ch(10)).op("||")(self.ch(13)).op("||")(const(" "))
+                   if self.pg else sa.func.char(const(9), const(10), const(13), const(32)))
 
-    def ch(n: int) -> Any:
-        return (sa.func.chr if pg else sa.func.char)(const(n))
+    def ch(self, n: int) -> Any:
+        return (sa.func.chr if self.pg else sa.func.char)(const(n))
 
-    ws = (ch(9).op("||")(ch(10)).op("||")(ch(13)).op("||")(const(" ")) if pg
-          else sa.func.char(const(9), const(10), const(13), const(32)))
+    def ltrim(self, x: Any) -> Any:
+        return sa.func.ltrim(x, self.ws)
 
-    class Kit:
-        @staticmethod
-        def ltrim(x: Any) -> Any:
-            return sa.func.ltrim(x, ws)
+    def trim(self, x: Any) -> Any:
+        return trim_chars(x, self.ws)
 
-        @staticmethod
-        def trim(x: Any) -> Any:
-            return trim_chars(x, ws)
+    def flat(self, x: Any) -> Any:
+        return sa.func.replace(sa.func.replace(x, self.ch(13), const(" ")), self.ch(10),
+                               const(" "))
 
-        @staticmethod
-        def instr(x: Any, lit: str) -> Any:
-            return instr(x, const(lit))
 
-        @staticmethod
-        def tail(x: Any, n: int) -> Any:
-            return right_chars(x, const(n))
+def _substr(x: Any, start: Any, n: int | None = None) -> Any:
+    start = const(start) if isinstance(start, int) else start
+    return sa.func.substr(x, start) if n is None else sa.func.substr(x, start, const(n))
 
-        @staticmethod
-        def flat(x: Any) -> Any:
-            return sa.func.replace(sa.func.replace(x, ch(13), const(" ")), ch(10), const(" "))
 
-        @staticmethod
-        def starts(x: Any, lit: str) -> Any:
-            return sa.func.substr(x, const(1), const(len(lit))) == const(lit)
+def _starts_expr(x: Any, lit: str) -> Any:
+    return _substr(x, 1, len(lit)) == const(lit)
 
-        @staticmethod
-        def substr(x: Any, start: Any, n: int | None = None) -> Any:
-            start = const(start) if isinstance(start, int) else start
-            return (sa.func.substr(x, start) if n is None
-                    else sa.func.substr(x, start, const(n)))
 
-        chr = staticmethod(ch)
-        const_ = staticmethod(const)
-
-    return Kit
+def _summary_start_expr(x: Any) -> Any:
+    return sa.or_(_starts_expr(x, mk.LONG_FORM_INTRO), _starts_expr(x, mk.LEGACY_PREFIX))
 
 
 def raw_and_eligible_expr(c: Any, kind: Any, d: str) -> tuple[Any, Any]:
     """``(RAW(m), ELIGIBLE(m))`` as Core expressions over content column ``c`` and display-kind
     column ``kind`` (the constructs of :func:`raw_and_eligible`)."""
-    x = _core_kit(d)
-    const = x.const_
-
-    def summary_start(e: Any) -> Any:
-        return sa.or_(x.starts(e, mk.LONG_FORM_INTRO), x.starts(e, mk.LEGACY_PREFIX))
-
-    standalone = summary_start(x.ltrim(c))
-    mpos = x.instr(c, mk.MERGED_DELIM)
-    merged = sa.and_(mpos > const(0), summary_start(
-        x.ltrim(x.substr(c, mpos + const(len(mk.MERGED_DELIM))))))
-    epos = x.instr(c, mk.END_MARKER)
-    remainder = x.substr(c, epos + const(len(mk.END_MARKER)))
+    x = _CoreDialect(d)
+    standalone = _summary_start_expr(x.ltrim(c))
+    mpos = instr(c, const(mk.MERGED_DELIM))
+    merged = sa.and_(mpos > const(0), _summary_start_expr(
+        x.ltrim(_substr(c, mpos + const(len(mk.MERGED_DELIM))))))
+    epos = instr(c, const(mk.END_MARKER))
+    remainder = _substr(c, epos + const(len(mk.END_MARKER)))
     prior0 = x.trim(sa.func.substr(c, const(1), mpos - const(1)))
-    prior = sa.case((x.starts(prior0, mk.PRIOR_HEADER),
-                     x.ltrim(x.substr(prior0, len(mk.PRIOR_HEADER) + 1))), else_=prior0)
+    prior = sa.case((_starts_expr(prior0, mk.PRIOR_HEADER),
+                     x.ltrim(_substr(prior0, len(mk.PRIOR_HEADER) + 1))), else_=prior0)
     eligible = sa.and_(
         sa.func.coalesce(kind, const("")) != const("hidden"),
         sa.or_(sa.not_(sa.or_(standalone, merged)),
                sa.and_(standalone, epos > const(0), x.trim(remainder) != const("")),
                sa.and_(merged, prior != const(""))))
-    scaffold = x.starts(c, mk.SKILL_PREFIX)
+    scaffold = _starts_expr(c, mk.SKILL_PREFIX)
     flat = x.flat(c)
     raw = sa.case(
-        (standalone, x.substr(remainder, 1, 800)),
-        (merged, x.substr(prior, 1, 800)),
+        (standalone, _substr(remainder, 1, 800)),
+        (merged, _substr(prior, 1, 800)),
         (sa.and_(scaffold, sa.func.length(c) > const(800)),
-         x.substr(flat, 1, 400).op("||")(x.chr(30)).op("||")(x.tail(flat, 400))),
-        (scaffold, x.substr(flat, 1, 800)),
-        else_=x.substr(flat, 1, 63))
+         _substr(flat, 1, 400).op("||")(x.ch(30)).op("||")(right_chars(flat, const(400)))),
+        (scaffold, _substr(flat, 1, 800)),
+        else_=_substr(flat, 1, 63))
     return raw, eligible
 
 
 def preview_expr(s: Any, d: str) -> Any:
     """RAW of session ``s``'s first eligible user row by ``timestamp, id``, as a correlated
     scalar subquery (``s``: an alias of ``sessions``; ``d``: the dialect)."""
-    from hermes_data.sessions.sql.constructs import const
-
-    pv = s.element.metadata.tables["messages"].alias("pv")
+    pv = sibling_table(s, "messages").alias("pv")
     raw, eligible = raw_and_eligible_expr(pv.c.content, pv.c.display_kind, d)
     return (sa.select(raw)
             .where(pv.c.session_id == s.c.id, pv.c.role == const("user"),
