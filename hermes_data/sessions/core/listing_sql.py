@@ -190,8 +190,10 @@ def pinned_ids(shape: FilterShape) -> DriverPrepared:
 
 
 @lru_cache(maxsize=128)
-def count_sessions(shape: FilterShape) -> DriverPrepared:
-    """Sessions matching the filter."""
+def count_sessions(shape: Any) -> DriverPrepared:
+    """Sessions matching a filter shape: anything whose ``conditions(s)`` gives the WHERE
+    terms over an alias ``s`` of ``sessions`` (the listing's :class:`FilterShape`, the
+    prune's ``PruneWhere``)."""
     def build() -> Any:
         s = sessions.alias("s")
         return sa.select(sa.func.count()).select_from(s).where(*shape.conditions(s))

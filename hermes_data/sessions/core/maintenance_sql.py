@@ -14,6 +14,7 @@ from typing import Any, Callable
 import sqlalchemy as sa
 
 from hermes_data.sessions.core.encoding import escape_like
+from hermes_data.sessions.core.listing_sql import count_sessions
 from hermes_data.sessions.schema import (compression_locks, messages, session_turn_leases,
                                          sessions, system_prompts)
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker
@@ -179,13 +180,8 @@ def prune_candidates(where: PruneWhere) -> DriverPrepared:
     return DriverPrepared("prune_candidates", build)
 
 
-@lru_cache(maxsize=128)
-def count_matches(where: PruneWhere) -> DriverPrepared:
-    """Sessions the filter matches."""
-    def build() -> Any:
-        s = sessions.alias("s")
-        return sa.select(sa.func.count()).select_from(s).where(*where.conditions(s))
-    return DriverPrepared("count_prune_matches", build)
+#: Sessions the prune filter matches (the listing's count over a ``PruneWhere``).
+count_matches = count_sessions
 
 
 @lru_cache(maxsize=128)
