@@ -14,10 +14,10 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import compression_locks, gateway_routing, messages, \
-    session_turn_leases, sessions, state_meta, telegram_dm_topic_bindings
-from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker, \
-    left_chars
+    session_turn_leases, sessions, telegram_dm_topic_bindings
+from hermes_data.sessions.sql.constructs import bp, const, json_marker, left_chars
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.meta_sql import meta_get, meta_upsert
 from hermes_data.sessions.sql.predicates import last_active_of
 
 _ZERO_COLS = ("message_count", "tool_call_count", "api_call_count", "input_tokens",
@@ -61,18 +61,6 @@ def _never_active_one(bindings: bool) -> driver_statement:
         return (sa.select(s.c.id).where(s.c.id == bp("id"), *never_active(s, bindings))
                 .with_for_update())
     return driver_statement(build, "id", "cutoff")
-
-
-def meta_get(d: str) -> sa.Select:
-    """One ``state_meta`` value (``key``)."""
-    return sa.select(state_meta.c.value).where(state_meta.c.key == bp("key"))
-
-
-def meta_set(d: str) -> Any:
-    """Upsert one ``state_meta`` value (``key``, ``value``)."""
-    ins = dialect_insert(d)(state_meta).values(key=bp("key"), value=bp("value"))
-    return ins.on_conflict_do_update(index_elements=[state_meta.c.key],
-                                     set_={"value": ins.excluded.value})
 
 
 def _holder(table: Any, key: str) -> driver_statement:
@@ -184,7 +172,7 @@ class RepairStatements(Statements):
     SUPERSEDE_DONOR = driver_statement(_supersede_donor, "at", "id")
     # -- kanban retag (docs/sessions-gateway.md §3.9)
     META_GET = driver_statement(meta_get, "key")
-    META_SET = driver_statement(meta_set, "key", "value")
+    META_SET = driver_statement(meta_upsert, "key", "value")
     RETAG_KANBAN = driver_statement(_retag_kanban, "root", "n", "slash", "backslash")
 
     @cached_property

@@ -17,7 +17,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.gateway.repair_sql import meta_get, meta_set
+from hermes_data.sessions.sql.meta_sql import meta_get, meta_upsert
 from hermes_data.sessions.schema import sessions, system_prompts
 from hermes_data.sessions.schema import telegram_dm_topic_bindings as bindings
 from hermes_data.sessions.schema import telegram_dm_topic_mode as mode
@@ -200,7 +200,7 @@ class TelegramStatements(Statements):
     MODE_COUNT = _count(mode)
     BINDINGS_COUNT = _count(bindings)
     META_GET = driver_statement(meta_get, "key")
-    META_SET = driver_statement(meta_set, "key", "value")
+    META_SET = driver_statement(meta_upsert, "key", "value")
     #: Topic mode on for a chat: the latest capability probe wins, ``activated_at`` and the
     #: message ids are kept.
     ENABLE = driver_statement(_enable, "p", "chat", "user", "activated", "updated", "has",

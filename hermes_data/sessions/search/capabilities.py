@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection, Engine
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.search.plan import SearchCapabilities
 from hermes_data.sessions.storage.fts import index_cache
+from hermes_data.sessions.storage.fts import sql as fts_sql
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["forget_capabilities", "read_capabilities"]
@@ -57,7 +58,7 @@ def read_capabilities(conn: Connection) -> SearchCapabilities:
                                   symbols=tri and "messages_symbol_grams" in names)
     caps = opening.capabilities(conn)
     names_s = {r[0] for r in conn.exec_driver_sql(q.SQLITE_FTS_TABLES)}
-    stale = conn.exec_driver_sql(q.FTS_STALE).first() is not None
+    stale = conn.exec_driver_sql(fts_sql.READ_FTS_STALE).first() is not None
     fts5 = caps.fts5 and "messages_fts" in names_s
     return SearchCapabilities(fts5=fts5, trigram=fts5 and caps.trigram
                               and "messages_fts_trigram" in names_s, stale=stale)

@@ -39,8 +39,6 @@ PG_CUSTOM_PLANS = "SET LOCAL plan_cache_mode = force_custom_plan"
 #: SQLite: which of the two FTS5 tables exist.
 SQLITE_FTS_TABLES = ("SELECT name FROM sqlite_master WHERE type = 'table' "
                      "AND name IN ('messages_fts', 'messages_fts_trigram')")
-#: SQLite: the ``fts_stale`` flag (the indexes are detached), a primary-key read.
-FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 #: PostgreSQL: which of the two GIN indexes of the head exist.
 PG_SEARCH_INDEXES = (
     "SELECT indexname FROM pg_indexes WHERE schemaname = current_schema() "

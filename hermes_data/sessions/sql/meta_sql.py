@@ -6,19 +6,49 @@ from __future__ import annotations
 
 from typing import Any
 
+import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
 from hermes_data.sessions.schema import state_meta
 from hermes_data.sessions.sql.constructs import bp, const
 from hermes_data.statements import dialect_insert
 
-__all__ = ["meta_keys", "meta_upsert"]
+__all__ = ["meta_delete", "meta_exists", "meta_get", "meta_keys", "meta_set", "meta_upsert",
+           "meta_value"]
+
+
+def meta_get(dialect: str) -> Any:
+    """One ``state_meta`` value (bound: key)."""
+    return sa.select(state_meta.c.value).where(meta_keys())
+
+
+def meta_value(key: str) -> Any:
+    """The value of the fixed key ``key`` (no row: none)."""
+    return sa.select(state_meta.c.value).where(meta_keys(key))
+
+
+def meta_exists(key: str) -> Any:
+    """``SELECT 1`` when the fixed key ``key`` is set."""
+    return sa.select(const(1)).where(meta_keys(key))
+
+
+def meta_delete(*keys: str) -> Any:
+    """Remove the fixed ``keys``."""
+    return sa.delete(state_meta).where(meta_keys(*keys))
 
 
 def meta_upsert(dialect: str) -> Any:
     """Set one ``state_meta`` key: ``INSERT … ON CONFLICT (key) DO UPDATE SET value =
     excluded.value`` (bound: key, value)."""
-    stmt = dialect_insert(dialect)(state_meta).values(key=bp("key"), value=bp("value"))
+    return meta_set(dialect)
+
+
+def meta_set(dialect: str, key: str | None = None, value: str | None = None) -> Any:
+    """:func:`meta_upsert` with the statement's own fixed ``key`` and/or ``value`` inline
+    (each left out is bound, key before value)."""
+    stmt = dialect_insert(dialect)(state_meta).values(
+        key=bp("key") if key is None else const(key),
+        value=bp("value") if value is None else const(value)).inline()  # no RETURNING key
     return stmt.on_conflict_do_update(index_elements=[state_meta.c.key],
                                       set_={"value": stmt.excluded.value})
 

@@ -41,6 +41,7 @@ from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import cjk
 from hermes_data.sessions.storage.fts import deferral as fts_deferral
 from hermes_data.sessions.storage.fts import shadow as fts_shadow
+from hermes_data.sessions.storage.fts import sql as fts_sql
 from hermes_data.sessions.storage.fts import upstream_cjk
 from hermes_data.sessions.storage.handle_guards import is_disk_io_error
 from hermes_data.sessions.backends import sql as backend_sql
@@ -185,7 +186,7 @@ def read_fts_state(conn: Connection, options: OpenOptions | None = None) -> FtsS
         ("current" if "tool_name" in squash(base, lower=True) else "legacy")
     # Upstream files before its schema v7 have no state_meta: nothing can be marked stale there.
     stale = (conn.exec_driver_sql(open_sql.STATE_META_EXISTS).first() is not None
-             and conn.exec_driver_sql(open_sql.FTS_STALE_PROBE).first() is not None)
+             and conn.exec_driver_sql(fts_sql.READ_FTS_STALE).first() is not None)
     nonempty = conn.exec_driver_sql(open_sql.STATEMENTS.MESSAGES_NONEMPTY_PROBE).first() is not None
     caps = capabilities(conn)
     cjk_index = (options or OpenOptions()).cjk_index
@@ -258,7 +259,7 @@ def mark_stale(conn: Connection) -> None:
 
 def _clear_rebuild_markers(conn: Connection, *, stale_too: bool = False) -> None:
     conn.exec_driver_sql(open_sql.CLEAR_REBUILD_MARKERS_AND_STALE if stale_too
-                         else open_sql.CLEAR_REBUILD_MARKERS)
+                         else fts_sql.CLEAR_REBUILD_MARKERS)
 
 
 def create_current_layout(conn: Connection, *, trigram: bool) -> list[str]:

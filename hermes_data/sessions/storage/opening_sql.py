@@ -16,12 +16,14 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from hermes_data.sessions.schema import messages, state_meta
-from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.constructs import bp, const, module_statement
+from hermes_data.sessions.sql.meta_sql import meta_delete, meta_exists, meta_set, meta_value
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
 from hermes_data.sessions.sql.ddl import checked_drop
 from hermes_data.sessions.storage.fts.ddl import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
-from hermes_data.sessions.storage.fts.sql import UPSTREAM_CJK_TRIGGERS
+from hermes_data.sessions.storage.fts.sql import (DEFERRAL_KEY, REBUILD_MARKER_KEYS,
+                                                 UPSTREAM_CJK_TRIGGERS)
 
 # ---------------------------------------------------------------------------------------
 # FTS capability probes (TEMP virtual tables, never main)
@@ -54,8 +56,6 @@ FTS_OBJECTS = (
     + ")")
 #: Probe: does the file have ``state_meta`` (upstream files before its v7 do not)?
 STATE_META_EXISTS = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'state_meta'"
-#: Probe: is the ``fts_stale`` marker set?
-FTS_STALE_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
 #: Names of every schema object of the file.
 SCHEMA_OBJECT_NAMES = "SELECT name FROM sqlite_master"
 
@@ -63,17 +63,6 @@ SCHEMA_OBJECT_NAMES = "SELECT name FROM sqlite_master"
 # Applying the FTS checks
 # ---------------------------------------------------------------------------------------
 
-#: Set ``fts_stale`` (value: the time, bound) so search falls back to LIKE until a rebuild.
-MARK_FTS_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_stale', ?) "
-                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
-#: Clear the deferred-rebuild window markers after a completed rebuild.
-CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
-                         "('fts_rebuild_high_water', 'fts_rebuild_progress')")
-#: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after a
-#: stale recovery (docs/sessions-storage.md §3.8).
-CLEAR_REBUILD_MARKERS_AND_STALE = (
-    "DELETE FROM state_meta WHERE key IN "
-    "('fts_rebuild_high_water', 'fts_rebuild_progress', 'fts_stale', 'fts_rebuild_deferral')")
 
 
 def drop_fts_trigger(name: str) -> str:
@@ -131,14 +120,36 @@ class OpeningStatements(Statements):
         "OR IGNORE").values(key=const(GENERATION_KEY), value=bp("token")).inline(), "token")
 
 
+class FtsStateStatements(Statements):
+    """The open path's FTS markers in ``state_meta`` (SQLite; Core constructs compiled on
+    first read, served as plain string module attributes by :func:`__getattr__`)."""
+
+    #: Set ``fts_stale`` (value: the time) so search falls back to LIKE until a rebuild.
+    MARK_FTS_STALE = driver_statement(lambda d: meta_set(d, key="fts_stale"), "value")
+    #: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after
+    #: a stale recovery (docs/sessions-storage.md §3.8).
+    CLEAR_REBUILD_MARKERS_AND_STALE = driver_statement(lambda d: meta_delete(
+        *REBUILD_MARKER_KEYS, "fts_stale", DEFERRAL_KEY))
+    #: The recorded ``fts_storage_version``.
+    READ_FTS_STORAGE_VERSION = driver_statement(lambda d: meta_value("fts_storage_version"))
+    #: Probe: is a deferred FTS rebuild window open?
+    FTS_REBUILD_HIGH_WATER_PROBE = driver_statement(
+        lambda d: meta_exists(REBUILD_MARKER_KEYS[0]))
+    #: Record the current external-content layout as complete (storage version 3).
+    WRITE_FTS_STORAGE_VERSION = driver_statement(
+        lambda d: meta_set(d, key="fts_storage_version", value="3"))
+
+
+def __getattr__(name: str) -> str:
+    """:class:`FtsStateStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), FtsStateStatements, name)
+
+
 #: The open path's statements (SQLite only; each compiled on its first use).
 STATEMENTS = OpeningStatements.for_dialect("sqlite")
 #: The file's ``application_id`` header field.
 READ_APPLICATION_ID = "PRAGMA application_id"
-#: The recorded ``fts_storage_version``.
-READ_FTS_STORAGE_VERSION = "SELECT value FROM state_meta WHERE key = 'fts_storage_version'"
-#: Probe: is a deferred FTS rebuild window open?
-FTS_REBUILD_HIGH_WATER_PROBE = "SELECT 1 FROM state_meta WHERE key = 'fts_rebuild_high_water'"
 #: Probe: is the storage version withheld — a deferred rebuild window open, or demoted
 #: shadow tables (``fts_v22_trash_*``) still to drain (docs/sessions-storage.md §2.1)?
 FTS_STORAGE_VERSION_WITHHELD_PROBE = (
@@ -146,10 +157,6 @@ FTS_STORAGE_VERSION_WITHHELD_PROBE = (
     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name GLOB 'fts_v22_trash_*' LIMIT 1")
 #: Probe: does the unicode61 index hold any document?
 FTS_DOCSIZE_NONEMPTY_PROBE = "SELECT 1 FROM messages_fts_docsize LIMIT 1"
-#: Record the current external-content layout as complete (storage version 3).
-WRITE_FTS_STORAGE_VERSION = (
-    "INSERT INTO state_meta(key, value) VALUES ('fts_storage_version', '3') "
-    "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 
 # ---------------------------------------------------------------------------------------
 # Pragmas (docs/sessions.md §8.3)
@@ -186,6 +193,8 @@ SCHEMA_TEXT = ("SELECT group_concat(type || ' ' || name || ' ' || tbl_name || ' 
 #: snapshot): the catalogue text (:data:`SCHEMA_TEXT`), the revision and the number of version
 #: rows, the generation token, ``fts_storage_version``, whether ``fts_stale`` is set, whether a
 #: NULL ``active`` needs healing and whether the CJK-bigram index is stale.
+# not Core: a catalogue read (the sqlite_master text above) and Alembic's alembic_version,
+# which the session metadata does not declare, in the one statement of the measured open.
 SETTLED_PROBE = (
     f"SELECT ({SCHEMA_TEXT}), "
     "(SELECT max(version_num) FROM alembic_version), "

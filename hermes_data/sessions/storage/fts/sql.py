@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import re
 
-from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS
+from hermes_data.sessions.sql.constructs import module_statement
 from hermes_data.sessions.sql.ddl import checked_drop
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.meta_sql import meta_delete, meta_exists, meta_set, meta_value
+from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS
+from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
 from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES
 
 #: Every FTS5 table hermes-data maintains (optimize / merge), in this order.
@@ -76,21 +80,37 @@ def set_busy_timeout(ms: int) -> str:
     return f"PRAGMA busy_timeout={int(ms)}"
 
 
-#: The CJK-bigram index is marked damaged (docs/sessions-storage.md §3.9.2: it is neither drained nor maintained).
-READ_CJK_STALE = "SELECT 1 FROM state_meta WHERE key = 'cjk_bigram_stale'"
-#: The ``fts_stale`` marker.
-READ_FTS_STALE = "SELECT 1 FROM state_meta WHERE key = 'fts_stale'"
-#: The rebuild-window markers (deleted by a full rebuild).
-CLEAR_REBUILD_MARKERS = ("DELETE FROM state_meta WHERE key IN "
-                         "('fts_rebuild_high_water', 'fts_rebuild_progress')")
-
-# -- stale deferral (docs/sessions-storage.md §3.8) ----------------------------------------------------------------
 DEFERRAL_KEY = "fts_rebuild_deferral"
-#: The deferral record (JSON).
-READ_DEFERRAL = "SELECT value FROM state_meta WHERE key = 'fts_rebuild_deferral'"
-#: Write the deferral record.
-WRITE_DEFERRAL = ("INSERT INTO state_meta(key, value) VALUES ('fts_rebuild_deferral', ?) "
-                  "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
+#: The rebuild-window markers (deleted by a full rebuild).
+REBUILD_MARKER_KEYS = ("fts_rebuild_high_water", "fts_rebuild_progress")
+
+
+class MarkerStatements(Statements):
+    """The FTS markers in ``state_meta`` (SQLite; Core constructs compiled on first read,
+    served as plain string module attributes by :func:`__getattr__`)."""
+
+    #: The CJK-bigram index is marked damaged (docs/sessions-storage.md §3.9.2: it is
+    #: neither drained nor maintained).
+    READ_CJK_STALE = driver_statement(lambda d: meta_exists(CJK_STALE_KEY))
+    #: The ``fts_stale`` marker.
+    READ_FTS_STALE = driver_statement(lambda d: meta_exists("fts_stale"))
+    #: The rebuild-window markers (deleted by a full rebuild).
+    CLEAR_REBUILD_MARKERS = driver_statement(lambda d: meta_delete(*REBUILD_MARKER_KEYS))
+    #: The stale deferral record (JSON; docs/sessions-storage.md §3.8).
+    READ_DEFERRAL = driver_statement(lambda d: meta_value(DEFERRAL_KEY))
+    #: Write the deferral record (value).
+    WRITE_DEFERRAL = driver_statement(lambda d: meta_set(d, key=DEFERRAL_KEY), "value")
+    #: Upstream's breadcrumb: the CJK index misses rows (rebuilt only by a capable upstream
+    #: host).
+    MARK_FTS_CJK_STALE = driver_statement(lambda d: meta_set(d, key="fts_cjk_stale",
+                                                             value="1"))
+
+
+def __getattr__(name: str) -> str:
+    """:class:`MarkerStatements`' statements as module attributes (PEP 562), compiled for
+    SQLite on first read."""
+    return module_statement(globals(), MarkerStatements, name)
+
 
 # -- upstream messages_fts_cjk (docs/sessions-storage.md §3.9.1) ------------------------------------------------------
 #: Upstream's CJK triggers (they call a ``cjk_unicode61`` table hermes-data cannot load).
@@ -100,9 +120,6 @@ UPSTREAM_CJK_TRIGGERS = ("messages_fts_cjk_insert", "messages_fts_cjk_delete",
 UPSTREAM_CJK_TRIGGERS_PRESENT = (
     "SELECT name FROM sqlite_master WHERE type = 'trigger' AND name IN ("
     + ", ".join(f"'{n}'" for n in UPSTREAM_CJK_TRIGGERS) + ")")
-#: Upstream's breadcrumb: the CJK index misses rows (rebuilt only by a capable upstream host).
-MARK_FTS_CJK_STALE = ("INSERT INTO state_meta(key, value) VALUES ('fts_cjk_stale', '1') "
-                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value")
 
 
 def drop_upstream_cjk_trigger(name: str) -> str:
