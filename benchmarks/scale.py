@@ -46,8 +46,9 @@ operation and reports its time, the process's peak RSS during it (VmHWM) and the
 During prune / optimize_fts / vacuum a **probe** process appends to its own session of the
 same store every 10 ms with ``append_message``; its slowest append is the longest time a
 writer was held off (the write lock's longest hold, as a writer sees it; on a busy machine
-it includes scheduling delay). ``prune_sessions`` runs in one transaction by design
-(docs/sessions.md §7.5), so its whole duration is one write-lock hold.
+it includes scheduling delay). ``prune_sessions`` and ``optimize_fts`` run in paced steps
+(docs/sessions.md §7.5, docs/sessions-storage.md §3.7); SQLite's ``VACUUM`` is one statement,
+one hold.
 
 Printed: each figure at both sizes and the growth ratio (large / small), then the issue's
 item-2 targets as lines of target and result. Results are kept in

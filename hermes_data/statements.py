@@ -239,6 +239,22 @@ class Prepared:
             self._expanded[key] = sql
         return sql
 
+    def run_expanded(self, conn: Any, values: Sequence[Any],
+                     params: Mapping[str, Any] = {}) -> Any:
+        """:meth:`run` for a construct with expanding ``IN`` lists (:meth:`expanded_sql`):
+        each list takes ``values`` (at least one), every other parameter comes from
+        ``params`` (or the value baked into the construct)."""
+        d = conn.dialect.name
+        c = self.for_dialect(d)
+        sql = self.expanded_sql(d, c.order, len(values))
+        args: list[Any] = []
+        for name in c.order:
+            if f"(__[POSTCOMPILE_{name}])" in c.sql:
+                args.extend(values)
+            else:
+                args.append(params[name] if name in params else c.defaults[name])
+        return conn.exec_driver_sql(sql, tuple(args))
+
     def run(self, conn: Any, params: Mapping[str, Any] = {}) -> Any:
         """Run on the SQLAlchemy ``Connection`` ``conn`` (its own dialect's compiled string,
         positional values from ``params``, through ``exec_driver_sql``): the driver's

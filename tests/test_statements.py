@@ -64,3 +64,21 @@ def test_two_lists_of_one_length_are_both_spread():
         _t.c.grp.not_in(sa.bindparam("b", expanding=True))))
     sql = p.expanded_sql("sqlite", ("a", "b"), 3)
     assert "t.id IN (?, ?, ?)" in sql and "(t.grp NOT IN (?, ?, ?))" in sql
+
+
+def test_run_expanded_binds_the_list_and_the_named_values_on_a_connection():
+    """``run_expanded`` on a SQLAlchemy connection: the list's values where the list is,
+    the other parameters by name, a value repeated wherever the construct names it twice."""
+    p = DriverPrepared("twice", lambda: sa.select(_t.c.v).where(
+        _t.c.grp == sa.bindparam("grp"), _t.c.id.in_(sa.bindparam("ids", expanding=True)),
+        _t.c.v != sa.bindparam("grp")).order_by(_t.c.id))
+    engine = sa.create_engine("sqlite://")
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE t (id INTEGER, grp TEXT, v TEXT)")
+        conn.exec_driver_sql("INSERT INTO t VALUES (?, ?, ?)",
+                             [(i, "a" if i % 2 else "b", f"v{i}") for i in range(10)])
+        for ids in ([1], [1, 2, 3, 5], list(range(10))):
+            rows = [r[0] for r in p.run_expanded(conn, ids, {"grp": "a"})]
+            assert rows == [f"v{i}" for i in ids if i % 2]
+        with pytest.raises(ValueError, match="twice: an IN list needs at least one value"):
+            p.run_expanded(conn, [], {"grp": "a"})

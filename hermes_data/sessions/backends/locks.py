@@ -11,6 +11,7 @@ import os
 import random
 import time
 from pathlib import Path
+from typing import Callable
 
 from sqlalchemy.engine import Connection, Engine
 
@@ -38,6 +39,19 @@ class Patience:
         pause = random.uniform(0.02, 0.15) if now - self.start < 2.0 else random.uniform(0.25, 1.0)
         time.sleep(min(pause, self.deadline - now))
 
+
+
+def pause_between_steps(started: float, *, min_pause_s: float, factor: float,
+                        clock: Callable[[], float] = time.monotonic,
+                        sleep: Callable[[float], None] = time.sleep) -> float:
+    """Yield the write lock between two steps of a paced job (the FTS layout migration,
+    ``optimize_fts``, prune: docs/sessions-storage.md §3.6–§3.7, docs/sessions.md §7.5):
+    after a step that began at ``started`` (``clock`` time), sleep ``max(min_pause_s, factor × the step's time)`` so that writers waiting on the lock
+    get it before the next step takes it again. Returns the pause slept (seconds)."""
+    pause = max(min_pause_s, factor * (clock() - started))
+    if pause > 0:
+        sleep(pause)
+    return max(0.0, pause)
 
 class FileLock:
     """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""

@@ -36,12 +36,14 @@ import os
 import re
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.backends import ROUTINE_PATIENCE_S
+from hermes_data.sessions.backends.locks import pause_between_steps
 from hermes_data.sessions.core.doomed import delete_claimed as _delete_claimed
 from hermes_data.sessions.core.doomed import fill_doomed as _fill_doomed
 from hermes_data.sessions.core.doomed import remove_transcripts as _remove_transcripts
@@ -65,6 +67,16 @@ log = logging.getLogger("hermes_data.maintenance")
 #: Ids per ``IN (…)`` list / per delete chunk (SQLite's old 999-variable ceiling).
 CHUNK_IDS = 900
 DEFAULT_RETENTION_DAYS = 90
+#: A paced prune step aims to hold the write lock this long (docs/sessions.md §7.5): the
+#: next step's size in messages is the last one's scaled by target / its time (at most
+#: doubled), and a step is never less than one whole session.
+PRUNE_STEP_TARGET_S = 0.1
+#: The first step's size in messages (then adapted as above).
+PRUNE_FIRST_STEP_MESSAGES = 2000
+#: Pause between two steps: ``max(PRUNE_PAUSE_MIN_S, PRUNE_PAUSE_FACTOR × step)``; 100 ms
+#: is the longest sleep of SQLite's busy handler, so a waiting writer tries inside the pause.
+PRUNE_PAUSE_MIN_S = 0.1
+PRUNE_PAUSE_FACTOR = 1.0
 DEFAULT_MIN_INTERVAL_HOURS = 24
 DEFAULT_MIN_VACUUM_INTERVAL_DAYS = 30
 DEFAULT_MIN_VACUUM_FREELIST_RATIO = 0.25
@@ -367,50 +379,83 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
                    source: str | None = None, sessions_dir: str | os.PathLike[str] | None = None,
                    exclude_active_write_guards: bool = False, progress: Progress | None = None,
                    **filters: Any) -> int:
-    """Delete ended sessions matching the filters in one transaction; returns the count.
+    """Delete ended sessions matching the filters, paced; returns the count.
 
     Open and (by default) pinned sessions are never deleted; with
     ``exclude_active_write_guards`` neither are sessions under a live compression lock or
     whose conversation holds a live turn lease (their expired/dead guard rows are removed).
+
+    The matches are read first (in the dry run's order, least recently active first), then
+    deleted in steps (docs/sessions.md §7.5): each step is one write transaction over whole
+    sessions that re-checks the filter and the guards, sized from the last step's time to
+    hold the write lock about :data:`PRUNE_STEP_TARGET_S`, with
+    :func:`~hermes_data.sessions.backends.locks.pause_between_steps` between two steps.
+    ``progress(done, total)`` follows the deleted sessions.
     """
     filters = _filters(source, filters)
     _token_barrier(store, filters)
     where, params = prune_where(**_with_age(older_than_days, filters))
-    deleted: list[str] = []
+    plan = [(r[0], max(1, int(r[7] or 0))) for r in
+            store.backend.read(lambda c: mq.prune_candidates(where).run(c, params).fetchall())]
     ms = _ms(store)
-    frag = store.backend.sql
-    ms_dialect = store.backend.dialect
+    budget = PRUNE_FIRST_STEP_MESSAGES
+    deleted_total = 0
+    i = 0
+    while i < len(plan):
+        step: list[str] = []
+        weight = 0
+        while i < len(plan) and len(step) < CHUNK_IDS and (not step or weight + plan[i][1] <= budget):
+            step.append(plan[i][0])
+            weight += plan[i][1]
+            i += 1
+        started = time.monotonic()
+        deleted = store.backend.write(
+            partial(_prune_step, store=store, ms=ms, where=where, params=params, ids=step,
+                    guarded=exclude_active_write_guards,
+                    progress=_offset(progress, deleted_total, len(plan))),
+            patience=ROUTINE_PATIENCE_S)
+        deleted_total += len(deleted)
+        _remove_transcripts(sessions_dir, deleted)
+        took = time.monotonic() - started
+        budget = max(1, min(2 * budget, int(budget * PRUNE_STEP_TARGET_S / max(took, 1e-3))))
+        if i < len(plan):
+            pause_between_steps(started, min_pause_s=PRUNE_PAUSE_MIN_S,
+                                factor=PRUNE_PAUSE_FACTOR)
+    return deleted_total
 
-    def work(conn: Connection) -> int:
-        ids = [r[0] for r in mq.matching_ids(where).run(conn, params)]
-        if exclude_active_write_guards and ids:
-            now = time.time()
-            locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}
-            leases = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LEASES, (now,))}
-            live_locks = {k for k, h in locks.items() if _holder_alive(h, ms_dialect)}
-            live_leases = {k for k, h in leases.items() if _holder_alive(h, ms_dialect)}
-            kept = []
-            for sid in ids:
-                if sid in live_locks:
-                    continue
-                if live_leases and conn.execute(frag.ROOT_OF, {"id": sid}).scalar() in live_leases:
-                    continue
-                kept.append(sid)
-            ids = kept
-            for i in range(0, len(ids), CHUNK_IDS):  # fence late writers of the doomed rows
-                part = tuple(ids[i:i + CHUNK_IDS])
-                for stmt in ms.fence_guards(len(part)):
-                    conn.exec_driver_sql(stmt, part)
-        if not ids:
-            return 0
-        _fill_doomed(conn, ms, ids)
-        n = _delete_claimed(conn, ms, progress, len(ids))
-        deleted.extend(ids)
-        return n
 
-    n = store.backend.write(work, patience=ROUTINE_PATIENCE_S)
-    _remove_transcripts(sessions_dir, deleted)
-    return n
+def _offset(progress: Progress | None, base: int, total: int) -> Progress | None:
+    """A step's ``progress`` as the whole prune's (``base`` sessions deleted before it)."""
+    if progress is None:
+        return None
+    return lambda done, _step_total: progress(base + done, total)
+
+
+def _prune_step(conn: Connection, *, store: MaintainedStore, ms: MaintenanceStatements,
+                where: mq.PruneWhere, params: dict[str, Any], ids: list[str], guarded: bool,
+                progress: Progress | None) -> list[str]:
+    """One step of :func:`prune_sessions` in its write transaction: the step's ids the
+    filter still matches, without live guards (``guarded``; the others' guard rows fenced),
+    deleted whole. Returns the ids deleted."""
+    ids = [r[0] for r in mq.still_matching(where).run_expanded(conn, ids, params)]
+    if guarded and ids:
+        now = time.time()
+        dialect = store.backend.dialect
+        locks = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LOCKS, (now,))}
+        leases = {r[0]: r[1] for r in conn.exec_driver_sql(ms.LIVE_LEASES, (now,))}
+        live_locks = {k for k, h in locks.items() if _holder_alive(h, dialect)}
+        live_leases = {k for k, h in leases.items() if _holder_alive(h, dialect)}
+        root_of = store.backend.sql.ROOT_OF
+        ids = [sid for sid in ids if sid not in live_locks and not (
+            live_leases and conn.execute(root_of, {"id": sid}).scalar() in live_leases)]
+        if ids:  # fence late writers of the doomed rows
+            for stmt in ms.fence_guards(len(ids)):
+                conn.exec_driver_sql(stmt, tuple(ids))
+    if not ids:
+        return []
+    _fill_doomed(conn, ms, ids)
+    _delete_claimed(conn, ms, progress, len(ids))
+    return ids
 
 
 def archive_sessions(store: MaintainedStore, older_than_days: float | None = None,

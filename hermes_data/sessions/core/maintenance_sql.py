@@ -193,6 +193,18 @@ def matching_ids(where: PruneWhere) -> DriverPrepared:
     return DriverPrepared("prune_matching_ids", build)
 
 
+@lru_cache(maxsize=128)
+def still_matching(where: PruneWhere) -> DriverPrepared:
+    """Which of a step's ids (the expanding list ``step_ids``) the filter still matches:
+    a paced prune re-checks each step inside its write transaction (a session resumed
+    or pinned since the plan was read is spared)."""
+    def build() -> Any:
+        s = sessions.alias("s")
+        return sa.select(s.c.id).where(*where.conditions(s),
+                                       s.c.id.in_(sa.bindparam("step_ids", expanding=True)))
+    return DriverPrepared("prune_still_matching", build)
+
+
 def doomed_table(dialect: str) -> str:
     """The temp table of doomed ids, schema-qualified per dialect."""
     return "pg_temp.doomed" if dialect == "postgresql" else "temp.doomed"

@@ -115,6 +115,90 @@ def test_prune_of_more_than_900_ids_and_linear_steps(store):
         assert large < 4 * small * 1.5, (small, large)  # O(n): 4x rows, ~4x steps (not 16x)
 
 
+@pytest.fixture
+def small_steps(monkeypatch):
+    """Prune steps of about one session and no pauses (the test corpus is small)."""
+    monkeypatch.setattr(mt, "PRUNE_FIRST_STEP_MESSAGES", 5)
+    monkeypatch.setattr(mt, "PRUNE_STEP_TARGET_S", 1e-6)
+    monkeypatch.setattr(mt, "PRUNE_PAUSE_MIN_S", 0.0)
+    monkeypatch.setattr(mt, "PRUNE_PAUSE_FACTOR", 0.0)
+
+
+def _old_sessions_with_messages(store, n: int, per: int) -> list[str]:
+    ids = [f"s{i:02d}" for i in range(n)]
+    for sid in ids:
+        store.create_session(sid, "cli")
+        store.append_messages_batch(sid, [{"role": "user", "content": f"{sid} m{j}"}
+                                          for j in range(per)])
+        store.end_session(sid, "user_exit")
+    with store.engine.begin() as c:
+        c.exec_driver_sql("UPDATE sessions SET started_at = ?, ended_at = ?", (OLD, OLD + 1))
+        c.exec_driver_sql("UPDATE messages SET timestamp = ?", (OLD,))
+    return ids
+
+
+def test_prune_deletes_in_paced_steps_of_whole_sessions(store, small_steps, monkeypatch):
+    """Each step is its own write transaction over whole sessions, the dry run's order; the
+    filter is checked again inside each step, so a session resumed or pinned while the
+    prune pauses between steps is spared (docs/sessions.md §7.5)."""
+    ids = _old_sessions_with_messages(store, 8, 5)
+    expected = [c.id for c in mt.list_prune_candidates(store, 90)]
+    assert sorted(expected) == ids
+    changed: list[str] = []
+
+    def meanwhile(started, **kw):  # between two steps, outside any transaction
+        if not changed:
+            with store.engine.begin() as c:  # another writer: resume one, pin another
+                c.exec_driver_sql("UPDATE sessions SET ended_at = NULL WHERE id = ?",
+                                  (expected[-1],))
+                c.exec_driver_sql("UPDATE sessions SET pinned = 1 WHERE id = ?",
+                                  (expected[-2],))
+            changed.extend(expected[-2:])
+        return 0.0
+
+    monkeypatch.setattr(mt, "pause_between_steps", meanwhile)
+    seen: list[tuple[int, int]] = []
+    assert mt.prune_sessions(store, progress=lambda d, t: seen.append((d, t))) == 6
+    assert seen == [(k, 8) for k in range(1, 7)]  # one session a step, counted as a whole
+    with store.engine.connect() as conn:
+        rows = dict(conn.exec_driver_sql(
+            "SELECT s.id, COUNT(m.id) FROM sessions s LEFT JOIN messages m "
+            "ON m.session_id = s.id GROUP BY s.id").fetchall())
+    assert rows == {sid: 5 for sid in changed}, rows
+
+
+def test_a_prune_killed_between_steps_leaves_every_session_whole(tmp_path, small_steps):
+    """Killed mid-prune: the steps that committed are gone whole, the step in flight rolled
+    back whole; no session is left with part of its messages."""
+    path = tmp_path / "state.db"
+    with SessionStore(path) as s:
+        ids = _old_sessions_with_messages(s, 10, 6)
+    child = textwrap.dedent(f"""
+        import os
+        from hermes_data.sessions.core import maintenance as mt
+        from hermes_data.sessions.store import SessionStore
+        mt.PRUNE_FIRST_STEP_MESSAGES = 5
+        mt.PRUNE_STEP_TARGET_S = 1e-6
+        mt.PRUNE_PAUSE_MIN_S = mt.PRUNE_PAUSE_FACTOR = 0.0
+        s = SessionStore({str(path)!r})
+        def progress(done, total):
+            if done == 4:  # inside the 4th step's transaction, after its deletes
+                os._exit(7)
+        mt.prune_sessions(s, progress=progress)
+    """)
+    run = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 7, run.stderr
+    with SessionStore(path) as s, s.engine.connect() as conn:
+        rows = dict(conn.exec_driver_sql(
+            "SELECT s.id, (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id) "
+            "FROM sessions s").fetchall())
+        fts = conn.exec_driver_sql("SELECT COUNT(*) FROM messages_fts "
+                                   "WHERE messages_fts MATCH 'm0'").scalar()
+    assert len(rows) == 7 and set(rows.values()) == {6}, rows  # 3 steps committed
+    assert fts == 7  # the index agrees: the deleted sessions' rows are gone from it too
+
+
 def test_delete_session_takes_delegates_and_honours_the_fence(store, tmp_path):
     store.create_session("p", "cli")
     store.create_child_session("p", "d1", "delegate")

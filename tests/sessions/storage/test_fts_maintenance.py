@@ -87,16 +87,75 @@ def _integrity(s: SessionStore) -> None:
 # ---------------------------------------------------------------------------------------
 
 
-def test_optimize_fts_each_index_in_its_own_transaction(sqlite_store):
-    _seed(sqlite_store)
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    v = 0
+    while True:
+        c = b[i]
+        i += 1
+        v = (v << 7) | (c & 0x7F)
+        if not c & 0x80:
+            return v, i
+
+
+def _segments(con, table: str) -> list[tuple[int, int]]:
+    """(segment id, pages) of each segment of an FTS5 index, from its structure record
+    (``<t>_data`` row 10: a 4-byte cookie, then varints: levels, segments, write counter,
+    and per level its merge state and segments as id, first page, last page)."""
+    b = con.execute(f"SELECT block FROM {table}_data WHERE id = 10").fetchone()[0]
+    levels, i = _varint(b, 4)
+    _, i = _varint(b, i)
+    _, i = _varint(b, i)
+    out = []
+    for _ in range(levels):
+        _, i = _varint(b, i)
+        n, i = _varint(b, i)
+        for _ in range(n):
+            seg, i = _varint(b, i)
+            first, i = _varint(b, i)
+            last, i = _varint(b, i)
+            out.append((seg, last - first + 1))
+    return out
+
+
+@pytest.fixture
+def paced(monkeypatch):
+    """Small merge steps and no pauses: the paced optimize of a test corpus takes several
+    steps in milliseconds."""
+    monkeypatch.setattr(fts_maintenance, "OPTIMIZE_STEP_PAGES", 2)
+    monkeypatch.setattr(fts_maintenance, "OPTIMIZE_PAUSE_MIN_S", 0.0)
+    monkeypatch.setattr(fts_maintenance, "OPTIMIZE_PAUSE_FACTOR", 0.0)
+
+
+def test_optimize_fts_merges_each_index_to_one_segment_in_paced_steps(sqlite_store, paced,
+                                                                        tmp_path):
+    """The paced optimize ends where FTS5's one-shot ``'optimize'`` ends (one segment per
+    index, the same pages give or take a page boundary), but in bounded ``'merge'`` steps,
+    each its own write transaction: one negative merge per index, then positive ones."""
+    sqlite_store.create_session("a", "cli")
+    for i in range(80):  # one transaction each: dozens of segments
+        sqlite_store.append_message("a", "user", f"alpha {i} beta 漢字{i} " + f"w{i * 13} " * 20)
+    assert all(len(_segments(_raw(sqlite_store), t)) > 1 for t in FTS)
+    reference = sqlite3.connect(tmp_path / "reference.db")
+    _raw(sqlite_store).backup(reference)
+    for t in FTS:
+        reference.execute(f"INSERT INTO {t}({t}) VALUES ('optimize')")
+        reference.commit()
     log = _trace(sqlite_store)
     assert sqlite_store.optimize_fts() == 3
-    optimized = [line for line in log if "'optimize'" in line]
-    assert [next(t for t in reversed(FTS) if f"INTO {t}(" in line) for line in optimized] \
-        == list(FTS)
-    assert sum(line == "BEGIN IMMEDIATE" for line in log) == 3
+    merges = [line for line in log if "VALUES ('merge'" in line]
+    assert [line for line in merges if "'merge', -" in line] == [
+        f"INSERT INTO {t}({t}, rank) VALUES ('merge', -2)" for t in FTS]
+    assert len(merges) > 2 * len(FTS)  # several steps per index on this corpus
+    assert sum(line == "BEGIN IMMEDIATE" for line in log) == len(merges)
+    for t in FTS:
+        (got,), (want,) = _segments(_raw(sqlite_store), t), _segments(reference, t)
+        assert abs(got[1] - want[1]) <= 1, (t, got, want)
+    reference.close()
     _integrity(sqlite_store)
-    assert [r.id for r in sqlite_store.search_messages("alpha", limit=3)]
+    assert len(sqlite_store.search_messages("alpha", limit=100)) == 80
+    log.clear()
+    assert sqlite_store.optimize_fts() == 3  # already one segment: one step per index
+    assert sum("VALUES ('merge'" in line for line in log) == len(FTS)
 
 
 def test_optimize_fts_skips_absent_index_and_vacuum_calls_it(sqlite_store):
@@ -109,7 +168,7 @@ def test_optimize_fts_skips_absent_index_and_vacuum_calls_it(sqlite_store):
     assert sqlite_store.optimize_fts() == 2
     log = _trace(sqlite_store)
     maintenance.vacuum(sqlite_store)
-    assert sum("'optimize'" in line for line in log) == 2
+    assert sum("VALUES ('merge', -" in line for line in log) == 2
 
 
 def test_maintenance_raises_the_sticky_error_of_a_replaced_handle(tmp_path):

@@ -52,6 +52,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from hermes_data.errors import DatabaseBusyError
+from hermes_data.sessions.backends.locks import pause_between_steps
 from hermes_data.sessions.storage.fts import shadow as fts_shadow
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.errors import StateDbCorruptError, StateDbReplacedError
@@ -497,9 +498,8 @@ def _optimize_settle(tx: Connection) -> str | None:
 
 
 def _pause(started: float) -> None:
-    pause = max(PAUSE_MIN_S, PAUSE_FACTOR * (monotonic() - started))
-    if pause > 0:
-        sleep(pause)
+    pause_between_steps(started, min_pause_s=PAUSE_MIN_S, factor=PAUSE_FACTOR,
+                        clock=monotonic, sleep=sleep)
 
 
 def _run_steps(store: Any, progress_cb: Callable[[OptimizeProgress], None] | None) -> None:

@@ -2,10 +2,11 @@
 in-process retry of a deferred stale recovery (docs/sessions-storage.md §3.7, §3.8 and
 docs/sessions-storage.md §3.10).
 
-* :func:`optimize_fts` — ``'optimize'`` of each queryable index (``messages_fts``,
-  ``messages_fts_trigram``, ``messages_cjk_fts``), each in its own write transaction. It holds
-  the write lock for seconds per index on large files (core P-11), so nothing calls it
-  automatically except core ``vacuum()``.
+* :func:`optimize_fts` — each queryable index (``messages_fts``, ``messages_fts_trigram``,
+  ``messages_cjk_fts``) merged into one segment, as ``'optimize'`` does, but paced: bounded
+  ``'merge'`` commands, each its own write transaction, a pause between them (a single
+  ``'optimize'`` held the write lock for seconds per index on large files, core P-11).
+  Nothing calls it automatically except core ``vacuum()``.
 * :func:`rebuild_fts` — under the cross-process admission lock ``<db>.fts_rebuild.lock``
   (two concurrent rebuilds corrupted production databases): one ``BEGIN IMMEDIATE`` that
   rebuilds the base and trigram indexes and deletes the ``fts_rebuild_*`` markers [D]
@@ -51,6 +52,7 @@ from hermes_data.sessions.storage.fts import ddl as fts_ddl
 from hermes_data.sessions.storage.fts import index_cache
 from hermes_data.sessions.storage import opening
 from hermes_data.sessions.backends.base import FTS_RETRY_BACKOFF_START_S, FtsMergeState
+from hermes_data.sessions.backends.locks import pause_between_steps
 from hermes_data.sessions.backends.sqlite import is_busy
 from hermes_data.sessions.storage.fts import sql as q
 
@@ -64,6 +66,18 @@ MERGE_COMMANDS = 4
 #: reference machine (SQLite 3.40.1, 2 cores) measured p95 45 ms at 250 pages, 78 ms at 500;
 #: four commands keep a pass under 250 ms per index.
 CADENCE_PAGES = 250
+#: Pages one step of the paced ``optimize_fts`` merges (docs/sessions-storage.md §3.7): the
+#: ``merge_fts`` default, ≈ 41–78 ms per command on the reference corpus (P-S4), far under
+#: the 250 ms a step may hold the write lock.
+OPTIMIZE_STEP_PAGES = MERGE_PAGES
+#: Pause between two steps: ``max(OPTIMIZE_PAUSE_MIN_S, OPTIMIZE_PAUSE_FACTOR × step)``.
+#: 100 ms is the longest sleep of SQLite's busy handler, so a writer waiting on the lock
+#: always tries once inside the pause (tests zero both).
+OPTIMIZE_PAUSE_MIN_S = 0.1
+OPTIMIZE_PAUSE_FACTOR = 1.0
+#: A bound on one index's steps (a file of ~8 GB of index at 500 pages a step, or writers
+#: that never stop adding segments); the next optimize picks the merge up where it stopped.
+OPTIMIZE_MAX_STEPS = 4096
 USERMERGE = 2
 #: A merge pass every this many successful transcript writes of a handle.
 MERGE_EVERY = 1000
@@ -137,10 +151,17 @@ def _on_table(table: str, fn: Callable[[Connection], Any]) -> Callable[[Connecti
 
 
 def optimize_fts(store: Any) -> int:
-    """``'optimize'`` each queryable FTS index in its own write transaction (PostgreSQL:
-    ``gin_clean_pending_list`` per GIN index of ``messages``); returns how many were
-    optimized. A per-index ``OperationalError`` is a WARNING; the handle's sticky error
-    (quarantined, replaced) is raised."""
+    """Optimize each queryable FTS index, paced (PostgreSQL: ``gin_clean_pending_list`` per
+    GIN index of ``messages``); returns how many were optimized. A per-index
+    ``OperationalError`` is a WARNING; the handle's sticky error (quarantined, replaced) is
+    raised.
+
+    SQLite: the index is merged into one segment as FTS5's ``'optimize'`` would, but in
+    steps (docs/sessions-storage.md §3.7): one ``'merge'`` of ``-OPTIMIZE_STEP_PAGES``
+    (every segment to one level, the merge started), then ``'merge'`` of
+    ``+OPTIMIZE_STEP_PAGES`` until a command changes fewer than 2 rows, each its own write
+    transaction, with :func:`~hermes_data.sessions.backends.locks.pause_between_steps`
+    between them, so no step holds the write lock for more than one bounded merge."""
     backend = store.backend
     if backend.dialect == "postgresql":
         return _pg_optimize(backend)
@@ -148,8 +169,9 @@ def optimize_fts(store: Any) -> int:
     done = 0
     for table in _queryable(backend, q.MAINTAINED_FTS_TABLES):
         try:
-            backend.write(_on_table(table, partial(_optimize_one, table=table)))
+            steps = _optimize_paced(backend, table)
             done += 1
+            log.debug("%s: %s optimized in %d merge steps", backend.path, table, steps)
         except sa.exc.OperationalError as exc:
             log.warning("%s: 'optimize' of %s failed: %s", backend.path, table, exc.orig)
         except _CjkIndexError as exc:
@@ -157,8 +179,25 @@ def optimize_fts(store: Any) -> int:
     return done
 
 
-def _optimize_one(conn: Connection, table: str) -> None:
-    conn.exec_driver_sql(q.optimize(table))
+def _optimize_paced(backend: Any, table: str) -> int:
+    """The steps of one index's paced optimize; returns how many ran. Only the first merge
+    is negative: FTS5 restarts a merge when a later negative one finds new segments, while
+    positive ones run the started merge to its end (and, with ``usermerge`` 2, merge what
+    concurrent writers add meanwhile)."""
+    pages = -OPTIMIZE_STEP_PAGES
+    for step in range(1, OPTIMIZE_MAX_STEPS + 1):
+        started = time.monotonic()
+        changed = backend.write(_on_table(table, partial(_merge_once, table=table,
+                                                         pages=pages)))
+        if changed < 2:
+            return step
+        pages = OPTIMIZE_STEP_PAGES
+        pause_between_steps(started, min_pause_s=OPTIMIZE_PAUSE_MIN_S,
+                            factor=OPTIMIZE_PAUSE_FACTOR)
+    log.warning("%s: optimize of %s stopped after %d merge steps with work left (writers "
+                "kept adding segments); the next optimize continues it", backend.path, table,
+                OPTIMIZE_MAX_STEPS)
+    return OPTIMIZE_MAX_STEPS
 
 
 def _pg_optimize(backend: Any) -> int:

@@ -37,12 +37,6 @@ def probe(table: str) -> str:
     return f"SELECT 1 FROM {_table(table)} LIMIT 0"
 
 
-def optimize(table: str) -> str:
-    """Merge every segment of the index into one (long write lock on large indexes)."""
-    t = _table(table)
-    return f"INSERT INTO {t}({t}) VALUES ('optimize')"
-
-
 def rebuild(table: str) -> str:
     """Rebuild an external-content index from its source view."""
     t = _table(table)
