@@ -200,6 +200,11 @@ class SqliteSettings:
     #: out of WAL (see the module docstring): ``"truncate"``, ``"delete"`` or ``"persist"``.
     #: A configured ``journal_mode="delete"`` always gets DELETE.
     rollback_journal: str = "truncate"
+    #: ``auto_vacuum`` of a file this connection creates (an empty file; an existing one is
+    #: never changed here): ``"incremental"`` lets the session store's ``vacuum()`` return
+    #: free pages in paced steps (docs/sessions.md §7.6); None leaves SQLite's default
+    #: (NONE). Set before the journal policy: the first write fixes the mode.
+    new_file_auto_vacuum: str | None = "incremental"
 
     def synchronous_for(self, mode: str) -> str:
         """The ``synchronous`` level for journal ``mode``: on macOS a WAL file gets FULL (its
@@ -433,6 +438,18 @@ def planned_journal_state(path: str, current: str, *, has_pages: bool,
     return JournalState(mode, _flavoured(mode, decision.reason))
 
 
+#: The ``auto_vacuum`` settings a new file may get (the pragma's own spellings).
+_AUTO_VACUUM = {"none": "NONE", "full": "FULL", "incremental": "INCREMENTAL"}
+
+
+def _empty_file(path: str) -> bool:
+    """Is ``path`` a file with no bytes yet (the connection just created it)?"""
+    try:
+        return os.stat(path).st_size == 0
+    except (OSError, ValueError):
+        return False  # in-memory, URI or unreadable: nothing to create here
+
+
 def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
                                 settings: SqliteSettings, state: JournalState, *,
                                 busy_timeout_set: bool = False) -> None:
@@ -447,6 +464,12 @@ def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
         # First, before anything that may need a lock: a contested fresh file switching
         # journal mode otherwise fails at once with "database is locked".
         dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
+    if settings.new_file_auto_vacuum and _empty_file(path):
+        av = _AUTO_VACUUM.get(str(settings.new_file_auto_vacuum).lower())
+        if av is None:
+            raise ConfigurationError(f"new_file_auto_vacuum={settings.new_file_auto_vacuum!r} "
+                                     f"is not one of {', '.join(_AUTO_VACUUM)}")
+        dbapi_conn.execute(f"PRAGMA auto_vacuum={av}")
     # Read the mode first; switch only when the policy says so (a settled file sees no write).
     _apply_journal_policy(dbapi_conn, path, settings, state)
     cur = dbapi_conn.cursor()

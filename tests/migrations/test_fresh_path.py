@@ -80,6 +80,8 @@ def _both(tmp_path: Path, store: str) -> tuple[dict, dict, migrate.UpgradeReport
 def _assert_same(slow: dict, fast: dict) -> None:
     for key in slow:
         assert fast[key] == slow[key], key
+    # Both paths create the file in INCREMENTAL auto-vacuum mode (docs/sessions.md §7.6).
+    assert fast["pragmas"]["auto_vacuum"] == 2
 
 
 def test_fresh_telemetry_equals_the_revision_path(tmp_path):

@@ -53,6 +53,32 @@ def pause_between_steps(started: float, *, min_pause_s: float, factor: float,
         sleep(pause)
     return max(0.0, pause)
 
+
+class Pacer:
+    """The size of a paced job's steps (sessions' messages for prune, pages for the
+    incremental vacuum): after each step the next size is the last one scaled by
+    ``target_s`` / the step's time, at most doubled, within ``[1, ceiling]``, so a step
+    holds the write lock about ``target_s`` whatever the machine; between two steps
+    :func:`pause_between_steps` with ``min_pause_s`` and ``factor``."""
+
+    def __init__(self, size: int, *, target_s: float, min_pause_s: float, factor: float,
+                 ceiling: int | None = None) -> None:
+        self.size = max(1, int(size))
+        self.target_s, self.min_pause_s, self.factor = target_s, min_pause_s, factor
+        self.ceiling = ceiling
+        #: The longest step so far (seconds): what the job reports as its longest hold.
+        self.longest_s = 0.0
+
+    def step_done(self, started: float, *, more: bool) -> None:
+        """A step that began at ``started`` (``time.monotonic``) committed: size the next
+        one and, when ``more`` work is left, pause before it."""
+        took = time.monotonic() - started
+        self.longest_s = max(self.longest_s, took)
+        size = min(2 * self.size, int(self.size * self.target_s / max(took, 1e-3)))
+        self.size = max(1, size if self.ceiling is None else min(self.ceiling, size))
+        if more:
+            pause_between_steps(started, min_pause_s=self.min_pause_s, factor=self.factor)
+
 class FileLock:
     """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""
 

@@ -35,6 +35,17 @@ PAGE_SIZE = "PRAGMA page_size"
 FREELIST_COUNT = "PRAGMA freelist_count"
 #: Rewrite the file (outside any transaction; takes the write lock itself).
 VACUUM = "VACUUM"
+#: The file's auto-vacuum mode (0 NONE, 1 FULL, 2 INCREMENTAL).
+AUTO_VACUUM = "PRAGMA auto_vacuum"
+#: Make the next VACUUM of this connection convert the file to INCREMENTAL auto-vacuum.
+AUTO_VACUUM_INCREMENTAL = "PRAGMA auto_vacuum=INCREMENTAL"
+
+
+def incremental_vacuum_step(pages: int) -> str:
+    """One paced step of the incremental vacuum as a script: its own write transaction,
+    returning up to ``pages`` free pages to the filesystem. A script, because the pragma
+    frees one page per row it steps and the driver's ``execute`` steps once."""
+    return f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({int(pages)}); COMMIT;"
 #: Does a schema object of this name exist?
 OBJECT_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = ?"
 

@@ -51,7 +51,7 @@ from hermes_data.sessions.sql import for_dialect
 from hermes_data.sessions.backends import sql as q
 from hermes_data.sessions.backends import open_file, sqlite_open, sqlite_reads
 from hermes_data.sessions.backends.sqlite_reads import is_busy
-from hermes_data.sessions.backends.locks import FileLock, Patience
+from hermes_data.sessions.backends.locks import FileLock, Pacer, Patience
 from hermes_data.sessions.backends.base import (OPEN_PATIENCE_S, ROUTINE_PATIENCE_S, TRANSCRIPT_PATIENCE_S, Driver,
                    HandleState, OpenOptions, SessionBackend)
 
@@ -67,6 +67,17 @@ READ_ONLY_RETRY_PAUSE_S = 0.05
 #: Reads wait this long in all for a writer holding the file (rollback-journal modes: a
 #: committing writer, VACUUM or a prune blocks readers), then DatabaseBusyError.
 READ_PATIENCE_S = 20.0
+#: The paced incremental vacuum (docs/sessions.md §7.6): first step's pages, the write-lock
+#: time a step aims at, and the pause between steps (``max(min, factor × step)``; 100 ms is
+#: the longest sleep of SQLite's busy handler). Tests zero the pause.
+VACUUM_FIRST_STEP_PAGES = 2000
+VACUUM_STEP_TARGET_S = 0.1
+VACUUM_PAUSE_MIN_S = 0.1
+VACUUM_PAUSE_FACTOR = 1.0
+
+
+def _free_pages(conn: Connection) -> int:
+    return int(conn.exec_driver_sql(q.FREELIST_COUNT).scalar() or 0)
 
 
 class SqliteBackend(SessionBackend):
@@ -726,9 +737,28 @@ class SqliteBackend(SessionBackend):
         return (free / pages) if pages else None
 
     def vacuum(self) -> None:
-        """PASSIVE checkpoint, VACUUM, PASSIVE checkpoint again (core ``vacuum()`` optimizes
-        the FTS indexes first, docs/sessions-storage.md §3.7); refused on quarantined or replaced handles."""
+        """Return the file's free pages (core ``vacuum()`` optimizes the FTS indexes first,
+        docs/sessions-storage.md §3.7); refused on quarantined or replaced handles.
+
+        A file in INCREMENTAL auto-vacuum mode (every file this package creates) gets paced
+        ``incremental_vacuum`` steps, each its own write transaction of about
+        :data:`VACUUM_STEP_TARGET_S` (docs/sessions.md §7.6). Any other file gets one
+        ``VACUUM`` (one write-lock hold for the whole rewrite); a NONE file is converted to
+        INCREMENTAL by it, so its later vacuums are paced. A PASSIVE checkpoint before and
+        after either."""
         self.guard()
+        mode = self.read_on_writer(lambda c: int(c.exec_driver_sql(q.AUTO_VACUUM).scalar() or 0))
+        if mode == 2:
+            self._vacuum_paced()
+        else:
+            self._vacuum_whole(convert=mode == 0)
+        with self._lock:
+            self.checkpoint()
+            if self._identity is not None:  # VACUUM may have recreated the sidecars
+                self._identity = guards.FileIdentity.record(self.path,
+                                                            wal=self.journal_mode == "wal")
+
+    def _vacuum_whole(self, *, convert: bool) -> None:
         patience = Patience(ROUTINE_PATIENCE_S)
         while True:
             with self._lock:
@@ -737,6 +767,8 @@ class SqliteBackend(SessionBackend):
                     raise ConfigurationError(f"{self.path}: the session store is closed")
                 self.checkpoint()
                 try:
+                    if convert:
+                        raw.execute(q.AUTO_VACUUM_INCREMENTAL)  # takes effect in this VACUUM
                     raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
                     break
                 except sqlite3.OperationalError as exc:
@@ -748,11 +780,42 @@ class SqliteBackend(SessionBackend):
             patience.wait(err, f"{self.path}: other processes kept writing for over "
                           f"{ROUTINE_PATIENCE_S:.1f} s while VACUUM waited; the database is "
                           "healthy, retry later")
+        if convert:
+            log.info("%s: converted to incremental auto-vacuum by this VACUUM; later vacuums "
+                     "run in paced steps", self.path)
+
+    def _vacuum_paced(self) -> None:
+        pacer = Pacer(VACUUM_FIRST_STEP_PAGES, target_s=VACUUM_STEP_TARGET_S,
+                      min_pause_s=VACUUM_PAUSE_MIN_S, factor=VACUUM_PAUSE_FACTOR)
         with self._lock:
             self.checkpoint()
-            if self._identity is not None:  # VACUUM may have recreated the sidecars
-                self._identity = guards.FileIdentity.record(self.path,
-                                                            wal=self.journal_mode == "wal")
+        steps = 0
+        free = self.read_on_writer(_free_pages)
+        while free:
+            patience = Patience(ROUTINE_PATIENCE_S)
+            while True:
+                with self._lock:
+                    raw = self._raw
+                    if raw is None:
+                        raise ConfigurationError(f"{self.path}: the session store is closed")
+                    started = time.monotonic()
+                    try:
+                        raw.executescript(q.incremental_vacuum_step(pacer.size))
+                        break
+                    except sqlite3.OperationalError as exc:
+                        if raw.in_transaction:
+                            raw.execute(q.ROLLBACK)
+                        if not is_busy(exc):
+                            raise
+                        err = exc
+                patience.wait(err, f"{self.path}: other processes kept writing for over "
+                              f"{ROUTINE_PATIENCE_S:.1f} s while a vacuum step waited; the "
+                              "database is healthy, retry later")
+            steps += 1
+            free = self.read_on_writer(_free_pages)
+            pacer.step_done(started, more=bool(free))
+        log.info("%s: incremental vacuum: %d steps, longest %.0f ms", self.path, steps,
+                 pacer.longest_s * 1000)
 
     def maintenance_lock(self) -> FileLock:
         """``flock`` on ``<db>.auto-maintenance.lock`` (never on the database file itself)."""

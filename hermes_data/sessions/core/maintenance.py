@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Protocol
 from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.backends import ROUTINE_PATIENCE_S
-from hermes_data.sessions.backends.locks import pause_between_steps
+from hermes_data.sessions.backends.locks import Pacer
 from hermes_data.sessions.core.doomed import delete_claimed as _delete_claimed
 from hermes_data.sessions.core.doomed import fill_doomed as _fill_doomed
 from hermes_data.sessions.core.doomed import remove_transcripts as _remove_transcripts
@@ -388,8 +388,8 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
     The matches are read first (in the dry run's order, least recently active first), then
     deleted in steps (docs/sessions.md §7.5): each step is one write transaction over whole
     sessions that re-checks the filter and the guards, sized from the last step's time to
-    hold the write lock about :data:`PRUNE_STEP_TARGET_S`, with
-    :func:`~hermes_data.sessions.backends.locks.pause_between_steps` between two steps.
+    hold the write lock about :data:`PRUNE_STEP_TARGET_S` and paused after (one
+    :class:`~hermes_data.sessions.backends.locks.Pacer`); the longest step is logged.
     ``progress(done, total)`` follows the deleted sessions.
     """
     filters = _filters(source, filters)
@@ -398,13 +398,15 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
     plan = [(r[0], max(1, int(r[7] or 0))) for r in
             store.backend.read(lambda c: mq.prune_candidates(where).run(c, params).fetchall())]
     ms = _ms(store)
-    budget = PRUNE_FIRST_STEP_MESSAGES
+    pacer = Pacer(PRUNE_FIRST_STEP_MESSAGES, target_s=PRUNE_STEP_TARGET_S,
+                  min_pause_s=PRUNE_PAUSE_MIN_S, factor=PRUNE_PAUSE_FACTOR)
     deleted_total = 0
     i = 0
     while i < len(plan):
         step: list[str] = []
         weight = 0
-        while i < len(plan) and len(step) < CHUNK_IDS and (not step or weight + plan[i][1] <= budget):
+        while i < len(plan) and len(step) < CHUNK_IDS and (
+                not step or weight + plan[i][1] <= pacer.size):
             step.append(plan[i][0])
             weight += plan[i][1]
             i += 1
@@ -416,11 +418,10 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
             patience=ROUTINE_PATIENCE_S)
         deleted_total += len(deleted)
         _remove_transcripts(sessions_dir, deleted)
-        took = time.monotonic() - started
-        budget = max(1, min(2 * budget, int(budget * PRUNE_STEP_TARGET_S / max(took, 1e-3))))
-        if i < len(plan):
-            pause_between_steps(started, min_pause_s=PRUNE_PAUSE_MIN_S,
-                                factor=PRUNE_PAUSE_FACTOR)
+        pacer.step_done(started, more=i < len(plan))
+    if plan:
+        log.info("prune: %d of %d matching sessions deleted; longest step %.0f ms",
+                 deleted_total, len(plan), pacer.longest_s * 1000)
     return deleted_total
 
 

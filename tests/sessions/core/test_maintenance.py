@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from hermes_data.sessions.backends import locks
 from hermes_data.sessions.core import maintenance as mt
 from hermes_data.sessions.backends.sql import PG_MAINTENANCE_LOCK_KEY
 from hermes_data.sessions.store import SessionStore
@@ -156,7 +157,7 @@ def test_prune_deletes_in_paced_steps_of_whole_sessions(store, small_steps, monk
             changed.extend(expected[-2:])
         return 0.0
 
-    monkeypatch.setattr(mt, "pause_between_steps", meanwhile)
+    monkeypatch.setattr(locks, "pause_between_steps", meanwhile)
     seen: list[tuple[int, int]] = []
     assert mt.prune_sessions(store, progress=lambda d, t: seen.append((d, t))) == 6
     assert seen == [(k, 8) for k in range(1, 7)]  # one session a step, counted as a whole
@@ -195,7 +196,7 @@ def test_a_prune_killed_between_steps_leaves_every_session_whole(tmp_path, small
             "FROM sessions s").fetchall())
         fts = conn.exec_driver_sql("SELECT COUNT(*) FROM messages_fts "
                                    "WHERE messages_fts MATCH 'm0'").scalar()
-    assert len(rows) == 7 and set(rows.values()) == {6}, rows  # 3 steps committed
+    assert len(rows) == 7 and set(rows) < set(ids) and set(rows.values()) == {6}, rows  # 3 steps committed
     assert fts == 7  # the index agrees: the deleted sessions' rows are gone from it too
 
 
@@ -311,6 +312,90 @@ def test_vacuum_directly_reports_sizes(store):
     assert out["before_bytes"] > 0 and out["after_bytes"] > 0
     assert out["reclaimed_bytes"] == out["before_bytes"] - out["after_bytes"]
     assert [m.content for m in store.get_messages("s")][:1] == ["y" * 2000]
+
+
+@pytest.fixture
+def paced_vacuum(monkeypatch):
+    """Incremental-vacuum steps of a few pages and no pauses (a small test file)."""
+    from hermes_data.sessions.backends import sqlite as sqlite_backend
+
+    monkeypatch.setattr(sqlite_backend, "VACUUM_FIRST_STEP_PAGES", 8)
+    monkeypatch.setattr(sqlite_backend, "VACUUM_STEP_TARGET_S", 1e-6)
+    monkeypatch.setattr(sqlite_backend, "VACUUM_PAUSE_MIN_S", 0.0)
+    monkeypatch.setattr(sqlite_backend, "VACUUM_PAUSE_FACTOR", 0.0)
+
+
+def _traced(store) -> list[str]:
+    """The statements the writer connection runs from now on (a script's one by one)."""
+    log: list[str] = []
+    store.backend._raw.set_trace_callback(lambda sql: log.append(sql.strip().rstrip(";")))
+    return log
+
+
+def _pragma(store, name: str) -> int:
+    return int(store.backend._raw.execute(f"PRAGMA {name}").fetchone()[0])
+
+
+def _free_some_pages(store) -> None:
+    store.create_session("big", "cli")
+    store.append_messages_batch("big", [{"role": "user", "content": f"{i} " + "z" * 3000}
+                                        for i in range(200)])
+    store.create_session("kept", "cli")
+    store.append_message("kept", "user", "still here")
+    store.end_session("big", "user_exit")
+    assert mt.delete_session(store, "big")
+    assert _pragma(store, "freelist_count") > 50
+
+
+@pytest.mark.sqlite_only("auto-vacuum is a SQLite file format setting")
+def test_a_new_store_vacuums_in_paced_incremental_steps(sqlite_store, paced_vacuum):
+    """Every file the package creates is in INCREMENTAL auto-vacuum mode, so ``vacuum()``
+    returns its free pages in short write transactions (``incremental_vacuum`` steps), never
+    one ``VACUUM`` holding the write lock for the whole rewrite (docs/sessions.md §7.6)."""
+    assert _pragma(sqlite_store, "auto_vacuum") == 2
+    _free_some_pages(sqlite_store)
+    pages = _pragma(sqlite_store, "page_count")
+    log = _traced(sqlite_store)
+    out = mt.vacuum(sqlite_store)
+    sqlite_store.backend._raw.set_trace_callback(None)
+    steps = [line for line in log if line.startswith("PRAGMA incremental_vacuum(")]
+    assert len(steps) > 3 and "VACUUM" not in log  # small steps; no whole-file VACUUM
+    at = [i for i, line in enumerate(log) if line.startswith("PRAGMA incremental_vacuum(")]
+    assert all(log[i - 1] == "BEGIN IMMEDIATE" and log[i + 1] == "COMMIT" for i in at)
+    assert _pragma(sqlite_store, "freelist_count") == 0
+    assert _pragma(sqlite_store, "page_count") < pages and out["reclaimed_bytes"] > 0
+    assert sqlite_store.backend._raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    assert [m.content for m in sqlite_store.get_messages("kept")] == ["still here"]
+    assert [r.session_id for r in sqlite_store.search_messages("still")] == ["kept"]
+
+
+@pytest.mark.sqlite_only("auto-vacuum is a SQLite file format setting")
+def test_a_file_without_auto_vacuum_is_converted_by_its_first_vacuum(tmp_path, paced_vacuum):
+    """A file made without auto-vacuum (upstream's, or ours before issue 34) gets one whole
+    VACUUM, which converts it; its next vacuum runs in paced steps."""
+    from dataclasses import replace
+
+    from hermes_data.engine import SqliteSettings
+
+    path = tmp_path / "state.db"
+    legacy = replace(SqliteSettings(busy_timeout_ms=5000), new_file_auto_vacuum=None)
+    with SessionStore(path, settings=legacy) as s:
+        assert _pragma(s, "auto_vacuum") == 0
+    with SessionStore(path) as s:  # an existing file is never switched at open
+        assert _pragma(s, "auto_vacuum") == 0
+        _free_some_pages(s)
+        log = _traced(s)
+        mt.vacuum(s)
+        assert "VACUUM" in log and not any("incremental_vacuum" in x for x in log)
+        assert _pragma(s, "auto_vacuum") == 2 and _pragma(s, "freelist_count") == 0
+        s.create_session("more", "cli")
+        s.append_messages_batch("more", [{"role": "user", "content": "w" * 3000}] * 100)
+        assert mt.delete_session(s, "more")
+        log.clear()
+        mt.vacuum(s)
+        s.backend._raw.set_trace_callback(None)
+        assert "VACUUM" not in log and any("incremental_vacuum" in x for x in log)
+        assert [m.content for m in s.get_messages("kept")] == ["still here"]
 
 
 def test_stale_open_cron_session_is_closed_then_deleted_a_window_later(store):
