@@ -40,14 +40,15 @@ class Patience:
         time.sleep(min(pause, self.deadline - now))
 
 
-
 def pause_between_steps(started: float, *, min_pause_s: float, factor: float,
                         clock: Callable[[], float] = time.monotonic,
                         sleep: Callable[[float], None] = time.sleep) -> float:
     """Yield the write lock between two steps of a paced job (the FTS layout migration,
-    ``optimize_fts``, prune: docs/sessions-storage.md §3.6–§3.7, docs/sessions.md §7.5):
-    after a step that began at ``started`` (``clock`` time), sleep ``max(min_pause_s, factor × the step's time)`` so that writers waiting on the lock
-    get it before the next step takes it again. Returns the pause slept (seconds)."""
+    ``optimize_fts``, prune, the incremental vacuum: docs/sessions-storage.md §3.6–§3.7,
+    docs/sessions.md §7.5–§7.6):
+    after a step that began at ``started`` (``clock`` time), sleep ``max(min_pause_s,
+    factor × the step's time)`` so that writers waiting on the lock get it before the next
+    step takes it again. Returns the pause slept (seconds)."""
     pause = max(min_pause_s, factor * (clock() - started))
     if pause > 0:
         sleep(pause)
@@ -57,15 +58,14 @@ def pause_between_steps(started: float, *, min_pause_s: float, factor: float,
 class Pacer:
     """The size of a paced job's steps (sessions' messages for prune, pages for the
     incremental vacuum): after each step the next size is the last one scaled by
-    ``target_s`` / the step's time, at most doubled, within ``[1, ceiling]``, so a step
-    holds the write lock about ``target_s`` whatever the machine; between two steps
+    ``target_s`` / the step's time, at most doubled, never below 1, so a step holds the
+    write lock about ``target_s`` whatever the machine; between two steps
     :func:`pause_between_steps` with ``min_pause_s`` and ``factor``."""
 
-    def __init__(self, size: int, *, target_s: float, min_pause_s: float, factor: float,
-                 ceiling: int | None = None) -> None:
+    def __init__(self, size: int, *, target_s: float, min_pause_s: float,
+                 factor: float) -> None:
         self.size = max(1, int(size))
         self.target_s, self.min_pause_s, self.factor = target_s, min_pause_s, factor
-        self.ceiling = ceiling
         #: The longest step so far (seconds): what the job reports as its longest hold.
         self.longest_s = 0.0
 
@@ -74,10 +74,10 @@ class Pacer:
         one and, when ``more`` work is left, pause before it."""
         took = time.monotonic() - started
         self.longest_s = max(self.longest_s, took)
-        size = min(2 * self.size, int(self.size * self.target_s / max(took, 1e-3)))
-        self.size = max(1, size if self.ceiling is None else min(self.ceiling, size))
+        self.size = max(1, min(2 * self.size, int(self.size * self.target_s / max(took, 1e-3))))
         if more:
             pause_between_steps(started, min_pause_s=self.min_pause_s, factor=self.factor)
+
 
 class FileLock:
     """Non-blocking ``flock`` on a sidecar lock file (owner-only)."""

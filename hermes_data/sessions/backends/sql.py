@@ -46,6 +46,8 @@ def incremental_vacuum_step(pages: int) -> str:
     returning up to ``pages`` free pages to the filesystem. A script, because the pragma
     frees one page per row it steps and the driver's ``execute`` steps once."""
     return f"BEGIN IMMEDIATE; PRAGMA incremental_vacuum({int(pages)}); COMMIT;"
+
+
 #: Does a schema object of this name exist?
 OBJECT_EXISTS = "SELECT 1 FROM sqlite_master WHERE name = ?"
 

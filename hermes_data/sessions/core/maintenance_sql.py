@@ -185,15 +185,6 @@ count_matches = count_sessions
 
 
 @lru_cache(maxsize=128)
-def matching_ids(where: PruneWhere) -> DriverPrepared:
-    """Ids the filter matches."""
-    def build() -> Any:
-        s = sessions.alias("s")
-        return sa.select(s.c.id).where(*where.conditions(s))
-    return DriverPrepared("prune_matching_ids", build)
-
-
-@lru_cache(maxsize=128)
 def still_matching(where: PruneWhere) -> DriverPrepared:
     """Which of a step's ids (the expanding list ``step_ids``) the filter still matches:
     a paced prune re-checks each step inside its write transaction (a session resumed
