@@ -2,6 +2,7 @@
 
     python benchmarks/scale.py [--sizes 200000,2000000] [--dir DIR] [--url postgresql+psycopg://…/DB]
                                [--build-only] [--max-seconds S] [--reuse-results] [--drop-pg]
+                               [--only OP,…]
 
 Builds, per size N, a session store of N messages with the public batch API
 (``SessionStore.append_messages_batch``): N/100 sessions (20,000 at 2,000,000), a realistic mix
@@ -657,13 +658,22 @@ class Postgres:
                 "settings": f"PostgreSQL {version}, synchronous_commit={commit}, autovacuum={autovacuum}"}
 
 
-def measure(backend, size: int, args: argparse.Namespace, scratch: Path) -> dict:
+def measure(backend, size: int, args: argparse.Namespace, scratch: Path,
+            kept: dict | None = None) -> dict:
+    """Measure every operation (``args.only``: those, merged into ``kept``, the size's
+    earlier results) on a fresh copy of the built store."""
     print(f"  {backend.name} {size:,}: copying the store for the measurements", flush=True)
     work = backend.work(size)
     res: dict = {"size": size, "backend": backend.name, **backend.sizes(work),
                  "load": os.getloadavg()[0], "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    print(f"    {res['settings']}; file {res['file_bytes'] / 1e6:,.0f} MB", flush=True)
-    for op in OPS:
+    ops = OPS
+    if args.only:
+        ops = tuple(op for op in OPS if op in args.only)
+        res = {**(kept or {}), **{k: res[k] for k in ("load", "when")},
+               "remeasured": {**(kept or {}).get("remeasured", {}),
+                              **{op: res["when"] for op in ops}}}
+    print(f"    {res.get('settings', '')}; file {res.get('file_bytes', 0) / 1e6:,.0f} MB", flush=True)
+    for op in ops:
         t = time.perf_counter()
         res[op] = run_child(op, work, size, args, scratch)
         print(f"    {op:<12} done in {time.perf_counter() - t:6.1f} s: "
@@ -778,6 +788,9 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, help="stop each build after this long (resume later)")
     ap.add_argument("--reuse-results", action="store_true", help="print from DIR's results, measure only what is missing")
     ap.add_argument("--drop-pg", action="store_true", help="drop the DB_N databases at the end")
+    ap.add_argument("--only", type=lambda v: tuple(v.split(",")), default=(),
+                    help="re-measure only these operations (comma-separated, e.g. search,vacuum) "
+                         "and merge them into DIR's kept results")
     ap.add_argument("--child", nargs=2, metavar=("OP", "TARGET"), help=argparse.SUPPRESS)
     ap.add_argument("--probe", nargs=3, metavar=("TARGET", "READY", "STOP"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -821,11 +834,12 @@ def main() -> int:
         results[be.name] = {}
         for size in sizes:
             path = d / f"results-{be.name}-{size}.json"
-            if args.reuse_results and path.exists():
-                results[be.name][size] = json.loads(path.read_text())
+            kept = json.loads(path.read_text()) if path.exists() else None
+            if args.reuse_results and kept is not None and not args.only:
+                results[be.name][size] = kept
                 continue
             print(f"== measure {be.name} {size:,}", flush=True)
-            results[be.name][size] = measure(be, size, args, d)
+            results[be.name][size] = measure(be, size, args, d, kept)
             path.write_text(json.dumps(results[be.name][size], indent=1))
     report(results, sizes)
     if args.drop_pg and args.url:

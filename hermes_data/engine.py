@@ -369,7 +369,7 @@ def _rollback_flavour(cur: sqlite3.Cursor, path: str, settings: SqliteSettings) 
 
 
 def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: SqliteSettings,
-                          state: JournalState) -> None:
+                          state: JournalState, *, created: bool = False) -> None:
     cur = dbapi_conn.cursor()
     try:
         configured = settings.configured_mode()
@@ -386,7 +386,9 @@ def _apply_journal_policy(dbapi_conn: sqlite3.Connection, path: str, settings: S
         # names a new file asks whether it holds pages: a WAL file and a configured DELETE on a
         # DELETE file never read it (a settled open skips one statement).
         has_pages = True
-        if current != "wal" and configured != "delete":
+        if created:  # empty at connect: its one page is the auto_vacuum setting just made
+            has_pages = False
+        elif current != "wal" and configured != "delete":
             has_pages = cur.execute("PRAGMA page_count").fetchone()[0] > 0
         decision = decide_journal_mode(
             current, has_pages=has_pages, vulnerable=settings.vulnerable(), configured=configured,
@@ -464,14 +466,17 @@ def configure_sqlite_connection(dbapi_conn: sqlite3.Connection, path: str,
         # First, before anything that may need a lock: a contested fresh file switching
         # journal mode otherwise fails at once with "database is locked".
         dbapi_conn.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout_ms)}")
-    if settings.new_file_auto_vacuum and _empty_file(path):
+    created = bool(settings.new_file_auto_vacuum) and _empty_file(path)
+    if created:
         av = _AUTO_VACUUM.get(str(settings.new_file_auto_vacuum).lower())
         if av is None:
             raise ConfigurationError(f"new_file_auto_vacuum={settings.new_file_auto_vacuum!r} "
                                      f"is not one of {', '.join(_AUTO_VACUUM)}")
+        # Writes page 1 of the empty file (the mode lives there): before the journal switch,
+        # which would write it first and fix the mode at NONE.
         dbapi_conn.execute(f"PRAGMA auto_vacuum={av}")
     # Read the mode first; switch only when the policy says so (a settled file sees no write).
-    _apply_journal_policy(dbapi_conn, path, settings, state)
+    _apply_journal_policy(dbapi_conn, path, settings, state, created=created)
     cur = dbapi_conn.cursor()
     try:
         # NORMAL is durable at checkpoint level under WAL and much faster than FULL; macOS

@@ -153,6 +153,45 @@ def test_fresh_file_on_safe_build_uses_wal(tmp_path):
     assert _mode(tmp_path / "a.db") == "wal"
 
 
+@pytest.mark.parametrize("settings", [
+    SqliteSettings(sqlite_version=VULNERABLE), SqliteSettings(sqlite_version=SAFE),
+    SqliteSettings(sqlite_version=VULNERABLE, journal_mode="wal"),
+    SqliteSettings(sqlite_version=VULNERABLE, journal_mode="delete"),
+], ids=["vulnerable-default", "safe-default", "configured-wal", "configured-delete"])
+def test_a_new_file_gets_incremental_auto_vacuum_and_its_fresh_file_journal(
+        tmp_path, settings, caplog, monkeypatch):
+    """A file the connection creates is INCREMENTAL auto-vacuum (docs/sqlite-policy.md), in
+    every journal mode; setting it writes page 1, yet the journal policy still treats the
+    file as new (no "existing file" switch warning); an existing file is never changed."""
+    monkeypatch.delenv("HERMES_DATA_JOURNAL_MODE", raising=False)
+    path = tmp_path / "a.db"
+    engine = create_sqlite_engine(path, settings)
+    with caplog.at_level(logging.WARNING, logger="hermes_data.engine"):
+        _touch(engine)
+    assert not any("existing" in r.message for r in caplog.records), caplog.text
+    mode = journal_state(engine).mode
+    engine.dispose()
+    con = sqlite3.connect(path)
+    assert con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
+    con.close()
+    assert (_mode(path) == "wal") == (mode == "wal")
+    old = tmp_path / "old.db"
+    sqlite3.connect(old).execute("CREATE TABLE t (x)").connection.close()
+    engine = create_sqlite_engine(old, settings)
+    _touch(engine)
+    engine.dispose()
+    con = sqlite3.connect(old)
+    assert con.execute("PRAGMA auto_vacuum").fetchone()[0] == 0  # never switched at open
+    con.close()
+
+
+def test_an_unknown_new_file_auto_vacuum_is_refused_by_name(tmp_path):
+    engine = create_sqlite_engine(tmp_path / "a.db", SqliteSettings(new_file_auto_vacuum="fast"))
+    with pytest.raises(ConfigurationError, match="'fast'"):
+        _touch(engine)
+    engine.dispose()
+
+
 def test_existing_wal_file_stays_wal_on_vulnerable_build(tmp_path, caplog):
     path = tmp_path / "a.db"
     con = sqlite3.connect(path)

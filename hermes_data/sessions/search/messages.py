@@ -29,7 +29,8 @@ the rows an earlier one returned, so a row appears once:
    tier — the literal is the stricter phrase): ``quick brown fox``
    ranks the rows holding the phrase above the scattered-word ones;
 3. the **word tier** — the FTS query (unicode61 / the stored tsvector) with the zero-result
-   trigram fallback, by relevance (PostgreSQL: equal ranks newest first; SQLite keeps
+   trigram fallback, by relevance over the newest :data:`~.sql.RANK_CANDIDATES` matches
+   that pass the filters, on both backends (PostgreSQL: equal ranks newest first; SQLite keeps
    FTS5's order for them — a tie-break key costs 1.5–1.9× on common words, see
    ``sql.search.fts_page``); on PostgreSQL, when it does not fill the page, the
    accent-folded words follow (see below);
@@ -62,7 +63,7 @@ the objects of s01_baseline and s02_pg_stored_tsvector instead of FTS5 tables:
   a ``word*`` prefix puts ``:*`` on the term's last word, a phrase ``<->``; ``NOT`` ⇒
   ``&& !!``, ``OR`` ⇒ ``||``), matched against the stored generated column
   ``messages.fts_document`` (GIN index ``messages_fts_document``). Relevance: ``ts_rank``
-  on that stored vector over the newest :data:`PG_RANK_CANDIDATES` matches. Snippets:
+  on that stored vector over the newest :data:`RANK_CANDIDATES` matches. Snippets:
   ``ts_headline`` over a :data:`PG_HEADLINE_CHARS`-character prefix, with the same
   punctuation boundaries made visible to the parser (so ``gateway`` is marked inside
   ``gateway/run.py``) and removed again from the snippet.
@@ -138,7 +139,8 @@ from hermes_data.sessions.search import gap as fts_gap
 from hermes_data.sessions.search.capabilities import forget_capabilities, read_capabilities
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
                           result_row, substring_search, tier_list)
-from hermes_data.sessions.search.postgres import PG_HEADLINE_CHARS, PG_RANK_CANDIDATES, pg_search
+from hermes_data.sessions.search.postgres import PG_HEADLINE_CHARS, pg_search
+from hermes_data.sessions.search.sql import RANK_CANDIDATES
 from hermes_data.sessions.search.plan import (CONTEXT_CHARS, CONTEXT_CHUNK, HIGHLIGHT_END, HIGHLIGHT_START,
                           MAX_QUERY_CHARS, OPERATORS, RESULT_FIELDS, SORTS, ContextMessage,
                           LikeTerm, SearchCapabilities, SearchPlan, SearchResult, check_fields,
@@ -150,7 +152,7 @@ from hermes_data.sessions.search.sql import pg_tsquery
 
 __all__ = [
     "CONTEXT_CHARS", "CONTEXT_CHUNK", "HIGHLIGHT_END", "HIGHLIGHT_START", "MAX_QUERY_CHARS",
-    "OPERATORS", "PG_HEADLINE_CHARS", "PG_RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
+    "OPERATORS", "PG_HEADLINE_CHARS", "RANK_CANDIDATES", "RESULT_FIELDS", "SORTS",
     "ContextMessage", "LikeTerm", "SearchCapabilities", "SearchPlan", "SearchResult",
     "cjk_count", "fetch_context", "forget_capabilities", "has_cjk", "literal_groups",
     "literal_text", "pg_tsquery",
@@ -320,6 +322,11 @@ def _fts(conn: Connection, table: str, match: str, filters: Filters, limit: int,
     """A page of ``MATCH match`` on ``table``, snippets made by FTS5 for the page only."""
     params: dict[str, Any] = {"q": match, "limit": limit, "offset": offset}
     where = filters.sql(params)
+    if sort in (None, "rank"):  # rank the newest RANK_CANDIDATES matches (as PostgreSQL)
+        params["cand"] = q.RANK_CANDIDATES
+        params["floor"] = conn.execute(sa.text(q.fts_rank_floor(table, where)), params).scalar()
+        if params["floor"] is None:
+            return []
     rows = conn.execute(sa.text(q.fts_page(table, where, sort)), params).fetchall()
     if not rows:
         return []

@@ -36,9 +36,6 @@ _T = TypeVar("_T")
 # PostgreSQL execution
 # -------------------------------------------------------------------------------------
 
-#: The standard route ranks (``ts_rank`` on the stored ``fts_document``) only the newest
-#: this-many matches, so a common word never ranks every matching row.
-PG_RANK_CANDIDATES = 1000
 #: The literal tier takes its candidates from the symbol-gram index (s08) when its rarest
 #: gram is in at most this many rows (``search_stats.element_rows``): ~7 µs a candidate. Above,
 #: a literal of symbols only (``...``, ``((``) is itself common — a newest-first scan stops
@@ -268,7 +265,7 @@ def _pg_words(conn: Connection, plan: SearchPlan, match: str, filters: Filters, 
 
 def _pg_fts(conn: Connection, match: str, filters: Filters, limit: int, offset: int,
             sort: str | None, folded: bool = False) -> list[SearchResult]:
-    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": PG_RANK_CANDIDATES,
+    params: dict[str, Any] = {"limit": limit, "offset": offset, "cand": q.RANK_CANDIDATES,
                               "hl": PG_HEADLINE_CHARS}
     tsq = pg_tsquery(match, params)
     if tsq is None:

@@ -371,9 +371,28 @@ def _fts_table(table: str) -> str:
     return table
 
 
+#: Relevance order ranks only the newest this-many matches that pass the filters, on both
+#: backends (docs/sessions.md §7.2): a common word never ranks every matching row (FTS5
+#: computed bm25 for all of them before the LIMIT: 100 ms–1 s at 2,000,000 messages).
+RANK_CANDIDATES = 1000
+
+
+def fts_rank_floor(table: str, where: str) -> str:
+    """The smallest id among the newest ``:cand`` rows of ``table MATCH :q`` that pass
+    ``where`` (None without a match): the relevance page ranks the rows from there up,
+    which are exactly those candidates (binds ``:q``, ``:cand`` and the filters')."""
+    table = _fts_table(table)
+    # not Core: an FTS5 MATCH; FTS5 walks its doclist newest first for ORDER BY rowid DESC,
+    # so LIMIT stops after the candidates (~1–2 ms for a word in 100,000 rows)
+    return (f"SELECT min(id) FROM (SELECT m.id AS id FROM {table} "
+            f"JOIN messages m ON m.id = {table}.rowid JOIN sessions s ON s.id = m.session_id "
+            f"WHERE {table} MATCH :q AND {where} ORDER BY {table}.rowid DESC LIMIT :cand)")
+
+
 def fts_page(table: str, where: str, sort: str | None) -> str:
     """One page of hits of FTS5 ``table`` for ``MATCH :q`` (no snippet: see
-    :func:`fts_snippets`)."""
+    :func:`fts_snippets`). Relevance order (``sort`` None or ``"rank"``) binds ``:floor``
+    (:func:`fts_rank_floor`): FTS5 ranks only the rows of that range."""
     table = _fts_table(table)
     # ``ORDER BY rank`` alone is consumed by FTS5; a recency tie-break (``rank, m.id DESC``)
     # makes SQLite sort every match instead: 1.5–1.9× the CPU on a common word of the
@@ -383,8 +402,9 @@ def fts_page(table: str, where: str, sort: str | None) -> str:
     order = {None: best, "rank": best,
              "newest": f"m.timestamp DESC, {table}.rank",
              "oldest": f"m.timestamp ASC, {table}.rank"}[sort]
+    window = f" AND {table}.rowid >= :floor" if sort in (None, "rank") else ""
     return (f"SELECT {HIT_COLS} FROM {table} JOIN messages m ON m.id = {table}.rowid "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q AND {where} "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q{window} AND {where} "
             f"ORDER BY {order} LIMIT :limit OFFSET :offset")
 
 

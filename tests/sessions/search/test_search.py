@@ -429,3 +429,35 @@ def test_postgresql_tsquery_splits_terms_like_the_document():
     assert "!!phraseto_tsquery" in sql_text
     # A prefix term with no word character left has nothing to match.
     assert pg_tsquery("__*", {}) is None
+
+# -------------------------------------------------------------------------------------
+# Relevance ranks the newest matches only (docs/sessions.md §7.2, issue 34)
+# -------------------------------------------------------------------------------------
+
+
+def test_relevance_ranks_only_the_newest_matches_that_pass_the_filters(store, monkeypatch):
+    """Relevance order considers the newest ``RANK_CANDIDATES`` matches that pass the
+    filters, on both backends: an old, strongly matching row outside that window is not
+    ranked (``sort='oldest'`` still finds it), and a filter moves the window to the newest
+    rows it keeps, not to the newest rows overall."""
+    from hermes_data.sessions.search import sql as search_sql
+
+    monkeypatch.setattr(search_sql, "RANK_CANDIDATES", 4)
+    store.create_session("old", "cli")
+    store.append_message("old", "user", "zeta zeta zeta")  # the best match, oldest
+    store.append_message("old", "user", "zeta zeta")
+    store.create_session("new", "cli")
+    newest_cli = [store.append_message("new", "user", f"zeta and a long line of words {i}")
+                  for i in range(5)]
+    store.create_session("tg", "telegram")
+    tg = [store.append_message("tg", "user", f"zeta in a telegram chat {i}") for i in range(6)]
+
+    # A page the word tier fills (limit = the window): no literal tier after it.
+    ranked = {h.id for h in store.search_messages("zeta", limit=4)}
+    assert ranked == set(tg[-4:])  # the four newest matches, whatever their relevance
+    cli_ranked = {h.id for h in store.search_messages("zeta", source_filter="cli", limit=4)}
+    assert cli_ranked == set(newest_cli[-4:])  # the newest four *cli* rows
+    oldest = store.search_messages("zeta", sort="oldest", limit=2)
+    assert [h.session_id for h in oldest] == ["old", "old"]  # time order has no window
+    monkeypatch.setattr(search_sql, "RANK_CANDIDATES", 100)
+    assert {h.session_id for h in store.search_messages("zeta", limit=2)} == {"old"}
