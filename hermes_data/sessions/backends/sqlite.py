@@ -759,27 +759,13 @@ class SqliteBackend(SessionBackend):
                                                             wal=self.journal_mode == "wal")
 
     def _vacuum_whole(self, *, convert: bool) -> None:
-        patience = Patience(ROUTINE_PATIENCE_S)
-        while True:
-            with self._lock:
-                raw = self._raw
-                if raw is None:
-                    raise ConfigurationError(f"{self.path}: the session store is closed")
-                self.checkpoint()
-                try:
-                    if convert:
-                        raw.execute(q.AUTO_VACUUM_INCREMENTAL)  # takes effect in this VACUUM
-                    raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
-                    break
-                except sqlite3.OperationalError as exc:
-                    # In WAL a sibling's commit between VACUUM's read and its write lock is
-                    # SQLITE_BUSY at once (no busy handler): wait like any writer.
-                    if not is_busy(exc):
-                        raise
-                    err = exc
-            patience.wait(err, f"{self.path}: other processes kept writing for over "
-                          f"{ROUTINE_PATIENCE_S:.1f} s while VACUUM waited; the database is "
-                          "healthy, retry later")
+        def run(raw: sqlite3.Connection) -> None:
+            self.checkpoint()
+            if convert:
+                raw.execute(q.AUTO_VACUUM_INCREMENTAL)  # takes effect in this VACUUM
+            raw.execute(q.VACUUM)  # outside any transaction; takes the write lock itself
+
+        self._raw_outside_transaction(run, "VACUUM")
         if convert:
             log.info("%s: converted to incremental auto-vacuum by this VACUUM; later vacuums "
                      "run in paced steps", self.path)
@@ -792,30 +778,41 @@ class SqliteBackend(SessionBackend):
         steps = 0
         free = self.read_on_writer(_free_pages)
         while free:
-            patience = Patience(ROUTINE_PATIENCE_S)
-            while True:
-                with self._lock:
-                    raw = self._raw
-                    if raw is None:
-                        raise ConfigurationError(f"{self.path}: the session store is closed")
-                    started = time.monotonic()
-                    try:
-                        raw.executescript(q.incremental_vacuum_step(pacer.size))
-                        break
-                    except sqlite3.OperationalError as exc:
-                        if raw.in_transaction:
-                            raw.execute(q.ROLLBACK)
-                        if not is_busy(exc):
-                            raise
-                        err = exc
-                patience.wait(err, f"{self.path}: other processes kept writing for over "
-                              f"{ROUTINE_PATIENCE_S:.1f} s while a vacuum step waited; the "
-                              "database is healthy, retry later")
+            started = self._raw_outside_transaction(
+                lambda raw: raw.executescript(q.incremental_vacuum_step(pacer.size)),
+                "a vacuum step")
             steps += 1
             free = self.read_on_writer(_free_pages)
             pacer.step_done(started, more=bool(free))
         log.info("%s: incremental vacuum: %d steps, longest %.0f ms", self.path, steps,
                  pacer.longest_s * 1000)
+
+    def _raw_outside_transaction(self, run: Callable[[sqlite3.Connection], Any],
+                                 what: str) -> float:
+        """``run`` on the writer's DB-API connection outside any driver transaction (a
+        VACUUM, a vacuum step's script), waiting out other processes' write locks like any
+        writer; returns when the attempt that succeeded began (``time.monotonic``)."""
+        patience = Patience(ROUTINE_PATIENCE_S)
+        while True:
+            with self._lock:
+                raw = self._raw
+                if raw is None:
+                    raise ConfigurationError(f"{self.path}: the session store is closed")
+                started = time.monotonic()
+                try:
+                    run(raw)
+                    return started
+                except sqlite3.OperationalError as exc:
+                    if raw.in_transaction:  # a script stopped inside its BEGIN
+                        raw.execute(q.ROLLBACK)
+                    # In WAL a sibling's commit between VACUUM's read and its write lock is
+                    # SQLITE_BUSY at once (no busy handler): wait like any writer.
+                    if not is_busy(exc):
+                        raise
+                    err = exc
+            patience.wait(err, f"{self.path}: other processes kept writing for over "
+                          f"{ROUTINE_PATIENCE_S:.1f} s while {what} waited; the database is "
+                          "healthy, retry later")
 
     def maintenance_lock(self) -> FileLock:
         """``flock`` on ``<db>.auto-maintenance.lock`` (never on the database file itself)."""

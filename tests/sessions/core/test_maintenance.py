@@ -116,13 +116,19 @@ def test_prune_of_more_than_900_ids_and_linear_steps(store):
         assert large < 4 * small * 1.5, (small, large)  # O(n): 4x rows, ~4x steps (not 16x)
 
 
+def _tiny_steps(monkeypatch, module, job: str, unit: str, first: int) -> None:
+    """A paced job's steps as small as they go and no pauses (a test corpus is small): its
+    ``<JOB>_FIRST_STEP_<UNIT>``, ``_STEP_TARGET_S``, ``_PAUSE_MIN_S`` and ``_PAUSE_FACTOR``."""
+    monkeypatch.setattr(module, f"{job}_FIRST_STEP_{unit}", first)
+    monkeypatch.setattr(module, f"{job}_STEP_TARGET_S", 1e-6)
+    monkeypatch.setattr(module, f"{job}_PAUSE_MIN_S", 0.0)
+    monkeypatch.setattr(module, f"{job}_PAUSE_FACTOR", 0.0)
+
+
 @pytest.fixture
 def small_steps(monkeypatch):
-    """Prune steps of about one session and no pauses (the test corpus is small)."""
-    monkeypatch.setattr(mt, "PRUNE_FIRST_STEP_MESSAGES", 5)
-    monkeypatch.setattr(mt, "PRUNE_STEP_TARGET_S", 1e-6)
-    monkeypatch.setattr(mt, "PRUNE_PAUSE_MIN_S", 0.0)
-    monkeypatch.setattr(mt, "PRUNE_PAUSE_FACTOR", 0.0)
+    """Prune steps of about one session."""
+    _tiny_steps(monkeypatch, mt, "PRUNE", "MESSAGES", 5)
 
 
 def _old_sessions_with_messages(store, n: int, per: int) -> list[str]:
@@ -316,13 +322,10 @@ def test_vacuum_directly_reports_sizes(store):
 
 @pytest.fixture
 def paced_vacuum(monkeypatch):
-    """Incremental-vacuum steps of a few pages and no pauses (a small test file)."""
+    """Incremental-vacuum steps of a few pages."""
     from hermes_data.sessions.backends import sqlite as sqlite_backend
 
-    monkeypatch.setattr(sqlite_backend, "VACUUM_FIRST_STEP_PAGES", 8)
-    monkeypatch.setattr(sqlite_backend, "VACUUM_STEP_TARGET_S", 1e-6)
-    monkeypatch.setattr(sqlite_backend, "VACUUM_PAUSE_MIN_S", 0.0)
-    monkeypatch.setattr(sqlite_backend, "VACUUM_PAUSE_FACTOR", 0.0)
+    _tiny_steps(monkeypatch, sqlite_backend, "VACUUM", "PAGES", 8)
 
 
 def _traced(store) -> list[str]:
