@@ -17,6 +17,10 @@ back: the pairing cancels a shared machine's drift between runs). And the memory
 --memory-rows rows (default 50,000) adds, in a fresh process each (VmHWM during the call
 minus VmRSS before it, the input list already built): ours against the upstream-equivalent
 (plain sqlite3, one transaction, one INSERT per row straight from the list); target <= 5 MB.
+
+Issue 34 item 3: the same batch line on rows that all hold CJK words, each side finishing with
+its CJK-bigram queue drained by the store's ``cjk_index_step`` (the same end state: asserted);
+target: paired ratio >= 2.0.
 """
 
 from __future__ import annotations
@@ -120,6 +124,64 @@ def bench_batch(store: SessionStore, con: sqlite3.Connection, total: int, size: 
         con.execute("COMMIT")
     base = total / (time.perf_counter() - t0)
     return ours, base
+
+
+#: CJK words mixed into every row of the CJK line (issue 34 item 3): each row queues its id
+#: for the CJK-bigram index.
+CJK_WORDS = ("修改服务端的配置文件", "日志里有错误", "サーバーの設定を変更", "설정 파일을 수정")
+
+
+def _cjk_row(i: int) -> dict:
+    return {"role": "assistant" if i % 2 else "user",
+            "content": f"{CONTENT} {CJK_WORDS[i % len(CJK_WORDS)]} #{i}"}
+
+
+def _drain_cjk(store: SessionStore) -> None:
+    while store.cjk_index_step():
+        pass
+
+
+def bench_batch_cjk(store: SessionStore, con: sqlite3.Connection, base_path: Path,
+                    journal: str, total: int, size: int, tag: str) -> tuple[float, float]:
+    """Issue 34 item 3: the batch against the per-row path on a corpus whose every row holds
+    CJK words, to the same end state — each side's queued ids indexed by the store's own
+    ``cjk_index_step`` (the baseline's through a store handle on its file), timed."""
+    sid = f"cjk{tag}"
+    store.create_session(sid, "cli")
+    rows = [_cjk_row(i) for i in range(size)]
+    t0 = time.perf_counter()
+    for _ in range(total // size):
+        store.append_messages_batch(sid, rows)
+    _drain_cjk(store)
+    ours = total / (time.perf_counter() - t0)
+    con.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)",
+                (sid, time.time()))
+    t0 = time.perf_counter()
+    for _ in range(total // size):
+        now = time.time()
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(_ADMIT_AND_COUNT, (size, 0, sid)).fetchall()
+        con.executemany(_INSERT_MESSAGE, [(sid, *_cjk_tuple(i, now + i * 1e-6))
+                                          for i in range(size)])
+        con.execute("COMMIT")
+    with open_store(base_path, journal) as drainer:
+        _drain_cjk(drainer)
+    base = total / (time.perf_counter() - t0)
+    for side in (store.engine.connect(), None):
+        c = side.connection.driver_connection if side is not None else con
+        left = c.execute("SELECT COUNT(*) FROM messages_cjk_queue").fetchone()[0]
+        docs = c.execute("SELECT COUNT(*) FROM messages_cjk_doc d JOIN messages m "
+                         "ON m.id = d.id WHERE m.session_id = ?", (sid,)).fetchone()[0]
+        assert (left, docs) == (0, total), (left, docs)  # the same end state on both sides
+        if side is not None:
+            side.close()
+    return ours, base
+
+
+def _cjk_tuple(i: int, ts: float) -> tuple:
+    r = _cjk_row(i)
+    return (r["role"], r["content"], None, None, None, ts, None, None, None, None, None, None,
+            None, None, 0, 0, None, 1, None, None, None, None)
 
 
 def bench_tip(store: SessionStore, con: sqlite3.Connection, repeat: int) -> tuple[float, float]:
@@ -267,7 +329,7 @@ def main() -> int:
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="hermes-bench-"))
     try:
-        singles, batches = [], []
+        singles, batches, cjk_batches = [], [], []
         for run in range(args.repeat):
             d = tmp / f"run{run}"
             d.mkdir()
@@ -283,6 +345,8 @@ def main() -> int:
                       f"synchronous ours={sync} baseline={bsync} (1=NORMAL); FTS: both indexes + 6 triggers live")
             singles.append(bench_single(store, con, args.n, args.journal == "wal"))
             batches.append(bench_batch(store, con, args.batch_total, args.batch_size, str(run)))
+            cjk_batches.append(bench_batch_cjk(store, con, d / "base.db", args.journal,
+                                               args.batch_total, args.batch_size, str(run)))
             if run == args.repeat - 1:
                 ceilings = bench_ceilings(d, args.journal, args.n)
                 tip = bench_tip(store, con, 21)
@@ -300,6 +364,11 @@ def main() -> int:
         paired = statistics.median(o / b for o, b in batches)  # each run: ours, then base
         print(f"  paired (median of the per-run ratios, {len(batches)} runs): {paired:5.2f}   "
               f"({', '.join(f'{o / b:.2f}' for o, b in batches)}; target >= 2.0)")
+        c_o, c_b = med(cjk_batches, 0), med(cjk_batches, 1)
+        c_paired = statistics.median(o / b for o, b in cjk_batches)
+        print(f"append_messages_batch, CJK in every row, CJK queue drained on both sides: "
+              f"{c_o:10,.0f} msg/s   baseline {c_b:10,.0f} msg/s   paired ratio {c_paired:5.2f}   "
+              f"({', '.join(f'{o / b:.2f}' for o, b in cjk_batches)}; target >= 2.0, issue 34)")
         print(f"append_messages_batch of {args.memory_rows:,} rows in one call: peak RSS growth "
               f"{memory[0]:+6.1f} MB   upstream-equivalent {memory[1]:+6.1f} MB   target <= 5 MB")
         print("raw sqlite3 single-append ceilings: " + ", ".join(

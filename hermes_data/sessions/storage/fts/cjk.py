@@ -223,17 +223,25 @@ class _IndexCorrupt(Exception):
 
 
 def _index_rows(tx: Connection, rows: Sequence[Sequence[Any]]) -> None:
+    """Each row's document written (a row without CJK loses its document), in two
+    ``executemany`` calls: a step's rows cost one driver call, not one each."""
+    upserts: list[tuple[Any, str]] = []
+    deletes: list[tuple[Any]] = []
     for mid, content, tool_name, tool_calls in rows:
         doc = cjk_document(content, tool_name, tool_calls)
-        try:
-            if doc:
-                tx.exec_driver_sql(q.UPSERT_DOC, (mid, doc))
-            else:
-                tx.exec_driver_sql(q.DELETE_DOC, (mid,))
-        except sa.exc.DBAPIError as exc:
-            if guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc):
-                raise _IndexCorrupt(str(exc.orig), guards.is_fts_corruption(exc)) from exc
-            raise
+        if doc:
+            upserts.append((mid, doc))
+        else:
+            deletes.append((mid,))
+    try:
+        if upserts:
+            tx.exec_driver_sql(q.UPSERT_DOC, upserts)
+        if deletes:
+            tx.exec_driver_sql(q.DELETE_DOC, deletes)
+    except sa.exc.DBAPIError as exc:
+        if guards.is_fts_corruption(exc) or guards.is_fts_unavailable(exc):
+            raise _IndexCorrupt(str(exc.orig), guards.is_fts_corruption(exc)) from exc
+        raise
 
 
 def index_step(tx: Connection, max_rows: int) -> bool:
@@ -258,9 +266,10 @@ def index_step(tx: Connection, max_rows: int) -> bool:
         else:
             x(q.SET_META, (q.PROGRESS_KEY, str(end)))
         return True
-    for (mid,) in x(q.QUEUE_HEAD, (max_rows,)).fetchall():
-        _index_rows(tx, x(q.SCOPED_ROW, (mid,)).fetchall() or [(mid, None, None, None)])
-        x(q.DEQUEUE, (mid,))
+    rows = x(q.QUEUED_ROWS, (max_rows,)).fetchall()
+    if rows:  # a row gone or out of scope loses its document
+        _index_rows(tx, [r[:4] if r[4] else (r[0], None, None, None) for r in rows])
+        x(q.DEQUEUE, [(r[0],) for r in rows])
     return x(q.QUEUE_NONEMPTY).first() is not None
 
 

@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import messages, sessions, state_meta
+from hermes_data.sessions.schema import messages, messages_cjk_queue, sessions, state_meta
 from hermes_data.sessions.sql.constructs import bp, module_statement
 from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
 from hermes_data.sessions.sql.ddl import checked_drop
@@ -136,9 +136,7 @@ PRESENT_OBJECTS = ("SELECT name FROM sqlite_master WHERE name IN ("
 FTS_PROBE = "SELECT rowid FROM messages_cjk_fts LIMIT 0"
 #: Is anything queued?
 QUEUE_NONEMPTY = "SELECT 1 FROM messages_cjk_queue LIMIT 1"
-#: The oldest ``?`` queued ids.
-QUEUE_HEAD = "SELECT id FROM messages_cjk_queue ORDER BY id LIMIT ?"
-#: Dequeue one id.
+#: Dequeue one id (a step's ids in one ``executemany``).
 DEQUEUE = "DELETE FROM messages_cjk_queue WHERE id = ?"
 
 #: The index's scope over ``messages m JOIN sessions s`` (no tool rows, trigram-eligible
@@ -153,6 +151,19 @@ def _rows(by_id: Callable[[Any], list[Any]], *fragments: str) -> sa.Select:
     return (sa.select(m.c.id, m.c.content, m.c.tool_name, m.c.tool_calls)
             .select_from(m.join(s, s.c.id == m.c.session_id))
             .where(*by_id(m.c.id), *map(sa.text, fragments)))
+
+
+def _queued_rows() -> sa.Select:
+    # ``q LEFT JOIN messages m LEFT JOIN sessions s``, each by its key (a lookup per queued
+    # id); the fifth column says whether the row is in the index's scope (NULL: gone).
+    m, s = messages.alias("m"), sessions.alias("s")
+    head = (sa.select(messages_cjk_queue.c.id).order_by(messages_cjk_queue.c.id)
+            .limit(bp("n")).subquery("q"))
+    return (sa.select(head.c.id, m.c.content, m.c.tool_name, m.c.tool_calls,
+                      sa.text(f"({INDEX_SCOPE})"))
+            .select_from(head.outerjoin(m, m.c.id == head.c.id)
+                         .outerjoin(s, s.c.id == m.c.session_id))
+            .order_by(head.c.id))
 
 
 class CjkIndexStatements(Statements):
@@ -180,9 +191,9 @@ class CjkIndexStatements(Statements):
     BACKFILL_ROWS = driver_statement(lambda d: _rows(
         lambda mid: [mid > bp("lo"), mid <= bp("hi")], INDEX_SCOPE,
         f"({_na('m.content')} OR {_na('m.tool_name')} OR {_na('m.tool_calls')})"), "lo", "hi")
-    #: The in-scope row behind one queued id (none: gone or out of scope).
-    SCOPED_ROW = driver_statement(lambda d: _rows(lambda mid: [mid == bp("id")], INDEX_SCOPE),
-                                  "id")
+    #: The queue's first ``n`` ids, ascending, each with the row behind it and whether that
+    #: row is in the index's scope (NULL: gone) — one statement for a drain step's reads.
+    QUEUED_ROWS = driver_statement(lambda d: _queued_rows(), "n")
 
 
 def __getattr__(name: str) -> str:
