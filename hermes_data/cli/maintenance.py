@@ -196,7 +196,7 @@ def register(subparsers) -> None:
                    help="also pinned sessions (open and mid-turn sessions are never deleted)")
     p.add_argument("--apply", action="store_true", help="really delete (default: list only)")
     p.set_defaults(func=cmd_prune)
-    p = subparsers.add_parser("vacuum", help="optimize FTS, VACUUM between PASSIVE checkpoints")
+    p = subparsers.add_parser("vacuum", help="optimize FTS, return free pages (paced steps; VACUUM converts an older file)")
     url(p)
     as_json(p)
     p.set_defaults(func=cmd_vacuum)
