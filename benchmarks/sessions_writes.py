@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -56,8 +57,8 @@ def _row(i: int) -> dict:
     return {"role": "assistant" if i % 2 else "user", "content": f"{CONTENT} #{i}"}
 
 
-def _baseline_tuple(i: int, ts: float) -> tuple:
-    r = _row(i)
+def _baseline_tuple(i: int, ts: float, row: Callable[[int], dict] = _row) -> tuple:
+    r = row(i)
     return (r["role"], r["content"], None, None, None, ts, None, None, None, None, None, None,
             None, None, 0, 0, None, 1, None, None, None, None)
 
@@ -106,13 +107,20 @@ def bench_single(store: SessionStore, con: sqlite3.Connection, n: int,
 
 
 def bench_batch(store: SessionStore, con: sqlite3.Connection, total: int, size: int,
-                tag: str) -> tuple[float, float]:
+                tag: str, row: Callable[[int], dict] = _row,
+                finish: tuple[Callable[[], None], Callable[[], None]] | None = None
+                ) -> tuple[float, float]:
+    """Ours (``append_messages_batch``) and the per-row baseline, ``total`` rows of ``row``
+    in batches of ``size`` into session ``batch<tag>``; ``finish``: work each side's timing
+    includes after its last batch (ours, baseline)."""
     sid = f"batch{tag}"
     store.create_session(sid, "cli")
-    rows = [_row(i) for i in range(size)]
+    rows = [row(i) for i in range(size)]
     t0 = time.perf_counter()
     for _ in range(total // size):
         store.append_messages_batch(sid, rows)
+    if finish:
+        finish[0]()
     ours = total / (time.perf_counter() - t0)
     con.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)", (sid, time.time()))
     t0 = time.perf_counter()
@@ -120,8 +128,11 @@ def bench_batch(store: SessionStore, con: sqlite3.Connection, total: int, size: 
         now = time.time()
         con.execute("BEGIN IMMEDIATE")
         con.execute(_ADMIT_AND_COUNT, (size, 0, sid)).fetchall()
-        con.executemany(_INSERT_MESSAGE, [(sid, *_baseline_tuple(i, now + i * 1e-6)) for i in range(size)])
+        con.executemany(_INSERT_MESSAGE, [(sid, *_baseline_tuple(i, now + i * 1e-6, row))
+                                          for i in range(size)])
         con.execute("COMMIT")
+    if finish:
+        finish[1]()
     base = total / (time.perf_counter() - t0)
     return ours, base
 
@@ -146,27 +157,13 @@ def bench_batch_cjk(store: SessionStore, con: sqlite3.Connection, base_path: Pat
     """Issue 34 item 3: the batch against the per-row path on a corpus whose every row holds
     CJK words, to the same end state — each side's queued ids indexed by the store's own
     ``cjk_index_step`` (the baseline's through a store handle on its file), timed."""
-    sid = f"cjk{tag}"
-    store.create_session(sid, "cli")
-    rows = [_cjk_row(i) for i in range(size)]
-    t0 = time.perf_counter()
-    for _ in range(total // size):
-        store.append_messages_batch(sid, rows)
-    _drain_cjk(store)
-    ours = total / (time.perf_counter() - t0)
-    con.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)",
-                (sid, time.time()))
-    t0 = time.perf_counter()
-    for _ in range(total // size):
-        now = time.time()
-        con.execute("BEGIN IMMEDIATE")
-        con.execute(_ADMIT_AND_COUNT, (size, 0, sid)).fetchall()
-        con.executemany(_INSERT_MESSAGE, [(sid, *_cjk_tuple(i, now + i * 1e-6))
-                                          for i in range(size)])
-        con.execute("COMMIT")
-    with open_store(base_path, journal) as drainer:
-        _drain_cjk(drainer)
-    base = total / (time.perf_counter() - t0)
+    def drain_base() -> None:
+        with open_store(base_path, journal) as drainer:
+            _drain_cjk(drainer)
+
+    rates = bench_batch(store, con, total, size, f"cjk{tag}", _cjk_row,
+                        (lambda: _drain_cjk(store), drain_base))
+    sid = f"batchcjk{tag}"
     for side in (store.engine.connect(), None):
         c = side.connection.driver_connection if side is not None else con
         left = c.execute("SELECT COUNT(*) FROM messages_cjk_queue").fetchone()[0]
@@ -175,13 +172,7 @@ def bench_batch_cjk(store: SessionStore, con: sqlite3.Connection, base_path: Pat
         assert (left, docs) == (0, total), (left, docs)  # the same end state on both sides
         if side is not None:
             side.close()
-    return ours, base
-
-
-def _cjk_tuple(i: int, ts: float) -> tuple:
-    r = _cjk_row(i)
-    return (r["role"], r["content"], None, None, None, ts, None, None, None, None, None, None,
-            None, None, 0, 0, None, 1, None, None, None, None)
+    return rates
 
 
 def bench_tip(store: SessionStore, con: sqlite3.Connection, repeat: int) -> tuple[float, float]:
