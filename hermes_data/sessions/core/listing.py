@@ -136,7 +136,7 @@ def list_sessions(conn: Connection, q: Fragments, flt: ls.SessionFilter, *,
     params.update(limit=int(limit), offset=int(offset))
     if order_by_last_active:
         params.update(ls.search_params(search_query, id_query))
-    stmt = ls.list_ids(shape, q.dialect, by_last_active=order_by_last_active,
+    stmt = ls.list_ids(shape, by_last_active=order_by_last_active,
                        search=order_by_last_active and "needle" in params,
                        search_stripped=order_by_last_active and "needle_stripped" in params,
                        by_id=order_by_last_active and "idq" in params)

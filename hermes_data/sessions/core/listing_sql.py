@@ -120,7 +120,7 @@ class FilterShape:
 
 
 @lru_cache(maxsize=256)
-def list_ids(shape: FilterShape, d: str, *, by_last_active: bool, search: bool,
+def list_ids(shape: FilterShape, *, by_last_active: bool, search: bool,
              search_stripped: bool, by_id: bool) -> DriverPrepared:
     """Ids of one sidebar page (:limit, :offset): by start time, or by the lineage's freshest
     activity with optional title (``search``: :needle, and :needle_stripped when

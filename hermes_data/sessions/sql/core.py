@@ -389,8 +389,6 @@ class CoreStatements(Statements):
     def __init__(self, d: str) -> None:
         super().__init__(d)
         pg = d == "postgresql"
-        #: Null-safe equality.
-        self.IS = "IS NOT DISTINCT FROM" if pg else "IS"
         #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
         self.NO_LIMIT = None if pg else -1
 

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
 from hermes_data.sessions.schema import messages, state_meta
 from hermes_data.sessions.sql.constructs import bp, const, module_statement
-from hermes_data.sessions.sql.meta_sql import meta_delete, meta_exists, meta_set, meta_value
+from hermes_data.sessions.sql.meta_sql import meta_delete, meta_set, meta_value
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
 from hermes_data.sessions.sql.ddl import checked_drop
@@ -132,9 +132,6 @@ class FtsStateStatements(Statements):
         *REBUILD_MARKER_KEYS, "fts_stale", DEFERRAL_KEY))
     #: The recorded ``fts_storage_version``.
     READ_FTS_STORAGE_VERSION = driver_statement(lambda d: meta_value("fts_storage_version"))
-    #: Probe: is a deferred FTS rebuild window open?
-    FTS_REBUILD_HIGH_WATER_PROBE = driver_statement(
-        lambda d: meta_exists(REBUILD_MARKER_KEYS[0]))
     #: Record the current external-content layout as complete (storage version 3).
     WRITE_FTS_STORAGE_VERSION = driver_statement(
         lambda d: meta_set(d, key="fts_storage_version", value="3"))
