@@ -29,6 +29,7 @@ from hermes_data.sessions.errors import (CompressionSessionBusyError, Compressio
 from hermes_data.sessions.coordination.lock_rows import Clock, clear_stale, conversation_key
 from hermes_data.sessions.agent.session_meta import LINEAGE_MARKERS, merge_model_config_json
 from hermes_data.sessions.coordination.sql import CoordinationStatements, for_dialect
+from hermes_data.sessions.sql import for_dialect as core_statements
 
 T = TypeVar("T")
 
@@ -115,9 +116,10 @@ def set_active_counts(conn: Connection, cs: CoordinationStatements, session_id: 
     """I2: ``message_count`` / ``tool_call_count`` = the counts over the active rows (core
     docs/sessions.md §6.1's tool-call rule). Returns the active count."""
     ex = conn.exec_driver_sql
-    n = int(ex(cs.ACTIVE_COUNT, (session_id,)).scalar() or 0)
+    core = core_statements(cs.dialect)
+    n = int(ex(core.COUNT_ACTIVE, (session_id,)).scalar() or 0)
     tools = sum(enc.count_tool_calls(r[0]) for r in ex(cs.ACTIVE_TOOL_CALLS, (session_id,)))
-    ex(cs.SET_COUNTS, (n, tools, session_id))
+    ex(core.SET_COUNTS, (n, tools, session_id))
     return n
 
 
@@ -179,7 +181,7 @@ def clear_messages(store: Any, session_id: str, *, allow_compression_parent: boo
             if not allow_compression_parent:
                 raise
         n = conn.exec_driver_sql(cs.DELETE_ALL, (session_id,)).rowcount
-        conn.exec_driver_sql(cs.SET_COUNTS, (0, 0, session_id))
+        conn.exec_driver_sql(core_statements(cs.dialect).SET_COUNTS, (0, 0, session_id))
         return int(n)
 
     return int(store.backend.write(work, patience=TRANSCRIPT_PATIENCE_S))

@@ -315,15 +315,10 @@ class CoordinationStatements(Statements):
     #: Active row ids of a session, ascending.
     ACTIVE_IDS = driver_statement(lambda d: sa.select(m.c.id).where(_active_of()).order_by(
         m.c.id), "sid")
-    #: Active rows of a session and the tool calls they carry (I2's counters).
-    ACTIVE_COUNT = driver_statement(lambda d: sa.select(sa.func.count()).select_from(m).where(
-        _active_of()), "sid")
+    #: The tool calls a session's active rows carry (I2's counters; the count and the
+    #: counters' update are the core ``COUNT_ACTIVE`` / ``SET_COUNTS``).
     ACTIVE_TOOL_CALLS = driver_statement(lambda d: sa.select(m.c.tool_calls).where(
         _active_of(m.c.tool_calls.is_not(None))), "sid")
-    #: Set a session's counters.
-    SET_COUNTS = driver_statement(lambda d: sa.update(S).values(
-        message_count=bp("messages"), tool_call_count=bp("tools")).where(S.c.id == bp("id")),
-        "messages", "tools", "id")
     #: Archive every active row (rows stay, ``compacted`` stays 0).
     ARCHIVE_ACTIVE = driver_statement(lambda d: sa.update(m).values(active=const(0)).where(
         _active_of()), "sid")
