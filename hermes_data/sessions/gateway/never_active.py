@@ -21,6 +21,7 @@ from sqlalchemy.engine import Connection
 
 from hermes_data.sessions.gateway.common import db_now, finite, wall
 from hermes_data.sessions.coordination.lock_rows import holder_is_provably_dead
+from hermes_data.sessions.coordination.sql import for_dialect as coordination_sql
 from hermes_data.sessions.handle import StoreHandle
 from hermes_data.sessions.core import maintenance_sql
 from hermes_data.sessions.gateway.peers_sql import for_dialect as peer_sql
@@ -131,6 +132,7 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
     candidates = store.backend.read(lambda c: _list(c, r, cutoff))
     _after_listing(candidates)
     ms = maintenance_sql.MaintenanceStatements.for_dialect(d)
+    guards = coordination_sql(d)  # the guard rows' unlocked reads (``PEEK``)
     sessions = entries = 0
     for cand in candidates:
         def run(conn: Connection) -> int | None:
@@ -138,8 +140,8 @@ def prune_never_active_keyed_sessions(store: StoreHandle, *, older_than_days: fl
             if conn.exec_driver_sql(st, (cand.id, cutoff)).first() is None:
                 return None
             now = db_now(conn, d)
-            if _live(conn.exec_driver_sql(r.LOCK_OF, (cand.id,)).first(), now, pg) or _live(
-                    conn.exec_driver_sql(r.LEASE_OF, (_conversation_key(conn, d, cand.id),))
+            if _live(conn.exec_driver_sql(guards.lock.PEEK, (cand.id,)).first(), now, pg) or _live(
+                    conn.exec_driver_sql(guards.lease.PEEK, (_conversation_key(conn, d, cand.id),))
                     .first(), now, pg):
                 return None
             n = conn.exec_driver_sql(r.ROUTING_FOR_SESSION, (cand.id,)).rowcount

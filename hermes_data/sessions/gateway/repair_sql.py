@@ -13,8 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import compression_locks, gateway_routing, messages, \
-    session_turn_leases, sessions, telegram_dm_topic_bindings
+from hermes_data.sessions.schema import gateway_routing, messages, sessions, \
+    telegram_dm_topic_bindings
 from hermes_data.sessions.sql.constructs import bp, const, json_marker, left_chars
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.meta_sql import meta_get, meta_upsert
@@ -61,11 +61,6 @@ def _never_active_one(bindings: bool) -> driver_statement:
         return (sa.select(s.c.id).where(s.c.id == bp("id"), *never_active(s, bindings))
                 .with_for_update())
     return driver_statement(build, "id", "cutoff")
-
-
-def _holder(table: Any, key: str) -> driver_statement:
-    return driver_statement(lambda d: sa.select(table.c.holder, table.c.expires_at).where(
-        table.c[key] == bp("id")), "id")
 
 
 def _donor(d: str) -> sa.Select:
@@ -150,10 +145,6 @@ class RepairStatements(Statements):
     NEVER_ACTIVE_ONE_TG = _never_active_one(True)
     #: Routing entries of every scope naming a session (malformed JSON never raises).
     ROUTING_FOR_SESSION = driver_statement(_routing_for_session, "sid")
-    #: Compression lock of a session.
-    LOCK_OF = _holder(compression_locks, "session_id")
-    #: Turn lease of a conversation.
-    LEASE_OF = _holder(session_turn_leases, "conversation_id")
     #: Orphans: unkeyed, with messages, not tool rows, no branch/delegate marker.
     ORPHANS = driver_statement(_orphans)
     #: A lineage donor: the parent, keyed, of the same source.
