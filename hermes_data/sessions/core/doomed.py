@@ -23,9 +23,10 @@ Progress = Callable[[int, int], None]
 
 
 def delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progress | None,
-                    total: int) -> int:
+                   total: int, *, drop_prompts: bool = True) -> int:
     """Delete the sessions listed in the doomed temp table chunk by chunk, each chunk claimed
-    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts."""
+    by the id high-water mark (O(n)); orphan their children; drop unreferenced prompts
+    (unless ``drop_prompts`` is False: a paced prune drops them once, after its last step)."""
     hwm = ""
     done = 0
     while True:
@@ -41,7 +42,8 @@ def delete_claimed(conn: Connection, ms: MaintenanceStatements, progress: Progre
         done += len(ids)
         if progress is not None:
             progress(done, total)
-    conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
+    if drop_prompts:
+        conn.exec_driver_sql(ms.DROP_UNUSED_PROMPTS)
     return done
 
 

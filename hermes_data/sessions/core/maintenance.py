@@ -419,6 +419,9 @@ def prune_sessions(store: MaintainedStore, older_than_days: float | None = DEFAU
         deleted_total += len(deleted)
         _remove_transcripts(sessions_dir, deleted)
         pacer.step_done(started, more=i < len(plan))
+    if deleted_total:  # once, not per step: a scan of every prompt
+        store.backend.write(lambda c: c.exec_driver_sql(ms.DROP_UNUSED_PROMPTS),
+                            patience=ROUTINE_PATIENCE_S)
     if plan:
         log.info("prune: %d of %d matching sessions deleted; longest step %.0f ms",
                  deleted_total, len(plan), pacer.longest_s * 1000)
@@ -455,7 +458,7 @@ def _prune_step(conn: Connection, *, store: MaintainedStore, ms: MaintenanceStat
     if not ids:
         return []
     _fill_doomed(conn, ms, ids)
-    _delete_claimed(conn, ms, progress, len(ids))
+    _delete_claimed(conn, ms, progress, len(ids), drop_prompts=False)
     return ids
 
 
