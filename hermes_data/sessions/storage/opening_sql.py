@@ -21,9 +21,9 @@ from hermes_data.sessions.sql.meta_sql import meta_delete, meta_set, meta_value
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
 from hermes_data.sessions.sql.ddl import checked_drop
-from hermes_data.sessions.storage.fts.ddl import FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, legacy_trigger_ddl
-from hermes_data.sessions.storage.fts.sql import (DEFERRAL_KEY, REBUILD_MARKER_KEYS,
-                                                 UPSTREAM_CJK_TRIGGERS)
+from hermes_data.sessions.storage.fts.ddl import (FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES,
+                                                 GATE_KEYS, legacy_trigger_ddl)
+from hermes_data.sessions.storage.fts.sql import DEFERRAL_KEY, UPSTREAM_CJK_TRIGGERS
 
 # ---------------------------------------------------------------------------------------
 # FTS capability probes (TEMP virtual tables, never main)
@@ -129,7 +129,7 @@ class FtsStateStatements(Statements):
     #: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after
     #: a stale recovery (docs/sessions-storage.md §3.8).
     CLEAR_REBUILD_MARKERS_AND_STALE = driver_statement(lambda d: meta_delete(
-        *REBUILD_MARKER_KEYS, "fts_stale", DEFERRAL_KEY))
+        *GATE_KEYS, "fts_stale", DEFERRAL_KEY))
     #: The recorded ``fts_storage_version``.
     READ_FTS_STORAGE_VERSION = driver_statement(lambda d: meta_value("fts_storage_version"))
     #: Record the current external-content layout as complete (storage version 3).

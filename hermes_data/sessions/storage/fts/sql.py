@@ -16,7 +16,7 @@ from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.sessions.sql.meta_sql import meta_delete, meta_exists, meta_set, meta_value
 from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
-from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES
+from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, GATE_KEYS
 
 #: Every FTS5 table hermes-data maintains (optimize / merge), in this order.
 MAINTAINED_FTS_TABLES = (*FTS_VIRTUAL_TABLES, CJK_FTS)
@@ -75,8 +75,6 @@ def set_busy_timeout(ms: int) -> str:
 
 
 DEFERRAL_KEY = "fts_rebuild_deferral"
-#: The rebuild-window markers (deleted by a full rebuild).
-REBUILD_MARKER_KEYS = ("fts_rebuild_high_water", "fts_rebuild_progress")
 
 
 class MarkerStatements(Statements):
@@ -89,7 +87,7 @@ class MarkerStatements(Statements):
     #: The ``fts_stale`` marker.
     READ_FTS_STALE = driver_statement(lambda d: meta_exists("fts_stale"))
     #: The rebuild-window markers (deleted by a full rebuild).
-    CLEAR_REBUILD_MARKERS = driver_statement(lambda d: meta_delete(*REBUILD_MARKER_KEYS))
+    CLEAR_REBUILD_MARKERS = driver_statement(lambda d: meta_delete(*GATE_KEYS))
     #: The stale deferral record (JSON; docs/sessions-storage.md §3.8).
     READ_DEFERRAL = driver_statement(lambda d: meta_value(DEFERRAL_KEY))
     #: Write the deferral record (value).
