@@ -52,6 +52,7 @@ from hermes_data.sessions.core import maintenance_sql as mq
 from hermes_data.sessions.core.maintenance_sql import (SWEEP_END_REASON, SWEEPABLE_SOURCES,
                               MaintenanceStatements, prune_where)
 from hermes_data.sessions.handle import UNSET, StoreHandle, either_spelling
+from hermes_data.sessions.sql.core import SESSION_EXISTS
 from hermes_data.sessions.storage import opening
 
 __all__ = ["CHUNK_IDS", "DEFAULT_MIN_INTERVAL_HOURS", "DEFAULT_MIN_VACUUM_FREELIST_RATIO",
@@ -222,7 +223,7 @@ def get_session_delete_targets(store: MaintainedStore, session_id: str) -> list[
     ms = _ms(store)
 
     def work(conn: Connection) -> list[str]:
-        if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
+        if SESSION_EXISTS.run(conn, {"id": session_id}).first() is None:
             return []
         return [session_id, *sorted(_delegate_walk(conn, ms, [session_id]))]
 
@@ -359,7 +360,7 @@ def delete_session(store: MaintainedStore, session_id: str,
     ms = _ms(store)
 
     def work(conn: Connection) -> bool:
-        if conn.exec_driver_sql(ms.SESSION_EXISTS, (session_id,)).first() is None:
+        if SESSION_EXISTS.run(conn, {"id": session_id}).first() is None:
             return False
         delegates = _delegate_walk(conn, ms, [session_id])
         if expected_delete_ids is not None and set(expected_delete_ids) != {session_id, *delegates}:

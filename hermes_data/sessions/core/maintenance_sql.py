@@ -225,9 +225,6 @@ class MaintenanceStatements(Statements):
     #: Prompts no session references any more.
     DROP_UNUSED_PROMPTS = driver_statement(lambda d: sa.delete(system_prompts).where(
         ~sa.select(const(1)).where(_S.c.system_prompt_hash == system_prompts.c.hash).exists()))
-    #: Does a session exist?
-    SESSION_EXISTS = driver_statement(lambda d: sa.select(const(1)).select_from(sessions)
-                                      .where(sessions.c.id == bp("id")), "id")
     #: Live compression locks and turn leases (expires_at > now).
     LIVE_LOCKS = driver_statement(lambda d: sa.select(
         compression_locks.c.session_id, compression_locks.c.holder).where(

@@ -175,10 +175,10 @@ class _Gate:
     def __init__(self, tx: Any, plan: tuple[bool, bool]) -> None:
         self.base, self.trigram = plan
         self.saved = dict(tx.execute(gate.READ_GATE).fetchall())
-        last = tx.execute(gate.LAST_MESSAGE_ID).fetchone()[0]
+        last = tx.execute(gate.MAX_MESSAGE_ID).fetchone()[0]
         self.last_id = -1 if last is None else int(last)
         # GATE(r) is false for last_id < r.id <= high water: the insert triggers skip them.
-        tx.executemany(gate.SET_GATE_MARKER, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
+        tx.executemany(gate.SET_META, ((fts.GATE_KEYS[0], fts.GATE_CLOSED_HIGH_WATER),
                                              (fts.GATE_KEYS[1], self.last_id)))
 
     def reopen_and_fill(self, tx: Any) -> None:
@@ -186,9 +186,9 @@ class _Gate:
         indexed under them (the fills apply GATE themselves)."""
         for key in fts.GATE_KEYS:
             if key in self.saved:
-                tx.execute(gate.SET_GATE_MARKER, (key, self.saved[key]))
+                tx.execute(gate.SET_META, (key, self.saved[key]))
             else:
-                tx.execute(gate.DELETE_GATE_MARKER, (key,))
+                tx.execute(gate.DELETE_META, (key,))
         if self.base:
             tx.execute(fts.BULK_FTS_FILL, (self.last_id,))
         if self.trigram:

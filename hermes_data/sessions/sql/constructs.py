@@ -181,7 +181,7 @@ def module_statement(namespace: dict[str, Any], statements: Any, name: str) -> s
     ``driver_statement`` ``name`` of ``statements`` compiled for SQLite on first read and
     stored in the module's ``namespace``, so later reads are a plain module attribute (no
     construct is built at import, issue 14). Any other name raises ``AttributeError``."""
-    if name.startswith("_") or name not in vars(statements):
+    if name.startswith("_") or not any(name in vars(k) for k in statements.__mro__):
         raise AttributeError(f"module {namespace.get('__name__')!r} has no attribute {name!r}")
     sql = namespace[name] = getattr(statements.for_dialect("sqlite"), name)
     return sql

@@ -20,7 +20,8 @@ from hermes_data.sessions.schema import compression_locks, state_meta, system_pr
 from hermes_data.sessions.schema import messages as m
 from hermes_data.sessions.schema import sessions as s
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, json_marker, unindexed
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.dialect import driver_statement
+from hermes_data.sessions.sql.meta_sql import MetaStatements
 from hermes_data.sessions.sql.predicates import legacy_reset_child_of
 from hermes_data.statements import DriverPrepared
 
@@ -221,10 +222,10 @@ def _parent_keys(d: str) -> sa.Select:
             .where(c.c.id == bp("id")))
 
 
-def _set_meta(d: str) -> Any:
-    ins = dialect_insert(d)(state_meta).values(key=bp("key"), value=bp("value"))
-    return ins.on_conflict_do_update(index_elements=[state_meta.c.key],
-                                     set_={"value": ins.excluded.value})
+#: Does session :id exist? One row (1) when it does, none when not (``.scalar()``: 1 / None).
+#: The lineage flag setters, deletion and import ask it (Core, compiled once per dialect).
+SESSION_EXISTS = DriverPrepared("session_exists", lambda: sa.select(const(1)).select_from(
+    s).where(s.c.id == bp("id")))
 
 
 @lru_cache(maxsize=32)
@@ -250,17 +251,12 @@ def _messages_page(d: str, include_inactive: bool, after_id: bool, latest: bool,
     return _select_messages(include_inactive, after_id, latest, paged).positional_sql(d, order)
 
 
-class CoreStatements(Statements):
+class CoreStatements(MetaStatements):
     """The core statements for one dialect (``sqlite`` / ``postgresql``): Core constructs
     compiled on first use; callers pass positional tuples in each statement's declared
     order."""
 
-    # -- state_meta (docs/sessions.md §7.7)
-    #: One state_meta value.
-    GET_META = driver_statement(lambda d: sa.select(state_meta.c.value).where(
-        state_meta.c.key == bp("key")), "key")
-    #: Upsert a state_meta value.
-    SET_META = driver_statement(_set_meta, "key", "value")
+    # -- state_meta (docs/sessions.md §7.7): GET_META / SET_META are MetaStatements'
     #: Every state_meta key under an escaped LIKE prefix.
     LIST_META_PREFIX = driver_statement(lambda d: sa.select(
         state_meta.c.key, state_meta.c.value).where(

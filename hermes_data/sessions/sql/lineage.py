@@ -12,7 +12,8 @@ from sqlalchemy import text
 from sqlalchemy.sql.elements import TextClause
 
 from hermes_data.sessions.schema import sessions
-from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.constructs import bp
+from hermes_data.sessions.sql.core import SESSION_EXISTS
 
 from hermes_data.sessions.sql.predicates import (CANONICAL_BOT_CHAT_TITLE, MAX_LINEAGE_DEPTH,
                                                  RESUME_MAX_HOPS, edge, fork, last_active,
@@ -133,9 +134,6 @@ _HAS_HIDDEN_BOT_CHAT = ("SELECT EXISTS (SELECT 1 FROM sessions WHERE id IN "
                         f"AND title = '{CANONICAL_BOT_CHAT_TITLE}')")
 
 
-#: Does session :id exist? (Core constructs, compiled once per dialect; run with ``.run``.)
-SESSION_EXISTS = DriverPrepared("lineage_session_exists", lambda: sa.select(
-    sa.select(const(1)).where(sessions.c.id == bp("id")).exists()))
 #: The fields of upstream's row-by-row lineage walk.
 _WALK_COLS = ("id", "parent_session_id", "end_reason", "source", "model_config")
 #: One row's walk fields (:id).

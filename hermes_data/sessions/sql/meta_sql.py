@@ -1,6 +1,8 @@
 """Statements over ``state_meta`` shared by the storage and search modules (issue 32): one
 upsert and the key predicate, built from :mod:`hermes_data.sessions.schema` (kept out of
-:mod:`hermes_data.sessions.sql.constructs`, which the schema's own dependencies import)."""
+:mod:`hermes_data.sessions.sql.constructs`, which the schema's own dependencies import), and
+:class:`MetaStatements`, the by-key reads and writes every concern's statement class
+inherits."""
 
 from __future__ import annotations
 
@@ -9,12 +11,13 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.sql.elements import ColumnElement
 
-from hermes_data.sessions.schema import state_meta
+from hermes_data.sessions.schema import messages, state_meta
 from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.statements import dialect_insert
 
-__all__ = ["meta_delete", "meta_exists", "meta_get", "meta_keys", "meta_set", "meta_upsert",
-           "meta_value"]
+__all__ = ["MetaStatements", "meta_delete", "meta_exists", "meta_get", "meta_keys", "meta_set",
+           "meta_upsert", "meta_value"]
 
 
 def meta_get(dialect: str) -> Any:
@@ -33,7 +36,7 @@ def meta_exists(key: str) -> Any:
 
 
 def meta_delete(*keys: str) -> Any:
-    """Remove the fixed ``keys``."""
+    """Remove the fixed ``keys`` (none: the bound key)."""
     return sa.delete(state_meta).where(meta_keys(*keys))
 
 
@@ -61,3 +64,19 @@ def meta_keys(*keys: str) -> ColumnElement[Any]:
     if len(keys) == 1:
         return state_meta.c.key == const(keys[0])
     return state_meta.c.key.in_([const(k) for k in keys])
+
+
+class MetaStatements(Statements):
+    """``state_meta`` by key and the newest message id: the bookkeeping the core, the FTS
+    layout migration, the batch's rebuild gate and the CJK index all send. Defined once here;
+    each concern's statement class inherits them (compiled once per dialect, shared)."""
+
+    #: One ``state_meta`` value (key).
+    GET_META = driver_statement(meta_get, "key")
+    #: Set one ``state_meta`` key (key, value).
+    SET_META = driver_statement(meta_upsert, "key", "value")
+    #: Delete one ``state_meta`` key (key).
+    DELETE_META = driver_statement(lambda d: meta_delete(), "key")
+    #: The largest message id (NULL on an empty table): the backfill high waters, the batch
+    #: gate, the windowed pre-scans' upper end.
+    MAX_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))

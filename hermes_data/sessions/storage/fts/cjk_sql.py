@@ -34,9 +34,9 @@ import sqlalchemy as sa
 
 from hermes_data.sessions.schema import messages, messages_cjk_queue, sessions, state_meta
 from hermes_data.sessions.sql.constructs import bp, module_statement
-from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
+from hermes_data.sessions.sql.meta_sql import MetaStatements, meta_keys
 from hermes_data.sessions.sql.ddl import checked_drop
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.dialect import driver_statement
 from hermes_data.sessions.storage.fts.ddl import tri_session
 
 #: Object names (fixed), and the FTS5 shadow tables of the index.
@@ -166,19 +166,14 @@ def _queued_rows() -> sa.Select:
             .order_by(head.c.id))
 
 
-class CjkIndexStatements(Statements):
+class CjkIndexStatements(MetaStatements):
     """The index's ordinary statements over ``state_meta``, ``messages`` and ``sessions``
     (issue 32): Core constructs, compiled per dialect on first read; on SQLite the module
     exposes each as a plain string attribute of the same name (:func:`__getattr__`)."""
 
-    #: Newest message id (the backfill's high water; the search's windowed pre-scan's upper
-    #: end — PostgreSQL's too).
-    MAX_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
     #: The index's ``state_meta`` keys and values.
     READ_META = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
                                  .where(meta_keys(*META_KEYS)))
-    #: Set a marker (key from :data:`META_KEYS`, value bound).
-    SET_META = driver_statement(meta_upsert, "key", "value")
     #: Delete both backfill markers (the window is done).
     CLEAR_MARKERS = driver_statement(
         lambda d: sa.delete(state_meta).where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))

@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import messages, state_meta
+from hermes_data.sessions.schema import state_meta
 from hermes_data.sessions.sql.constructs import module_statement
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
-from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
+from hermes_data.sessions.sql.dialect import driver_statement
+from hermes_data.sessions.sql.meta_sql import MetaStatements, meta_keys
 from hermes_data.sessions.storage.fts.ddl import GATE_KEYS
 
 
-class GateStatements(Statements):
-    """The batch path's gate bookkeeping over ``state_meta`` and ``messages`` (issue 32):
+class GateStatements(MetaStatements):
+    """The batch path's gate bookkeeping over ``state_meta`` and ``messages`` (issue 32;
+    ``SET_META`` / ``DELETE_META`` / ``MAX_MESSAGE_ID`` inherited):
     Core constructs compiled for SQLite on first read, exposed as plain string module
     attributes of the same name (:func:`__getattr__`; the batch runs them on its raw
     ``sqlite3`` cursor, ``?`` placeholders in the declared order)."""
@@ -24,13 +25,6 @@ class GateStatements(Statements):
     #: The gate markers as stored (key, value).
     READ_GATE = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
                                  .where(meta_keys(*GATE_KEYS)))
-    #: The largest message id so far (NULL on an empty table).
-    LAST_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
-    #: Set one gate marker (key, value).
-    SET_GATE_MARKER = driver_statement(meta_upsert, "key", "value")
-    #: Remove one gate marker (key).
-    DELETE_GATE_MARKER = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys()),
-                                          "key")
 
 
 def __getattr__(name: str) -> str:

@@ -423,7 +423,7 @@ def _trash_chunk(tx: Connection) -> tuple[bool, int]:
     name, ddl = first
     keys = _key_columns(tx, name, ddl)
     marker = _marker_key(name)
-    row = tx.exec_driver_sql(q.READ_META_VALUE, (marker,)).first()
+    row = tx.exec_driver_sql(q.GET_META, (marker,)).first()
     after = _decode_key(row[0] if row else None, len(keys))
     chunk = tx.exec_driver_sql(q.trash_chunk_keys(name, keys, after is not None),
                                (*(after or ()), TRASH_CHUNK_ROWS)).fetchall()

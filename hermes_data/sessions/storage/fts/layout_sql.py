@@ -16,10 +16,10 @@ from typing import Sequence
 
 import sqlalchemy as sa
 
-from hermes_data.sessions.schema import messages, state_meta
+from hermes_data.sessions.schema import state_meta
 from hermes_data.sessions.sql.constructs import const, module_statement
-from hermes_data.sessions.sql.meta_sql import meta_keys, meta_upsert
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
+from hermes_data.sessions.sql.meta_sql import MetaStatements, meta_keys
+from hermes_data.sessions.sql.dialect import driver_statement
 from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
 from hermes_data.sessions.sql.dialect import marks
 
@@ -40,8 +40,9 @@ TEARDOWN_SUFFIX = "_progress"
 TRASH_PREFIX = "fts_v22_trash_"
 
 
-class LayoutStatements(Statements):
-    """The migration's ordinary statements over ``state_meta`` and ``messages`` (issue 32):
+class LayoutStatements(MetaStatements):
+    """The migration's ordinary statements over ``state_meta`` and ``messages`` (issue 32;
+    by-key reads and writes and ``MAX_MESSAGE_ID`` inherited):
     Core constructs compiled for SQLite on first read; the module exposes each as a plain
     string attribute of the same name (:func:`__getattr__`), ``?`` placeholders in the
     declared order."""
@@ -54,21 +55,12 @@ class LayoutStatements(Statements):
         state_meta.c.key, state_meta.c.value).where(meta_keys(
             HIGH_WATER_KEY, PROGRESS_KEY, STORAGE_VERSION_KEY, ADVERT_KEY, "fts_stale",
             *CJK_WORK_KEYS)))
-    #: Set one state_meta key (key, value).
-    SET_META = driver_statement(meta_upsert, "key", "value")
-    #: One state_meta value (key).
-    READ_META_VALUE = driver_statement(
-        lambda d: sa.select(state_meta.c.value).where(meta_keys()), "key")
-    #: Delete one state_meta key (key).
-    DELETE_META = driver_statement(lambda d: sa.delete(state_meta).where(meta_keys()), "key")
     #: Delete both backfill markers.
     DELETE_MARKERS = driver_statement(
         lambda d: sa.delete(state_meta).where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
     #: The teardown markers (key).
     TEARDOWN_KEYS = driver_statement(lambda d: sa.select(state_meta.c.key).where(
         state_meta.c.key.op("GLOB")(const(f"{TEARDOWN_PREFIX}*{TEARDOWN_SUFFIX}"))))
-    #: The largest message id (NULL on an empty table).
-    MAX_MESSAGE_ID = driver_statement(lambda d: sa.select(sa.func.max(messages.c.id)))
 
 
 def __getattr__(name: str) -> str:

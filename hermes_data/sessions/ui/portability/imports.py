@@ -33,6 +33,7 @@ from hermes_data.sessions.core.display_order import store_split
 from hermes_data.sessions.core.lifecycle import store_prompt
 from hermes_data.sessions.schema import sessions as sessions_table
 from hermes_data.sessions.sql import EPOCH_MAX, EPOCH_MIN
+from hermes_data.sessions.sql.core import SESSION_EXISTS
 from hermes_data.sessions.ui.portability import sql as q
 
 log = logging.getLogger("hermes_data.sessions.ui.portability.imports")
@@ -318,7 +319,7 @@ def import_sessions(store: Any, sessions: Any,
         tx = msg.ConnectionDriver(conn)
         gate = msg.open_bulk_fts(tx, d, sum(len(e.get("messages") or []) for _, e in entries))
         for sid, e in entries:
-            if q.SESSION_EXISTS.run(conn, {"id": sid}).first() is not None:
+            if SESSION_EXISTS.run(conn, {"id": sid}).first() is not None:
                 skipped.append(sid)
                 continue
             row = _row(e, sid, owner, columns, now, dropped)
@@ -368,7 +369,7 @@ def _link(conn: Connection, entries: Sequence[tuple[str, dict[str, Any]]],
 
     for child, parent in list(parents.items()):
         ok = parent in imported \
-            or q.SESSION_EXISTS.run(conn, {"id": parent}).first() is not None
+            or SESSION_EXISTS.run(conn, {"id": parent}).first() is not None
         cur: str | None = parent
         hops = 0
         while ok and cur is not None and hops < 10_000:

@@ -25,9 +25,6 @@ from hermes_data.statements import DriverPrepared
 EXPORT_MESSAGES = DriverPrepared("export_messages", lambda: sa.select(
     *[m.c[c] for c in MESSAGE_COLS]).where(
     m.c.session_id == bp("s"), m.c.active == const(1)).order_by(m.c.id))
-#: Does a session exist?
-SESSION_EXISTS = DriverPrepared("session_exists", lambda: sa.select(const(1)).select_from(
-    sessions).where(sessions.c.id == bp("id")))
 #: Stored parent links of the given ids (lineage checks of an import).
 STORED_PARENT = DriverPrepared("stored_parent", lambda: sa.select(
     sessions.c.parent_session_id).where(sessions.c.id == bp("id")))
