@@ -30,10 +30,9 @@ the rows an earlier one returned, so a row appears once:
    ranks the rows holding the phrase above the scattered-word ones;
 3. the **word tier** — the FTS query (unicode61 / the stored tsvector) with the zero-result
    trigram fallback, by relevance over the newest :data:`~.sql.RANK_CANDIDATES` matches
-   that pass the filters, on both backends (PostgreSQL: equal ranks newest first; SQLite keeps
-   FTS5's order for them — a tie-break key costs 1.5–1.9× on common words, see
-   ``sql.search.fts_page``); on PostgreSQL, when it does not fill the page, the
-   accent-folded words follow (see below);
+   that pass the filters, on both backends (PostgreSQL: equal ranks newest first; SQLite:
+   oldest first, FTS5's own order, see ``sql.search.fts_ranked_page``); on PostgreSQL, when
+   it does not fill the page, the accent-folded words follow (see below);
 4. the literal tier again, **after** the words, when they do not fill the page and the text
    has ≥ 3 characters (``ell`` finds ``hello``; a query is always found inside a longer word).
 
@@ -324,10 +323,10 @@ def _fts(conn: Connection, table: str, match: str, filters: Filters, limit: int,
     where = filters.sql(params)
     if sort in (None, "rank"):  # rank the newest RANK_CANDIDATES matches (as PostgreSQL)
         params["cand"] = q.RANK_CANDIDATES
-        params["floor"] = conn.execute(sa.text(q.fts_rank_floor(table, where)), params).scalar()
-        if params["floor"] is None:
-            return []
-    rows = conn.execute(sa.text(q.fts_page(table, where, sort)), params).fetchall()
+        page = q.fts_ranked_page(table, where)
+    else:
+        page = q.fts_page(table, where, sort)
+    rows = conn.execute(sa.text(page), params).fetchall()
     if not rows:
         return []
     # Snippets for the page only (computed by FTS5 from the indexed text, never in Python).

@@ -377,34 +377,32 @@ def _fts_table(table: str) -> str:
 RANK_CANDIDATES = 1000
 
 
-def fts_rank_floor(table: str, where: str) -> str:
-    """The smallest id among the newest ``:cand`` rows of ``table MATCH :q`` that pass
-    ``where`` (None without a match): the relevance page ranks the rows from there up,
-    which are exactly those candidates (binds ``:q``, ``:cand`` and the filters')."""
+def fts_ranked_page(table: str, where: str) -> str:
+    """One page of hits of FTS5 ``table`` for ``MATCH :q`` in relevance order: the newest
+    ``:cand`` matches that pass ``where``, best rank first, equal ranks oldest first (binds
+    ``:q``, ``:cand``, ``:limit``, ``:offset`` and the filters'; no snippet: see
+    :func:`fts_snippets`)."""
     table = _fts_table(table)
-    # not Core: an FTS5 MATCH; FTS5 walks its doclist newest first for ORDER BY rowid DESC,
-    # so LIMIT stops after the candidates (~1–2 ms for a word in 100,000 rows)
-    return (f"SELECT min(id) FROM (SELECT m.id AS id FROM {table} "
+    # not Core: an FTS5 MATCH. FTS5 walks its doclist newest first for ORDER BY rowid DESC,
+    # so the inner LIMIT stops after the candidates, and ``rank`` is computed for them only;
+    # one walk (a separate floor statement walked the same range twice: 39 + 56 ms for a
+    # common-word phrase at 2,000,000 messages).
+    cols = ", ".join(c.split(".")[1] for c in HIT_COLS.split(", "))
+    return (f"SELECT {cols} FROM (SELECT {HIT_COLS}, {table}.rank AS r FROM {table} "
             f"JOIN messages m ON m.id = {table}.rowid JOIN sessions s ON s.id = m.session_id "
-            f"WHERE {table} MATCH :q AND {where} ORDER BY {table}.rowid DESC LIMIT :cand)")
+            f"WHERE {table} MATCH :q AND {where} ORDER BY {table}.rowid DESC LIMIT :cand) "
+            f"ORDER BY r, id LIMIT :limit OFFSET :offset")
 
 
-def fts_page(table: str, where: str, sort: str | None) -> str:
+def fts_page(table: str, where: str, sort: str) -> str:
     """One page of hits of FTS5 ``table`` for ``MATCH :q`` (no snippet: see
-    :func:`fts_snippets`). Relevance order (``sort`` None or ``"rank"``) binds ``:floor``
-    (:func:`fts_rank_floor`): FTS5 ranks only the rows of that range."""
+    :func:`fts_snippets`), newest or oldest first (``sort``); relevance order is
+    :func:`fts_ranked_page`."""
     table = _fts_table(table)
-    # ``ORDER BY rank`` alone is consumed by FTS5; a recency tie-break (``rank, m.id DESC``)
-    # makes SQLite sort every match instead: 1.5–1.9× the CPU on a common word of the
-    # 200,000-message corpus (self 60 → 86 ms, hermes 17 → 33 ms). Equal ranks therefore
-    # keep FTS5's order (oldest first) on SQLite; PostgreSQL breaks ties newest first.
-    best = f"{table}.rank"
-    order = {None: best, "rank": best,
-             "newest": f"m.timestamp DESC, {table}.rank",
+    order = {"newest": f"m.timestamp DESC, {table}.rank",
              "oldest": f"m.timestamp ASC, {table}.rank"}[sort]
-    window = f" AND {table}.rowid >= :floor" if sort in (None, "rank") else ""
     return (f"SELECT {HIT_COLS} FROM {table} JOIN messages m ON m.id = {table}.rowid "
-            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q{window} AND {where} "
+            f"JOIN sessions s ON s.id = m.session_id WHERE {table} MATCH :q AND {where} "
             f"ORDER BY {order} LIMIT :limit OFFSET :offset")
 
 
