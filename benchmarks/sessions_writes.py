@@ -18,7 +18,12 @@ back: the pairing cancels a shared machine's drift between runs). And the memory
 minus VmRSS before it, the input list already built): ours against the upstream-equivalent
 (plain sqlite3, one transaction, one INSERT per row straight from the list); target <= 5 MB.
 
-Issue 34 item 3: the same batch line on rows that all hold CJK words, each side finishing with
+Issue 34 item 3: ``append_message`` against **upstream's write path** (seed 002's
+``append_message`` through ``_execute_write``, reproduced in plain sqlite3 on the same file:
+``BEGIN IMMEDIATE``, its 22-column ``INSERT``, its ``message_count`` ``UPDATE``, ``COMMIT``, and
+the PASSIVE checkpoint after every 50th write, :class:`upstream_writes.UpstreamWriter`; none of
+upstream's own Python, so the baseline is faster than upstream itself), same journal mode and
+``synchronous``; target: paired ratio >= 1.2. And the same batch line on rows that all hold CJK words, each side finishing with
 its CJK-bigram queue drained by the store's ``cjk_index_step`` (the same end state: asserted);
 target: paired ratio >= 2.0.
 """
@@ -37,17 +42,30 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from hermes_data.engine import SqliteSettings  # noqa: E402
 from hermes_data.sessions import sql  # noqa: E402
 from hermes_data.sessions.storage.fts import ddl as fts_ddl  # noqa: E402
 from hermes_data.sessions.backends.sqlite import CHECKPOINT_EVERY  # noqa: E402
 from hermes_data.sessions.store import SessionStore  # noqa: E402
+from upstream_writes import UpstreamWriter  # noqa: E402
 
 #: The very statements the store's append path sends (admission with the header read, insert).
 _STATEMENTS = sql.for_dialect("sqlite")
 _ADMIT_AND_COUNT = _STATEMENTS.ADMIT_AND_COUNT
 _INSERT_MESSAGE = _STATEMENTS.INSERT_MESSAGE
+
+#: Upstream's append (seed 002 ``append_message``): its INSERT's 22 columns (no
+#: display_identity: the store's insert trigger fills it, as on an adopted file) and its
+#: counter UPDATE for a row without tool calls.
+_UPSTREAM_INSERT = (
+    "INSERT INTO messages (session_id, role, content, tool_call_id, tool_calls, tool_name, "
+    "effect_disposition, timestamp, token_count, finish_reason, reasoning, reasoning_content, "
+    "reasoning_details, codex_reasoning_items, codex_message_items, platform_message_id, "
+    "observed, _compressed_summary, active, api_content, display_kind, display_metadata) "
+    "VALUES (" + ", ".join("?" * 22) + ")")
+_UPSTREAM_COUNT = "UPDATE sessions SET message_count = message_count + 1 WHERE id = ?"
 
 CONTENT = ("The gateway routes each inbound message to its session and appends the turn; "
            "this sentence is a realistic assistant reply of moderate length. ") * 2
@@ -88,22 +106,39 @@ def _baseline_singles(con: sqlite3.Connection, sid: str, n: int, checkpoint_ever
     return n / (time.perf_counter() - t0)
 
 
+def _upstream_singles(con: sqlite3.Connection, sid: str, n: int) -> float:
+    """Upstream's append_message write path, ``n`` times (see the module docstring)."""
+    writer = UpstreamWriter(con)
+    t0 = time.perf_counter()
+    for i in range(n):
+        r = _row(i)
+        con.execute("BEGIN IMMEDIATE")
+        con.execute(_UPSTREAM_INSERT, (sid, r["role"], r["content"], None, None, None, None,
+                                       time.time(), None, None, None, None, None, None, None,
+                                       None, 0, 0, 1, None, None, None))
+        con.execute(_UPSTREAM_COUNT, (sid,))
+        writer.commit()
+    return n / (time.perf_counter() - t0)
+
+
 def bench_single(store: SessionStore, con: sqlite3.Connection, n: int,
-                 wal: bool) -> tuple[float, float, float]:
+                 wal: bool) -> tuple[float, float, float, float]:
     """Ours; the baseline; the baseline plus the PASSIVE checkpoint every 50 writes that the
-    store sends in WAL mode (spec §8.5) — i.e. every statement the store issues."""
+    store sends in WAL mode (spec §8.5) — i.e. every statement the store issues; upstream's
+    write path (:func:`_upstream_singles`)."""
     store.create_session("single", "cli")
     t0 = time.perf_counter()
     for i in range(n):
         r = _row(i)
         store.append_message("single", r["role"], r["content"])
     ours = n / (time.perf_counter() - t0)
-    for sid in ("single", "single_ckpt"):
+    for sid in ("single", "single_ckpt", "single_upstream"):
         con.execute("INSERT INTO sessions (id, source, started_at) VALUES (?, 'cli', ?)",
                     (sid, time.time()))
     base = _baseline_singles(con, "single", n, 0)
     base_ckpt = _baseline_singles(con, "single_ckpt", n, CHECKPOINT_EVERY if wal else 0)
-    return ours, base, base_ckpt
+    upstream = _upstream_singles(con, "single_upstream", n)
+    return ours, base, base_ckpt, upstream
 
 
 def bench_batch(store: SessionStore, con: sqlite3.Connection, total: int, size: int,
@@ -350,6 +385,11 @@ def main() -> int:
         b_o, b_b = med(batches, 0), med(batches, 1)
         print(f"append_message        : {s_o:10,.0f} msg/s   baseline {s_b:10,.0f} msg/s   ratio {s_o / s_b:5.2f}   target >= 3,700")
         print(f"  same + PASSIVE checkpoint every {CHECKPOINT_EVERY} writes (§8.5): baseline {s_c:10,.0f} msg/s   ratio {s_o / s_c:5.2f}")
+        s_u = med(singles, 3)
+        u_paired = statistics.median(x[0] / x[3] for x in singles)
+        print(f"append_message vs upstream's write path (plain sqlite3, its statements and "
+              f"checkpoint cadence): {s_u:10,.0f} msg/s   paired ratio {u_paired:5.2f}   "
+              f"({', '.join(f'{x[0] / x[3]:.2f}' for x in singles)}; target >= 1.2, issue 34)")
         print(f"append_messages_batch : {b_o:10,.0f} msg/s   baseline {b_b:10,.0f} msg/s   ratio {b_o / b_b:5.2f}   target >= 18,000 (batches of {args.batch_size}); "
               "ratio >= 2.0 against the per-row trigger path (issue 14)")
         paired = statistics.median(o / b for o, b in batches)  # each run: ours, then base
