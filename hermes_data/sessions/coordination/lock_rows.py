@@ -21,6 +21,7 @@ from typing import Any, Callable
 import psutil
 
 from hermes_data.sessions.coordination.sql import CoordinationStatements, GuardStatements
+from hermes_data.sessions.sql.core import CoreStatements
 
 #: ``pid=<n>`` component of a holder (docs/sessions-coordination.md §3.2).
 _PID = re.compile(r"(?:^|:)pid=(\d+)(?::|$)")
@@ -114,8 +115,9 @@ class Clock:
     def now(self, ex: Execute) -> float:
         """The guard clock inside a transaction: the server's on PostgreSQL (hosts may
         differ), the injectable wall clock on SQLite."""
-        if self.cs.SERVER_NOW is not None:
-            return float(ex(self.cs.SERVER_NOW).fetchone()[0])
+        server_now = CoreStatements.for_dialect(self.cs.dialect).SERVER_NOW
+        if server_now is not None:
+            return float(ex(server_now).fetchone()[0])
         return float(self.wall())
 
     def dead(self, holder: Any) -> bool:

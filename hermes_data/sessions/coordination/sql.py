@@ -137,10 +137,6 @@ def _active_of(*conds: Any) -> Any:
     return sa.and_(m.c.session_id == bp("sid"), _ACTIVE, *conds)
 
 
-def _server_now(d: str) -> sa.Select:
-    return sa.select(sa.cast(sa.extract("epoch", sa.func.clock_timestamp()), sa.Double()))
-
-
 def _restore_blocker(d: str) -> sa.Select:
     return sa.select(m.c.id).where(m.c.session_id == bp("sid"), sa.or_(
         sa.and_(m.c.id >= bp("since"), m.c.compacted == const(1)),
@@ -432,17 +428,11 @@ class CoordinationStatements(Statements):
     EMPTY_IDS = driver_statement(lambda d: sa.select(_s.c.id).where(*_empty()).order_by(_s.c.id),
                                  "now", "now")
 
-    #: The server's wall clock, epoch seconds (PostgreSQL guard decisions,
-    #: docs/sessions-coordination.md §3.1); ``None`` on SQLite.
-    SERVER_NOW = driver_statement(_server_now)
-
     def __init__(self, d: str) -> None:
         super().__init__(d)
         r = self.render
         self.lock = GUARD_STATEMENTS["lock"].for_dialect(d)
         self.lease = GUARD_STATEMENTS["lease"].for_dialect(d)
-        if d != "postgresql":
-            self.SERVER_NOW = None  # the instance attribute shadows the statement
         #: One streak / deadline column, read and written (names from COOLDOWN_COLUMNS).
         self.GET_COLUMN = _ColumnStatements(d, _get_column)
         self.SET_COLUMN = _ColumnStatements(d, _set_column)

@@ -18,7 +18,8 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Connection
 
-from hermes_data.sessions.gateway.sql import CHUNK, for_dialect
+from hermes_data.sessions.gateway.sql import CHUNK
+from hermes_data.sessions.sql.core import CoreStatements
 
 
 def wall() -> float:
@@ -28,7 +29,7 @@ def wall() -> float:
 
 def db_now(conn: Connection, dialect: str) -> float:
     """"Now" for values another process compares (see the module docstring)."""
-    st = for_dialect(dialect).DB_NOW
+    st = CoreStatements.for_dialect(dialect).SERVER_NOW
     if st is None:
         return wall()
     value = conn.exec_driver_sql(st).scalar()
@@ -39,7 +40,7 @@ def db_now(conn: Connection, dialect: str) -> float:
 
 def driver_now(tx: Any, dialect: str) -> float:
     """:func:`db_now` on a DB-API level ``Driver`` (``write_driver`` transactions)."""
-    st = for_dialect(dialect).DB_NOW
+    st = CoreStatements.for_dialect(dialect).SERVER_NOW
     if st is None:
         return wall()
     row = tx.execute(st).fetchone()

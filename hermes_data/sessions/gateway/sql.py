@@ -114,16 +114,6 @@ def _handoff_complete(by: bool) -> Any:
 class GatewayStatements(Statements):
     """The gateway statements of one dialect (Core constructs, compiled on first use)."""
 
-    def __init__(self, d: str) -> None:
-        super().__init__(d)
-        if d != "postgresql":
-            self.DB_NOW = None  # SQLite: the wall clock (shadows the PostgreSQL statement)
-
-    #: The server clock (PostgreSQL ``db_now``, docs/sessions-gateway.md §3.0 Clocks): once
-    #: per transaction; None on SQLite.
-    DB_NOW: str | None = driver_statement(lambda d: sa.select(
-        sa.extract("epoch", sa.func.clock_timestamp())))  # type: ignore[assignment]
-
     #: A4: the first row of a session holding a platform message id (any ``active``).
     PMID_SEEK = driver_statement(lambda d: sa.select(messages.c.id).where(
         messages.c.session_id == bp("sid"), messages.c.platform_message_id == bp("pmid"))

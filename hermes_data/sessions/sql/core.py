@@ -382,9 +382,18 @@ class CoreStatements(MetaStatements):
     SESSION_COUNT_CAPPED = driver_statement(lambda d: sa.select(sa.func.count()).select_from(
         sa.select(const(1)).select_from(s).limit(bp("n")).subquery("capped")), "n")
 
+    #: The server's wall clock, epoch seconds: "now" for values other processes compare on
+    #: PostgreSQL, whose hosts' clocks may differ (the guards' decisions,
+    #: docs/sessions-coordination.md §3.1; the gateway's deadlines, docs/sessions-gateway.md
+    #: §3.0). ``None`` on SQLite, where the caller's wall clock is the clock.
+    SERVER_NOW: str | None = driver_statement(lambda d: sa.select(sa.cast(
+        sa.extract("epoch", sa.func.clock_timestamp()), sa.Double())))  # type: ignore[assignment]
+
     def __init__(self, d: str) -> None:
         super().__init__(d)
         pg = d == "postgresql"
+        if not pg:
+            self.SERVER_NOW = None  # the instance attribute shadows the statement
         #: No LIMIT (SQLite needs a negative number, PostgreSQL takes NULL).
         self.NO_LIMIT = None if pg else -1
 
