@@ -8,7 +8,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import messages as m
-from hermes_data.sessions.sql.constructs import bp, const, left_chars, right_chars, trim_chars
+from hermes_data.sessions.sql.constructs import bp, const, left_chars, not_hidden, right_chars, trim_chars
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.statements import DriverPrepared
 
@@ -26,7 +26,7 @@ def _latest(text_only: bool) -> Any:
         if text_only:
             conds += [m.c.content.is_not(None),
                       trim_chars(m.c.content, bp("chars")) != const(""),
-                      sa.func.coalesce(m.c.display_kind, const("")) != const("hidden")]
+                      not_hidden(m.c.display_kind)]
         return (sa.select(m.c.id).where(*conds).order_by(m.c.id.desc())
                 .limit(const(1)).offset(bp("offset")))
     return driver_statement(build, "sid", "role", *(("chars",) if text_only else ()), "offset")

@@ -22,7 +22,7 @@ from hermes_data.sessions.core import encoding as enc
 from hermes_data.sessions.schema import messages, sessions
 from hermes_data.sessions.search.plan import HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, bare_token, operands, query_tokens
 from hermes_data.sessions.sql import J
-from hermes_data.sessions.sql.constructs import bp, const
+from hermes_data.sessions.sql.constructs import bp, const, not_hidden
 from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, PG_FTS_DOCUMENT, PG_FTS_SPLIT
 from hermes_data.sessions.storage.fts.fold_sql import pg_folded_document
 from hermes_data.statements import DriverPrepared
@@ -545,12 +545,6 @@ PG_CONTEXT_CUT = ("CASE WHEN left(m.content, :jl) = :jp THEN left(m.content, :jn
                   "ELSE left(m.content, :cn) END")
 
 
-def _not_hidden(n: Any) -> Any:
-    # COALESCE(n.display_kind, '') <> 'hidden', spelled as the filters spell it.
-    return sa.func.coalesce(n.c.display_kind, const("")).op(
-        "<>", precedence=5, is_comparison=True)(const("hidden"))
-
-
 @lru_cache(maxsize=64)
 def context_neighbours(count: int, include_inactive: bool, *,
                        postgresql: bool) -> DriverPrepared:
@@ -567,7 +561,7 @@ def context_neighbours(count: int, include_inactive: bool, *,
         def side(number: int) -> sa.Select:
             n = messages.alias("n")
             key, at = sa.tuple_(n.c.timestamp, n.c.id), sa.tuple_(hits.c.ts, hits.c.hid)
-            visible = [_not_hidden(n)]
+            visible = [not_hidden(n.c.display_kind)]
             if not include_inactive:
                 visible.append(sa.or_(n.c.active == const(1), n.c.compacted == const(1)))
             order = ((n.c.timestamp.desc(), n.c.id.desc()) if number == 0

@@ -37,6 +37,14 @@ def const(value: int | str) -> ColumnElement[Any]:
     return sa.literal_column("'" + value.replace("'", "''") + "'")
 
 
+def not_hidden(kind: Any) -> ColumnElement[Any]:
+    """``COALESCE(<kind>, '') <> 'hidden'`` over a ``display_kind`` column: the row is not
+    hidden from search, previews and the latest-row reads (``display_kind`` NULL or any other
+    value). Spelled ``<>``, as search's text filters spell it."""
+    return sa.func.coalesce(kind, const("")).op("<>", precedence=5, is_comparison=True)(
+        const("hidden"))
+
+
 def sibling_table(alias: Any, name: str) -> Any:
     """The table ``name`` of the metadata ``alias``'s table belongs to: the shared builders
     (sql/predicates.py, sql/previews.py) reach ``messages`` / ``sessions`` through the alias

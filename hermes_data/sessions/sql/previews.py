@@ -12,8 +12,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.sql import markers as mk
-from hermes_data.sessions.sql.constructs import (const, instr, right_chars, sibling_table,
-                                                   trim_chars)
+from hermes_data.sessions.sql.constructs import (const, instr, not_hidden, right_chars,
+                                                   sibling_table, trim_chars)
 
 
 def _lit(text: str) -> str:
@@ -141,7 +141,7 @@ def raw_and_eligible_expr(c: Any, kind: Any, d: str) -> tuple[Any, Any]:
     prior = sa.case((_starts_expr(prior0, mk.PRIOR_HEADER),
                      x.ltrim(_substr(prior0, len(mk.PRIOR_HEADER) + 1))), else_=prior0)
     eligible = sa.and_(
-        sa.func.coalesce(kind, const("")) != const("hidden"),
+        not_hidden(kind),
         sa.or_(sa.not_(sa.or_(standalone, merged)),
                sa.and_(standalone, epos > const(0), x.trim(remainder) != const("")),
                sa.and_(merged, prior != const(""))))
