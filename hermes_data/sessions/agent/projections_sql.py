@@ -50,20 +50,21 @@ def _filter(which: str) -> list[Any]:
     raise KeyError(which)
 
 
-def _in_ids(n: int) -> Any:
-    return m.c.session_id.in_([bp(f"s{i}") for i in range(n)])
+def _in_ids() -> Any:
+    # An expanding list: one compilation per filter, n placeholders spliced per length.
+    return m.c.session_id.in_(sa.bindparam("ids", expanding=True))
 
 
-@lru_cache(maxsize=256)
-def _rows(n: int, which: str) -> DriverPrepared:
-    return DriverPrepared("ProjectionStatements.rows", lambda: sa.select(
-        *[m.c[c] for c in PROJECTION_COLS]).where(_in_ids(n), *_filter(which)).order_by(m.c.id))
+@lru_cache(maxsize=None)
+def _rows(which: str) -> DriverPrepared:
+    return DriverPrepared(f"ProjectionStatements.rows[{which}]", lambda: sa.select(
+        *[m.c[c] for c in PROJECTION_COLS]).where(_in_ids(), *_filter(which)).order_by(m.c.id))
 
 
-@lru_cache(maxsize=256)
-def _count(n: int, which: str) -> DriverPrepared:
-    return DriverPrepared("ProjectionStatements.count", lambda: sa.select(
-        sa.func.count()).select_from(m).where(_in_ids(n), *_filter(which)))
+@lru_cache(maxsize=None)
+def _count(which: str) -> DriverPrepared:
+    return DriverPrepared(f"ProjectionStatements.count[{which}]", lambda: sa.select(
+        sa.func.count()).select_from(m).where(_in_ids(), *_filter(which)))
 
 
 class ProjectionStatements(Statements):
@@ -74,15 +75,13 @@ class ProjectionStatements(Statements):
     PARENT = driver_statement(lambda d: sa.select(sessions.c.parent_session_id).where(
         sessions.c.id == bp("id")), "id")
 
-    @lru_cache(maxsize=256)
     def rows(self, n: int, which: str) -> str:
         """``PROJECTION_COLS`` of the rows of ``n`` bound session ids under filter ``which``."""
-        return _rows(n, which).positional_sql(self.dialect, tuple(f"s{i}" for i in range(n)))
+        return _rows(which).expanded_sql(self.dialect, ("ids",), n)
 
-    @lru_cache(maxsize=256)
     def count(self, n: int, which: str) -> str:
         """How many rows ``rows(n, which)`` returns."""
-        return _count(n, which).positional_sql(self.dialect, tuple(f"s{i}" for i in range(n)))
+        return _count(which).expanded_sql(self.dialect, ("ids",), n)
 
 
 #: The ProjectionStatements of a dialect (built once per process).

@@ -461,12 +461,11 @@ class CoordinationStatements(Statements):
     def clone_by_ids(self, cols: list[str], n: int) -> str:
         """Copy ``n`` bound rows (id order) as fresh active rows of their session, column
         exact; ``cols`` come from the live table's catalogue."""
-        return _clone_by_ids(tuple(cols), n).positional_sql(
-            self.dialect, tuple(f"i{i}" for i in range(n)))
+        return _clone_by_ids(tuple(cols)).expanded_sql(self.dialect, ("ids",), n)
 
 
-@functools.lru_cache(maxsize=256)
-def _clone_by_ids(cols: tuple[str, ...], n: int) -> DriverPrepared:
+@functools.lru_cache(maxsize=64)
+def _clone_by_ids(cols: tuple[str, ...]) -> DriverPrepared:
     # The live table's columns (the catalogue may hold columns the metadata does not declare),
     # as a lightweight table clause named like the real one; each quoted, as read.
     quoted: list[Any] = [sa.column(sa.sql.quoted_name(c, True)) for c in cols]
@@ -476,7 +475,7 @@ def _clone_by_ids(cols: tuple[str, ...], n: int) -> DriverPrepared:
     return DriverPrepared("CoordinationStatements.clone_by_ids", lambda: sa.insert(t).from_select(
         [t.c.session_id, t.c.active, t.c.compacted, *copied],
         sa.select(t.c.session_id, const(1), const(0), *copied).where(
-            t.c.id.in_([bp(f"i{i}") for i in range(n)])).order_by(t.c.id)))
+            t.c.id.in_(sa.bindparam("ids", expanding=True))).order_by(t.c.id)))
 
 
 #: The CoordinationStatements of a dialect (built once per process).
