@@ -187,7 +187,7 @@ def read_fts_state(conn: Connection, options: OpenOptions | None = None) -> FtsS
     # Upstream files before its schema v7 have no state_meta: nothing can be marked stale there.
     stale = (conn.exec_driver_sql(open_sql.STATE_META_EXISTS).first() is not None
              and conn.exec_driver_sql(fts_sql.READ_FTS_STALE).first() is not None)
-    nonempty = conn.exec_driver_sql(open_sql.STATEMENTS.MESSAGES_NONEMPTY_PROBE).first() is not None
+    nonempty = conn.exec_driver_sql(open_sql.MESSAGES_NONEMPTY_PROBE).first() is not None
     caps = capabilities(conn)
     cjk_index = (options or OpenOptions()).cjk_index
     return FtsState(layout, objects, stale, nonempty, caps,
@@ -423,23 +423,23 @@ def _handle_stale(conn, state: FtsState, db_path, done: list[str],
 
 def needs_null_active_heal(conn: Connection) -> bool:
     """Read probe: any message with NULL ``active`` (served by idx_messages_active_null)."""
-    return conn.exec_driver_sql(open_sql.STATEMENTS.NULL_ACTIVE_PROBE).first() is not None
+    return conn.exec_driver_sql(open_sql.NULL_ACTIVE_PROBE).first() is not None
 
 
 def heal_null_active(conn: Connection) -> int:
     """Set NULL ``active`` to 1 (write; call only after :func:`needs_null_active_heal`)."""
-    return conn.exec_driver_sql(open_sql.STATEMENTS.HEAL_NULL_ACTIVE).rowcount
+    return conn.exec_driver_sql(open_sql.HEAL_NULL_ACTIVE).rowcount
 
 
 def read_generation(conn: Connection) -> str | None:
     """The ``db_file_generation`` token, or None before the first writable open."""
-    row = conn.exec_driver_sql(open_sql.STATEMENTS.READ_GENERATION).first()
+    row = conn.exec_driver_sql(open_sql.READ_GENERATION).first()
     return row[0] if row else None
 
 
 def mint_generation(conn: Connection) -> str:
     """Mint a generation token if absent and return the winner's token."""
-    conn.exec_driver_sql(open_sql.STATEMENTS.MINT_GENERATION, (secrets.token_hex(16),))
+    conn.exec_driver_sql(open_sql.MINT_GENERATION, (secrets.token_hex(16),))
     token = read_generation(conn)
     assert token is not None
     app_id = conn.exec_driver_sql(open_sql.READ_APPLICATION_ID).scalar()

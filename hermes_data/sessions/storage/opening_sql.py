@@ -100,8 +100,9 @@ GENERATION_KEY = "db_file_generation"
 
 
 class OpeningStatements(Statements):
-    """The open path's plain reads and writes as Core constructs (SQLite; compiled on first
-    access, then plain strings; callers pass positional tuples in the declared order)."""
+    """The open path's plain reads and writes and its FTS markers in ``state_meta``, as Core
+    constructs (SQLite; compiled on first read and served as plain string module attributes
+    by :func:`__getattr__`; callers pass positional tuples in the declared order)."""
 
     #: Probe: does ``messages`` hold any row?
     MESSAGES_NONEMPTY_PROBE = driver_statement(lambda d: sa.select(const(1)).select_from(
@@ -118,12 +119,6 @@ class OpeningStatements(Statements):
     #: Insert a ``db_file_generation`` token (bound) unless one exists; the first writer wins.
     MINT_GENERATION = driver_statement(lambda d: sqlite_insert(state_meta).prefix_with(
         "OR IGNORE").values(key=const(GENERATION_KEY), value=bp("token")).inline(), "token")
-
-
-class FtsStateStatements(Statements):
-    """The open path's FTS markers in ``state_meta`` (SQLite; Core constructs compiled on
-    first read, served as plain string module attributes by :func:`__getattr__`)."""
-
     #: Set ``fts_stale`` (value: the time) so search falls back to LIKE until a rebuild.
     MARK_FTS_STALE = driver_statement(lambda d: meta_set(d, key="fts_stale"), "value")
     #: Clear the deferred-rebuild window markers, ``fts_stale`` and the deferral record after
@@ -138,13 +133,11 @@ class FtsStateStatements(Statements):
 
 
 def __getattr__(name: str) -> str:
-    """:class:`FtsStateStatements`' statements as module attributes (PEP 562), compiled for
+    """:class:`OpeningStatements`' statements as module attributes (PEP 562), compiled for
     SQLite on first read."""
-    return module_statement(globals(), FtsStateStatements, name)
+    return module_statement(globals(), OpeningStatements, name)
 
 
-#: The open path's statements (SQLite only; each compiled on its first use).
-STATEMENTS = OpeningStatements.for_dialect("sqlite")
 #: The file's ``application_id`` header field.
 READ_APPLICATION_ID = "PRAGMA application_id"
 #: Probe: is the storage version withheld — a deferred rebuild window open, or demoted
