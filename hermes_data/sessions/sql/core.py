@@ -384,8 +384,9 @@ class CoreStatements(MetaStatements):
 
     #: The server's wall clock, epoch seconds: "now" for values other processes compare on
     #: PostgreSQL, whose hosts' clocks may differ (the guards' decisions,
-    #: docs/sessions-coordination.md §3.1; the gateway's deadlines, docs/sessions-gateway.md
-    #: §3.0). ``None`` on SQLite, where the caller's wall clock is the clock.
+    #: docs/sessions-coordination.md §3.1; the gateway's deadlines,
+    #: docs/sessions-gateway.md §3.0). ``None`` on SQLite, where the caller's wall clock is
+    #: the clock.
     SERVER_NOW: str | None = driver_statement(lambda d: sa.select(sa.cast(
         sa.extract("epoch", sa.func.clock_timestamp()), sa.Double())))  # type: ignore[assignment]
 
