@@ -18,7 +18,7 @@ from sqlalchemy.engine import Connection
 from hermes_data.connectivity import server_fault
 from hermes_data.locking import PG_LOCK_KINDS, is_lock_conflict
 from hermes_data.sessions.search import cjk
-from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows
+from hermes_data.sessions.search.stats import DOCUMENT_WORDS, SYMBOL_GRAMS, element_rows, joint_rows, table_rows
 from hermes_data.sessions.search.execute import (Filters, Tier, combine_tiers, like_search, or_trigram,
                           result_row, substring_search, tier_list)
 from hermes_data.sessions.search.plan import (HIGHLIGHT_END, HIGHLIGHT_START, LikeTerm, SearchPlan, SearchResult,
@@ -53,8 +53,13 @@ PG_BITMAP_ROWS = 5000
 #: phrase of two common words that is rare as a phrase (``"with file"``: 21,000 and 32,000
 #: rows, 5,300 both, 11 the phrase) walked all 200,000 rows (110 ms; the GIN index 27 ms),
 #: while a common one (``"of the"``, ``"to be"``: joint 27,000 / 9,800) stops early (14–22 ms;
-#: the GIN index 65–155 ms).
+#: the GIN index 65–155 ms). The walk's worst case grows with the table, so the bound is at
+#: least :data:`PG_PHRASE_BITMAP_SHARE` of the table's rows: at 2,000,000 messages
+#: ``"is the string"`` (60,000 rows hold the three words, 749 the phrase) walked every row,
+#: 2.5 s; from the GIN index 0.3–0.5 s (benchmarks/README, scale.py round 4).
 PG_PHRASE_BITMAP_ROWS = 8000
+#: … or this share of the table's rows, whichever is larger (8,000 at 200,000 rows).
+PG_PHRASE_BITMAP_SHARE = 0.04
 #: Short CJK mixed with Latin tokens (:func:`_pg_mixed`): up to this many candidates are
 #: verified without the windowed pre-scan, which costs ~40 ms when it does not fill the page
 #: (twelve ``ILIKE`` over 4,096 rows for ``qRm UR8日 西AK3R2G gLL``; its candidates: 3 ms).
@@ -315,7 +320,12 @@ def _pg_few_matches(conn: Connection, match: str) -> bool:
         total += rows
         both = joint_rows(conn, DOCUMENT_WORDS, words) if phrase else None
         joint += rows if both is None else min(rows, both)
-    return total <= PG_BITMAP_ROWS or (any(phrased) and joint <= PG_PHRASE_BITMAP_ROWS)
+    if total <= PG_BITMAP_ROWS:
+        return True
+    if not any(phrased):
+        return False
+    table = table_rows(conn, DOCUMENT_WORDS) or 0.0
+    return joint <= max(PG_PHRASE_BITMAP_ROWS, PG_PHRASE_BITMAP_SHARE * table)
 
 
 def _pg_join_marks(snippet: Any) -> Any:

@@ -18,7 +18,7 @@ from hermes_data.sessions.storage.fts import index_cache
 from hermes_data.sessions.search import sql as q
 
 __all__ = ["CJK_GRAMS", "DOCUMENT_WORDS", "SYMBOL_GRAMS", "element_rows", "forget_statistics",
-           "joint_rows"]
+           "joint_rows", "table_rows"]
 
 def forget_statistics(engine: Engine | None) -> None:
     """Drop the cached element statistics of ``engine``."""
@@ -81,3 +81,9 @@ def joint_rows(conn: Connection, which: tuple[str, str], elements: list[str]) ->
     for e in set(elements):
         rows *= freqs.get(e, unlisted)
     return rows
+
+
+def table_rows(conn: Connection, which: tuple[str, str]) -> float | None:
+    """The table's rows when its statistics were read (``None`` without statistics)."""
+    stats = _read_stats(conn, which)
+    return None if stats is None else stats[2]

@@ -28,6 +28,7 @@ def stats(monkeypatch):
 
     monkeypatch.setattr(search_pg, "element_rows", rows)
     monkeypatch.setattr(search_pg, "joint_rows", joint)
+    monkeypatch.setattr(search_pg, "table_rows", lambda _conn, _which: float(ROWS))
 
 
 @pytest.mark.parametrize("match, few", [
@@ -42,4 +43,28 @@ def stats(monkeypatch):
     ('"with file" OR "of the"', False),
 ])
 def test_phrase_pages_read_the_index_when_the_words_rarely_meet(stats, match, few):
+    assert search_pg._pg_few_matches(None, match) is few  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("match, few", [
+    ('"with file"', True),   # joint ~35,000 of 2,000,000 (1.8 %): the GIN index
+    ('"to be"', False),      # joint ~99,000 (5 %): above the 4 % share, the walk
+    ('"of the"', False),     # joint ~270,000 (13 %): the walk stops early
+])
+def test_the_phrase_bound_grows_with_the_table(stats, monkeypatch, match, few):
+    """At ten times the rows (every frequency ×10), a phrase's walk reads up to ten times as
+    many rows when the phrase is rare, so the bound is a share of the table, not a count."""
+    monkeypatch.setattr(search_pg, "table_rows", lambda _conn, _which: float(ROWS * 10))
+    monkeypatch.setattr(search_pg, "element_rows",
+                        lambda _c, _w, words: min(FREQ[w] for w in words) * 10.0)
+
+    def joint(_conn, _which, words):
+        out = float(ROWS * 10)
+        for w in set(words):
+            out *= FREQ[w] / ROWS
+        return out
+
+    monkeypatch.setattr(search_pg, "joint_rows", joint)
+    share = search_pg.PG_PHRASE_BITMAP_SHARE * ROWS * 10
+    assert (joint(None, None, match.strip('"').split()) <= share) is few
     assert search_pg._pg_few_matches(None, match) is few  # type: ignore[arg-type]
