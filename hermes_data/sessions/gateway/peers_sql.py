@@ -18,7 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.agent.identity_sql import RECOVERABLE_END_REASONS
-from hermes_data.sessions.gateway.sql import session_row_select
+from hermes_data.sessions.sql.core import session_row_select
 from hermes_data.sessions.schema import messages, sessions
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert, unindexed
 from hermes_data.sessions.sql.dialect import Statements, driver_statement

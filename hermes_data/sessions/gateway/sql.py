@@ -19,9 +19,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from hermes_data.sessions.schema import (gateway_heartbeats, gateway_hygiene_state,
-                                         gateway_routing, messages, sessions, system_prompts)
+                                         gateway_routing, messages, sessions)
 from hermes_data.sessions.sql.constructs import bp, const, dialect_insert
-from hermes_data.sessions.sql.core import SESSION_ROW_COLS
+from hermes_data.sessions.sql.core import session_row_select
 from hermes_data.sessions.sql.dialect import Statements, driver_statement
 from hermes_data.statements import DriverPrepared
 
@@ -32,16 +32,6 @@ _rt, _hy, _hb, _ss = gateway_routing, gateway_hygiene_state, gateway_heartbeats,
 _ROUTING_ORDER = ("scope", "key", "entry", "at")
 _HANDOFF_COLS = ("handoff_state", "handoff_platform", "handoff_error", "handoff_requested_at",
                  "handoff_claimed_by", "handoff_claimed_at")
-
-
-def session_row_select(s: Any) -> sa.Select:
-    """The session-row columns of the alias ``s`` and its resolved prompt (``system_prompts``
-    outer-joined as ``sp``): what :func:`hermes_data.sessions.core.listing.session_row`
-    reads."""
-    sp = system_prompts.alias("sp")
-    return sa.select(*[s.c[c] for c in SESSION_ROW_COLS],
-                     sa.func.coalesce(sp.c.prompt, s.c.system_prompt)).select_from(
-        s.outerjoin(sp, sp.c.hash == s.c.system_prompt_hash))
 
 
 def _routing_insert(d: str) -> Any:

@@ -207,12 +207,20 @@ def _count_messages(active_only: bool) -> driver_statement:
     return driver_statement(build, "id")
 
 
-def _get_session(d: str) -> sa.Select:
-    a, sp = s.alias("s"), system_prompts.alias("sp")
+def session_row_select(a: Any) -> sa.Select:
+    """The session-row columns of the ``sessions`` alias ``a`` and its resolved prompt
+    (``system_prompts`` outer-joined as ``sp``): what
+    :func:`hermes_data.sessions.core.listing.session_row` reads. ``get_session`` and the
+    gateway's session reads add their own conditions."""
+    sp = system_prompts.alias("sp")
     return (sa.select(*[a.c[c] for c in SESSION_ROW_COLS],
                       sa.func.coalesce(sp.c.prompt, a.c.system_prompt))
-            .select_from(a.outerjoin(sp, sp.c.hash == a.c.system_prompt_hash))
-            .where(a.c.id == bp("id")))
+            .select_from(a.outerjoin(sp, sp.c.hash == a.c.system_prompt_hash)))
+
+
+def _get_session(d: str) -> sa.Select:
+    a = s.alias("s")
+    return session_row_select(a).where(a.c.id == bp("id"))
 
 
 def _parent_keys(d: str) -> sa.Select:
