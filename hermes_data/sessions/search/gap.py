@@ -34,7 +34,7 @@ log = logging.getLogger("hermes_data.sessions.search.messages")
 
 def gap_window(conn: Connection) -> tuple[int, int] | None:
     """``(progress, high_water)`` of an open backfill window (high water > 0), else None."""
-    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_MARKERS).fetchall())
+    meta: dict[str, str] = dict(conn.exec_driver_sql(q.READ_GATE).fetchall())
     try:
         high = int(meta[q.HIGH_WATER_KEY]) if q.HIGH_WATER_KEY in meta else 0
         progress = int(meta.get(q.PROGRESS_KEY) or 0)

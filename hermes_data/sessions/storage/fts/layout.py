@@ -199,7 +199,7 @@ def fts_rebuild_status(store: Any) -> FtsRebuildStatus | None:
     PostgreSQL; ``percent`` = min(100, 100 × indexed // total)."""
     if store.backend.dialect != "sqlite":
         return None
-    return _status(store.backend.read(lambda c: _meta(c, q.READ_MARKERS)))
+    return _status(store.backend.read(lambda c: _meta(c, q.READ_GATE)))
 
 
 # ---------------------------------------------------------------------------------------
@@ -219,13 +219,13 @@ def _finish(tx: Connection, high: int) -> None:
         tx.exec_driver_sql(q.FINISH_BASE, (lo, hi))
         if _has_table(tx, "messages_fts_trigram_docsize"):
             tx.exec_driver_sql(q.FINISH_TRIGRAM, (lo, hi))
-    tx.exec_driver_sql(q.DELETE_MARKERS)
+    tx.exec_driver_sql(q.CLEAR_REBUILD_MARKERS)
     log.info("FTS backfill finished (high water %s): markers deleted", high)
 
 
 def _rebuild_step(tx: Connection) -> bool:
     """One backfill chunk inside ``BEGIN IMMEDIATE``; True while work remains."""
-    meta = _meta(tx, q.READ_MARKERS)  # read under the write lock: this is the claim
+    meta = _meta(tx, q.READ_GATE)  # read under the write lock: this is the claim
     if q.HIGH_WATER_KEY not in meta:
         return False
     high = _int(meta[q.HIGH_WATER_KEY])
@@ -254,7 +254,7 @@ def fts_rebuild_step(store: Any) -> bool:
 
     def probe(conn: Connection) -> bool:
         return (opening.capabilities(conn).fts5
-                and q.HIGH_WATER_KEY in _meta(conn, q.READ_MARKERS))
+                and q.HIGH_WATER_KEY in _meta(conn, q.READ_GATE))
 
     if not backend.read(probe):
         return False
@@ -290,7 +290,7 @@ def _bookkeeping(tx: Connection) -> list[str]:
     state = opening.read_fts_state(tx)
     if q.HIGH_WATER_KEY in meta and q.PROGRESS_KEY not in meta:
         if state.layout != "current":
-            tx.exec_driver_sql(q.DELETE_MARKERS)  # a legacy layout never reads them
+            tx.exec_driver_sql(q.CLEAR_REBUILD_MARKERS)  # a legacy layout never reads them
             done.append("removed a stray high water from a legacy layout")
             return done
         if tx.exec_driver_sql(q.BASE_DOCSIZE_NONEMPTY).first() is not None:
@@ -305,7 +305,7 @@ def _bookkeeping(tx: Connection) -> list[str]:
         high = _set_window(tx)
         done.append(f"empty base index: backfill of (0, {high}] seeded")
     elif q.HIGH_WATER_KEY in meta and state.layout == "legacy":
-        tx.exec_driver_sql(q.DELETE_MARKERS)
+        tx.exec_driver_sql(q.CLEAR_REBUILD_MARKERS)
         done.append("removed stray markers from a legacy layout")
     return done
 

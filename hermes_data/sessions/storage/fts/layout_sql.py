@@ -18,17 +18,17 @@ import sqlalchemy as sa
 
 from hermes_data.sessions.schema import state_meta
 from hermes_data.sessions.sql.constructs import const, module_statement
-from hermes_data.sessions.sql.meta_sql import MetaStatements, meta_keys
+from hermes_data.sessions.sql.meta_sql import meta_keys
 from hermes_data.sessions.sql.dialect import driver_statement
-from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, tri_row
+from hermes_data.sessions.storage.fts.ddl import FTS_SHADOW_SUFFIXES, FTS_TRIGGERS, FTS_VIEWS, FTS_VIRTUAL_TABLES, GATE_KEYS, tri_row
+from hermes_data.sessions.storage.fts.gate_sql import GateStatements
 from hermes_data.sessions.sql.dialect import marks
 
 # ---------------------------------------------------------------------------------------
 # state_meta keys (docs/sessions-storage.md §2.1)
 # ---------------------------------------------------------------------------------------
 
-HIGH_WATER_KEY = "fts_rebuild_high_water"
-PROGRESS_KEY = "fts_rebuild_progress"
+HIGH_WATER_KEY, PROGRESS_KEY = GATE_KEYS
 STORAGE_VERSION_KEY = "fts_storage_version"
 #: Upstream's advert flag: never written here, deleted at settle.
 ADVERT_KEY = "fts_optimize_available"
@@ -40,24 +40,19 @@ TEARDOWN_SUFFIX = "_progress"
 TRASH_PREFIX = "fts_v22_trash_"
 
 
-class LayoutStatements(MetaStatements):
+class LayoutStatements(GateStatements):
     """The migration's ordinary statements over ``state_meta`` and ``messages`` (issue 32;
+    the backfill markers' read and delete — ``READ_GATE`` / ``CLEAR_REBUILD_MARKERS`` —, the
     by-key reads and writes and ``MAX_MESSAGE_ID`` inherited):
     Core constructs compiled for SQLite on first read; the module exposes each as a plain
     string attribute of the same name (:func:`__getattr__`), ``?`` placeholders in the
     declared order."""
 
-    #: The backfill markers as stored (key, value).
-    READ_MARKERS = driver_statement(lambda d: sa.select(state_meta.c.key, state_meta.c.value)
-                                    .where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
     #: Every key the availability check and the settle read (key, value).
     READ_STORAGE_META = driver_statement(lambda d: sa.select(
         state_meta.c.key, state_meta.c.value).where(meta_keys(
             HIGH_WATER_KEY, PROGRESS_KEY, STORAGE_VERSION_KEY, ADVERT_KEY, "fts_stale",
             *CJK_WORK_KEYS)))
-    #: Delete both backfill markers.
-    DELETE_MARKERS = driver_statement(
-        lambda d: sa.delete(state_meta).where(meta_keys(HIGH_WATER_KEY, PROGRESS_KEY)))
     #: The teardown markers (key).
     TEARDOWN_KEYS = driver_statement(lambda d: sa.select(state_meta.c.key).where(
         state_meta.c.key.op("GLOB")(const(f"{TEARDOWN_PREFIX}*{TEARDOWN_SUFFIX}"))))

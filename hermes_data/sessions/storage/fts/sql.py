@@ -12,11 +12,12 @@ import re
 
 from hermes_data.sessions.sql.constructs import module_statement
 from hermes_data.sessions.sql.ddl import checked_drop
-from hermes_data.sessions.sql.dialect import Statements, driver_statement
-from hermes_data.sessions.sql.meta_sql import meta_delete, meta_exists, meta_set, meta_value
+from hermes_data.sessions.sql.dialect import driver_statement
+from hermes_data.sessions.sql.meta_sql import meta_exists, meta_set, meta_value
 from hermes_data.sessions.storage.fts.cjk_sql import CJK_FTS
 from hermes_data.sessions.storage.fts.cjk_sql import STALE_KEY as CJK_STALE_KEY
-from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES, GATE_KEYS
+from hermes_data.sessions.storage.fts.ddl import FTS_VIRTUAL_TABLES
+from hermes_data.sessions.storage.fts.gate_sql import GateStatements
 
 #: Every FTS5 table hermes-data maintains (optimize / merge), in this order.
 MAINTAINED_FTS_TABLES = (*FTS_VIRTUAL_TABLES, CJK_FTS)
@@ -77,17 +78,16 @@ def set_busy_timeout(ms: int) -> str:
 DEFERRAL_KEY = "fts_rebuild_deferral"
 
 
-class MarkerStatements(Statements):
+class MarkerStatements(GateStatements):
     """The FTS markers in ``state_meta`` (SQLite; Core constructs compiled on first read,
-    served as plain string module attributes by :func:`__getattr__`)."""
+    served as plain string module attributes by :func:`__getattr__`; the rebuild-window
+    markers' ``CLEAR_REBUILD_MARKERS`` inherited)."""
 
     #: The CJK-bigram index is marked damaged (docs/sessions-storage.md §3.9.2: it is
     #: neither drained nor maintained).
     READ_CJK_STALE = driver_statement(lambda d: meta_exists(CJK_STALE_KEY))
     #: The ``fts_stale`` marker.
     READ_FTS_STALE = driver_statement(lambda d: meta_exists("fts_stale"))
-    #: The rebuild-window markers (deleted by a full rebuild).
-    CLEAR_REBUILD_MARKERS = driver_statement(lambda d: meta_delete(*GATE_KEYS))
     #: The stale deferral record (JSON; docs/sessions-storage.md §3.8).
     READ_DEFERRAL = driver_statement(lambda d: meta_value(DEFERRAL_KEY))
     #: Write the deferral record (value).
